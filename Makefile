@@ -1,0 +1,34 @@
+# Two set-up commands on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench build clean deps system-deps
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+
+# Debian packages the tests and the demo run for real: promtool, Prometheus, Alertmanager, nginx (tap benchmark).
+system-deps:
+	@./scripts/install-system-deps.sh
+
+demo: deps system-deps
+	$(BIN)/python -m demo
+
+test: deps system-deps
+	$(BIN)/python -m pytest
+
+bench: deps system-deps
+	$(BIN)/python -m bench
+
+build: deps
+	$(BIN)/slogen build
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

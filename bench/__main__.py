@@ -1,0 +1,34 @@
+"""`python -m bench [NAME ...]`: run every bench/bench_*.py module's `run()` and rewrite BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+from bench.report import Row, render, write_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    if argv:
+        names = [n for n in names if n in argv or n.removeprefix("bench_") in argv]
+    rows: list[Row] = []
+    notes: dict[str, str] = {}
+    for name in names:
+        mod = importlib.import_module(f"bench.{name}")
+        print(f"== {name}", file=sys.stderr, flush=True)
+        result = mod.run()
+        rows += result
+        notes.update(getattr(mod, "NOTES", {}))
+        for r in result:
+            print(f"  {r.section} | {r.what}: ours {r.ours}, peer {r.peer}, ratio {r.ratio}", file=sys.stderr)
+    write_atomic(ROOT / "BENCHMARKS.md", render(rows, notes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

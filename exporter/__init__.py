@@ -1,0 +1,1 @@
+"""Per-node exporter: NVML and engine /metrics in, one normalized /metrics out."""

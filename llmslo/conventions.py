@@ -1,0 +1,289 @@
+"""Every metric, label and rule name the project emits or refers to, defined once.
+
+The exporter writes these names, the tap writes these names, slogen's built-in LLM SLIs,
+the dashboards and the KEDA queries read them from here. A rename is one edit here, and
+tests compare generated artifacts against this module, so drift is caught.
+
+Units are base units (seconds, bytes, ratios 0..1, watts, joules, hertz), as Prometheus
+naming conventions ask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "llm_"
+
+# --------------------------------------------------------------------------------------
+# Labels
+# --------------------------------------------------------------------------------------
+LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | tap
+LABEL_MODEL = "model"
+LABEL_POD = "pod"
+LABEL_NAMESPACE = "namespace"
+LABEL_NODE = "node"
+LABEL_TARGET = "target"  # the exporter's name for one scraped source (URL or pod/port)
+LABEL_REASON = "reason"  # finished reason, drop reason, error reason
+LABEL_ADAPTER = "adapter"  # LoRA adapter name
+LABEL_SLO_CLASS = "slo_class"
+LABEL_OUTCOME = "outcome"
+LABEL_USAGE_SOURCE = "usage_source"  # "usage" (engine-reported) | "chunks" (counted by the tap)
+LABEL_LE = "le"
+
+# Labels every normalized engine series carries (target identity).
+ENGINE_IDENTITY_LABELS = (LABEL_ENGINE, LABEL_MODEL, LABEL_POD, LABEL_NAMESPACE, LABEL_NODE)
+
+# GPU labels, compatible with dcgm-exporter so existing dashboards can join on them.
+LABEL_GPU = "gpu"
+LABEL_UUID = "UUID"
+LABEL_MODEL_NAME = "modelName"
+LABEL_PCI_BUS_ID = "pci_bus_id"
+LABEL_HOSTNAME = "Hostname"  # dcgm-exporter spells it with a capital H
+LABEL_GPU_INSTANCE_ID = "GPU_I_ID"  # MIG instance, as dcgm-exporter
+LABEL_GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
+LABEL_PID = "pid"
+LABEL_ECC_TYPE = "type"  # corrected | uncorrected
+LABEL_XID = "xid"
+LABEL_CLOCK_EVENT = "reason"
+GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID, LABEL_HOSTNAME)
+
+# Request outcomes counted by the tap.
+OUTCOME_OK = "ok"
+OUTCOME_UPSTREAM_ERROR = "upstream_error"
+OUTCOME_ABORTED = "aborted"  # upstream broke off mid-stream
+OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
+OUTCOMES = (OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_CLIENT_DISCONNECTED)
+
+# Normalized finished reasons (engines' own spellings are mapped onto these by adapters).
+FINISHED_REASONS = ("stop", "length", "abort", "error")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One normalized series family: its name (without histogram/counter suffixes), type and meaning."""
+
+    name: str
+    kind: str  # "gauge" | "counter" | "histogram"
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+
+    @property
+    def sample_name(self) -> str:
+        """The series name as it appears in PromQL for gauges and counters."""
+        return self.name
+
+    def bucket(self) -> str:
+        return self.name + "_bucket"
+
+    def count(self) -> str:
+        return self.name + "_count"
+
+    def sum(self) -> str:
+        return self.name + "_sum"
+
+
+def _m(name: str, kind: str, help: str, labels: tuple[str, ...] = (), unit: str = "") -> MetricDef:
+    return MetricDef(PREFIX + name, kind, help, labels, unit)
+
+
+# --------------------------------------------------------------------------------------
+# Engine metrics (exporter adapters write these; labels: ENGINE_IDENTITY_LABELS + listed)
+# --------------------------------------------------------------------------------------
+REQUESTS_RUNNING = _m("requests_running", "gauge", "Requests in the running batch (decoding or prefilling).")
+REQUESTS_WAITING = _m("requests_waiting", "gauge", "Requests queued, waiting for admission to the batch.")
+KV_CACHE_USAGE = _m("kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use (0..1).", unit="ratio")
+KV_BLOCKS_TOTAL = _m("kv_cache_blocks", "gauge", "KV-cache blocks the engine allocated in total.")
+KV_BLOCKS_FREE = _m("kv_cache_free_blocks", "gauge", "Free KV-cache blocks: the serving capacity left (the seats).")
+KV_BLOCK_SIZE = _m("kv_cache_block_size_tokens", "gauge", "Tokens per KV-cache block (page size).")
+PREEMPTIONS = _m("preemptions_total", "counter", "Requests preempted (recomputed or swapped) for lack of KV blocks.")
+PREFIX_CACHE_QUERIES = _m("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.")
+PREFIX_CACHE_HITS = _m("prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.")
+PROMPT_TOKENS = _m("prompt_tokens_total", "counter", "Prompt (prefill) tokens processed.")
+GENERATION_TOKENS = _m("generation_tokens_total", "counter", "Output tokens generated.")
+REQUESTS_FINISHED = _m(
+    "requests_finished_total", "counter", "Finished requests by normalized reason.", (LABEL_REASON,)
+)
+TTFT = _m("time_to_first_token_seconds", "histogram", "Engine-side time to first token.", unit="seconds")
+TPOT = _m(
+    "time_per_output_token_seconds",
+    "histogram",
+    "Per-request mean time per output token after the first (engine-side).",
+    unit="seconds",
+)
+ITL = _m("inter_token_latency_seconds", "histogram", "Per-token inter-token latency (engine-side).", unit="seconds")
+E2E = _m("e2e_request_latency_seconds", "histogram", "End-to-end request latency (engine-side).", unit="seconds")
+QUEUE_TIME = _m("request_queue_time_seconds", "histogram", "Time a request spent waiting before admission.", unit="seconds")
+LORA_ADAPTERS_RUNNING = _m("lora_adapters_running", "gauge", "LoRA adapters with requests in the running batch.")
+LORA_ADAPTERS_WAITING = _m("lora_adapters_waiting", "gauge", "LoRA adapters with requests waiting for a slot.")
+LORA_ADAPTERS_MAX = _m("lora_adapter_slots", "gauge", "LoRA adapter slots the engine can hold at once.")
+LORA_ADAPTER_ACTIVE = _m(
+    "lora_adapter_active", "gauge", "1 for each LoRA adapter running (state=running) or waiting (state=waiting).",
+    (LABEL_ADAPTER, "state"),
+)
+
+ENGINE_METRICS: tuple[MetricDef, ...] = (
+    REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
+    PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
+    TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
+    LORA_ADAPTER_ACTIVE,
+)
+
+# --------------------------------------------------------------------------------------
+# Goodput tap metrics (labels: model, slo_class [, outcome | usage_source])
+# --------------------------------------------------------------------------------------
+TAP_LABELS = (LABEL_MODEL, LABEL_SLO_CLASS)
+TAP_TTFT = _m("tap_time_to_first_token_seconds", "histogram", "Client-observed time to first content token.", TAP_LABELS, "seconds")
+TAP_TPOT = _m("tap_time_per_output_token_seconds", "histogram", "Client-observed time per output token after the first.", TAP_LABELS, "seconds")
+TAP_E2E = _m("tap_e2e_request_latency_seconds", "histogram", "Client-observed end-to-end latency.", TAP_LABELS, "seconds")
+TAP_TTFB = _m("tap_time_to_first_byte_seconds", "histogram", "Time to the first response byte from upstream.", TAP_LABELS, "seconds")
+TAP_REQUESTS = _m("tap_requests_total", "counter", "Requests seen by the tap, by outcome.", TAP_LABELS + (LABEL_OUTCOME,))
+GOODPUT_REQUESTS = _m(
+    "goodput_requests_total", "counter", "Requests delivered within both the TTFT and the TPOT objective.", TAP_LABELS
+)
+OUTPUT_TOKENS = _m("output_tokens_total", "counter", "Output tokens delivered.", TAP_LABELS + (LABEL_USAGE_SOURCE,))
+GOODPUT_TOKENS = _m(
+    "goodput_tokens_total", "counter", "Output tokens of requests within both the TTFT and TPOT objective.",
+    TAP_LABELS + (LABEL_USAGE_SOURCE,),
+)
+TAP_METRICS = (TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS)
+
+# --------------------------------------------------------------------------------------
+# GPU metrics (NVML collector; labels: GPU_IDENTITY_LABELS [+ MIG labels])
+# --------------------------------------------------------------------------------------
+GPU_MEMORY_TOTAL = _m("gpu_memory_total_bytes", "gauge", "HBM (framebuffer) total.", unit="bytes")
+GPU_MEMORY_USED = _m("gpu_memory_used_bytes", "gauge", "HBM used.", unit="bytes")
+GPU_MEMORY_FREE = _m("gpu_memory_free_bytes", "gauge", "HBM free.", unit="bytes")
+GPU_MEMORY_RESERVED = _m("gpu_memory_reserved_bytes", "gauge", "HBM reserved by the driver and firmware.", unit="bytes")
+GPU_UTILIZATION = _m("gpu_utilization_ratio", "gauge", "Fraction of time a kernel ran on the GPU (0..1).", unit="ratio")
+GPU_MEMORY_UTILIZATION = _m(
+    "gpu_memory_bandwidth_utilization_ratio", "gauge", "Fraction of time device memory was read or written (0..1).", unit="ratio"
+)
+GPU_POWER = _m("gpu_power_watts", "gauge", "Power draw.", unit="watts")
+GPU_ENERGY = _m("gpu_energy_joules_total", "counter", "Energy consumed since the driver loaded.", unit="joules")
+GPU_TEMPERATURE = _m("gpu_temperature_celsius", "gauge", "GPU core temperature.", unit="celsius")
+GPU_SM_CLOCK = _m("gpu_sm_clock_hertz", "gauge", "SM clock.", unit="hertz")
+GPU_MEMORY_CLOCK = _m("gpu_memory_clock_hertz", "gauge", "Memory clock.", unit="hertz")
+GPU_CLOCK_EVENT = _m(
+    "gpu_clock_event_active", "gauge", "1 while a clock-event (throttle) reason is active.", (LABEL_CLOCK_EVENT,)
+)
+GPU_ECC_ERRORS = _m("gpu_ecc_errors_total", "counter", "ECC errors since the driver loaded.", (LABEL_ECC_TYPE,))
+GPU_XID_ERRORS = _m("gpu_xid_errors_total", "counter", "XID errors seen by the exporter.", (LABEL_XID,))
+GPU_PCIE_REPLAYS = _m("gpu_pcie_replays_total", "counter", "PCIe replay events.")
+GPU_PROCESS_MEMORY = _m("gpu_process_memory_used_bytes", "gauge", "HBM used per process, where NVML reports it.", (LABEL_PID,), "bytes")
+GPU_UP = _m("gpu_up", "gauge", "1 when the GPU answered NVML in the last cycle, 0 when it is lost.")
+GPU_METRICS = (
+    GPU_MEMORY_TOTAL, GPU_MEMORY_USED, GPU_MEMORY_FREE, GPU_MEMORY_RESERVED, GPU_UTILIZATION, GPU_MEMORY_UTILIZATION,
+    GPU_POWER, GPU_ENERGY, GPU_TEMPERATURE, GPU_SM_CLOCK, GPU_MEMORY_CLOCK, GPU_CLOCK_EVENT, GPU_ECC_ERRORS,
+    GPU_XID_ERRORS, GPU_PCIE_REPLAYS, GPU_PROCESS_MEMORY, GPU_UP,
+)
+
+# --------------------------------------------------------------------------------------
+# Exporter self-metrics
+# --------------------------------------------------------------------------------------
+EXPORTER_TARGET_UP = _m("exporter_target_up", "gauge", "1 when the target's last scrape succeeded.", (LABEL_TARGET, LABEL_ENGINE))
+EXPORTER_SCRAPE_DURATION = _m(
+    "exporter_target_scrape_duration_seconds", "gauge", "Duration of the target's last scrape.", (LABEL_TARGET, LABEL_ENGINE), "seconds"
+)
+EXPORTER_LAST_ERROR = _m(
+    "exporter_target_last_error", "gauge", "1 with the reason of the target's last failed scrape.", (LABEL_TARGET, LABEL_ENGINE, LABEL_REASON)
+)
+EXPORTER_PARSE_ERRORS = _m("exporter_parse_errors_total", "counter", "Exposition lines that could not be parsed.", (LABEL_TARGET,))
+EXPORTER_SERIES_DROPPED = _m(
+    "exporter_series_dropped_total", "counter", "Series dropped by the cardinality guard.", (LABEL_TARGET, LABEL_REASON)
+)
+EXPORTER_CYCLE_DURATION = _m("exporter_collection_duration_seconds", "gauge", "Duration of the last collection cycle.", unit="seconds")
+EXPORTER_CYCLES = _m("exporter_collection_cycles_total", "counter", "Collection cycles completed.")
+EXPORTER_LAST_CYCLE = _m("exporter_last_collection_timestamp_seconds", "gauge", "When the last cycle completed.", unit="seconds")
+EXPORTER_METRICS = (
+    EXPORTER_TARGET_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_LAST_ERROR, EXPORTER_PARSE_ERRORS, EXPORTER_SERIES_DROPPED,
+    EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
+)
+
+ALL_METRICS = ENGINE_METRICS + TAP_METRICS + GPU_METRICS + EXPORTER_METRICS
+
+# --------------------------------------------------------------------------------------
+# vLLM V1's own names: what the simulator emits and the vLLM adapter reads.
+# --------------------------------------------------------------------------------------
+class VLLM:
+    PREFIX = "vllm:"
+    NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+    NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+    KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+    GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"  # pre-0.10 name
+    NUM_PREEMPTIONS = "vllm:num_preemptions"  # counter family (samples end in _total)
+    PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+    PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+    GPU_PREFIX_CACHE_QUERIES = "vllm:gpu_prefix_cache_queries"  # 0.10 transition name
+    GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"
+    PROMPT_TOKENS = "vllm:prompt_tokens"
+    GENERATION_TOKENS = "vllm:generation_tokens"
+    REQUEST_SUCCESS = "vllm:request_success"
+    TTFT = "vllm:time_to_first_token_seconds"
+    ITL = "vllm:inter_token_latency_seconds"
+    TPOT_LEGACY = "vllm:time_per_output_token_seconds"  # <= 0.10: this was per-token ITL
+    REQUEST_TPOT = "vllm:request_time_per_output_token_seconds"
+    E2E = "vllm:e2e_request_latency_seconds"
+    QUEUE_TIME = "vllm:request_queue_time_seconds"
+    PREFILL_TIME = "vllm:request_prefill_time_seconds"
+    DECODE_TIME = "vllm:request_decode_time_seconds"
+    INFERENCE_TIME = "vllm:request_inference_time_seconds"
+    REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+    REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+    CACHE_CONFIG_INFO = "vllm:cache_config_info"
+    LORA_REQUESTS_INFO = "vllm:lora_requests_info"
+
+
+# --------------------------------------------------------------------------------------
+# SLO rule names (Sloth-compatible, so existing Sloth dashboards keep working)
+# --------------------------------------------------------------------------------------
+class SLO:
+    SLI_ERROR_RATIO = "slo:sli_error:ratio_rate{window}"  # format with window="5m"
+    OBJECTIVE = "slo:objective:ratio"
+    ERROR_BUDGET = "slo:error_budget:ratio"
+    TIME_PERIOD_DAYS = "slo:time_period:days"
+    CURRENT_BURN_RATE = "slo:current_burn_rate:ratio"
+    PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
+    PERIOD_ERROR_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
+    INFO = "sloth_slo_info"
+    # slogen's traffic-weighted extension: event rates on short windows, long windows derived from them.
+    SLI_ERRORS_RATE = "slo:sli_errors:rate{window}"
+    SLI_TOTAL_RATE = "slo:sli_total:rate{window}"
+
+    LABEL_ID = "sloth_id"
+    LABEL_SERVICE = "sloth_service"
+    LABEL_SLO = "sloth_slo"
+    LABEL_WINDOW = "sloth_window"
+    LABEL_MODE = "sloth_mode"
+    LABEL_SPEC = "sloth_spec"
+    LABEL_VERSION = "sloth_version"
+    LABEL_OBJECTIVE = "sloth_objective"
+    LABEL_SEVERITY = "sloth_severity"
+    # Alert labels (kube-prometheus style).
+    LABEL_ALERT_SEVERITY = "severity"
+    LABEL_TIER = "slo_tier"
+    LABEL_LONG_WINDOW = "long_window"
+    LABEL_SHORT_WINDOW = "short_window"
+
+    # Labels the generator owns; user labels may not overwrite them.
+    RESERVED_LABELS = (
+        LABEL_ID, LABEL_SERVICE, LABEL_SLO, LABEL_WINDOW, LABEL_MODE, LABEL_SPEC, LABEL_VERSION, LABEL_OBJECTIVE,
+        LABEL_SEVERITY, LABEL_TIER, LABEL_LONG_WINDOW, LABEL_SHORT_WINDOW,
+    )
+
+    @staticmethod
+    def sli_error_ratio(window: str) -> str:
+        return SLO.SLI_ERROR_RATIO.format(window=window)
+
+    @staticmethod
+    def sli_errors_rate(window: str) -> str:
+        return SLO.SLI_ERRORS_RATE.format(window=window)
+
+    @staticmethod
+    def sli_total_rate(window: str) -> str:
+        return SLO.SLI_TOTAL_RATE.format(window=window)
+
+
+def by_name() -> dict[str, MetricDef]:
+    """Every normalized family by its name, for checks that an emitted or queried name is defined here."""
+    return {m.name: m for m in ALL_METRICS}

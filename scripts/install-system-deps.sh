@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the stack runs for real (promtool, Prometheus, Alertmanager, nginx) when missing.
+set -euo pipefail
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+[ ${#need[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "installing Debian packages: ${need[*]}" >&2
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null \
+  || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
+# The Debian packages start services; the stack starts its own on loopback.
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter nginx; do
+  $sudo service "$svc" stop >/dev/null 2>&1 || true
+done

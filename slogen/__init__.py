@@ -1,0 +1,1 @@
+"""slogen: SLO specs in, Prometheus rules, alerts, dashboards, KEDA objects and runbooks out."""
