@@ -29,6 +29,7 @@ LABEL_SLO_CLASS = "slo_class"
 LABEL_OUTCOME = "outcome"
 LABEL_USAGE_SOURCE = "usage_source"  # "usage" (engine-reported) | "chunks" (counted by the tap)
 LABEL_LE = "le"
+LABEL_CLUSTER = "cluster"  # added by federation / remote-write external labels, not by the exporter
 
 # Labels every normalized engine series carries (target identity).
 ENGINE_IDENTITY_LABELS = (LABEL_ENGINE, LABEL_MODEL, LABEL_POD, LABEL_NAMESPACE, LABEL_NODE)
@@ -36,15 +37,15 @@ ENGINE_IDENTITY_LABELS = (LABEL_ENGINE, LABEL_MODEL, LABEL_POD, LABEL_NAMESPACE,
 # GPU labels, compatible with dcgm-exporter so existing dashboards can join on them.
 LABEL_GPU = "gpu"
 LABEL_UUID = "UUID"
-LABEL_MODEL_NAME = "modelName"
+LABEL_MODEL_NAME = "model_name"  # dcgm-exporter: modelName on GPU series, model_name on NVLink ones; promtool check metrics rejects camelCase label names
 LABEL_PCI_BUS_ID = "pci_bus_id"
-LABEL_HOSTNAME = "Hostname"  # dcgm-exporter spells it with a capital H
+LABEL_HOSTNAME = "hostname"  # dcgm-exporter since d5e5f51 (#655); its releases before that wrote "Hostname"
 LABEL_GPU_INSTANCE_ID = "GPU_I_ID"  # MIG instance, as dcgm-exporter
 LABEL_GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
 LABEL_PID = "pid"
 LABEL_ECC_TYPE = "type"  # corrected | uncorrected
 LABEL_XID = "xid"
-LABEL_CLOCK_EVENT = "reason"
+LABEL_CLOCK_EVENT = "clock_event"  # dcgm-exporter's label on DCGM_EXP_CLOCK_EVENTS_COUNT, same value names
 GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID, LABEL_HOSTNAME)
 
 # Request outcomes counted by the tap.
@@ -52,10 +53,28 @@ OUTCOME_OK = "ok"
 OUTCOME_UPSTREAM_ERROR = "upstream_error"
 OUTCOME_ABORTED = "aborted"  # upstream broke off mid-stream
 OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
-OUTCOMES = (OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_CLIENT_DISCONNECTED)
+OUTCOME_CLIENT_ERROR = "client_error"  # upstream answered 4xx (not 429): the request was at fault, not the service
+OUTCOMES = (OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR)
+
+# Values of LABEL_USAGE_SOURCE on the tap's token counters.
+USAGE_SOURCE_ENGINE = "usage"  # usage.completion_tokens reported by the engine
+USAGE_SOURCE_CHUNKS = "chunks"  # no usage reported: the tap counted output chunks
 
 # Normalized finished reasons (engines' own spellings are mapped onto these by adapters).
-FINISHED_REASONS = ("stop", "length", "abort", "error")
+FINISHED_STOP = "stop"
+FINISHED_LENGTH = "length"
+FINISHED_ABORT = "abort"
+FINISHED_ERROR = "error"
+# Finished without error, but the engine does not say whether by a stop condition or the length limit
+# (SGLang, TGI and Triton count successes without a reason).
+FINISHED_COMPLETED = "completed"
+FINISHED_REASONS = (FINISHED_STOP, FINISHED_LENGTH, FINISHED_ABORT, FINISHED_ERROR, FINISHED_COMPLETED)
+FINISHED_BAD_REASONS = (FINISHED_ABORT, FINISHED_ERROR)  # the rest finished as the client asked
+
+# LoRA adapter states on llm_lora_adapter_active.
+LABEL_LORA_STATE = "state"
+LORA_STATE_RUNNING = "running"
+LORA_STATE_WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -119,7 +138,7 @@ LORA_ADAPTERS_WAITING = _m("lora_adapters_waiting", "gauge", "LoRA adapters with
 LORA_ADAPTERS_MAX = _m("lora_adapter_slots", "gauge", "LoRA adapter slots the engine can hold at once.")
 LORA_ADAPTER_ACTIVE = _m(
     "lora_adapter_active", "gauge", "1 for each LoRA adapter running (state=running) or waiting (state=waiting).",
-    (LABEL_ADAPTER, "state"),
+    (LABEL_ADAPTER, LABEL_LORA_STATE),
 )
 
 ENGINE_METRICS: tuple[MetricDef, ...] = (
@@ -232,6 +251,25 @@ class VLLM:
     REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
     CACHE_CONFIG_INFO = "vllm:cache_config_info"
     LORA_REQUESTS_INFO = "vllm:lora_requests_info"
+    # Further V1 families the simulator emits, as vLLM 0.33 names them.
+    NUM_REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"  # reason: capacity | deferred
+    PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"  # source: local_compute | local_cache_hit | ...
+    PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"
+    ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram whose name really ends in _total
+    REQUEST_MAX_NUM_GENERATION_TOKENS = "vllm:request_max_num_generation_tokens"
+    REQUEST_PARAMS_N = "vllm:request_params_n"
+    REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
+    REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
+    REQUEST_PREFILL_KV_COMPUTED_TOKENS = "vllm:request_prefill_kv_computed_tokens"
+    # vLLM's own label names.
+    LABEL_MODEL_NAME = "model_name"
+    LABEL_ENGINE = "engine"  # the data-parallel engine index ("0"), not our engine kind
+    LABEL_FINISHED_REASON = "finished_reason"
+    LABEL_SOURCE = "source"
+    LABEL_WAITING_REASON = "reason"
+    LABEL_MAX_LORA = "max_lora"
+    LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
+    LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"
 
 
 # --------------------------------------------------------------------------------------
@@ -282,6 +320,15 @@ class SLO:
     @staticmethod
     def sli_total_rate(window: str) -> str:
         return SLO.SLI_TOTAL_RATE.format(window=window)
+
+
+# --------------------------------------------------------------------------------------
+# Prometheus built-ins that dashboards and runbooks query
+# --------------------------------------------------------------------------------------
+PROM_ALERTS = "ALERTS"  # one series per pending/firing alert, carrying the alert's labels
+LABEL_ALERTNAME = "alertname"
+LABEL_ALERTSTATE = "alertstate"  # pending | firing
+ALERTSTATE_FIRING = "firing"
 
 
 def by_name() -> dict[str, MetricDef]:

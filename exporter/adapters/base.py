@@ -1,0 +1,220 @@
+"""What every engine adapter shares: the Adapter record, reading parsed families, and building output.
+
+Adapters are pure: they read families and return a fresh list of samples. The builder below sums
+samples that land on the same normalized series, which is how adapters drop engine-internal labels
+(SGLang's `pid` and ranks, vLLM's data-parallel `engine` index, `is_streaming`) without emitting
+duplicate series.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.utils import floatToGoString
+
+from exporter.model import MetricFamily, NormSample, Sample
+from llmslo import conventions as c
+
+AdaptFn = Callable[[Mapping[str, MetricFamily], Mapping[str, str]], list[NormSample]]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One engine kind: the family names it reads (so the parser can skip the rest) and its pure mapping."""
+
+    kind: str
+    wanted: frozenset[str]
+    adapt: AdaptFn
+
+
+# ------------------------------------------------------------------------------------------
+# Reading families
+# ------------------------------------------------------------------------------------------
+def first_family(families: Mapping[str, MetricFamily], *names: str) -> MetricFamily | None:
+    """The first of `names` the page has: how adapters prefer new names over old ones, never both."""
+    for name in names:
+        fam = families.get(name)
+        if fam is not None and fam.samples:
+            return fam
+    return None
+
+
+def values(fam: MetricFamily | None) -> list[Sample]:
+    """The value-carrying samples of a gauge or counter family: `_created` companions are dropped.
+
+    Suffix-agnostic on purpose: prometheus_client renames TGI's `tgi_request_count` to
+    `tgi_request_count_total`, a faster parser may not; both are the family's value.
+    """
+    if fam is None:
+        return []
+    return [s for s in fam.samples if not s.name.endswith("_created") and s.name[len(fam.name):] in ("", "_total")]
+
+
+def total(fam: MetricFamily | None, where: Callable[[dict[str, str]], bool] | None = None) -> float | None:
+    """Sum of a family's values (optionally only matching samples); None when there is nothing to sum."""
+    picked = [s.value for s in values(fam) if where is None or where(s.labels)]
+    return math.fsum(picked) if picked else None
+
+
+def parse_number(text: str | None) -> float | None:
+    """A label value such as num_gpu_blocks="27102" as a number; None for "None", "" or garbage."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_edge(text: str | None) -> float | None:
+    """A bucket's `le` as a number (+Inf included); None when missing or not a number."""
+    if text is None:
+        return None
+    try:
+        edge = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(edge) else edge
+
+
+def normalize_finished_reason(raw: str) -> str:
+    """Map an engine's finish reason onto conventions.FINISHED_REASONS.
+
+    vLLM's `repetition` is a stop condition; reasons we do not know are counted as finished
+    normally (engines name their failures `abort` or `error`).
+    """
+    reason = raw.strip().lower()
+    if reason in (c.FINISHED_STOP, c.FINISHED_LENGTH, c.FINISHED_ABORT, c.FINISHED_ERROR):
+        return reason
+    if reason in ("repetition", "stop_sequence", "eos_token", "eos"):
+        return c.FINISHED_STOP
+    if reason in ("cancelled", "canceled", "aborted"):
+        return c.FINISHED_ABORT
+    if reason in ("failed", "failure"):
+        return c.FINISHED_ERROR
+    return c.FINISHED_COMPLETED
+
+
+# ------------------------------------------------------------------------------------------
+# Building output
+# ------------------------------------------------------------------------------------------
+@dataclass
+class _Histogram:
+    buckets: dict[float, float] = field(default_factory=dict)
+    sum: float | None = None
+    count: float | None = None
+
+
+class Output:
+    """Collects normalized samples for one page; same series added twice are summed."""
+
+    def __init__(self, identity: Mapping[str, str], kind: str) -> None:
+        self._identity = identity
+        self._kind = kind
+        self._scalars: dict[tuple, tuple[c.MetricDef, dict[str, str], float]] = {}
+        self._histograms: dict[tuple, tuple[c.MetricDef, dict[str, str], _Histogram]] = {}
+
+    def model(self, page_model: str | None) -> str:
+        """The model label: the page's own when it names one, else the identity's."""
+        return page_model or self._identity.get(c.LABEL_MODEL, "")
+
+    def labels(self, model: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        out = {
+            c.LABEL_ENGINE: self._identity.get(c.LABEL_ENGINE) or self._kind,
+            c.LABEL_MODEL: self.model(model),
+            c.LABEL_POD: self._identity.get(c.LABEL_POD, ""),
+            c.LABEL_NAMESPACE: self._identity.get(c.LABEL_NAMESPACE, ""),
+            c.LABEL_NODE: self._identity.get(c.LABEL_NODE, ""),
+        }
+        if extra:
+            out.update(extra)
+        return out
+
+    @staticmethod
+    def _key(metric: c.MetricDef, labels: Mapping[str, str]) -> tuple:
+        return (metric.name, tuple(sorted(labels.items())))
+
+    def add(self, metric: c.MetricDef, value: float | None, model: str | None = None,
+            extra: Mapping[str, str] | None = None) -> None:
+        """Add a gauge or counter value; a second value for the same series is summed with the first."""
+        if value is None:
+            return
+        labels = self.labels(model, extra)
+        key = self._key(metric, labels)
+        value = float(value)
+        if key in self._scalars:
+            value += self._scalars[key][2]
+        self._scalars[key] = (metric, labels, value)
+
+    def put(self, metric: c.MetricDef, value: float | None, model: str | None = None,
+            extra: Mapping[str, str] | None = None) -> None:
+        """Set a value, replacing any earlier one (for ratios and sizes, which must not be summed)."""
+        if value is None:
+            return
+        labels = self.labels(model, extra)
+        self._scalars[self._key(metric, labels)] = (metric, labels, float(value))
+
+    def histogram_part(self, metric: c.MetricDef, model: str | None, extra: Mapping[str, str] | None = None, *,
+                       bucket: tuple[float, float] | None = None, sum: float | None = None,
+                       count: float | None = None) -> None:
+        """Add a bucket (edge, cumulative count), a sum or a count to a histogram series.
+
+        Parts of the same series are summed, so series that differ only in dropped labels merge.
+        """
+        labels = self.labels(model, extra)
+        key = self._key(metric, labels)
+        if key not in self._histograms:
+            self._histograms[key] = (metric, labels, _Histogram())
+        hist = self._histograms[key][2]
+        if bucket is not None:
+            edge, cumulative = bucket
+            hist.buckets[edge] = hist.buckets.get(edge, 0.0) + float(cumulative)
+        if sum is not None:
+            hist.sum = (hist.sum or 0.0) + sum
+        if count is not None:
+            hist.count = (hist.count or 0.0) + count
+
+    def histogram(self, metric: c.MetricDef, fam: MetricFamily | None, *, divisor: float = 1.0,
+                  model_label: str | None = None, keep: Iterable[str] = (),
+                  where: Callable[[dict[str, str]], bool] | None = None,
+                  model_of: Callable[[dict[str, str]], str | None] | None = None) -> None:
+        """Re-emit an engine histogram under a normalized name, keeping its bucket edges.
+
+        `divisor` converts units (1000 for milliseconds, 1e6 for microseconds): bucket edges and the
+        sum are divided, counts are not. Labels other than the model and `keep` are summed away.
+        """
+        if fam is None:
+            return
+        keep = tuple(keep)
+        for s in fam.samples:
+            if where is not None and not where(s.labels):
+                continue
+            suffix = s.name[len(fam.name):]
+            model = model_of(s.labels) if model_of else (s.labels.get(model_label) if model_label else None)
+            extra = {k: s.labels.get(k, "") for k in keep}
+            if suffix == "_bucket":
+                edge = parse_edge(s.labels.get(c.LABEL_LE))
+                if edge is not None:
+                    self.histogram_part(metric, model, extra, bucket=(edge / divisor, s.value))
+            elif suffix == "_sum":
+                self.histogram_part(metric, model, extra, sum=s.value / divisor)
+            elif suffix == "_count":
+                self.histogram_part(metric, model, extra, count=s.value)
+
+    def samples(self) -> list[NormSample]:
+        out = [NormSample(metric, labels, value) for metric, labels, value in self._scalars.values()]
+        for metric, labels, hist in self._histograms.values():
+            buckets = dict(hist.buckets)
+            if math.inf not in buckets and hist.count is not None:
+                buckets[math.inf] = hist.count  # the text format requires +Inf; it equals _count
+            for edge in sorted(buckets):
+                out.append(NormSample(metric, {**labels, c.LABEL_LE: floatToGoString(edge)}, buckets[edge], "_bucket"))
+            if hist.sum is not None:
+                out.append(NormSample(metric, dict(labels), hist.sum, "_sum"))
+            count = hist.count if hist.count is not None else buckets.get(math.inf)
+            if count is not None:
+                out.append(NormSample(metric, dict(labels), count, "_count"))
+        return out

@@ -1,0 +1,129 @@
+"""SGLang: the 0.5 scheduler/tokenizer metrics and the pre-0.4.6 set from its docs.
+
+SGLang always runs prometheus_client in multiprocess mode, so gauges declared without a
+multiprocess mode carry a `pid` label, and scheduler gauges carry tp/pp/ep ranks. Only the model
+is kept: everything else is summed away (counts add up across scheduler processes; the usage ratio
+is recomputed from token counts). KV capacity is reported in tokens and turned into blocks with
+`page_size`. The windowed `cache_hit_rate` gauge is not used: the cached-token counters are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.adapters.base import Adapter, Output, first_family, total, values
+from exporter.model import MetricFamily, NormSample
+from llmslo import conventions as c
+
+KIND = "sglang"
+P = "sglang:"
+MODEL = "model_name"
+
+NUM_RUNNING = P + "num_running_reqs"
+NUM_QUEUE = P + "num_queue_reqs"
+NUM_GRAMMAR_QUEUE = P + "num_grammar_queue_reqs"  # waiting for a grammar to compile, before the queue
+TOKEN_USAGE = P + "token_usage"
+KV_USED_TOKENS = P + "kv_used_tokens"
+NUM_USED_TOKENS = P + "num_used_tokens"  # older name of the same count
+KV_AVAILABLE_TOKENS = P + "kv_available_tokens"
+KV_EVICTABLE_TOKENS = P + "kv_evictable_tokens"  # radix-cached, reclaimable: free seats, as in vLLM
+MAX_TOTAL_TOKENS = P + "max_total_num_tokens"
+PAGE_SIZE = P + "page_size"
+NUM_PAGES = P + "num_pages"
+CACHED_TOKENS = P + "cached_tokens"
+PROMPT_TOKENS = P + "prompt_tokens"
+GENERATION_TOKENS = P + "generation_tokens"
+NUM_REQUESTS = P + "num_requests"
+NUM_ABORTED = P + "num_aborted_requests"
+TTFT = P + "time_to_first_token_seconds"
+E2E = P + "e2e_request_latency_seconds"
+REQUEST_TPOT = P + "request_time_per_output_token_seconds"
+ITL = P + "inter_token_latency_seconds"
+ITL_LEGACY = P + "time_per_output_token_seconds"  # pre-0.4.6: per token (count = generated tokens)
+QUEUE_TIME = P + "queue_time_seconds"
+LORA_SLOTS_USED = P + "lora_pool_slots_used"
+LORA_SLOTS_TOTAL = P + "lora_pool_slots_total"
+
+WANTED = frozenset({
+    NUM_RUNNING, NUM_QUEUE, NUM_GRAMMAR_QUEUE, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS,
+    KV_AVAILABLE_TOKENS, KV_EVICTABLE_TOKENS, MAX_TOTAL_TOKENS, PAGE_SIZE, NUM_PAGES, CACHED_TOKENS,
+    PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED, TTFT, E2E, REQUEST_TPOT, ITL, ITL_LEGACY,
+    QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL,
+})
+
+
+def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
+    seen: dict[str | None, None] = {}
+    for name in WANTED:
+        for s in values(families.get(name)):
+            seen[s.labels.get(MODEL)] = None
+    return list(seen) or [None]
+
+
+def _kv_cache(out: Output, families: Mapping[str, MetricFamily], model: str | None) -> None:
+    def of_model(labels: dict[str, str]) -> bool:
+        return labels.get(MODEL) == model
+
+    used = total(first_family(families, KV_USED_TOKENS, NUM_USED_TOKENS), of_model)
+    capacity = total(families.get(MAX_TOTAL_TOKENS), of_model)
+    if used is not None and capacity:
+        out.put(c.KV_CACHE_USAGE, used / capacity, model)
+    else:
+        ratios = [s.value for s in values(families.get(TOKEN_USAGE)) if of_model(s.labels)]
+        if ratios:
+            out.put(c.KV_CACHE_USAGE, sum(ratios) / len(ratios), model)
+
+    page_sizes = [s.value for s in values(families.get(PAGE_SIZE)) if of_model(s.labels) and s.value > 0]
+    if not page_sizes:
+        return  # without the page size, tokens cannot honestly be turned into blocks
+    page = page_sizes[0]
+    out.put(c.KV_BLOCK_SIZE, page, model)
+    pages = total(families.get(NUM_PAGES), of_model)
+    if pages is None and capacity is not None:
+        pages = float(int(capacity // page))
+    out.put(c.KV_BLOCKS_TOTAL, pages, model)
+    available = total(families.get(KV_AVAILABLE_TOKENS), of_model)
+    evictable = total(families.get(KV_EVICTABLE_TOKENS), of_model)
+    if available is not None:
+        out.put(c.KV_BLOCKS_FREE, float(int((available + (evictable or 0.0)) // page)), model)
+
+
+def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> list[NormSample]:
+    out = Output(identity, KIND)
+
+    for fam_name, metric in (
+        (NUM_RUNNING, c.REQUESTS_RUNNING), (NUM_QUEUE, c.REQUESTS_WAITING), (NUM_GRAMMAR_QUEUE, c.REQUESTS_WAITING),
+        (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
+        (LORA_SLOTS_USED, c.LORA_ADAPTERS_RUNNING), (LORA_SLOTS_TOTAL, c.LORA_ADAPTERS_MAX),
+    ):
+        for s in values(families.get(fam_name)):
+            out.add(metric, s.value, s.labels.get(MODEL))
+
+    for model in _models(families):
+        def of_model(labels: dict[str, str], model: str | None = model) -> bool:
+            return labels.get(MODEL) == model
+
+        _kv_cache(out, families, model)
+
+        hits = total(families.get(CACHED_TOKENS), of_model)
+        if hits is not None:  # the queries are the prompt tokens; without hits there is no prefix-cache view
+            out.put(c.PREFIX_CACHE_HITS, hits, model)
+            out.put(c.PREFIX_CACHE_QUERIES, total(families.get(PROMPT_TOKENS), of_model), model)
+
+        finished = total(families.get(NUM_REQUESTS), of_model)
+        aborted = total(families.get(NUM_ABORTED), of_model)
+        if aborted is not None:
+            out.put(c.REQUESTS_FINISHED, aborted, model, {c.LABEL_REASON: c.FINISHED_ABORT})
+        if finished is not None:
+            completed = max(0.0, finished - (aborted or 0.0))
+            out.put(c.REQUESTS_FINISHED, completed, model, {c.LABEL_REASON: c.FINISHED_COMPLETED})
+
+    for metric, names in (
+        (c.TTFT, (TTFT,)), (c.E2E, (E2E,)), (c.TPOT, (REQUEST_TPOT,)), (c.ITL, (ITL, ITL_LEGACY)),
+        (c.QUEUE_TIME, (QUEUE_TIME,)),
+    ):
+        out.histogram(metric, first_family(families, *names), model_label=MODEL)
+    return out.samples()
+
+
+ADAPTER = Adapter(KIND, WANTED, adapt)

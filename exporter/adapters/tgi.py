@@ -1,0 +1,57 @@
+"""Hugging Face TGI (text-generation-inference, router v3).
+
+TGI's Rust exporter writes counters without `_total` and labels nothing with the model, so the
+model comes from the target's identity. TGI has no time-to-first-token histogram and no
+inter-token latency: none is invented. Nor does it report KV-cache blocks, preemptions, prefix-cache
+or LoRA state. Prompt and generated token totals are the sums of its per-request length histograms.
+Successes carry no finish reason (counted as `completed`); every failure kind is an `error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.adapters.base import Adapter, Output, total
+from exporter.model import MetricFamily, NormSample
+from llmslo import conventions as c
+
+KIND = "tgi"
+
+BATCH_SIZE = "tgi_batch_current_size"
+QUEUE_SIZE = "tgi_queue_size"
+REQUEST_SUCCESS = "tgi_request_success"
+REQUEST_FAILURE = "tgi_request_failure"  # label `err`: validation, generation, overloaded, ...
+REQUEST_DURATION = "tgi_request_duration"  # arrival to last token: E2E
+MEAN_TIME_PER_TOKEN = "tgi_request_mean_time_per_token_duration"  # per request: TPOT
+QUEUE_DURATION = "tgi_request_queue_duration"
+INPUT_LENGTH = "tgi_request_input_length"
+GENERATED_TOKENS = "tgi_request_generated_tokens"
+
+WANTED = frozenset({
+    BATCH_SIZE, QUEUE_SIZE, REQUEST_SUCCESS, REQUEST_FAILURE, REQUEST_DURATION, MEAN_TIME_PER_TOKEN,
+    QUEUE_DURATION, INPUT_LENGTH, GENERATED_TOKENS,
+})
+
+
+def _histogram_sum(fam: MetricFamily | None) -> float | None:
+    if fam is None:
+        return None
+    sums = [s.value for s in fam.samples if s.name == fam.name + "_sum"]
+    return sum(sums) if sums else None
+
+
+def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> list[NormSample]:
+    out = Output(identity, KIND)
+    out.add(c.REQUESTS_RUNNING, total(families.get(BATCH_SIZE)))
+    out.add(c.REQUESTS_WAITING, total(families.get(QUEUE_SIZE)))
+    out.add(c.PROMPT_TOKENS, _histogram_sum(families.get(INPUT_LENGTH)))
+    out.add(c.GENERATION_TOKENS, _histogram_sum(families.get(GENERATED_TOKENS)))
+    out.add(c.REQUESTS_FINISHED, total(families.get(REQUEST_SUCCESS)), extra={c.LABEL_REASON: c.FINISHED_COMPLETED})
+    out.add(c.REQUESTS_FINISHED, total(families.get(REQUEST_FAILURE)), extra={c.LABEL_REASON: c.FINISHED_ERROR})
+    out.histogram(c.E2E, families.get(REQUEST_DURATION), model_label=None)
+    out.histogram(c.TPOT, families.get(MEAN_TIME_PER_TOKEN), model_label=None)
+    out.histogram(c.QUEUE_TIME, families.get(QUEUE_DURATION), model_label=None)
+    return out.samples()
+
+
+ADAPTER = Adapter(KIND, WANTED, adapt)

@@ -1,0 +1,88 @@
+"""TensorRT-LLM's own OpenAI server, `trtllm-serve` (metrics at /prometheus/metrics).
+
+Names are vLLM-like with a `trtllm_` prefix and `{model_name, engine_type}` labels. Its
+`time_per_output_token_seconds` is observed once per request (count = requests), so it is TPOT;
+there is no per-token ITL. Prefix reuse is counted in blocks (reused, missed), turned into tokens
+with the block size so it matches the normalized token counters: hits = reused x tokens per block,
+queries = (reused + missed) x tokens per block. `_created` companions are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.adapters.base import Adapter, Output, normalize_finished_reason, total, values
+from exporter.model import MetricFamily, NormSample
+from llmslo import conventions as c
+
+KIND = "trtllm-serve"
+P = "trtllm_"
+MODEL = "model_name"
+
+RUNNING = P + "num_requests_running"
+WAITING = P + "num_requests_waiting"
+KV_UTILIZATION = P + "kv_cache_utilization"
+KV_MAX_BLOCKS = P + "kv_cache_max_blocks"
+KV_FREE_BLOCKS = P + "kv_cache_free_blocks"
+KV_USED_BLOCKS = P + "kv_cache_used_blocks"
+KV_TOKENS_PER_BLOCK = P + "kv_cache_tokens_per_block"
+KV_REUSED_BLOCKS = P + "kv_cache_reused_blocks"
+KV_MISSED_BLOCKS = P + "kv_cache_missed_blocks"
+PROMPT_TOKENS = P + "prompt_tokens"
+GENERATION_TOKENS = P + "generation_tokens"
+REQUEST_SUCCESS = P + "request_success"
+FINISHED_REASON = "finished_reason"
+TTFT = P + "time_to_first_token_seconds"
+TPOT = P + "time_per_output_token_seconds"
+E2E = P + "e2e_request_latency_seconds"
+QUEUE_TIME = P + "request_queue_time_seconds"
+
+WANTED = frozenset({
+    RUNNING, WAITING, KV_UTILIZATION, KV_MAX_BLOCKS, KV_FREE_BLOCKS, KV_USED_BLOCKS, KV_TOKENS_PER_BLOCK,
+    KV_REUSED_BLOCKS, KV_MISSED_BLOCKS, PROMPT_TOKENS, GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, TPOT, E2E,
+    QUEUE_TIME,
+})
+
+
+def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
+    seen = {s.labels.get(MODEL): None for name in WANTED for s in values(families.get(name))}
+    return list(seen) or [None]
+
+
+def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> list[NormSample]:
+    out = Output(identity, KIND)
+    for fam_name, metric in (
+        (RUNNING, c.REQUESTS_RUNNING), (WAITING, c.REQUESTS_WAITING), (KV_MAX_BLOCKS, c.KV_BLOCKS_TOTAL),
+        (KV_FREE_BLOCKS, c.KV_BLOCKS_FREE), (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
+    ):
+        for s in values(families.get(fam_name)):
+            out.add(metric, s.value, s.labels.get(MODEL))
+
+    for s in values(families.get(REQUEST_SUCCESS)):
+        reason = normalize_finished_reason(s.labels.get(FINISHED_REASON, ""))
+        out.add(c.REQUESTS_FINISHED, s.value, s.labels.get(MODEL), {c.LABEL_REASON: reason})
+
+    for model in _models(families):
+        def of_model(labels: dict[str, str], model: str | None = model) -> bool:
+            return labels.get(MODEL) == model
+
+        block_size = total(families.get(KV_TOKENS_PER_BLOCK), of_model)
+        out.put(c.KV_BLOCK_SIZE, block_size, model)
+        used, max_blocks = total(families.get(KV_USED_BLOCKS), of_model), total(families.get(KV_MAX_BLOCKS), of_model)
+        if used is not None and max_blocks:
+            out.put(c.KV_CACHE_USAGE, used / max_blocks, model)
+        else:
+            out.put(c.KV_CACHE_USAGE, total(families.get(KV_UTILIZATION), of_model), model)
+
+        reused = total(families.get(KV_REUSED_BLOCKS), of_model)
+        missed = total(families.get(KV_MISSED_BLOCKS), of_model)
+        if block_size and reused is not None and missed is not None:
+            out.put(c.PREFIX_CACHE_HITS, reused * block_size, model)
+            out.put(c.PREFIX_CACHE_QUERIES, (reused + missed) * block_size, model)
+
+    for metric, fam_name in ((c.TTFT, TTFT), (c.TPOT, TPOT), (c.E2E, E2E), (c.QUEUE_TIME, QUEUE_TIME)):
+        out.histogram(metric, families.get(fam_name), model_label=MODEL)
+    return out.samples()
+
+
+ADAPTER = Adapter(KIND, WANTED, adapt)

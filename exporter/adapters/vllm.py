@@ -1,0 +1,163 @@
+"""vLLM: V1 (0.11 and later), the 0.10 transition (old and new names side by side) and the V0 engine.
+
+Names changed twice, and 0.10 emits both generations at once, so for each concept the newest
+name wins and the older one is read only when the newer is absent (never both: no double count).
+`time_per_output_token_seconds` is per-token inter-token latency in V0 and 0.10 (its count equals
+generated tokens), so it maps to ITL; the per-request TPOT is `request_time_per_output_token_seconds`.
+vLLM's own `engine` label is the data-parallel engine index, not our engine kind: it is summed away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.adapters.base import (
+    Adapter,
+    Output,
+    first_family,
+    normalize_finished_reason,
+    parse_number,
+    values,
+)
+from exporter.model import MetricFamily, NormSample
+from llmslo import conventions as c
+
+V = c.VLLM
+KIND = "vllm"
+
+TIME_IN_QUEUE_V0 = "vllm:time_in_queue_requests"  # V0's older duplicate of request_queue_time_seconds
+MODEL = "model_name"
+DP_ENGINE = "engine"  # vLLM's data-parallel engine index
+FINISHED_REASON = "finished_reason"
+LORA_RUNNING = "running_lora_adapters"
+LORA_WAITING = "waiting_lora_adapters"
+LORA_MAX = "max_lora"
+CACHE_BLOCK_SIZE = "block_size"
+CACHE_NUM_GPU_BLOCKS = "num_gpu_blocks"
+
+WANTED = frozenset({
+    V.NUM_REQUESTS_RUNNING, V.NUM_REQUESTS_WAITING, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC,
+    V.NUM_PREEMPTIONS, V.PREFIX_CACHE_QUERIES, V.PREFIX_CACHE_HITS, V.GPU_PREFIX_CACHE_QUERIES,
+    V.GPU_PREFIX_CACHE_HITS, V.PROMPT_TOKENS, V.GENERATION_TOKENS, V.REQUEST_SUCCESS, V.TTFT, V.ITL,
+    V.TPOT_LEGACY, V.REQUEST_TPOT, V.E2E, V.QUEUE_TIME, TIME_IN_QUEUE_V0, V.CACHE_CONFIG_INFO,
+    V.LORA_REQUESTS_INFO,
+})
+
+
+def _page_model(families: Mapping[str, MetricFamily]) -> str | None:
+    """The served model name, for families that do not carry it (cache_config_info, lora_requests_info)."""
+    for name in (V.NUM_REQUESTS_RUNNING, V.NUM_REQUESTS_WAITING, V.TTFT, V.E2E, V.PROMPT_TOKENS, V.REQUEST_SUCCESS):
+        fam = families.get(name)
+        for s in fam.samples if fam else ():
+            if s.labels.get(MODEL):
+                return s.labels[MODEL]
+    return None
+
+
+def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str | None) -> None:
+    """Usage ratio from the usage gauge; total blocks and block size from cache_config_info;
+    free blocks = total x (1 - usage), per data-parallel engine, then summed."""
+    usage_fam = first_family(families, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC)
+    usages = {s.labels.get(DP_ENGINE, ""): (s.labels.get(MODEL) or page_model, s.value) for s in values(usage_fam)}
+    configs = {
+        s.labels.get(DP_ENGINE, ""): (parse_number(s.labels.get(CACHE_BLOCK_SIZE)),
+                                      parse_number(s.labels.get(CACHE_NUM_GPU_BLOCKS)))
+        for s in values(families.get(V.CACHE_CONFIG_INFO))
+    }
+
+    def config_for(dp: str) -> tuple[float | None, float | None]:
+        if dp in configs:
+            return configs[dp]
+        return next(iter(configs.values())) if len(configs) == 1 else (None, None)
+
+    per_model: dict[str | None, list[tuple[float, float | None]]] = {}
+    for dp, (model, usage) in usages.items():
+        block_size, blocks = config_for(dp)
+        per_model.setdefault(model, []).append((usage, blocks))
+        out.put(c.KV_BLOCK_SIZE, block_size, model)
+    if not usages:  # no usage gauge on the page: the configured sizes are still worth showing
+        for block_size, blocks in configs.values():
+            out.put(c.KV_BLOCK_SIZE, block_size, page_model)
+            out.add(c.KV_BLOCKS_TOTAL, blocks, page_model)
+
+    for model, engines in per_model.items():
+        known = [(u, n) for u, n in engines if n is not None]
+        if len(engines) == 1:
+            ratio = engines[0][0]
+        elif len(known) == len(engines) and sum(n for _, n in known) > 0:
+            ratio = sum(u * n for u, n in known) / sum(n for _, n in known)
+        else:
+            ratio = sum(u for u, _ in engines) / len(engines)
+        out.put(c.KV_CACHE_USAGE, ratio, model)
+        if known and len(known) == len(engines):
+            out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
+            out.put(c.KV_BLOCKS_FREE, float(sum(round(n * (1.0 - u)) for u, n in known)), model)
+
+
+def _names(text: str | None) -> list[str]:
+    return list(dict.fromkeys(name.strip() for name in (text or "").split(",") if name.strip()))
+
+
+def _lora(out: Output, families: Mapping[str, MetricFamily], page_model: str | None) -> None:
+    """lora_requests_info's VALUE is the time it was last set and stale label sets stay on the page:
+    only the newest series per data-parallel engine is current."""
+    newest = {}
+    for s in values(families.get(V.LORA_REQUESTS_INFO)):
+        dp = s.labels.get(DP_ENGINE, "")
+        if dp not in newest or s.value > newest[dp].value:
+            newest[dp] = s
+    running: dict[str | None, dict[str, None]] = {}
+    waiting: dict[str | None, dict[str, None]] = {}
+    for s in newest.values():
+        model = s.labels.get(MODEL) or page_model
+        running.setdefault(model, {}).update(dict.fromkeys(_names(s.labels.get(LORA_RUNNING))))
+        waiting.setdefault(model, {}).update(dict.fromkeys(_names(s.labels.get(LORA_WAITING))))
+        out.add(c.LORA_ADAPTERS_MAX, parse_number(s.labels.get(LORA_MAX)), model)  # slots per engine add up
+    for model in running:
+        out.put(c.LORA_ADAPTERS_RUNNING, float(len(running[model])), model)
+        out.put(c.LORA_ADAPTERS_WAITING, float(len(waiting[model])), model)
+        for state, names in ((c.LORA_STATE_RUNNING, running[model]), (c.LORA_STATE_WAITING, waiting[model])):
+            for name in names:
+                out.put(c.LORA_ADAPTER_ACTIVE, 1.0, model, {c.LABEL_ADAPTER: name, c.LABEL_LORA_STATE: state})
+
+
+def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> list[NormSample]:
+    out = Output(identity, KIND)
+    page_model = _page_model(families)
+
+    def model_of(labels: dict[str, str]) -> str | None:
+        return labels.get(MODEL) or page_model
+
+    scalars = (
+        (c.REQUESTS_RUNNING, (V.NUM_REQUESTS_RUNNING,)),
+        (c.REQUESTS_WAITING, (V.NUM_REQUESTS_WAITING,)),
+        (c.PREEMPTIONS, (V.NUM_PREEMPTIONS,)),
+        (c.PREFIX_CACHE_QUERIES, (V.PREFIX_CACHE_QUERIES, V.GPU_PREFIX_CACHE_QUERIES)),
+        (c.PREFIX_CACHE_HITS, (V.PREFIX_CACHE_HITS, V.GPU_PREFIX_CACHE_HITS)),
+        (c.PROMPT_TOKENS, (V.PROMPT_TOKENS,)),
+        (c.GENERATION_TOKENS, (V.GENERATION_TOKENS,)),
+    )
+    for metric, names in scalars:
+        for s in values(first_family(families, *names)):
+            out.add(metric, s.value, model_of(s.labels))
+
+    for s in values(families.get(V.REQUEST_SUCCESS)):
+        reason = normalize_finished_reason(s.labels.get(FINISHED_REASON, ""))
+        out.add(c.REQUESTS_FINISHED, s.value, model_of(s.labels), {c.LABEL_REASON: reason})
+
+    histograms = (
+        (c.TTFT, (V.TTFT,)),
+        (c.ITL, (V.ITL, V.TPOT_LEGACY)),
+        (c.TPOT, (V.REQUEST_TPOT,)),
+        (c.E2E, (V.E2E,)),
+        (c.QUEUE_TIME, (V.QUEUE_TIME, TIME_IN_QUEUE_V0)),
+    )
+    for metric, names in histograms:
+        out.histogram(metric, first_family(families, *names), model_of=model_of)
+
+    _kv_cache(out, families, page_model)
+    _lora(out, families, page_model)
+    return out.samples()
+
+
+ADAPTER = Adapter(KIND, WANTED, adapt)
