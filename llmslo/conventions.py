@@ -287,6 +287,8 @@ class SLO:
     # slogen's traffic-weighted extension: event rates on short windows, long windows derived from them.
     SLI_ERRORS_RATE = "slo:sli_errors:rate{window}"
     SLI_TOTAL_RATE = "slo:sli_total:rate{window}"
+    # llmslo/kv-headroom's per-engine sample: 1 while KV-cache usage is above the SLO's threshold, else 0.
+    KV_SATURATED = "slo:kv_cache_saturated:bool"
 
     LABEL_ID = "sloth_id"
     LABEL_SERVICE = "sloth_service"
