@@ -5,6 +5,7 @@ need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"

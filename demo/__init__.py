@@ -1,0 +1,1 @@
+"""`make demo`: the exporter with fake GPUs scraping an engine, its output summarised live."""

@@ -1,0 +1,170 @@
+"""`python -m demo.fullstack`: the whole stack on this machine, a staged incident, the page, the resolve.
+
+    slogen build (compressed alert windows) -> simulator engines (2 models, one with LoRA adapters)
+    -> a goodput tap in front of each -> the node exporter (fake GPUs) -> Prometheus (generated rules)
+    -> Alertmanager -> a webhook receiver standing in for on-call
+
+It drives steady load, slows the interactive pool down until its TTFT budget burns fast enough to page,
+recovers it, and waits for the page to resolve. It prints live figures from Prometheus, every notification
+as on-call gets it (with its runbook link), and a timeline; it exits 0 when the page fired and resolved,
+and always stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from demo import show
+from demo.incident import IncidentReport, Scenario, expected_fire_bound, find_ttft_slo, run_incident
+from demo.procs import StartError
+from demo.stack import DEFAULT_SLOS, LocalStack, StackSettings
+from llmslo import conventions as C
+
+
+def _settings(args: argparse.Namespace) -> tuple[StackSettings, Scenario, float]:
+    base = StackSettings.fast() if args.fast else StackSettings()
+    settings = replace(base, slo_paths=tuple(Path(p) for p in args.slo) or (DEFAULT_SLOS,),
+                       workdir=Path(args.workdir) if args.workdir else None, keep_workdir=bool(args.workdir))
+    steady = args.steady if args.steady is not None else (10.0 if args.fast else 20.0)
+    scenario = Scenario(steady_s=steady, min_incident_s=0.0 if args.fast else 10.0,
+                        max_incident_s=args.max_wait, max_resolve_s=args.max_wait)
+    tick = 3.0 if args.fast else 5.0
+    return settings, scenario, tick
+
+
+async def _run(args: argparse.Namespace) -> int:
+    settings, scenario, tick = _settings(args)
+    print("llmslo demo: starting slogen, 2 simulated engines, 2 goodput taps, the exporter, Prometheus, "
+          "Alertmanager ...", flush=True)
+    async with LocalStack(settings) as stack:
+        print(f"stack up in {stack.timings['start_s']:.1f}s (work dir {stack.workdir}):")
+        for name, url in stack.urls().items():
+            print(f"  {name:<24} {url}")
+        print(f"  rules: {', '.join(p.name for p in stack.rule_files)}")
+        print(f"  notifications are appended to {stack.webhook.log_path}\n", flush=True)
+        window = f"{int(max(4 * settings.prometheus.scrape_interval_s, 10))}s"
+        t0 = time.time()
+        last_tick = [0.0]
+        seen = [0]
+
+        async def on_tick(phase: str) -> None:
+            events = stack.webhook.alert_events()
+            for received_at, route, alert in events[seen[0]:]:
+                print("\n".join(show.render_notification(t0, received_at, route, alert)), flush=True)
+            seen[0] = len(events)
+            if time.monotonic() - last_tick[0] >= tick:
+                last_tick[0] = time.monotonic()
+                try:
+                    status = await show.read_status(stack.prom(), window)
+                except Exception as e:  # a slow query must not stop the demo
+                    print(f"[{time.time() - t0:6.1f}s] (Prometheus query failed: {e})")
+                    return
+                print("\n".join(show.render_status(time.time() - t0, phase, status)), flush=True)
+
+        slo = find_ttft_slo(settings.slo_paths, scenario.slo_class)
+        bound = expected_fire_bound(settings, slo, bad_share=1.0, completion_lag_s=0.0)
+        print(f"incident plan: {scenario.steady_s:.0f}s steady load, then {scenario.fault} on the "
+              f"{scenario.slo_class} pool; SLO {slo.service}/{slo.name} ({slo.objective}% of requests with "
+              f"TTFT <= {slo.threshold_s}s) should page within ~{bound:.0f}s plus the slowed requests' latency.\n",
+              flush=True)
+        report = await run_incident(stack, scenario, on_tick)
+        await on_tick("done")
+        remaining = args.duration - (time.time() - t0)
+        if remaining > 0:
+            print(f"\nsteady load for {remaining:.0f}s more (--duration {args.duration:.0f})", flush=True)
+            from demo.incident import LoadDriver
+
+            driver = LoadDriver(stack, scenario.segment_s, seed=7919)
+            driver.start()
+            end = time.monotonic() + remaining
+            while time.monotonic() < end:
+                await on_tick("steady load (after the incident)")
+                await asyncio.sleep(1.0)
+            await driver.finish()
+        good_prom = await _final_goodput(stack)
+        return _summary(report, stack, t0, good_prom)
+
+
+async def _final_goodput(stack: LocalStack) -> float | None:
+    """sum(llm_goodput_requests_total) after one more exporter cycle and Prometheus scrape."""
+    s = stack.settings
+    await asyncio.sleep(s.exporter_interval_s + s.prometheus.scrape_interval_s + 0.5)
+    return await stack.prom().scalar(f"sum({C.GOODPUT_REQUESTS.name})")
+
+
+def _summary(report: IncidentReport, stack: LocalStack, t0: float, good_prom: float | None) -> int:
+    print("\n=== what happened ===")
+    print("\n".join(show.timeline(t0, report.events)))
+    print("\n=== what on-call received (Alertmanager webhook) ===")
+    for received_at, route, alert in stack.webhook.alert_events():
+        print("\n".join(show.render_notification(t0, received_at, route, alert)))
+    if report.load is not None:
+        print("\n=== goodput ===")
+        print(f"  load generator: {report.load.good()} good of {report.load.requests()} requests "
+              f"(judged by the SLO file's thresholds)")
+        print(f"  Prometheus:     sum({C.GOODPUT_REQUESTS.name}) = "
+              f"{'-' if good_prom is None else int(good_prom)} (the taps' count, through the exporter)")
+    ok = report.fired is not None and report.resolved is not None
+    if report.fired and report.incident_at:
+        print(f"\npaged {report.fired[0] - report.incident_at:.1f}s after the fault; ", end="")
+        if report.resolved and report.recovered_at:
+            print(f"resolved {report.resolved[0] - report.recovered_at:.1f}s after recovery.")
+        else:
+            print("it did NOT resolve in time.")
+    elif not report.fired:
+        print("\nthe page did NOT fire in time: see the Prometheus rules and logs in the work dir (--workdir keeps it)")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m demo.fullstack", description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
+                   help="run at least this long in total, with steady load after the incident (default: stop "
+                        "once the page has resolved)")
+    p.add_argument("--fast", action="store_true", help="the integration test's timers (1s scrapes, short waits)")
+    p.add_argument("--steady", type=float, default=None, metavar="SECONDS", help="steady load before the incident")
+    p.add_argument("--max-wait", type=float, default=180.0, metavar="SECONDS",
+                   help="give up waiting for the page (and for its resolve) after this long (default 180)")
+    p.add_argument("--slo", action="append", default=[], metavar="PATH", help="SLO files (default slos/)")
+    p.add_argument("--workdir", metavar="DIR", help="keep configs, logs and notifications here (default: a temp dir, "
+                                                     "removed at exit)")
+    args = p.parse_args(argv)
+    return asyncio.run(_guarded(args))
+
+
+async def _guarded(args: argparse.Namespace) -> int:
+    """Run the demo as a task that SIGINT/SIGTERM cancel, so the stack's cleanup always runs."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    caught: list[int] = []
+
+    def cancel(sig: int) -> None:
+        caught.append(sig)
+        assert task is not None
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, cancel, sig)
+    try:
+        return await _run(args)
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        assert task is not None
+        task.uncancel()
+        print(f"\nstopped by {signal.Signals(caught[0]).name}; everything the demo started has exited.",
+              file=sys.stderr)
+        return 128 + caught[0]
+    except (StartError, FileNotFoundError, LookupError) as e:
+        print(f"llmslo demo: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

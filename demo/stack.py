@@ -1,0 +1,302 @@
+"""The whole product on one machine: slogen's rules, simulated engines behind goodput taps, the node
+exporter, Prometheus and Alertmanager, wired as they would be on a GPU node, on loopback ports.
+
+`LocalStack` is what `python -m demo.fullstack` and the end-to-end test both run; only the timings differ
+(`StackSettings.fast()` for the test). Every process is started in its own process group by a
+`Supervisor`, and `stop()` (also reached from `async with`, exceptions and Ctrl-C) ends them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from demo.alertmanager import AlertmanagerTimers, start_alertmanager
+from demo.procs import Child, StartError, Supervisor, free_port
+from demo.prometheus import PromClient, PrometheusTimers, start_prometheus
+from demo.webhook import WebhookReceiver
+from exporter.tap.classes import Objective, SloConfig, load_slo_config
+from simulator.loadgen import run_load
+from simulator.stats import RequestRecord
+from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SLOS = REPO / "slos"
+DEMO_WINDOWS = DEFAULT_SLOS / "windows" / "demo.yaml"  # the compressed alert-window catalog (slogen's)
+DEMO_PERIOD = "1d"  # the period that catalog is for; `slogen build --override-period` puts every SLO on it
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One simulated inference pod: the engine, its tap, and the traffic it gets."""
+
+    name: str  # pod name, also the exporter's target name prefix
+    preset: str
+    model: str
+    slo_class: str  # the goodput class its traffic falls in (by the SLO files' model globs)
+    lora: tuple[str, ...] = ()
+    max_loras: int = 1
+    gpu_memory_utilization: float = 0.0  # 0: the preset's; lower leaves a smaller KV cache (visible usage)
+    rate: float = 1.0  # requests per second (Poisson)
+    prompt_len: LengthDist = LengthDist(400, 0.4, 32, 2000)
+    output_len: LengthDist = LengthDist(24, 0.3, 4, 64)
+    shared_prefix: float = 0.5
+    lora_mix: tuple[tuple[str, float], ...] = ()
+
+
+# Served model names follow the SLO files' `models` globs (slos/chat.yaml: "llama-3-8b*,chat-*"; slos/batch.yaml:
+# "batch-*"), so the taps put each request in its class the way production traffic would be, by model name.
+DEFAULT_ENGINES = (
+    EngineSpec("chat-llama-0", "llama3-8b-h100", "llama-3-8b-instruct", "interactive",
+               lora=("chat-sql-lora", "chat-support-lora"), max_loras=2, gpu_memory_utilization=0.3, rate=2.0,
+               output_len=LengthDist(12, 0.3, 4, 32),
+               lora_mix=(("chat-sql-lora", 0.2), ("chat-support-lora", 0.2))),
+    EngineSpec("batch-qwen-0", "qwen2.5-7b-h100", "batch-qwen2.5-7b", "batch",
+               gpu_memory_utilization=0.3, rate=1.0, prompt_len=LengthDist(800, 0.4, 64, 3000),
+               output_len=LengthDist(32, 0.3, 8, 96)),
+)
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    slo_paths: tuple[Path, ...] = (DEFAULT_SLOS,)
+    windows: Path = DEMO_WINDOWS
+    period: str = DEMO_PERIOD
+    runbook_base_url: str = REPO.as_uri()  # runbook links open the repo's docs/runbooks/*.md
+    engines: tuple[EngineSpec, ...] = DEFAULT_ENGINES
+    exporter_interval_s: float = 1.0
+    prometheus: PrometheusTimers = PrometheusTimers(2.0, 2.0, 2.0)
+    alertmanager: AlertmanagerTimers = AlertmanagerTimers(2.0, 5.0, "1h")
+    gpus: int = 2
+    cluster: str = "local-demo"
+    namespace: str = "llm"
+    node: str = "gpu-node-0"
+    prebuilt_rules: tuple[Path, ...] = ()  # rule files to load instead of running slogen build
+    workdir: Path | None = None  # None: a fresh temp dir, removed on stop
+    keep_workdir: bool = False
+
+    @classmethod
+    def fast(cls, **changes) -> "StackSettings":
+        """The integration test's setting: every timer at its shortest workable value."""
+        base = cls(exporter_interval_s=0.5, prometheus=PrometheusTimers(1.0, 1.0, 1.0),
+                   alertmanager=AlertmanagerTimers(0.5, 1.0, "1h"))
+        return replace(base, **changes)
+
+
+@dataclass
+class EngineProcs:
+    spec: EngineSpec
+    sim_url: str
+    tap_url: str
+    tap_metrics_url: str
+    sim: Child | None = None
+    tap: Child | None = None
+
+
+@dataclass
+class LocalStack:
+    settings: StackSettings = field(default_factory=StackSettings)
+    workdir: Path = field(init=False)
+    sup: Supervisor = field(init=False)
+    webhook: WebhookReceiver = field(init=False)
+    engines: list[EngineProcs] = field(default_factory=list)
+    rule_files: list[Path] = field(default_factory=list)
+    exporter_url: str = ""
+    prometheus_url: str = ""
+    alertmanager_url: str = ""
+    slo: SloConfig | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    _own_workdir: bool = False
+    _session: aiohttp.ClientSession | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="llmslo-stack-"))
+            self._own_workdir = True
+        else:
+            self.workdir = self.settings.workdir
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        self.sup = Supervisor(self.workdir / "logs")
+        self.webhook = WebhookReceiver(self.workdir / "notifications.jsonl")
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> "LocalStack":
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        self.slo = load_slo_config([str(p) for p in self.settings.slo_paths])
+        self.rule_files = list(self.settings.prebuilt_rules) or await self._build_rules()
+        self.timings["slogen_build_s"] = time.monotonic() - t0
+        await self.webhook.start()
+        waits = []
+        for spec in self.settings.engines:
+            waits += self._spawn_engine(spec)
+        exporter, exporter_wait = self._spawn_exporter()
+        waits.append(exporter_wait)
+        am_task = asyncio.ensure_future(
+            start_alertmanager(self.sup, self.workdir, self.webhook.url, self.settings.alertmanager))
+        await asyncio.gather(*waits)
+        _, self.alertmanager_url = await am_task
+        _, self.prometheus_url = await start_prometheus(
+            self.sup, self.workdir, self.exporter_url.removeprefix("http://"), self.rule_files,
+            self.alertmanager_url, self.settings.prometheus, self.settings.cluster)
+        self.timings["start_s"] = time.monotonic() - t0
+
+    async def stop(self) -> None:
+        """Stop every process and server this stack started; safe to call twice."""
+        await self.sup.stop()
+        await self.webhook.stop()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._own_workdir and not self.settings.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ pieces
+    async def _build_rules(self) -> list[Path]:
+        """`slogen build` of the SLO specs with the compressed window catalog, into the work dir."""
+        out = self.workdir / "slogen"
+        argv = [sys.executable, "-m", "slogen.cli", "build", *map(str, self.settings.slo_paths),
+                "--out", str(out), "--override-period", self.settings.period]
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT, cwd=REPO)
+        output, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise StartError(f"slogen build failed (exit {proc.returncode}): {' '.join(argv)}\n"
+                             f"{output.decode(errors='replace')[-3000:]}")
+        rules = sorted((out / "alerts").glob("*.rules.yaml")) or sorted(out.rglob("*.rules.yaml"))
+        if not rules:
+            raise StartError(f"slogen build wrote no *.rules.yaml under {out}")
+        return rules
+
+    def _spawn_engine(self, spec: EngineSpec) -> list:
+        sim_port, tap_port, tap_metrics_port = free_port(), free_port(), free_port()
+        sim_argv = [sys.executable, "-m", "simulator.cli", "serve", "--host", "127.0.0.1", "--port", str(sim_port),
+                    "--preset", spec.preset, "--model", spec.model, "--seed", str(len(self.engines))]
+        if spec.lora:
+            sim_argv += ["--lora", ",".join(spec.lora), "--max-loras", str(spec.max_loras)]
+        if spec.gpu_memory_utilization:
+            sim_argv += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+        procs = EngineProcs(spec, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{tap_port}",
+                            f"http://127.0.0.1:{tap_metrics_port}/metrics")
+        procs.sim = self.sup.spawn(f"sim-{spec.name}", sim_argv)
+        tap_argv = [sys.executable, "-m", "exporter.tap", "--listen", f"127.0.0.1:{tap_port}",
+                    "--upstream", procs.sim_url, "--metrics-listen", f"127.0.0.1:{tap_metrics_port}",
+                    "--log-level", "warning"]
+        for p in self.settings.slo_paths:
+            tap_argv += ["--slo", str(p)]
+        procs.tap = self.sup.spawn(f"tap-{spec.name}", tap_argv)
+        self.engines.append(procs)
+        return [self.sup.wait_http(procs.sim, procs.sim_url + "/health"),
+                self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
+
+    def _spawn_exporter(self):
+        s = self.settings
+        targets = []
+        for e in self.engines:
+            identity = {"pod": e.spec.name, "namespace": s.namespace, "model": e.spec.model}
+            targets.append({"kind": "vllm", "url": e.sim_url + "/metrics", "name": f"{e.spec.name}/engine", **identity})
+            targets.append({"kind": "tap", "url": e.tap_metrics_url, "name": f"{e.spec.name}/tap", **identity})
+        port = free_port()
+        config = {"listen": f"127.0.0.1:{port}", "interval": f"{int(s.exporter_interval_s * 1000)}ms",
+                  "gpu": f"fake:{s.gpus}", "node_name": s.node, "log_level": "warning", "targets": targets}
+        path = self.workdir / "exporter.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.exporter_url = f"http://127.0.0.1:{port}"
+        child = self.sup.spawn("exporter", [sys.executable, "-m", "exporter", "--config", str(path)])
+        return child, self.sup.wait_http(child, self.exporter_url + "/readyz")
+
+    # ------------------------------------------------------------------ using it
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "the stack is not started"
+        return self._session
+
+    def prom(self) -> PromClient:
+        return PromClient(self.session, self.prometheus_url)
+
+    def engine(self, name_or_class: str) -> EngineProcs:
+        for e in self.engines:
+            if name_or_class in (e.spec.name, e.spec.slo_class):
+                return e
+        raise KeyError(f"no engine named or serving class {name_or_class!r}")
+
+    def workload(self, engine: EngineProcs, duration_s: float, seed: int = 0) -> WorkloadSpec:
+        s = engine.spec
+        return WorkloadSpec(rate=s.rate, duration=duration_s, prompt_len=s.prompt_len, output_len=s.output_len,
+                            shared_prefix=s.shared_prefix, lora_mix=s.lora_mix, seed=seed)
+
+    async def drive_load(self, duration_s: float, seed: int = 0) -> dict[str, "LoadResult"]:
+        """Open-loop load through every tap for `duration_s` seconds of arrivals; waits for every request
+        to finish. Returns each engine's records with the thresholds its class is judged by."""
+
+        async def one(e: EngineProcs, i: int) -> LoadResult:
+            spec = self.workload(e, duration_s, seed + i)
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                             timeout=aiohttp.ClientTimeout(total=300)) as session:
+                records = await run_load(e.tap_url, spec, model=e.spec.model, session=session)
+            items = generate(spec)  # the same seeded requests run_load sent, in the same order
+            return LoadResult(e.spec, items, records, [self.objective(it.lora or e.spec.model) for it in items])
+
+        results = await asyncio.gather(*(one(e, i) for i, e in enumerate(self.engines)))
+        return {r.engine.name: r for r in results}
+
+    def objective(self, model: str) -> Objective:
+        """What the tap holds a request for `model` to: the tap's own class resolution over the same SLO files."""
+        assert self.slo is not None
+        return self.slo.resolve({}, model)
+
+    async def set_faults(self, engine: EngineProcs, patch: dict) -> dict:
+        """POST the simulator's admin fault API (e.g. {"slowdown": 8}; {"reset": true} to recover)."""
+        async with self.session.post(engine.sim_url + "/admin/faults", json=patch) as resp:
+            body = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"{engine.spec.name}: /admin/faults {patch}: HTTP {resp.status}: {body}")
+            return body
+
+    async def exporter_page(self) -> str:
+        async with self.session.get(self.exporter_url + "/metrics") as resp:
+            return await resp.text()
+
+    def urls(self) -> dict[str, str]:
+        out = {"prometheus": self.prometheus_url, "alertmanager": self.alertmanager_url,
+               "exporter": self.exporter_url + "/metrics", "webhook": self.webhook.url}
+        for e in self.engines:
+            out[f"{e.spec.name} (tap)"] = e.tap_url
+            out[f"{e.spec.name} (engine)"] = e.sim_url
+        return out
+
+
+@dataclass
+class LoadResult:
+    engine: EngineSpec
+    items: list[WorkItem]
+    records: list[RequestRecord]
+    objectives: list[Objective]  # per request: its class and thresholds, from the SLO files
+
+    def good_flags(self) -> list[bool]:
+        """Per request, whether the load generator itself judges it good under its class's thresholds."""
+        inf = float("inf")
+        return [r.good(o.ttft if o.ttft is not None else inf, o.tpot if o.tpot is not None else inf)
+                for r, o in zip(self.records, self.objectives)]
+
+    def good(self) -> int:
+        return sum(self.good_flags())

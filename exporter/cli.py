@@ -1,0 +1,180 @@
+"""`llmslo-exporter`: run the node exporter, or one cycle with --once, or the `tap` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from exporter import logs
+from exporter.config import (
+    DEFAULT_PORT,
+    TARGET_KINDS,
+    ConfigError,
+    ExporterConfig,
+    load_config,
+    merge_cli,
+    resolve_node_name,
+)
+
+PROG = "llmslo-exporter"
+EXIT_CONFIG = 2
+EXIT_NOTHING_READ = 1
+
+
+def build_parser(tap_cli: Any | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Per-node exporter: NVML and LLM engines' /metrics in, one normalized /metrics out.",
+        epilog="Flags override the --config file; --engine adds to its targets. "
+        f"`{PROG} tap --help` describes the goodput tap.",
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML config file (all settings, plus Kubernetes discovery)")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"where /metrics is served (default 0.0.0.0:{DEFAULT_PORT})")
+    p.add_argument(
+        "--engine", metavar="KIND=URL", action="append", default=[],
+        help=f"a target to scrape, repeatable; KIND is one of {', '.join(TARGET_KINDS)}; URL is http(s)://... or file://...",
+    )
+    p.add_argument("--gpu", metavar="SPEC", help="nvml (default; falls back to no GPUs with a logged reason), fake:N or off")
+    p.add_argument("--interval", metavar="SECONDS", help="collection interval (default 5)")
+    p.add_argument("--once", action="store_true", help="run one cycle, print the exposition to stdout and exit")
+    p.add_argument("--web-config", metavar="FILE", help="Prometheus web-config file: TLS, basic auth, bearer token")
+    p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
+    p.add_argument("--log-level", metavar="LEVEL", help="debug, info (default), warning or error")
+    sub = p.add_subparsers(dest="command", metavar="{tap}")
+    if tap_cli is not None:
+        tap_cli.add_parser(sub)
+    else:
+        sub.add_parser("tap", help="the goodput tap (not installed in this build)")
+    return p
+
+
+def _load_tap_cli() -> Any | None:
+    try:
+        from exporter.tap import cli as tap_cli
+    except ModuleNotFoundError as exc:
+        if exc.name in ("exporter.tap", "exporter.tap.cli"):
+            return None
+        raise
+    return tap_cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["tap"]:
+        tap_cli = _load_tap_cli()
+        if tap_cli is None:
+            print(f"{PROG}: the goodput tap is not installed in this build (exporter/tap is missing)", file=sys.stderr)
+            return EXIT_CONFIG
+        return int(tap_cli.main(args_list[1:]) or 0)
+    args = build_parser(_load_tap_cli()).parse_args(args_list)
+    try:
+        config = load_config(args.config) if args.config else ExporterConfig()
+        config = merge_cli(
+            config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
+            web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
+        )
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logs.setup(config.log_level if not args.once or args.log_level else "warning")
+    try:
+        if args.once:
+            return asyncio.run(run_once(config))
+        return asyncio.run(serve(config))
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+class _Runtime:
+    """The long-lived parts one process needs, opened and closed together."""
+
+    def __init__(self, config: ExporterConfig):
+        from exporter.collector import Collector
+        from exporter.gpu import open_provider
+        from exporter.sources.http import new_session
+        from exporter.targets import TargetSet
+
+        self.config = config
+        self.node_name = resolve_node_name(config.node_name)
+        self.gpu_provider = open_provider(config.gpu)
+        self.session = new_session()
+        self.discoverer = None
+        if config.discovery.enabled:
+            from exporter.discovery import KubernetesDiscoverer
+
+            self.discoverer = KubernetesDiscoverer(config.discovery, self.node_name)
+        self.targets = TargetSet(config.targets, self.discoverer, config.discovery.refresh_interval_s)
+        self.collector = Collector(config, self.session, self.gpu_provider, self.node_name)
+        for t in config.timeouts_clamped():
+            logs.event("timeout_clamped_to_interval", logging.WARNING, target=t.label, interval_s=config.interval_s)
+
+    async def close(self) -> None:
+        await self.session.close()
+        if self.discoverer is not None:
+            await self.discoverer.close()
+        close = getattr(self.gpu_provider, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as exc:  # shutting down: report, do not fail
+                logs.event("gpu_close_failed", logging.WARNING, error=type(exc).__name__)
+
+
+async def run_once(config: ExporterConfig) -> int:
+    """One cycle to stdout; exit 1 (with each source's reason on stderr) when nothing could be read."""
+    from exporter.snapshot import CollectionLoop, SnapshotHolder
+
+    rt = _Runtime(config)
+    try:
+        published = await CollectionLoop(rt.collector, rt.targets, SnapshotHolder(), config.interval_s).run_once()
+    finally:
+        await rt.close()
+    snap = published.snapshot
+    if not snap.any_source_read:
+        lines = [f"{PROG}: error: no source could be read:"]
+        lines += [f"  target {t.target} ({t.engine}): {t.reason}" for t in snap.targets]
+        if not snap.targets:
+            lines.append("  no engine targets configured (use --engine KIND=URL or --config)")
+        lines.append(f"  gpu ({config.gpu}): no GPU answered" if config.gpu != "off" else "  gpu: off")
+        print("\n".join(lines), file=sys.stderr)
+        return EXIT_NOTHING_READ
+    sys.stdout.buffer.write(published.body)
+    sys.stdout.flush()
+    return 0
+
+
+async def serve(config: ExporterConfig) -> int:
+    from exporter.server import start_server
+    from exporter.snapshot import CollectionLoop, SnapshotHolder
+
+    holder = SnapshotHolder()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = await start_server(holder, config.listen, config.web_config_file)
+    rt = _Runtime(config)
+    collecting = asyncio.create_task(CollectionLoop(rt.collector, rt.targets, holder, config.interval_s).run_forever())
+    logs.event("started", node=rt.node_name, targets=len(config.targets), gpu=config.gpu,
+               discovery="on" if config.discovery.enabled else "off", interval_s=config.interval_s)
+    try:
+        await stop.wait()
+    finally:
+        logs.event("stopping")
+        collecting.cancel()
+        await asyncio.gather(collecting, return_exceptions=True)
+        await server.stop()
+        await rt.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

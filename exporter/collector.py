@@ -1,0 +1,303 @@
+"""One collection cycle: every target and the GPUs at once, then self-metrics, into a Snapshot.
+
+Each target is fetched with its own deadline and byte cap, parsed once (keeping only the
+families its adapter reads) and adapted; any failure marks that target down with a reason and
+touches nothing else. NVML runs in its own daemon thread, so a hung driver call can neither
+block the event loop nor keep the process from exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from llmslo import conventions as c
+from exporter import adapters, logs, promtext
+from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
+from exporter.guard import DROP_REASONS, DUPLICATE_SERIES, INVALID_HISTOGRAM, CardinalityGuard
+from exporter.model import NormSample
+from exporter.series import complete_histogram, group_units, unit_key
+from exporter.sources import (
+    ADAPTER_ERROR,
+    NO_ENGINE_METRICS,
+    PARSE_ERROR,
+    TRUNCATED,
+    UNKNOWN_ENGINE,
+    FetchError,
+    fetch_page,
+)
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    """What the last cycle learned about one target."""
+
+    target: str
+    engine: str
+    up: bool
+    reason: str  # why it is down; "" when up
+    duration_s: float
+    series: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one completed cycle produced; /metrics renders exactly this."""
+
+    samples: tuple[NormSample, ...]
+    targets: tuple[TargetStatus, ...]
+    gpus_up: int
+    cycle: int
+    completed_at: float
+    duration_s: float
+
+    @property
+    def any_source_read(self) -> bool:
+        return self.gpus_up > 0 or any(t.up for t in self.targets)
+
+
+@dataclass
+class _TargetState:
+    """Per-target memory between cycles (pruned when the target disappears)."""
+
+    detected_kind: str | None = None
+    parse_errors: int = 0
+    up: bool | None = None
+    reason: str = ""
+    last_error: str = ""
+
+
+@dataclass
+class _ScrapeResult:
+    target: TargetConfig
+    engine: str
+    samples: list[NormSample]
+    reason: str
+    duration_s: float
+
+
+def _run_in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """Like asyncio.to_thread, but a call that never returns does not block interpreter exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def deliver(setter: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            setter(value)
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # delivered to the awaiting coroutine, never lost
+            loop.call_soon_threadsafe(deliver, future.set_exception, exc)
+        else:
+            loop.call_soon_threadsafe(deliver, future.set_result, result)
+
+    threading.Thread(target=work, name="llmslo-gpu", daemon=True).start()
+    return future
+
+
+class Collector:
+    """Runs cycles; keeps only small per-target state (detected kind, counters) between them."""
+
+    def __init__(
+        self,
+        config: ExporterConfig,
+        session: aiohttp.ClientSession,
+        gpu_provider: Any | None,
+        node_name: str,
+        guard: CardinalityGuard | None = None,
+    ):
+        self.config = config
+        self.session = session
+        self.gpu_provider = gpu_provider
+        self.node_name = node_name
+        self.guard = guard or CardinalityGuard(config.limits)
+        self._states: dict[str, _TargetState] = {}
+        self._gpu_future: asyncio.Future | None = None
+        self._last_gpu_up: list[NormSample] = []
+        self._cycles = 0
+
+    # ---------------------------------------------------------------- cycle
+    async def collect(self, targets: Sequence[TargetConfig]) -> Snapshot:
+        started = time.perf_counter()
+        labels = [t.label for t in targets]
+        for stale in set(self._states) - set(labels):
+            del self._states[stale]
+        self.guard.forget(labels)
+        *scrapes, gpu_samples = await asyncio.gather(
+            *(self._scrape(t) for t in targets), self._collect_gpus()
+        )
+        engine_samples = self._deduplicate(scrapes)
+        self._cycles += 1
+        duration = time.perf_counter() - started
+        completed_at = time.time()
+        statuses = tuple(
+            TargetStatus(r.target.label, r.engine, not r.reason, r.reason, r.duration_s, len(r.samples)) for r in scrapes
+        )
+        gpus_up = sum(1 for s in gpu_samples if s.metric.name == c.GPU_UP.name and s.value == 1)
+        samples = engine_samples + gpu_samples + self._self_metrics(statuses, duration, completed_at)
+        return Snapshot(tuple(samples), statuses, gpus_up, self._cycles, completed_at, duration)
+
+    # ---------------------------------------------------------------- targets
+    async def _scrape(self, target: TargetConfig) -> _ScrapeResult:
+        state = self._states.setdefault(target.label, _TargetState())
+        started = time.perf_counter()
+        samples: list[NormSample] = []
+        reason = ""
+        engine = state.detected_kind or target.kind
+        try:
+            body = await fetch_page(
+                self.session,
+                target.url,
+                timeout_s=self.config.target_timeout(target),
+                max_bytes=self.config.target_max_bytes(target),
+            )
+            text = body.decode("utf-8", errors="replace")
+            del body
+            if text and not text.endswith("\n"):  # the format requires a final line feed
+                raise FetchError(TRUNCATED, "page does not end with a line feed")
+            engine, samples, invalid = await asyncio.to_thread(self._parse_and_adapt, target, text, state)
+            self.guard.count(target.label, INVALID_HISTOGRAM, invalid)
+            samples = self.guard.apply(target.label, samples)
+        except FetchError as exc:
+            reason = exc.reason
+        except Exception as exc:  # an adapter bug must only take its own target down
+            reason = ADAPTER_ERROR
+            logs.event("adapter_failed", logging.ERROR, target=target.label, error=type(exc).__name__)
+        duration = time.perf_counter() - started
+        self._note_transition(target, state, reason)
+        return _ScrapeResult(target, engine, samples if not reason else [], reason, duration)
+
+    def _parse_and_adapt(self, target: TargetConfig, text: str, state: _TargetState) -> tuple[str, list[NormSample], int]:
+        """CPU work, run in a worker thread so /metrics keeps answering while big pages parse.
+
+        Returns the engine kind, the samples with complete histograms, and how many samples of
+        broken histograms were left out (counted by the caller: guard counters are loop-only).
+        """
+        kind = target.kind if target.kind != AUTO_KIND else state.detected_kind
+        want = adapters.WANT_ALL if kind is None else adapters.get(kind).wanted
+        families, bad_lines = promtext.parse_with_errors(text, want=want)
+        state.parse_errors += bad_lines
+        if kind is None:
+            kind = adapters.detect(families)
+            if kind is None:
+                raise FetchError(PARSE_ERROR if bad_lines else UNKNOWN_ENGINE)
+            state.detected_kind = kind
+            logs.event("engine_detected", target=target.label, engine=kind)
+        adapter = adapters.get(kind)
+        if not any(name in families for name in adapter.wanted):
+            if target.kind == AUTO_KIND:
+                state.detected_kind = None  # the engine behind the URL may have changed; detect again
+            raise FetchError(PARSE_ERROR if bad_lines else NO_ENGINE_METRICS)
+        identity = {
+            c.LABEL_ENGINE: kind,
+            c.LABEL_MODEL: target.model,
+            c.LABEL_POD: target.pod,
+            c.LABEL_NAMESPACE: target.namespace,
+            c.LABEL_NODE: self.node_name,
+        }
+        return (kind, *self._checked_histograms(adapter.adapt(families, identity)))
+
+    @staticmethod
+    def _checked_histograms(samples: list[NormSample]) -> tuple[list[NormSample], int]:
+        if not any(s.suffix for s in samples):
+            return samples, 0
+        out: list[NormSample] = []
+        invalid = 0
+        for unit in group_units(samples).values():
+            if unit[0].metric.kind != "histogram":
+                out.extend(unit)
+                continue
+            fixed = complete_histogram(unit)
+            if fixed is None:
+                invalid += len(unit)
+            else:
+                out.extend(fixed)
+        return out, invalid
+
+    def _deduplicate(self, scrapes: list[_ScrapeResult]) -> list[NormSample]:
+        """Engine samples of all targets; a series two targets both produce is kept once and counted."""
+        seen: set = set()
+        out: list[NormSample] = []
+        for r in scrapes:
+            duplicates = 0
+            for unit in group_units(r.samples).values():
+                key = unit_key(unit[0])
+                if key in seen:
+                    duplicates += len(unit)
+                    continue
+                seen.add(key)
+                out.extend(unit)
+            self.guard.count(r.target.label, DUPLICATE_SERIES, duplicates)
+        return out
+
+    def _note_transition(self, target: TargetConfig, state: _TargetState, reason: str) -> None:
+        """Log only changes (up -> down, reason changes, down -> up), never every failing cycle."""
+        up = not reason
+        if up and state.up is not True:
+            logs.event("target_up", target=target.label, kind=target.kind)
+        elif not up and (state.up is not False or state.reason != reason):
+            logs.event("target_down", logging.WARNING, target=target.label, kind=target.kind, reason=reason)
+        state.up, state.reason = up, reason
+        if reason:
+            state.last_error = reason
+
+    # ---------------------------------------------------------------- GPUs
+    async def _collect_gpus(self) -> list[NormSample]:
+        if self.gpu_provider is None:
+            return []
+        from exporter.gpu import collect_gpus
+
+        if self._gpu_future is not None and not self._gpu_future.done():
+            logs.event("gpu_collection_hung", logging.WARNING, note="previous NVML call has not returned")
+            return self._gpus_down()
+        future = _run_in_daemon_thread(collect_gpus, self.gpu_provider, self.node_name)
+        self._gpu_future = future
+        try:
+            samples = await asyncio.wait_for(asyncio.shield(future), self.config.gpu_timeout_s)
+        except TimeoutError:
+            logs.event("gpu_collection_timeout", logging.WARNING, timeout_s=self.config.gpu_timeout_s)
+            return self._gpus_down()
+        except Exception as exc:  # collect_gpus promises not to raise; be safe anyway
+            logs.event("gpu_collection_failed", logging.ERROR, error=type(exc).__name__)
+            return self._gpus_down()
+        self._last_gpu_up = [s for s in samples if s.metric.name == c.GPU_UP.name]
+        return list(samples)
+
+    def _gpus_down(self) -> list[NormSample]:
+        """`llm_gpu_up 0` for the GPUs we last saw, so a hung driver shows up as GPUs down."""
+        return [NormSample(s.metric, dict(s.labels), 0.0, s.suffix) for s in self._last_gpu_up]
+
+    # ---------------------------------------------------------------- self-metrics
+    def _self_metrics(self, statuses: tuple[TargetStatus, ...], duration: float, completed_at: float) -> list[NormSample]:
+        out: list[NormSample] = []
+        dropped = self.guard.dropped()
+        for st in statuses:
+            state = self._states.get(st.target, _TargetState())
+            labels = {c.LABEL_TARGET: st.target, c.LABEL_ENGINE: st.engine}
+            out.append(NormSample(c.EXPORTER_TARGET_UP, dict(labels), 1.0 if st.up else 0.0))
+            out.append(NormSample(c.EXPORTER_SCRAPE_DURATION, dict(labels), st.duration_s))
+            if state.last_error:
+                out.append(NormSample(c.EXPORTER_LAST_ERROR, {**labels, c.LABEL_REASON: state.last_error}, 0.0 if st.up else 1.0))
+            out.append(NormSample(c.EXPORTER_PARSE_ERRORS, {c.LABEL_TARGET: st.target}, float(state.parse_errors)))
+            for reason in DROP_REASONS:
+                out.append(
+                    NormSample(
+                        c.EXPORTER_SERIES_DROPPED,
+                        {c.LABEL_TARGET: st.target, c.LABEL_REASON: reason},
+                        float(dropped.get((st.target, reason), 0)),
+                    )
+                )
+        out.append(NormSample(c.EXPORTER_CYCLE_DURATION, {}, duration))
+        out.append(NormSample(c.EXPORTER_CYCLES, {}, float(self._cycles)))
+        out.append(NormSample(c.EXPORTER_LAST_CYCLE, {}, completed_at))
+        return out
+

@@ -1,0 +1,446 @@
+"""The exporter's settings as typed dataclasses, loaded from YAML and merged with CLI flags.
+
+Every validation error names the file, the field and the fix, because the person reading it is
+an operator with a DaemonSet in CrashLoopBackOff, not the author of this module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import socket
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+# Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
+ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "tap")
+AUTO_KIND = "auto"
+TARGET_KINDS = ENGINE_KINDS + (AUTO_KIND,)
+URL_SCHEMES = ("http", "https", "file")
+GPU_SPEC_HELP = "nvml, fake:N or off"
+
+DEFAULT_PORT = 9410  # next to dcgm-exporter's 9400, which often runs on the same node
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_GPU_TIMEOUT_S = 5.0
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message says where, what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """One engine (or tap) /metrics page to scrape; model/pod/namespace become identity labels."""
+
+    kind: str
+    url: str
+    name: str = ""  # the `target` label of self-metrics; defaults to the URL without credentials
+    model: str = ""  # fallback when the page does not name the model
+    pod: str = ""
+    namespace: str = ""
+    timeout_s: float | None = None  # None: the config-wide default
+    max_page_bytes: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or redact_url(self.url)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Cardinality caps per target; what exceeds them is dropped and counted."""
+
+    max_series_per_target: int = 20000
+    max_lora_adapters_per_target: int = 64
+
+
+@dataclass(frozen=True)
+class KubernetesDiscovery:
+    """Find engine pods on this node through the API server (in-cluster service account)."""
+
+    enabled: bool = False
+    label_selector: str = "llmslo.io/engine"
+    engine_label: str = "llmslo.io/engine"
+    port_annotation: str = "llmslo.io/metrics-port"
+    path_annotation: str = "llmslo.io/metrics-path"
+    scheme_annotation: str = "llmslo.io/metrics-scheme"
+    model_annotation: str = "llmslo.io/model"
+    tap_port_annotation: str = "llmslo.io/tap-port"
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    refresh_interval_s: float = 30.0
+    api_server: str = ""  # empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    listen: Listen = field(default_factory=Listen)
+    interval_s: float = DEFAULT_INTERVAL_S
+    gpu: str = "nvml"
+    gpu_timeout_s: float = DEFAULT_GPU_TIMEOUT_S
+    targets: tuple[TargetConfig, ...] = ()
+    timeout_s: float | None = None  # None: DEFAULT_TIMEOUT_S, but never longer than the interval
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    limits: Limits = field(default_factory=Limits)
+    web_config_file: str = ""
+    node_name: str = ""
+    discovery: KubernetesDiscovery = field(default_factory=KubernetesDiscovery)
+    log_level: str = "info"
+
+    def target_timeout(self, target: TargetConfig) -> float:
+        """The target's deadline; at most one interval, so a slow target never delays the next cycle."""
+        configured = target.timeout_s if target.timeout_s is not None else self.timeout_s
+        if configured is None:
+            return min(DEFAULT_TIMEOUT_S, self.interval_s)
+        return min(configured, self.interval_s)
+
+    def timeouts_clamped(self) -> list[TargetConfig]:
+        """Targets whose configured timeout is longer than the interval (and so is cut to it)."""
+        return [t for t in self.targets
+                if (t.timeout_s if t.timeout_s is not None else self.timeout_s or 0) > self.interval_s]
+
+    def target_max_bytes(self, target: TargetConfig) -> int:
+        return target.max_page_bytes if target.max_page_bytes is not None else self.max_page_bytes
+
+
+# --------------------------------------------------------------------------------------
+# Small value parsers (each raises ValueError with a human message; callers add the location)
+# --------------------------------------------------------------------------------------
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string like `500ms`, `5s`, `1m`."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise ValueError(f"{value!r} is not a duration")
+        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be more than zero")
+    return seconds
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from an integer or a string like `16MiB`, `200MB`."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    else:
+        m = _SIZE.match(str(value))
+        if not m:
+            raise ValueError(f"{value!r} is not a size")
+        size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()]
+    if size <= 0:
+        raise ValueError(f"{value!r} must be more than zero")
+    return size
+
+
+def parse_listen(value: str) -> Listen:
+    """`HOST:PORT`, `:PORT` or `[v6]:PORT`."""
+    text = str(value).strip()
+    m = re.match(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:]*)):(?P<port>\d+)$", text)
+    if not m:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    port = int(m.group("port"))
+    if port > 65535:
+        raise ValueError(f"port {port} is above 65535")
+    host = m.group("v6") or m.group("host") or "0.0.0.0"
+    return Listen(host, port)
+
+
+def parse_gpu_spec(value: str | bool) -> str:
+    if value is False:  # YAML 1.1 reads a bare `off` as false
+        return "off"
+    from exporter.gpu import parse_spec  # the GPU package owns what a spec may say (e.g. the fake's GPU cap)
+
+    text = str(value).strip()
+    try:
+        parse_spec(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a GPU provider") from None
+    return text
+
+
+def check_url(url: str) -> str:
+    scheme = urlsplit(url).scheme
+    if scheme not in URL_SCHEMES:
+        raise ValueError(f"{url!r} must start with http://, https:// or file://")
+    if scheme != "file" and not urlsplit(url).hostname:
+        raise ValueError(f"{url!r} has no host")
+    return url
+
+
+def check_kind(kind: str) -> str:
+    if kind not in TARGET_KINDS:
+        raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(TARGET_KINDS)})")
+    return kind
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password@, so credentials never reach a label or a log line."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
+def parse_engine_flag(value: str) -> TargetConfig:
+    """`--engine KIND=URL`."""
+    kind, sep, url = value.partition("=")
+    if not sep:
+        raise ConfigError(f"--engine {value!r}: expected KIND=URL, e.g. --engine vllm=http://127.0.0.1:8000/metrics")
+    try:
+        return TargetConfig(kind=check_kind(kind.strip()), url=check_url(url.strip()))
+    except ValueError as exc:
+        raise ConfigError(f"--engine {value!r}: {exc}") from None
+
+
+def resolve_node_name(configured: str) -> str:
+    """Config/flag first, then NODE_NAME (downward API in the DaemonSet), then the hostname."""
+    return configured or os.environ.get("NODE_NAME", "") or socket.gethostname()
+
+
+# --------------------------------------------------------------------------------------
+# YAML loading
+# --------------------------------------------------------------------------------------
+class _Reader:
+    """Reads one mapping of the YAML file, knowing its location for error messages."""
+
+    def __init__(self, path: str, where: str, data: Any):
+        self.path, self.where = path, where
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
+        self.data = data
+
+    def field_name(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def error(self, key: str, problem: str, fix: str) -> ConfigError:
+        loc = self.field_name(key) if key else (self.where or "(top level)")
+        return ConfigError(f"{self.path}: {loc}: {problem}. Fix: {fix}.")
+
+    def check_keys(self, allowed: tuple[str, ...]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}"
+                raise self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
+
+    def get(self, key: str, parse, default, fix: str):
+        if key not in self.data or self.data[key] is None:
+            return default
+        try:
+            return parse(self.data[key])
+        except (ValueError, TypeError) as exc:
+            raise self.error(key, str(exc), fix) from None
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise ValueError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"expected a whole number above zero, got {value!r}")
+    return value
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+_TOP_KEYS = (
+    "listen", "interval", "gpu", "gpu_timeout", "node_name", "web_config_file", "log_level",
+    "scrape", "limits", "targets", "kubernetes_discovery",
+)
+_TARGET_KEYS = ("kind", "url", "name", "model", "pod", "namespace", "timeout", "max_page_bytes")
+_DISCOVERY_KEYS = (
+    "enabled", "label_selector", "engine_label", "port_annotation", "path_annotation", "scheme_annotation",
+    "model_annotation", "tap_port_annotation", "namespaces", "refresh_interval", "api_server", "service_account_dir",
+)
+
+
+def _load_target(path: str, index: int, data: Any) -> TargetConfig:
+    r = _Reader(path, f"targets[{index}]", data)
+    r.check_keys(_TARGET_KEYS)
+    for required in ("kind", "url"):
+        if required not in r.data:
+            raise r.error(required, "missing", f"add `{required}:` to this target")
+    return TargetConfig(
+        kind=r.get("kind", lambda v: check_kind(_str(v)), "", f"use one of {', '.join(TARGET_KINDS)}"),
+        url=r.get("url", lambda v: check_url(_str(v)), "", "use http(s)://host:port/metrics or file:///path"),
+        name=r.get("name", _str, "", "use a short string"),
+        model=r.get("model", _str, "", "use the served model name"),
+        pod=r.get("pod", _str, "", "use the pod name"),
+        namespace=r.get("namespace", _str, "", "use the namespace name"),
+        timeout_s=r.get("timeout", parse_duration, None, "use a duration such as 2s"),
+        max_page_bytes=r.get("max_page_bytes", parse_size, None, "use a size such as 16MiB"),
+    )
+
+
+def _load_discovery(path: str, data: Any) -> KubernetesDiscovery:
+    r = _Reader(path, "kubernetes_discovery", data)
+    r.check_keys(_DISCOVERY_KEYS)
+    d = KubernetesDiscovery()
+    text = "use a string"
+    return KubernetesDiscovery(
+        enabled=r.get("enabled", _bool, d.enabled, "write true or false"),
+        label_selector=r.get("label_selector", _str, d.label_selector, "use a Kubernetes label selector"),
+        engine_label=r.get("engine_label", _str, d.engine_label, text),
+        port_annotation=r.get("port_annotation", _str, d.port_annotation, text),
+        path_annotation=r.get("path_annotation", _str, d.path_annotation, text),
+        scheme_annotation=r.get("scheme_annotation", _str, d.scheme_annotation, text),
+        model_annotation=r.get("model_annotation", _str, d.model_annotation, text),
+        tap_port_annotation=r.get("tap_port_annotation", _str, d.tap_port_annotation, text),
+        namespaces=r.get("namespaces", _str_list, d.namespaces, "use a list of namespace names"),
+        refresh_interval_s=r.get("refresh_interval", parse_duration, d.refresh_interval_s, "use a duration such as 30s"),
+        api_server=r.get("api_server", lambda v: check_url(_str(v)), d.api_server, "use https://host:port"),
+        service_account_dir=r.get("service_account_dir", _str, d.service_account_dir, "use a directory path"),
+    )
+
+
+def load_config(path: str | os.PathLike[str]) -> ExporterConfig:
+    """Read and validate a YAML config file; raises ConfigError naming file, field and fix."""
+    path_s = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path_s}: cannot read the config file ({exc.strerror}). Fix: pass an existing, readable file to --config.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ConfigError(f"{path_s}: not valid YAML at {where}. Fix: correct the YAML syntax there.") from None
+    r = _Reader(path_s, "", data)
+    r.check_keys(_TOP_KEYS)
+    scrape = _Reader(path_s, "scrape", r.data.get("scrape"))
+    scrape.check_keys(("timeout", "max_page_bytes"))
+    limits = _Reader(path_s, "limits", r.data.get("limits"))
+    limits.check_keys(("max_series_per_target", "max_lora_adapters_per_target"))
+    targets_data = r.data.get("targets") or []
+    if not isinstance(targets_data, list):
+        raise r.error("targets", "expected a list", "write `targets:` followed by `- kind: ...` items")
+    d = ExporterConfig()
+    config = ExporterConfig(
+        listen=r.get("listen", parse_listen, d.listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}"),
+        interval_s=r.get("interval", parse_duration, d.interval_s, "use a duration such as 5s"),
+        gpu=r.get("gpu", parse_gpu_spec, d.gpu, f"write {GPU_SPEC_HELP}"),
+        gpu_timeout_s=r.get("gpu_timeout", parse_duration, d.gpu_timeout_s, "use a duration such as 5s"),
+        node_name=r.get("node_name", _str, d.node_name, "use the Kubernetes node name"),
+        web_config_file=r.get("web_config_file", _str, d.web_config_file, "use a file path"),
+        log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
+        timeout_s=scrape.get("timeout", parse_duration, d.timeout_s, "use a duration such as 3s"),
+        max_page_bytes=scrape.get("max_page_bytes", parse_size, d.max_page_bytes, "use a size such as 16MiB"),
+        limits=Limits(
+            max_series_per_target=limits.get("max_series_per_target", _positive_int, d.limits.max_series_per_target, "use a whole number such as 20000"),
+            max_lora_adapters_per_target=limits.get("max_lora_adapters_per_target", _positive_int, d.limits.max_lora_adapters_per_target, "use a whole number such as 64"),
+        ),
+        targets=tuple(_load_target(path_s, i, t) for i, t in enumerate(targets_data)),
+        discovery=_load_discovery(path_s, r.data.get("kubernetes_discovery")),
+    )
+    check_config(config, path_s)
+    return config
+
+
+def _log_level(value: Any) -> str:
+    text = _str(value).lower()
+    if text not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"unknown log level {value!r}")
+    return text
+
+
+def check_config(config: ExporterConfig, source: str) -> None:
+    """Cross-field checks, for a loaded file and for the config after CLI flags are merged."""
+    labels = [t.label for t in config.targets]
+    for label in labels:
+        if labels.count(label) > 1:
+            raise ConfigError(
+                f"{source}: targets: two targets are both named {label!r}. "
+                "Fix: give each target a distinct `name:` (or remove the duplicate)."
+            )
+    if config.discovery.enabled and not (config.node_name or os.environ.get("NODE_NAME")):
+        raise ConfigError(
+            f"{source}: kubernetes_discovery.enabled: discovery needs this node's name. "
+            "Fix: set NODE_NAME from the downward API (fieldRef spec.nodeName), node_name in the file, or --node-name."
+        )
+
+
+def merge_cli(
+    config: ExporterConfig,
+    *,
+    listen: str | None = None,
+    engines: list[str] | tuple[str, ...] = (),
+    gpu: str | None = None,
+    interval: str | None = None,
+    web_config: str | None = None,
+    node_name: str | None = None,
+    log_level: str | None = None,
+) -> ExporterConfig:
+    """Flags override file settings; `--engine` targets are added to the file's targets."""
+    changes: dict[str, Any] = {}
+
+    def flag(name: str, parse, value, fix: str):
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise ConfigError(f"--{name} {value!r}: {exc}. Fix: {fix}.") from None
+
+    if listen is not None:
+        changes["listen"] = flag("listen", parse_listen, listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
+    if gpu is not None:
+        changes["gpu"] = flag("gpu", parse_gpu_spec, gpu, f"write {GPU_SPEC_HELP}")
+    if interval is not None:
+        changes["interval_s"] = flag("interval", parse_duration, interval, "give seconds, e.g. 5")
+    if web_config is not None:
+        changes["web_config_file"] = web_config
+    if node_name is not None:
+        changes["node_name"] = node_name
+    if log_level is not None:
+        changes["log_level"] = flag("log-level", _log_level, log_level, "write debug, info, warning or error")
+    if engines:
+        changes["targets"] = config.targets + tuple(parse_engine_flag(e) for e in engines)
+    merged = replace(config, **changes)
+    check_config(merged, "command line")
+    return merged
