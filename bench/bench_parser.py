@@ -1,0 +1,117 @@
+"""Exposition parsing: our parser against prometheus_client's on every engine sample page, in the same run.
+
+For each page: MB/s of `exporter.promtext.parse` keeping only the families the adapters read (`WANT_ALL`, what
+an `auto` target parses with), of the same parser keeping everything (`want=None`), and of
+`prometheus_client.parser.text_string_to_metric_families` consuming the page. The three are timed in
+interleaved rounds and each keeps its best round, so a noisy neighbour slows them alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.report import Row
+from exporter import promtext
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ROOT / ".." / "shared" / "peers" / "engine-metrics"
+SECTION = "Exposition parsing"
+COMMAND = "python -m bench parser"
+ROUNDS = 25
+ROUND_SECONDS = 0.01  # each timed round runs a callable at least this long
+
+# Used only when the adapters package cannot be imported: the families the vLLM, SGLang, TGI and Triton
+# adapters read (running/waiting, KV cache, tokens, finished requests, latency histograms).
+FALLBACK_WANT = frozenset({
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc", "vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success", "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+    "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "vllm:cache_config_info", "vllm:lora_requests_info",
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:max_total_num_tokens",
+    "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:time_to_first_token_seconds",
+    "sglang:inter_token_latency_seconds", "sglang:e2e_request_latency_seconds", "sglang:queue_time_seconds",
+    "tgi_batch_current_size", "tgi_queue_size", "tgi_request_success", "tgi_request_failure",
+    "tgi_request_duration", "tgi_request_queue_duration", "tgi_request_mean_time_per_token_duration",
+    "tgi_request_input_length", "tgi_request_generated_tokens",
+    "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics", "nv_inference_request_success",
+    "nv_inference_request_failure", "nv_inference_queue_duration_us", "nv_inference_first_response_histogram_ms",
+    "trtllm_num_requests_running", "trtllm_num_requests_waiting", "trtllm_time_to_first_token_seconds",
+    "trtllm_e2e_request_latency_seconds", "trtllm_kv_cache_free_blocks",
+})
+
+NOTES = {
+    SECTION: (
+        "MB/s on each engine sample page (`../shared/peers/engine-metrics/`). *selective* keeps the families the "
+        "adapters read (`exporter.adapters.WANT_ALL`, the `auto` case; a single engine's adapter keeps fewer) and "
+        "skips the rest after a set lookup of each line's name; *all* keeps every family. The peer is "
+        "`prometheus_client.parser.text_string_to_metric_families` on the same page in the same run, in "
+        "interleaved rounds, best round each. Label strings parsed on an earlier page are reused (a bounded cache), "
+        "as on every collection cycle after the first; *first parse* clears that cache before each parse."
+    ),
+}
+
+
+def wanted_families() -> tuple[Collection[str], str]:
+    """The adapters' union of wanted families, or a fixed list when the adapters are not importable."""
+    try:
+        from exporter.adapters import WANT_ALL
+    except Exception:  # noqa: BLE001 - any import failure means: measure with the fixed list
+        return FALLBACK_WANT, "fixed list"
+    return WANT_ALL, "WANT_ALL"
+
+
+def _per_call_seconds(fn: Callable[[], object]) -> float:
+    """Seconds per call over one round of at least ROUND_SECONDS."""
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= ROUND_SECONDS:
+            return elapsed / calls
+
+
+def _best_interleaved(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    best = {name: float("inf") for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            best[name] = min(best[name], _per_call_seconds(fn))
+    return best
+
+
+def _first_parse(text: str, want: Collection[str]) -> None:
+    promtext.clear_label_cache()
+    promtext.parse(text, want)
+
+
+def run() -> list[Row]:
+    if not PAGES.is_dir():
+        return []
+    want, want_source = wanted_families()
+    rows: list[Row] = []
+    for page in sorted(PAGES.glob("*.prom")):
+        text = page.read_text()
+        mb = len(text.encode()) / 1e6
+        kept = len(promtext.parse(text, want))
+        best = _best_interleaved({
+            "peer": lambda: list(text_string_to_metric_families(text)),
+            "selective": lambda: promtext.parse(text, want),
+            "all": lambda: promtext.parse(text),
+            "first": lambda: _first_parse(text, want),
+        })
+        peer = mb / best["peer"]
+        for key, what in (
+            ("selective", f"{page.name}: selective ({want_source}, {kept} families kept)"),
+            ("all", f"{page.name}: all families (want=None)"),
+            ("first", f"{page.name}: selective, first parse (cold label cache)"),
+        ):
+            ours = mb / best[key]
+            rows.append(Row(SECTION, what, f"{ours:.1f} MB/s", f"{peer:.1f} MB/s", f"{ours / peer:.1f}x", COMMAND))
+    return rows
