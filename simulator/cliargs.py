@@ -1,0 +1,117 @@
+"""Command-line flags shared by `llmslo-sim serve`, `llmslo-sim virtual` and `llmslo-load`, and what they build."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+
+from simulator.config import BATCHING_MODES, EngineConfig
+from simulator.faults import ERROR_MODES, FaultState
+from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS, get_deployment
+from simulator.workload import LengthDist, WorkloadSpec, parse_lora_mix
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--preset", default=DEFAULT_DEPLOYMENT, choices=sorted(DEPLOYMENTS),
+                   help="model + GPU pair (default %(default)s); `llmslo-sim presets` lists them")
+    g.add_argument("--model", default="", help="served model name (default: the preset model's Hugging Face id)")
+    g.add_argument("--lora", default="", help="comma-separated LoRA adapter names served besides the base model")
+    g.add_argument("--max-loras", type=int, default=1, help="LoRA adapter slots (default %(default)s)")
+    g.add_argument("--tp", type=int, default=0, help="tensor-parallel GPUs (default: the preset's)")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.0, help="default: the preset's (0.9)")
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--num-gpu-blocks", type=int, default=0, help="override the KV blocks derived from the preset")
+    g.add_argument("--max-num-seqs", type=int, default=256)
+    g.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    g.add_argument("--max-model-len", type=int, default=0, help="default: the model's context length")
+    g.add_argument("--no-prefix-caching", action="store_true")
+    g.add_argument("--batching", choices=BATCHING_MODES, default="continuous")
+    g.add_argument("--output-len-median", type=int, default=150,
+                   help="natural output length (lognormal median) of requests without ignore_eos")
+    g.add_argument("--seed", type=int, default=0)
+
+
+def add_fault_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("faults (also settable at run time: POST /admin/faults)")
+    g.add_argument("--slowdown", type=float, default=1.0, help="multiply every step's time")
+    g.add_argument("--error-rate", type=float, default=0.0, help="share of requests that fail (0..1)")
+    g.add_argument("--error-mode", choices=ERROR_MODES, default="http500")
+    g.add_argument("--stall", type=float, default=0.0, help="stall the engine this many seconds at start (inf: until cleared)")
+    g.add_argument("--kv-capacity-factor", type=float, default=1.0, help="share of KV blocks usable (0..1]")
+
+
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument("--rate", type=float, required=True, help="mean arrivals per second (Poisson)")
+    g.add_argument("--duration", type=float, required=True, help="seconds of arrivals")
+    g.add_argument("--prompt-len", type=int, default=500, help="median prompt tokens (lognormal)")
+    g.add_argument("--prompt-sigma", type=float, default=0.5)
+    g.add_argument("--output-len", type=int, default=150, help="median output tokens (lognormal)")
+    g.add_argument("--output-sigma", type=float, default=0.6)
+    g.add_argument("--shared-prefix", type=float, default=0.0, help="fraction of each prompt from a shared system prompt")
+    g.add_argument("--num-prefixes", type=int, default=4, help="distinct shared system prompts")
+    g.add_argument("--lora-mix", default="", help="ADAPTER=SHARE,... requests sent to LoRA adapters")
+    g.add_argument("--workload-seed", type=int, default=0)
+
+
+def add_slo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ttft", type=float, default=0.5, help="goodput threshold on TTFT, seconds (default %(default)s)")
+    p.add_argument("--tpot", type=float, default=0.05, help="goodput threshold on TPOT, seconds (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def engine_config(args: argparse.Namespace, lora_fallback: tuple[str, ...] = ()) -> EngineConfig:
+    deployment = get_deployment(args.preset)
+    changes = {}
+    if args.tp:
+        changes["tp"] = args.tp
+    if args.gpu_memory_utilization:
+        changes["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if changes:
+        deployment = dataclasses.replace(deployment, **changes)
+    loras = tuple(n.strip() for n in args.lora.split(",") if n.strip()) or lora_fallback
+    return EngineConfig(
+        deployment=deployment,
+        served_model_name=args.model,
+        block_size=args.block_size,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=not args.no_prefix_caching,
+        num_gpu_blocks_override=args.num_gpu_blocks,
+        batching=args.batching,
+        lora_adapters=loras,
+        max_loras=args.max_loras,
+        output_len_median=args.output_len_median,
+        seed=args.seed,
+    )
+
+
+def fault_state(args: argparse.Namespace, now: float) -> FaultState:
+    """The start-up faults; `now` is the engine clock's time (a stall is measured from it)."""
+    faults = FaultState()
+    patch: dict = {
+        "slowdown": args.slowdown,
+        "error_rate": args.error_rate,
+        "error_mode": args.error_mode,
+        "kv_capacity_factor": args.kv_capacity_factor,
+    }
+    if args.stall:
+        patch["stall"] = True if math.isinf(args.stall) else args.stall
+    faults.update(patch, now)  # FaultError is a ValueError naming the field
+    return faults
+
+
+def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
+    return WorkloadSpec(
+        rate=args.rate,
+        duration=args.duration,
+        prompt_len=LengthDist(args.prompt_len, args.prompt_sigma, 1, max(args.prompt_len * 8, 16)),
+        output_len=LengthDist(args.output_len, args.output_sigma, 1, max(args.output_len * 10, 16)),
+        shared_prefix=args.shared_prefix,
+        num_prefixes=args.num_prefixes,
+        lora_mix=parse_lora_mix(args.lora_mix),
+        seed=args.workload_seed,
+    )

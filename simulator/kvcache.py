@@ -1,0 +1,149 @@
+"""A paged KV cache with a prefix cache, as vLLM V1 keeps it.
+
+Blocks of `block_size` token slots are handed out from one free queue. A full prompt block is entered in the
+prefix cache under a hash chained over every token before it (and the LoRA adapter), so two prompts share
+blocks exactly as far as their leading tokens agree. A freed block keeps its hash and stays findable until
+the free queue hands it out again; the queue is LRU (freed blocks join the tail, allocation takes the head),
+so unreferenced cached blocks are evicted oldest first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+from simulator.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        if num_blocks <= 0:
+            raise ValueError("kv cache: num_blocks must be positive")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._ref_cnt = [0] * num_blocks
+        self._hash: list[int | None] = [None] * num_blocks
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._cached: dict[int, int] = {}  # block hash -> block id
+        self.reserved_blocks = 0  # withheld by a reduced-capacity fault
+
+    # ---------------------------------------------------------------- capacity
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks nobody references (cached or not), as vLLM counts free."""
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - self.reserved_blocks
+
+    @property
+    def usage(self) -> float:
+        """vLLM's kv_cache_usage_perc: used over usable, 0..1."""
+        return min(1.0, self.num_used_blocks / self.usable_blocks) if self.usable_blocks else 1.0
+
+    def set_capacity_factor(self, factor: float) -> None:
+        """Withhold a share of the blocks (fault injection); in-use blocks are reclaimed as they free up."""
+        self.reserved_blocks = min(self.num_blocks - 1, int(round(self.num_blocks * (1.0 - factor))))
+
+    def _available(self) -> int:
+        return len(self._free) - self.reserved_blocks
+
+    # ---------------------------------------------------------------- prefix cache
+    def _block_hashes(self, req: Request) -> list[int]:
+        if not req.block_hashes:
+            bs, tokens = self.block_size, req.prompt_token_ids
+            parent = hash(req.lora or "")
+            hashes = []
+            for start in range(0, len(tokens) - bs + 1, bs):
+                parent = hash((parent, tuple(tokens[start : start + bs])))
+                hashes.append(parent)
+            req.block_hashes = hashes
+        return req.block_hashes
+
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        """Cached blocks matching the request's leading full blocks. The last token is always recomputed, as
+        in vLLM, so a prompt that is entirely cached still runs one step of prefill."""
+        if not self.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        limit = (req.num_tokens - 1) // self.block_size
+        for h in self._block_hashes(req)[:limit]:
+            block = self._cached.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    # ---------------------------------------------------------------- allocation
+    def allocate_slots(
+        self, req: Request, num_new_tokens: int, computed: Sequence[int] = (), reserve_tokens: int = 0
+    ) -> bool:
+        """Give `req` slots for `num_new_tokens` more tokens (after `computed` cache hits), or nothing and False.
+        `reserve_tokens` asks for blocks up to that many tokens at once (static batching reserves the whole
+        sequence up front)."""
+        bs = self.block_size
+        if not computed and not reserve_tokens and req.num_registered_blocks >= len(req.block_hashes):
+            # The hot path (a decode token): no cache bookkeeping left, at most one new block.
+            if -(-(req.num_computed_tokens + num_new_tokens) // bs) <= len(req.block_ids):
+                return True
+        computed_tokens = req.num_computed_tokens + len(computed) * bs
+        wanted_tokens = max(computed_tokens + num_new_tokens, reserve_tokens)
+        need = cdiv(wanted_tokens, bs) - len(req.block_ids) - len(computed)
+        revived = sum(1 for b in computed if self._ref_cnt[b] == 0)  # cached but free: leaves the free queue
+        if need + revived > self._available():
+            return False
+        for b in computed:
+            if self._ref_cnt[b] == 0:
+                del self._free[b]
+            self._ref_cnt[b] += 1
+        req.block_ids.extend(computed)
+        req.num_registered_blocks = len(req.block_ids) if computed else req.num_registered_blocks
+        for _ in range(max(0, need)):
+            b, _ = self._free.popitem(last=False)
+            h = self._hash[b]
+            if h is not None:  # evict the LRU cached block
+                if self._cached.get(h) == b:
+                    del self._cached[h]
+                self._hash[b] = None
+            self._ref_cnt[b] = 1
+            req.block_ids.append(b)
+        if self.enable_prefix_caching:
+            self._register_full_blocks(req, computed_tokens + num_new_tokens)
+        return True
+
+    def _register_full_blocks(self, req: Request, computed_tokens: int) -> None:
+        hashes = self._block_hashes(req)
+        upto = min(len(hashes), computed_tokens // self.block_size)
+        for i in range(req.num_registered_blocks, upto):
+            b, h = req.block_ids[i], hashes[i]
+            if h not in self._cached:
+                self._cached[h] = b
+                self._hash[b] = h
+        req.num_registered_blocks = max(req.num_registered_blocks, upto)
+
+    def free(self, req: Request) -> None:
+        """Drop the request's references; tail blocks go to the free queue first so they are evicted first."""
+        for b in reversed(req.block_ids):
+            self._ref_cnt[b] -= 1
+            if self._ref_cnt[b] == 0:
+                self._free[b] = None
+        req.block_ids = []
+        req.num_registered_blocks = 0
+
+    # ---------------------------------------------------------------- checks
+    def check_consistency(self) -> None:
+        """Every block is either referenced or in the free queue, never both; for tests."""
+        for b in range(self.num_blocks):
+            in_free = b in self._free
+            if in_free == (self._ref_cnt[b] > 0) or self._ref_cnt[b] < 0:
+                raise AssertionError(f"block {b}: ref_cnt={self._ref_cnt[b]} in_free_queue={in_free}")

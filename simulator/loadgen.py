@@ -1,0 +1,183 @@
+"""`llmslo-load`: an open-loop load generator for OpenAI-compatible servers, measuring what a client sees.
+
+Requests leave on a Poisson schedule whether or not earlier ones have finished (open loop, so a slow server
+builds a queue instead of slowing the generator down). Each streams; TTFT is taken at the first chunk that
+carries content (a chat stream's role-only chunk does not count), TPOT is vLLM's benchmark definition
+(E2E - TTFT) / (output tokens - 1), and the output token count comes from the usage chunk. A stream that ends
+without `[DONE]` or a connection that breaks counts as failed. `run_load()` returns the per-request records
+for callers (the demo, the integration tests) that judge goodput themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import aiohttp
+
+from simulator import cliargs
+from simulator.stats import RequestRecord, render_text, summarize
+from simulator.tokens import render
+from simulator.workload import WorkItem, WorkloadSpec, generate
+
+
+async def fetch_base_model(session: aiohttp.ClientSession, url: str) -> tuple[str, int]:
+    """The first base model /v1/models lists, and its context length (vLLM reports `max_model_len`)."""
+    async with session.get(f"{url}/v1/models") as resp:
+        resp.raise_for_status()
+        data = (await resp.json())["data"]
+    base = [m for m in data if not m.get("parent")] or data
+    return base[0]["id"], int(base[0].get("max_model_len") or 1 << 30)
+
+
+def _payload(item: WorkItem, model: str, chat: bool) -> dict:
+    text = render(item.prompt_token_ids)
+    body: dict = {
+        "model": item.lora or model,
+        "max_tokens": item.output_len,
+        "ignore_eos": True,  # the workload decides the output length, as vLLM's benchmark does
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if chat:
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    return body
+
+
+def _has_content(event: dict, chat: bool) -> bool:
+    for choice in event.get("choices") or ():
+        piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        if piece:
+            return True
+    return False
+
+
+async def send_one(
+    session: aiohttp.ClientSession, url: str, item: WorkItem, model: str, chat: bool, t0: float
+) -> RequestRecord:
+    """One streamed request, timed from the moment it is sent."""
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    sent = time.perf_counter()
+    rec = RequestRecord(start=sent - t0, ok=False, prompt_tokens=0)
+    chunks = 0
+    done = False
+    try:
+        async with session.post(url + endpoint, json=_payload(item, model, chat)) as resp:
+            if resp.status != 200:
+                rec.error = f"http {resp.status}"
+                await resp.read()
+                return rec
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                event = json.loads(data)
+                if _has_content(event, chat):
+                    chunks += 1
+                    if rec.ttft is None:
+                        rec.ttft = time.perf_counter() - sent
+                usage = event.get("usage")
+                if usage:
+                    rec.prompt_tokens = usage.get("prompt_tokens", 0)
+                    rec.output_tokens = usage.get("completion_tokens", 0)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+        rec.error = f"aborted: {type(e).__name__}"
+        rec.e2e = time.perf_counter() - sent
+        rec.output_tokens = rec.output_tokens or chunks
+        return rec
+    rec.e2e = time.perf_counter() - sent
+    rec.output_tokens = rec.output_tokens or chunks
+    rec.ok = done
+    if not done:
+        rec.error = "aborted: stream ended without [DONE]"
+    return rec
+
+
+async def run_load(
+    url: str,
+    spec: WorkloadSpec,
+    *,
+    model: str | None = None,
+    chat: bool = True,
+    concurrency_limit: int = 0,
+    timeout: float = 600.0,
+    session: aiohttp.ClientSession | None = None,
+) -> list[RequestRecord]:
+    """Send the spec's workload to `url` on its Poisson schedule; one record per request, in send order."""
+    url = url.rstrip("/")
+    own = session is None
+    if session is None:
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=timeout)
+        )
+    try:
+        listed, max_model_len = await fetch_base_model(session, url)
+        model = model or listed
+        gate = asyncio.Semaphore(concurrency_limit) if concurrency_limit > 0 else None
+        t0 = time.perf_counter()
+
+        async def launch(item: WorkItem) -> RequestRecord:
+            delay = item.arrival - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if gate is None:
+                return await send_one(session, url, item, model, chat, t0)
+            async with gate:
+                return await send_one(session, url, item, model, chat, t0)
+
+        return list(await asyncio.gather(*(launch(item) for item in generate(spec, max_model_len))))
+    finally:
+        if own:
+            await session.close()
+
+
+def summary_of(records: list[RequestRecord], ttft: float, tpot: float) -> dict:
+    """The same summary virtual mode prints, over the span from the first send to the last finish."""
+    ends = [r.start + r.e2e for r in records if r.e2e is not None]
+    elapsed = max(ends) - min(r.start for r in records) if ends else 0.0
+    return summarize(records, elapsed, ttft, tpot)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmslo-load", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default="", help="base model name (default: the first base model /v1/models lists)")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--concurrency-limit", type=int, default=0, help="cap requests in flight (0: no cap)")
+    p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
+    cliargs.add_workload_arguments(p)
+    cliargs.add_slo_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        spec = cliargs.workload_spec(args)
+    except ValueError as e:
+        print(f"llmslo-load: {e}", file=sys.stderr)
+        return 2
+    try:
+        records = asyncio.run(run_load(
+            args.url, spec, model=args.model or None, chat=args.endpoint == "chat",
+            concurrency_limit=args.concurrency_limit, timeout=args.timeout,
+        ))
+    except (aiohttp.ClientError, OSError) as e:
+        print(f"llmslo-load: cannot reach {args.url}: {e}", file=sys.stderr)
+        return 1
+    summary = summary_of(records, args.ttft, args.tpot)
+    print(json.dumps(summary, indent=2) if args.json else render_text(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
