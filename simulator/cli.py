@@ -15,7 +15,7 @@ from simulator.costmodel import CostModel
 from simulator.presets import DEPLOYMENTS
 from simulator.stats import render_text
 from simulator.virtual import simulate
-from slogen.writers import write_atomic
+from llmslo.files import write_atomic
 
 
 def _parser() -> argparse.ArgumentParser:
