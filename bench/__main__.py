@@ -1,4 +1,8 @@
-"""`python -m bench [NAME ...]`: run every bench/bench_*.py module's `run()` and rewrite BENCHMARKS.md."""
+"""`python -m bench [NAME ...]`: run the bench/bench_*.py modules' `run()` and write BENCHMARKS.md.
+
+With no NAME every module runs and the file is rewritten; with NAMEs only their sections are replaced and the
+sections of the modules not run are kept as they were (the header's machine and date are always renewed).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from bench.report import Row, render, write_atomic
+from bench.report import Row, merge, render, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +30,11 @@ def main(argv: list[str]) -> int:
         notes.update(getattr(mod, "NOTES", {}))
         for r in result:
             print(f"  {r.section} | {r.what}: ours {r.ours}, peer {r.peer}, ratio {r.ratio}", file=sys.stderr)
-    write_atomic(ROOT / "BENCHMARKS.md", render(rows, notes))
+    out = ROOT / "BENCHMARKS.md"
+    if argv and out.exists():
+        write_atomic(out, merge(out.read_text(), rows, notes))
+    else:
+        write_atomic(out, render(rows, notes))
     return 0
 
 

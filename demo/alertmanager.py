@@ -81,7 +81,8 @@ async def start_alertmanager(sup: Supervisor, workdir: Path, webhook_base: str,
     """Write the config, start Alertmanager on a free loopback port, wait for /-/ready. Returns (child, URL)."""
     binary = find_binary(ALERTMANAGER_BINARIES)
     am_dir = workdir / "alertmanager"
-    (am_dir / "data").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(am_dir / "data", ignore_errors=True)  # a fresh start: no series or silences from a previous run
+    (am_dir / "data").mkdir(parents=True)
     config = write_config(am_dir / "alertmanager.yml", build_config(webhook_base, timers))
     port = free_port()
     url = f"http://127.0.0.1:{port}"

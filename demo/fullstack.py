@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from demo import show
-from demo.incident import IncidentReport, Scenario, expected_fire_bound, find_ttft_slo, run_incident
+from demo.incident import (IncidentReport, LoadDriver, Scenario, expected_fire_bound, fastest_page_tier,
+                           find_ttft_slo, run_incident)
 from demo.procs import StartError
 from demo.stack import DEFAULT_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
@@ -48,7 +49,7 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"  {name:<24} {url}")
         print(f"  rules: {', '.join(p.name for p in stack.rule_files)}")
         print(f"  notifications are appended to {stack.webhook.log_path}\n", flush=True)
-        window = f"{int(max(4 * settings.prometheus.scrape_interval_s, 10))}s"
+        window = f"{int(10 * settings.prometheus.scrape_interval_s)}s"  # enough scrapes for a steady rate
         t0 = time.time()
         last_tick = [0.0]
         seen = [0]
@@ -68,42 +69,36 @@ async def _run(args: argparse.Namespace) -> int:
                 print("\n".join(show.render_status(time.time() - t0, phase, status)), flush=True)
 
         slo = find_ttft_slo(settings.slo_paths, scenario.slo_class)
-        bound = expected_fire_bound(settings, slo, bad_share=1.0, completion_lag_s=0.0)
+        tier = scenario.page_tier or fastest_page_tier(settings)
+        bound = expected_fire_bound(settings, slo, tier, bad_share=1.0, completion_lag_s=0.0)
         print(f"incident plan: {scenario.steady_s:.0f}s steady load, then {scenario.fault} on the "
               f"{scenario.slo_class} pool; SLO {slo.service}/{slo.name} ({slo.objective}% of requests with "
-              f"TTFT <= {slo.threshold_s}s) should page within ~{bound:.0f}s plus the slowed requests' latency.\n",
+              f"TTFT <= {slo.threshold_s}s) should page ({tier}) within ~{bound:.0f}s plus the slowed requests' latency.\n",
               flush=True)
         report = await run_incident(stack, scenario, on_tick)
         await on_tick("done")
         remaining = args.duration - (time.time() - t0)
         if remaining > 0:
             print(f"\nsteady load for {remaining:.0f}s more (--duration {args.duration:.0f})", flush=True)
-            from demo.incident import LoadDriver
-
             driver = LoadDriver(stack, scenario.segment_s, seed=7919)
             driver.start()
             end = time.monotonic() + remaining
             while time.monotonic() < end:
                 await on_tick("steady load (after the incident)")
                 await asyncio.sleep(1.0)
-            await driver.finish()
-        good_prom = await _final_goodput(stack)
+            extra = await driver.finish()
+            if report.load is not None:
+                report.load.segments += extra.segments  # Prometheus counts these too
+        good_prom = await stack.settled_goodput()
         return _summary(report, stack, t0, good_prom)
-
-
-async def _final_goodput(stack: LocalStack) -> float | None:
-    """sum(llm_goodput_requests_total) after one more exporter cycle and Prometheus scrape."""
-    s = stack.settings
-    await asyncio.sleep(s.exporter_interval_s + s.prometheus.scrape_interval_s + 0.5)
-    return await stack.prom().scalar(f"sum({C.GOODPUT_REQUESTS.name})")
 
 
 def _summary(report: IncidentReport, stack: LocalStack, t0: float, good_prom: float | None) -> int:
     print("\n=== what happened ===")
     print("\n".join(show.timeline(t0, report.events)))
-    print("\n=== what on-call received (Alertmanager webhook) ===")
-    for received_at, route, alert in stack.webhook.alert_events():
-        print("\n".join(show.render_notification(t0, received_at, route, alert)))
+    print("\n=== what on-call received (Alertmanager webhook; times since the load started) ===")
+    print("\n".join(show.alert_table(t0, stack.webhook.alert_events())))
+    print("  (slower tiers stay firing until their longer short windows are clean again: see slos/windows/demo.yaml)")
     if report.load is not None:
         print("\n=== goodput ===")
         print(f"  load generator: {report.load.good()} good of {report.load.requests()} requests "

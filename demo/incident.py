@@ -64,6 +64,7 @@ def find_ttft_slo(slo_paths: tuple[Path, ...], slo_class: str) -> SloRef:
 @dataclass(frozen=True)
 class Scenario:
     slo_class: str = "interactive"  # the pool that degrades
+    page_tier: str = ""  # the tier whose page is awaited; "" = the catalog's fastest page tier
     fault: dict = field(default_factory=lambda: {"slowdown": 30.0})
     steady_s: float = 20.0  # load before the incident
     min_incident_s: float = 0.0  # keep the fault at least this long, even once paged
@@ -90,7 +91,8 @@ class LoadDriver:
         k = 0
         while not self._stop.is_set():
             started = time.time()
-            self._segments.append((started, asyncio.ensure_future(self.stack.drive_load(self.segment_s, self.seed + k * 101))))
+            segment = asyncio.ensure_future(self.stack.drive_load(self.segment_s, self.seed + k * 101))
+            self._segments.append((started, segment))
             k += 1
             try:
                 await asyncio.wait_for(self._stop.wait(), self.segment_s)
@@ -106,13 +108,12 @@ class LoadDriver:
         return LoadOutcome([(start, r) for (start, _), r in zip(self._segments, results)])
 
     async def cancel(self) -> None:
+        """Stop now (an error or Ctrl-C): cancel every request in flight."""
         self._stop.set()
-        for _, t in self._segments:
+        tasks = [t for _, t in self._segments] + ([self._task] if self._task is not None else [])
+        for t in tasks:
             t.cancel()
-        if self._task is not None:
-            self._task.cancel()
-        await asyncio.gather(*(t for _, t in self._segments), *( [self._task] if self._task else []),
-                             return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass
@@ -160,16 +161,19 @@ class IncidentReport:
         return at
 
 
-def is_tier_alert(slo: SloRef, severity: str, status: str) -> Callable[[str, dict], bool]:
-    """Matches a webhook alert of the SLO's burn-rate tiers with that severity (page | ticket) and status."""
+def is_tier_alert(slo: SloRef, tier: str, status: str) -> Callable[[str, dict], bool]:
+    """Matches a webhook alert of one of the SLO's burn-rate tiers (e.g. page-quick) with that status."""
 
     def pred(route: str, alert: dict) -> bool:
         labels = alert.get("labels", {})
-        return (alert.get("status") == status and slo.matches(labels)
-                and labels.get(C.SLO.LABEL_SEVERITY) == severity
-                and labels.get(C.SLO.LABEL_TIER, "") != "no-data")
+        return alert.get("status") == status and slo.matches(labels) and labels.get(C.SLO.LABEL_TIER) == tier
 
     return pred
+
+
+def fastest_page_tier(settings) -> str:
+    """The page tier with the shortest windows: the first to fire on a sharp incident and the first to resolve."""
+    return min(page_tiers(settings), key=lambda t: t.window.long_window).name
 
 
 async def run_incident(stack: LocalStack, scenario: Scenario,
@@ -194,9 +198,9 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
     try:
         await wait(scenario.steady_s)
         phase = f"INCIDENT: {engine.spec.name} {scenario.fault}"
-        await stack.set_faults(engine, scenario.fault)
+        await stack.stage_incident(engine.spec.name, scenario.fault)
         report.incident_at = report.mark(f"fault injected on {engine.spec.name}: {scenario.fault}")
-        page = is_tier_alert(slo, "page", "firing")
+        page = is_tier_alert(slo, scenario.page_tier or fastest_page_tier(stack.settings), "firing")
         await wait(scenario.max_incident_s, lambda: any(page(r, a) for _, r, a in stack.webhook.alert_events()))
         report.fired = await stack.webhook.wait_for(page, 0)
         if report.fired:
@@ -206,7 +210,7 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
         if left > 0:
             await wait(left)
         phase = f"recovery: {engine.spec.name} back to normal"
-        await stack.set_faults(engine, {"reset": True})
+        await stack.recover(engine.spec.name)
         report.recovered_at = report.mark(f"fault cleared on {engine.spec.name}")
         if report.fired:
             done = _resolved_after(report)
@@ -256,20 +260,26 @@ def pipeline_lag_s(settings) -> float:
             + a.group_wait_s + 2.0)
 
 
-def expected_fire_bound(settings, slo: SloRef, bad_share: float, completion_lag_s: float) -> float:
-    """Seconds from the fault to the page, at most.
+def expected_fire_bound(settings, slo: SloRef, tier_name: str, bad_share: float, completion_lag_s: float) -> float:
+    """Seconds from the fault to the tier's page, at most.
 
     A tier fires when the error ratio over both its windows exceeds factor x budget. With a share e of
     requests failing from t=0 and good traffic before, the ratio over a window W is e x t / W, so the tier
     fires by t = W_long x factor x budget / e (sooner when the stack ran less than W_long before the fault:
-    there was less good traffic in the window). The page is the first page tier to fire. Errors are
-    counted when a request completes, so the slowed requests' latency adds `completion_lag_s`, and the
-    pipeline adds `pipeline_lag_s`.
+    there was less good traffic in the window). Errors are counted when a request completes, so the slowed
+    requests' latency adds `completion_lag_s`, and the pipeline adds `pipeline_lag_s`.
     """
-    if bad_share <= 0:
-        return float("inf")
-    reach = [t.window.long_window / 1000 * t.factor * slo.error_budget / bad_share
-             for t in page_tiers(settings) if t.factor * slo.error_budget < bad_share]
-    if not reach:
-        return float("inf")
-    return min(reach) + completion_lag_s + pipeline_lag_s(settings)
+    tier = next(t for t in page_tiers(settings) if t.name == tier_name)
+    threshold = tier.factor * slo.error_budget
+    if bad_share <= threshold:
+        return float("inf")  # this incident is too mild for the tier: it never fires
+    return tier.window.long_window / 1000 * threshold / bad_share + completion_lag_s + pipeline_lag_s(settings)
+
+
+def expected_resolve_bound(settings, tier_name: str, completion_lag_s: float) -> float:
+    """Seconds from recovery to the tier's resolve notification, at most: the last slowed requests complete
+    (`completion_lag_s`), the short window empties of their errors, the pipeline carries the change, and
+    Alertmanager flushes the group at its next group_interval."""
+    tier = next(t for t in page_tiers(settings) if t.name == tier_name)
+    return (tier.window.short_window / 1000 + completion_lag_s + pipeline_lag_s(settings)
+            + settings.alertmanager.group_interval_s)

@@ -9,6 +9,7 @@ Alertmanager carry it as they would from a fleet (and slogen's rules keep it thr
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,8 @@ async def start_prometheus(sup: Supervisor, workdir: Path, exporter_hostport: st
     """Write the config, start Prometheus on a free loopback port with a temp TSDB, wait for /-/ready."""
     binary = find_binary(PROMETHEUS_BINARIES)
     prom_dir = workdir / "prometheus"
-    (prom_dir / "data").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(prom_dir / "data", ignore_errors=True)  # a fresh start: no series or silences from a previous run
+    (prom_dir / "data").mkdir(parents=True)
     am_hostport = alertmanager_url.removeprefix("http://")
     config = write_config(prom_dir / "prometheus.yml",
                           build_config(exporter_hostport, rule_files, am_hostport, timers, cluster))

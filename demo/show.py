@@ -20,6 +20,7 @@ def _by(labels: tuple[str, ...]) -> str:
 def queries(window: str) -> dict[str, str]:
     """PromQL for the status block; `window` is the rate window (a few scrape intervals)."""
     pod, cls = C.LABEL_POD, C.LABEL_SLO_CLASS
+    neutral = "|".join((C.OUTCOME_CLIENT_DISCONNECTED, C.OUTCOME_CLIENT_ERROR))
 
     def quantile(q: float, metric: C.MetricDef) -> str:
         return f"histogram_quantile({q}, sum by ({cls}, le) (rate({metric.bucket()}[{window}])))"
@@ -32,8 +33,10 @@ def queries(window: str) -> dict[str, str]:
         "ttft_p99": quantile(0.99, C.TAP_TTFT),
         "tpot_p50": quantile(0.5, C.TAP_TPOT),
         "tpot_p99": quantile(0.99, C.TAP_TPOT),
+        # Goodput over the requests the service answered: client disconnects and 4xx are nobody's fault and
+        # are left out, as the SLO plugins do.
         "goodput": f"sum by ({cls}) (rate({C.GOODPUT_REQUESTS.name}[{window}])) "
-                   f"/ sum by ({cls}) (rate({C.TAP_REQUESTS.name}[{window}]))",
+                   f"/ sum by ({cls}) (rate({C.TAP_REQUESTS.name}{{{C.LABEL_OUTCOME}!~\"{neutral}\"}}[{window}]))",
         "rps": f"sum by ({cls}) (rate({C.TAP_REQUESTS.name}[{window}]))",
         "gpus": f"count({C.GPU_UP.name} == 1)",
     }
@@ -107,6 +110,30 @@ def render_notification(t0: float, received_at: float, route: str, alert: dict) 
         lines.append(f"             summary: {ann['summary']}")
     if ann.get("runbook_url"):
         lines.append(f"             runbook: {ann['runbook_url']}")
+    return lines
+
+
+def alert_table(t0: float, events: list[tuple[float, str, dict]]) -> list[str]:
+    """One line per alert (label set): route, when it fired and when it resolved, relative to t0, and its runbook."""
+    rows: dict[tuple, dict] = {}
+    for received_at, route, alert in events:
+        key = tuple(sorted(alert.get("labels", {}).items()))
+        row = rows.setdefault(key, {"alert": alert, "route": route, "fired": None, "resolved": None})
+        status = alert.get("status")
+        if status == "firing" and row["fired"] is None:
+            row["fired"] = received_at
+        elif status == "resolved":
+            row["resolved"] = received_at
+
+    def at(t: float | None, missing: str = "-") -> str:
+        return f"{missing:>7}" if t is None else f"{t - t0:6.1f}s"
+
+    lines = [f"  {'route':<7} {'fired':>7} {'resolved':>8}  alert"]
+    for row in sorted(rows.values(), key=lambda r: (r["fired"] or 0, r["route"])):
+        lines.append(f"  {row['route']:<7} {at(row['fired'])} {at(row['resolved'], 'firing'):>8}  {alert_name(row['alert'])}")
+        url = row["alert"].get("annotations", {}).get("runbook_url")
+        if url:
+            lines.append(f"  {'':<7} {'':>7} {'':>8}  runbook: {url}")
     return lines
 
 

@@ -24,6 +24,7 @@ from demo.procs import Child, StartError, Supervisor, free_port
 from demo.prometheus import PromClient, PrometheusTimers, start_prometheus
 from demo.webhook import WebhookReceiver
 from exporter.tap.classes import Objective, SloConfig, load_slo_config
+from llmslo import conventions as C
 from simulator.loadgen import run_load
 from simulator.stats import RequestRecord
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
@@ -56,11 +57,11 @@ class EngineSpec:
 # "batch-*"), so the taps put each request in its class the way production traffic would be, by model name.
 DEFAULT_ENGINES = (
     EngineSpec("chat-llama-0", "llama3-8b-h100", "llama-3-8b-instruct", "interactive",
-               lora=("chat-sql-lora", "chat-support-lora"), max_loras=2, gpu_memory_utilization=0.3, rate=2.0,
+               lora=("chat-sql-lora", "chat-support-lora"), max_loras=2, gpu_memory_utilization=0.26, rate=2.0,
                output_len=LengthDist(12, 0.3, 4, 32),
                lora_mix=(("chat-sql-lora", 0.2), ("chat-support-lora", 0.2))),
     EngineSpec("batch-qwen-0", "qwen2.5-7b-h100", "batch-qwen2.5-7b", "batch",
-               gpu_memory_utilization=0.3, rate=1.0, prompt_len=LengthDist(800, 0.4, 64, 3000),
+               gpu_memory_utilization=0.24, rate=1.0, prompt_len=LengthDist(800, 0.4, 64, 3000),
                output_len=LengthDist(32, 0.3, 8, 96)),
 )
 
@@ -143,6 +144,7 @@ class LocalStack:
         t0 = time.monotonic()
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         self.slo = load_slo_config([str(p) for p in self.settings.slo_paths])
+        self._check_classes()
         self.rule_files = list(self.settings.prebuilt_rules) or await self._build_rules()
         self.timings["slogen_build_s"] = time.monotonic() - t0
         await self.webhook.start()
@@ -171,20 +173,46 @@ class LocalStack:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ pieces
+    def _check_classes(self) -> None:
+        """Each engine's models (base and adapters) must fall in its class by the SLO files' model globs;
+        otherwise the incident would degrade a pool whose SLOs it does not watch."""
+        assert self.slo is not None
+        for spec in self.settings.engines:
+            for model in (spec.model, *spec.lora):
+                got = self.slo.resolve({}, model).slo_class
+                if got != spec.slo_class:
+                    raise StartError(f"engine {spec.name}: the SLO files put model {model!r} in class {got!r}, not "
+                                     f"{spec.slo_class!r}; fix the `models` globs of the llmslo/goodput SLI or the "
+                                     "engine's model name")
+
     async def _build_rules(self) -> list[Path]:
-        """`slogen build` of the SLO specs with the compressed window catalog, into the work dir."""
+        """`slogen build` of the SLO specs on the compressed demo period, into the work dir.
+
+        The specs are read through a directory of symlinks (`<workdir>/inputs/slos/...`): slogen looks for
+        `autoscaling/` next to the input directory, and the repo's KEDA pools name trigger windows of the
+        30d catalog (5m), which a compressed-period build does not record, so it would refuse to build.
+        The demo needs the rules only; its runbook links point at the repo's docs/runbooks.
+        """
         out = self.workdir / "slogen"
-        argv = [sys.executable, "-m", "slogen.cli", "build", *map(str, self.settings.slo_paths),
-                "--out", str(out), "--override-period", self.settings.period]
+        inputs = self.workdir / "inputs"
+        shutil.rmtree(inputs, ignore_errors=True)
+        inputs.mkdir(parents=True)
+        linked = []
+        for i, path in enumerate(self.settings.slo_paths):
+            link = inputs / (path.name if i == 0 else f"{i}-{path.name}")
+            link.symlink_to(path.resolve(), target_is_directory=path.is_dir())
+            linked.append(str(link))
+        argv = [sys.executable, "-m", "slogen.cli", "build", *linked, "--out", str(out),
+                "--override-period", self.settings.period, "--runbook-base-url", self.settings.runbook_base_url]
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT, cwd=REPO)
         output, _ = await proc.communicate()
         if proc.returncode != 0:
             raise StartError(f"slogen build failed (exit {proc.returncode}): {' '.join(argv)}\n"
                              f"{output.decode(errors='replace')[-3000:]}")
-        rules = sorted((out / "alerts").glob("*.rules.yaml")) or sorted(out.rglob("*.rules.yaml"))
+        rules = sorted((out / "alerts").glob("*.rules.yaml"))
         if not rules:
-            raise StartError(f"slogen build wrote no *.rules.yaml under {out}")
+            raise StartError(f"slogen build wrote no alerts/*.rules.yaml under {out}")
         return rules
 
     def _spawn_engine(self, spec: EngineSpec) -> list:
@@ -271,6 +299,27 @@ class LocalStack:
             if resp.status != 200:
                 raise RuntimeError(f"{engine.spec.name}: /admin/faults {patch}: HTTP {resp.status}: {body}")
             return body
+
+    async def stage_incident(self, name_or_class: str, fault: dict) -> dict:
+        """Degrade one pool through its simulator's admin fault API, e.g. {"slowdown": 30}."""
+        return await self.set_faults(self.engine(name_or_class), fault)
+
+    async def recover(self, name_or_class: str) -> dict:
+        return await self.set_faults(self.engine(name_or_class), {"reset": True})
+
+    async def settled_goodput(self) -> float | None:
+        """sum(llm_goodput_requests_total) once everything finished so far is in Prometheus: waits for an exporter
+        cycle that started after now, then for a Prometheus scrape after that cycle."""
+        s = self.settings
+        cycle_done = time.time() + s.exporter_interval_s + 0.05  # a full cycle after the last request finished
+        await asyncio.sleep(s.exporter_interval_s)
+        deadline = time.monotonic() + 5 * s.prometheus.scrape_interval_s + 5
+        while time.monotonic() < deadline:
+            last = await self.prom().last_scrape()
+            if last is not None and last > cycle_done:
+                break
+            await asyncio.sleep(0.2)
+        return await self.prom().scalar(f"sum({C.GOODPUT_REQUESTS.name})")
 
     async def exporter_page(self) -> str:
         async with self.session.get(self.exporter_url + "/metrics") as resp:

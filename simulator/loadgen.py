@@ -79,6 +79,10 @@ async def send_one(
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     done = True
+                    rec.e2e = time.perf_counter() - sent
+                    # Read to the end of the body, as well-behaved clients do: a proxy in between (the tap)
+                    # then sees a completed response rather than a client that went away.
+                    await resp.content.read()
                     break
                 event = json.loads(data)
                 if _has_content(event, chat):
@@ -94,7 +98,8 @@ async def send_one(
         rec.e2e = time.perf_counter() - sent
         rec.output_tokens = rec.output_tokens or chunks
         return rec
-    rec.e2e = time.perf_counter() - sent
+    if rec.e2e is None:
+        rec.e2e = time.perf_counter() - sent
     rec.output_tokens = rec.output_tokens or chunks
     rec.ok = done
     if not done:

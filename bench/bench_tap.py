@@ -1,0 +1,408 @@
+"""The goodput tap's cost on the stream it relays, next to nginx as a streaming reverse proxy.
+
+One run, three paths to the same upstream (bench.tap_stream_server, chunks at a fixed interval
+with their send time embedded): direct, through the tap (`python -m exporter.tap`, the client
+does not ask for usage, so the tap injects it and strips it again: its most expensive path),
+and through nginx (Debian package, `proxy_buffering off; proxy_http_version 1.1;`, upstream
+keep-alive, one worker like the tap's one process). At 64 and 256 concurrent streams it
+measures TTFT and each chunk's delay from upstream write to client read; "added" is a path's
+percentile minus the direct path's, so the client's and the upstream's own costs cancel. CPU
+per streamed chunk is the proxy process's (all nginx processes') CPU time over the chunks
+delivered in the measured window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.report import Row
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "Goodput tap: latency added to a stream, vs nginx"
+NGINX = "/usr/sbin/nginx"
+STREAM_COUNTS = (64, 256)
+INTERVAL_MS = 100.0  # between chunks of one stream
+FIRST_MS = 20.0  # upstream's time to first token
+TOKENS = 30  # chunks per response
+WARMUP_S = 2.0
+MEASURE_S = 8.0
+COMMAND = "python -m bench tap"
+
+NOTES: dict[str, str] = {}
+
+
+# ----------------------------------------------------------------------------------------
+# Client: one keep-alive connection per stream, timed in data_received
+# ----------------------------------------------------------------------------------------
+_T_RE = re.compile(rb'"t":(\d+)')
+REQUEST_BODY = b'{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(REQUEST_BODY), REQUEST_BODY)
+)
+
+
+@dataclass
+class Samples:
+    measuring: bool = False
+    ttft_ns: list[int] = field(default_factory=list)
+    delay_ns: list[int] = field(default_factory=list)
+
+
+class StreamClient(asyncio.Protocol):
+    """Sends a request, decodes the chunked SSE reply, records TTFT and per-chunk delay, repeats."""
+
+    def __init__(self, samples: Samples, stop: asyncio.Event) -> None:
+        self.samples, self.stop = samples, stop
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.body = b""
+        self.in_body = False
+        self.left = -1
+        self.sent_ns = 0
+        self.first_seen = False
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._send()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _send(self) -> None:
+        assert self.transport is not None
+        if self.stop.is_set():
+            self.transport.close()
+            return
+        self.buf, self.body, self.in_body, self.left, self.first_seen = b"", b"", False, -1, False
+        self.sent_ns = time.monotonic_ns()
+        self.transport.write(REQUEST)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        self.buf += data
+        if not self.in_body:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self.buf = self.buf[end + 4 :]
+            self.in_body = True
+        while True:
+            if self.left < 0:
+                eol = self.buf.find(b"\r\n")
+                if eol < 0:
+                    return
+                size = int(self.buf[:eol], 16)
+                if size == 0:
+                    self._events(now)
+                    self._send()
+                    return
+                self.buf = self.buf[eol + 2 :]
+                self.left = size
+            if len(self.buf) < self.left + 2:
+                return
+            self.body += self.buf[: self.left]
+            self.buf = self.buf[self.left + 2 :]
+            self.left = -1
+            self._events(now)
+
+    def _events(self, now: int) -> None:
+        *events, self.body = self.body.split(b"\n\n")
+        s = self.samples
+        for event in events:
+            m = _T_RE.search(event)
+            if m is None:
+                continue
+            if s.measuring:
+                s.delay_ns.append(now - int(m.group(1)))
+                if not self.first_seen:
+                    s.ttft_ns.append(now - self.sent_ns)
+            self.first_seen = True
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total
+
+
+async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples, float | None]:
+    loop = asyncio.get_running_loop()
+    samples, stop = Samples(), asyncio.Event()
+    clients: list[StreamClient] = []
+    for _ in range(streams):
+        _, client = await loop.create_connection(lambda: StreamClient(samples, stop), "127.0.0.1", port)
+        clients.append(client)
+        await asyncio.sleep(INTERVAL_MS / 1000 / streams)  # spread the starts over one interval
+    await asyncio.sleep(WARMUP_S)
+    cpu0 = _cpu_ticks(cpu_pids)
+    samples.measuring = True
+    await asyncio.sleep(MEASURE_S)
+    samples.measuring = False
+    cpu1 = _cpu_ticks(cpu_pids)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*(c.closed for c in clients)), timeout=INTERVAL_MS / 1000 * TOKENS + 10)
+    cpu_s = (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") if cpu_pids else None
+    return samples, cpu_s
+
+
+# ----------------------------------------------------------------------------------------
+# Processes: upstream, tap, nginx
+# ----------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _upstream() -> Iterator[tuple[int, int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.tap_stream_server", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS),
+         "--tokens", str(TOKENS)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline()), proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def _tap(upstream_port: int, event_loop: str = "auto") -> Iterator[tuple[int, list[int]]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--upstream", f"http://127.0.0.1:{upstream_port}", "--event-loop", event_loop],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the tap logs one line when listening, little after
+            m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                break
+        else:
+            raise RuntimeError("the tap exited before listening")
+        yield int(m.group(1)), [proc.pid]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+NGINX_CONF = """\
+{user}worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    upstream engine {{
+        server 127.0.0.1:{upstream};
+        keepalive 1024;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+@contextmanager
+def _nginx(upstream_port: int) -> Iterator[tuple[int, list[int]]]:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+    port = _free_port()
+    user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, upstream=upstream_port, port=port))
+    proc = subprocess.Popen([NGINX, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"nginx did not start: {(tmp / 'error.log').read_text(errors='replace')}") from None
+                time.sleep(0.05)
+        workers = [
+            int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == proc.pid
+        ]
+        yield port, [proc.pid, *workers]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+# ----------------------------------------------------------------------------------------
+# Measurements and rows
+# ----------------------------------------------------------------------------------------
+@dataclass
+class PathFigures:
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    chunk_p50_ms: float
+    chunk_p99_ms: float
+    chunks: int
+    cpu_us_per_chunk: float | None
+
+
+def _pct(values: list[int], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] / 1e6
+
+
+@contextmanager
+def _ahead_of_neighbours(pids: list[int]) -> Iterator[str]:
+    """Schedule this process and the measured ones ahead of other work on a shared machine
+    (SCHED_FIFO 1 where permitted, else nice -10, else as is); this process is restored after."""
+    own = (os.sched_getscheduler(0), os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0))
+    how = "default scheduling"
+    try:
+        for pid in (0, *pids):
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(1))
+        how = "SCHED_FIFO"
+    except OSError:
+        try:
+            for pid in (0, *pids):
+                os.setpriority(os.PRIO_PROCESS, pid, -10)
+            how = "nice -10"
+        except OSError:
+            pass
+    try:
+        yield how
+    finally:
+        try:
+            os.sched_setscheduler(0, own[0], own[1])
+            os.setpriority(os.PRIO_PROCESS, 0, own[2])
+        except OSError:
+            pass
+
+
+SCHEDULING = ["default scheduling"]
+
+
+def _measure(port: int, streams: int, cpu_pids: list[int], upstream_pid: int) -> PathFigures:
+    with _ahead_of_neighbours([upstream_pid, *cpu_pids]) as how:
+        SCHEDULING[0] = how
+        samples, cpu_s = asyncio.run(_drive(port, streams, cpu_pids))
+    n = len(samples.delay_ns)
+    return PathFigures(
+        _pct(samples.ttft_ns, 0.5), _pct(samples.ttft_ns, 0.99), _pct(samples.delay_ns, 0.5), _pct(samples.delay_ns, 0.99),
+        n, None if cpu_s is None else cpu_s / n * 1e6,
+    )
+
+
+def _ratio(ours: float, peer: float) -> str:
+    return f"{ours / peer:.2f}x" if peer > 0 else "n/a (peer added nothing measurable)"
+
+
+def measure_all() -> dict[int, dict[str, PathFigures]]:
+    results: dict[int, dict[str, PathFigures]] = {}
+    with _upstream() as (upstream_port, upstream_pid):
+        for streams in STREAM_COUNTS:
+            figures = {"direct": _measure(upstream_port, streams, [], upstream_pid)}
+            with _tap(upstream_port) as (port, pids):
+                figures["tap"] = _measure(port, streams, pids, upstream_pid)
+            with _tap(upstream_port, "asyncio") as (port, pids):
+                figures["tap-asyncio"] = _measure(port, streams, pids, upstream_pid)
+            with _nginx(upstream_port) as (port, pids):
+                figures["nginx"] = _measure(port, streams, pids, upstream_pid)
+            results[streams] = figures
+            for name, f in figures.items():
+                print(f"  {streams} streams, {name}: {f}", file=sys.stderr, flush=True)
+    return results
+
+
+def rows_from(results: dict[int, dict[str, PathFigures]]) -> list[Row]:
+    rows: list[Row] = []
+    for streams, f in results.items():
+        d, tap, ngx = f["direct"], f["tap"], f["nginx"]
+        for label, attr in (
+            ("TTFT p50", "ttft_p50_ms"), ("TTFT p99", "ttft_p99_ms"),
+            ("per-chunk p50", "chunk_p50_ms"), ("per-chunk p99", "chunk_p99_ms"),
+        ):
+            base = getattr(d, attr)
+            ours, peer = getattr(tap, attr) - base, getattr(ngx, attr) - base
+            rows.append(Row(SECTION, f"added {label}, {streams} streams (ms; direct {base:.3f})",
+                            f"{ours:.3f}", f"{peer:.3f}", _ratio(ours, peer), COMMAND))
+        slow = f["tap-asyncio"]
+        ours = slow.chunk_p99_ms - d.chunk_p99_ms
+        rows.append(Row(SECTION, f"added per-chunk p99, {streams} streams, tap on asyncio's own loop (ms)",
+                        f"{ours:.3f}", f"{ngx.chunk_p99_ms - d.chunk_p99_ms:.3f}",
+                        _ratio(ours, ngx.chunk_p99_ms - d.chunk_p99_ms), COMMAND))
+        for name, t in (("", tap), (", tap on asyncio's own loop", slow)):
+            assert t.cpu_us_per_chunk is not None and ngx.cpu_us_per_chunk is not None
+            rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams{name} (µs)",
+                            f"{t.cpu_us_per_chunk:.1f}", f"{ngx.cpu_us_per_chunk:.1f}",
+                            _ratio(t.cpu_us_per_chunk, ngx.cpu_us_per_chunk), COMMAND))
+    return rows
+
+
+def run() -> list[Row]:
+    if not Path(NGINX).exists():
+        raise RuntimeError(f"{NGINX} is missing: run scripts/install-system-deps.sh (Debian package nginx)")
+    results = measure_all()
+    top = results[max(STREAM_COUNTS)]
+    added_p99 = top["tap"].chunk_p99_ms - top["direct"].chunk_p99_ms
+    nginx_p99 = top["nginx"].chunk_p99_ms - top["direct"].chunk_p99_ms
+    NOTES[SECTION] = (
+        f"Ours = the tap, peer = nginx; each added figure is the path's percentile minus the direct path's in the same run. "
+        f"Upstream: {TOKENS} chunks per response every {INTERVAL_MS:g} ms after a {FIRST_MS:g} ms first token, streams "
+        f"started spread over one interval; {WARMUP_S:g} s warm-up, {MEASURE_S:g} s measured per path; the client, the "
+        f"upstream and the proxy ran with {SCHEDULING[0]} so that neighbours on a shared machine weigh less. "
+        f"The tap runs on uvloop (its default when installed); rows marked so use asyncio's own loop. Targets at "
+        f"{max(STREAM_COUNTS)} streams: added per-chunk p99 under 1 ms (measured {added_p99:.3f} ms: "
+        f"{'met' if added_p99 < 1.0 else 'NOT met'}) and within 2x nginx's ({nginx_p99:.3f} ms: "
+        f"{'met' if added_p99 <= 2 * max(nginx_p99, 0.0) else 'NOT met'})."
+    )
+    return rows_from(results)
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row)
+    print(NOTES[SECTION])

@@ -1,0 +1,102 @@
+"""`python -m bench.tap_stream_server`: an engine stand-in that streams chat chunks at a fixed interval.
+
+Every chunk carries `"t":<CLOCK_MONOTONIC ns>` read just before it is written, so a client on
+the same machine measures each chunk's delay through whatever sits in between (nothing, the
+tap, nginx). Plain asyncio protocol, HTTP/1.1 keep-alive, chunked SSE, no framework: the
+server should cost as little as possible so that the proxies' cost is what differs. Streams
+tick at the phase their requests arrived at (clients spread their starts). Prints the port
+on stdout once listening; stops on SIGTERM or when stdin closes.
+
+Request: POST any path with a JSON body; `stream_options.include_usage` adds the usage chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+ROLE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+TOKEN = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"t":%d}\n\n'
+USAGE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+class StreamProtocol(asyncio.Protocol):
+    def __init__(self, interval_s: float, first_s: float, tokens: int) -> None:
+        self.interval_s, self.first_s, self.tokens = interval_s, first_s, tokens
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buf[:end].lower()
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        if len(self.buf) < end + 4 + length:
+            return
+        body = self.buf[end + 4 : end + 4 + length]
+        self.buf = self.buf[end + 4 + length :]
+        usage = b'"include_usage":true' in body.replace(b" ", b"")
+        assert self.transport is not None
+        self.transport.write(HEAD + chunk(ROLE))
+        self.timer = asyncio.get_running_loop().call_later(self.first_s, self.tick, 0, usage)
+
+    def tick(self, sent: int, usage: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(chunk(TOKEN % time.monotonic_ns()))
+        sent += 1
+        if sent < self.tokens:
+            self.timer = asyncio.get_running_loop().call_later(self.interval_s, self.tick, sent, usage)
+            return
+        tail = (chunk(USAGE % (sent, sent + 8)) if usage else b"") + chunk(DONE) + b"0\r\n\r\n"
+        transport.write(tail)
+        self.timer = None
+
+
+async def main(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: StreamProtocol(args.interval_ms / 1000, args.first_ms / 1000, args.tokens), "127.0.0.1", 0, backlog=1024
+    )
+    print(server.sockets[0].getsockname()[1], flush=True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(sys.stdin.fileno(), stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--interval-ms", type=float, default=50.0)
+    p.add_argument("--first-ms", type=float, default=20.0)
+    p.add_argument("--tokens", type=int, default=40)
+    asyncio.run(main(p.parse_args()))
