@@ -2,12 +2,18 @@
 
 Output is deterministic (families by name, series by labels, buckets by edge) so two renders of
 the same snapshot are byte-identical and diffs between cycles are meaningful.
+
+Rendering runs every cycle over every series of the node, yet a series keeps its labels from
+one cycle to the next: only its value changes. So the text before the value (`name{labels} `)
+and the series' sort key are computed once per label set and kept (see `_SeriesCache`); a
+cycle is then mostly dictionary lookups, sorting and number formatting.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from operator import itemgetter
 
 from llmslo.conventions import LABEL_LE, MetricDef, by_name
 from exporter.model import NormSample
@@ -19,6 +25,9 @@ _DEFINED = by_name()
 _LABEL_NAME_OK = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _LABEL_NAME_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_]")
 _SUFFIX_RANK = {"_bucket": 0, "_sum": 1, "_count": 2}
+
+SeriesKey = tuple  # (family name, suffix, label items in the sample's own order)
+SeriesEntry = tuple  # (sort key within the family, "name{labels} ")
 
 
 def escape_label_value(value: str) -> str:
@@ -62,26 +71,81 @@ def _series_order(sample: NormSample) -> tuple:
     return labels, _SUFFIX_RANK.get(sample.suffix, 0), le
 
 
+def _new_entry(sample: NormSample) -> SeriesEntry:
+    """The sort key and the text before the value of a series not in the cache."""
+    return _series_order(sample), sample.metric.name + sample.suffix + format_labels(sample.labels) + " "
+
+
+class _SeriesCache:
+    """Series entries by (name, suffix, label items), kept from one render to the next.
+
+    Keyed by the label items in the sample's own order (cheap to build; an equal label set in
+    another order is only a second entry). Only all-string label sets are kept: `1`, `1.0` and
+    `True` are equal dictionary keys but render differently. Bounded by the output itself: once
+    it holds more than twice the last page's series plus some slack (labels that changed since),
+    it starts over, so pod churn cannot grow it and it never holds much more than two pages.
+    """
+
+    SLACK = 4096
+
+    def __init__(self) -> None:
+        self.entries: dict[SeriesKey, SeriesEntry] = {}
+        self.limit = self.SLACK
+
+    def add(self, key: SeriesKey, sample: NormSample) -> SeriesEntry:
+        entry = _new_entry(sample)
+        if all(type(v) is str for v in sample.labels.values()):
+            self.entries[key] = entry
+        return entry
+
+    def end_of_render(self, series: int) -> None:
+        self.limit = 2 * series + self.SLACK
+        if len(self.entries) > self.limit:
+            self.entries.clear()
+
+
+_CACHE = _SeriesCache()
+_HEADERS: dict[tuple[str, str, str], str] = {}  # (name, help, type) -> the two comment lines
+
+
+def _header(name: str, metric: MetricDef) -> str:
+    """`# HELP` and `# TYPE` lines of a family, computed once per definition."""
+    key = (name, metric.help, metric.kind)
+    text = _HEADERS.get(key)
+    if text is None:
+        if len(_HEADERS) >= _CACHE.SLACK:  # only families not in conventions can grow it
+            _HEADERS.clear()
+        text = _HEADERS[key] = f"# HELP {name} {escape_help(metric.help)}\n# TYPE {name} {metric.kind}\n"
+    return text
+
+
 def render(samples: Iterable[NormSample]) -> bytes:
     """The exposition page for these samples, with HELP and TYPE from the conventions module."""
-    families: dict[str, tuple[MetricDef, list[NormSample]]] = {}
+    entries = _CACHE.entries
+    families: dict[str, tuple[MetricDef, list[tuple[tuple, str, float]]]] = {}
     for s in samples:
-        entry = families.get(s.metric.name)
-        if entry is None:
-            families[s.metric.name] = (_DEFINED.get(s.metric.name, s.metric), [s])
-        else:
-            entry[1].append(s)
-    lines: list[str] = []
+        name = s.metric.name
+        key = (name, s.suffix, tuple(s.labels.items()))
+        try:
+            entry = entries.get(key) or _CACHE.add(key, s)
+        except TypeError:  # an unhashable label value: render it, keep nothing
+            entry = _new_entry(s)
+        family = families.get(name)
+        if family is None:
+            family = families[name] = (_DEFINED.get(name, s.metric), [])
+        family[1].append((entry[0], entry[1], s.value))
+    out: list[str] = []
+    series = 0
     for name in sorted(families):
-        metric, members = families[name]
-        lines.append(f"# HELP {name} {escape_help(metric.help)}")
-        lines.append(f"# TYPE {name} {metric.kind}")
+        metric, rows = families[name]
+        out.append(_header(name, metric))
+        rows.sort(key=itemgetter(0))  # stable: of two equal keys the first given stays first
         seen: set[str] = set()
-        for s in sorted(members, key=_series_order):
-            series = name + s.suffix + format_labels(s.labels)
-            if series in seen:  # last line of defence; the collector already de-duplicates
+        for _, text, value in rows:
+            if text in seen:  # last line of defence; the collector already de-duplicates
                 continue
-            seen.add(series)
-            lines.append(f"{series} {go_float(float(s.value))}")
-    lines.append("")
-    return "\n".join(lines).encode("utf-8")
+            seen.add(text)
+            out.append(text + go_float(float(value)) + "\n")
+        series += len(rows)
+    _CACHE.end_of_render(series)
+    return "".join(out).encode("utf-8")

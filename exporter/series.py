@@ -82,7 +82,20 @@ def go_float(value: float) -> str:
     """A float as Go's strconv.FormatFloat(v, 'g', -1, 64) writes it, as Prometheus itself does.
 
     So `le="1"` (not "1.0") and `1e+06`, matching what Prometheus 3 normalises bucket edges to.
+    Every rendered value goes through here, so the common shapes come first: integers below 1e6
+    (counts, bytes, ids) and numbers from 1e-4 to 1e6, which Python's shortest repr already
+    writes as Go does (positional, shortest digits). The rest take the exact digit-by-digit path.
     """
+    if -1e6 < value < 1e6:  # false for NaN and the infinities
+        if value == int(value):
+            return str(int(value))  # 0 and -0.0 included: "0"
+        if value >= 1e-4 or value <= -1e-4:
+            return repr(value)
+    return _go_float_exact(value)
+
+
+def _go_float_exact(value: float) -> str:
+    """`go_float` for any value, by the shortest decimal digits and Go's exponent rule."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

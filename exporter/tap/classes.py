@@ -1,0 +1,248 @@
+"""Goodput classes and latency thresholds, read from the same SLO YAML that slogen compiles.
+
+The tap needs two things from those files: the goodput classes (the `llmslo/goodput` SLI
+plugin's options `slo_class`, `ttft`, `tpot`, `models`) and every latency threshold an SLI
+reads from the tap's histograms (`llmslo/latency` with `source: tap`), because each one must
+be a bucket edge for `bucket{le=threshold} / count` to be an exact SLI. This reads only those
+plugin options (slogen owns the full loader); errors name the file, the SLO and the field.
+
+How a request maps to a class (first rule that applies):
+1. header `x-slo-class` naming a configured class;
+2. the first class (in file order) whose `models` globs match the request's `model`;
+3. the class named `default`, if configured;
+4. the first configured class; with no classes configured at all, an implicit `default`
+   class without objectives.
+Headers `x-slo-ttft-ms` / `x-slo-tpot-ms` (positive numbers, milliseconds) replace the
+class's thresholds for that one request. Unknown class names and malformed numbers are
+ignored, so a client cannot create label values or break accounting.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GOODPUT_PLUGIN = "llmslo/goodput"
+LATENCY_PLUGIN = "llmslo/latency"
+TAP_SOURCE = "tap"
+TAP_LATENCY_METRICS = ("ttft", "tpot", "e2e")  # the tap's histograms a latency SLI may read
+
+HEADER_CLASS = "x-slo-class"
+HEADER_TTFT_MS = "x-slo-ttft-ms"
+HEADER_TPOT_MS = "x-slo-tpot-ms"
+
+DEFAULT_CLASS = "default"
+_MODEL_CACHE_LIMIT = 4096
+
+
+class SloConfigError(ValueError):
+    """An SLO file the tap cannot use; the message names the file, the SLO, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class SloClass:
+    """One goodput class: its objectives (seconds; None = not constrained) and model globs."""
+
+    name: str
+    ttft: float | None
+    tpot: float | None
+    models: tuple[str, ...] = ()
+    origin: str = ""  # "FILE: SLO 'NAME'", for error messages
+
+    def matches(self, model: str) -> bool:
+        return any(fnmatch.fnmatchcase(model, glob) for glob in self.models)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What one request is held to."""
+
+    slo_class: str
+    ttft: float | None
+    tpot: float | None
+
+
+@dataclass
+class SloConfig:
+    """The classes and the thresholds that must be histogram bucket edges, per tap metric."""
+
+    classes: tuple[SloClass, ...]
+    thresholds: dict[str, tuple[float, ...]]  # "ttft" | "tpot" | "e2e" -> sorted seconds
+    _by_name: dict[str, SloClass] = field(init=False, repr=False)
+    _fallback: SloClass = field(init=False, repr=False)
+    _model_cache: dict[str, SloClass] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            self.classes = (SloClass(DEFAULT_CLASS, None, None, (), "implicit: no goodput SLI configured"),)
+        self._by_name = {c.name: c for c in self.classes}
+        self._fallback = self._by_name.get(DEFAULT_CLASS, self.classes[0])
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.classes)
+
+    def class_for_model(self, model: str) -> SloClass:
+        cached = self._model_cache.get(model)
+        if cached is not None:
+            return cached
+        found = next((c for c in self.classes if c.models and c.matches(model)), self._fallback)
+        if len(self._model_cache) < _MODEL_CACHE_LIMIT:
+            self._model_cache[model] = found
+        return found
+
+    def resolve(self, headers: Mapping[str, str], model: str) -> Objective:
+        """The class and thresholds for one request, from its headers and its `model` field."""
+        chosen = self._by_name.get(headers.get(HEADER_CLASS, "")) or self.class_for_model(model)
+        ttft = _header_seconds(headers.get(HEADER_TTFT_MS))
+        tpot = _header_seconds(headers.get(HEADER_TPOT_MS))
+        return Objective(chosen.name, chosen.ttft if ttft is None else ttft, chosen.tpot if tpot is None else tpot)
+
+
+def _header_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        return None
+    return ms / 1000.0 if math.isfinite(ms) and ms > 0 else None
+
+
+# ----------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------
+def _seconds(value: Any, where: str) -> float:
+    """A plugin option holding seconds: a string (Sloth plugin options are strings) or a number."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SloConfigError(f'{where}: {value!r} is not a duration in seconds; write it as a string, e.g. "0.5"')
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SloConfigError(
+            f'{where}: {value!r} is not a duration in seconds; write plain seconds, e.g. "0.5" (not "500ms")'
+        ) from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SloConfigError(f"{where}: {value!r} must be a positive number of seconds")
+    return seconds
+
+
+def _slo_lists(doc: Any) -> list[Any] | None:
+    """The `slos` list of a Sloth prometheus/v1 document or of a Sloth PrometheusServiceLevel CRD."""
+    if not isinstance(doc, dict):
+        return None
+    if "slos" in doc:
+        return doc["slos"]
+    spec = doc.get("spec")
+    if doc.get("kind") == "PrometheusServiceLevel" and isinstance(spec, dict):
+        return spec.get("slos")
+    return None  # another format (e.g. OpenSLO): it carries no llmslo plugin options
+
+
+def _plugin(slo: dict[str, Any]) -> tuple[str, Any]:
+    sli = slo.get("sli")
+    plugin = sli.get("plugin") if isinstance(sli, dict) else None
+    if not isinstance(plugin, dict):
+        return "", None
+    return str(plugin.get("id", "")), plugin.get("options")
+
+
+def _goodput_class(options: Any, origin: str) -> SloClass:
+    where = f"{origin}: sli.plugin.options"
+    if not isinstance(options, dict):
+        raise SloConfigError(f"{where}: missing; the {GOODPUT_PLUGIN} plugin needs options slo_class, ttft and tpot")
+    name = options.get("slo_class")
+    if not isinstance(name, str) or not name.strip():
+        raise SloConfigError(f'{where}.slo_class: missing or empty; name the class, e.g. slo_class: "interactive"')
+    ttft = _seconds(options["ttft"], f"{where}.ttft") if options.get("ttft") is not None else None
+    tpot = _seconds(options["tpot"], f"{where}.tpot") if options.get("tpot") is not None else None
+    if ttft is None and tpot is None:
+        raise SloConfigError(f'{where}: give ttft and/or tpot (seconds, e.g. ttft: "0.5", tpot: "0.05")')
+    models_opt = options.get("models", "")
+    if not isinstance(models_opt, str):
+        raise SloConfigError(f'{where}.models: {models_opt!r} must be a comma-separated string, e.g. "llama-3-8b,chat-*"')
+    models = tuple(g.strip() for g in models_opt.split(",") if g.strip())
+    return SloClass(name.strip(), ttft, tpot, models, origin)
+
+
+def _latency_threshold(options: Any, origin: str) -> tuple[str, float] | None:
+    where = f"{origin}: sli.plugin.options"
+    if not isinstance(options, dict) or options.get("source", TAP_SOURCE) != TAP_SOURCE:
+        return None  # an engine-side SLI (slogen's default source is the tap, as here)
+    metric = options.get("metric")
+    if metric not in TAP_LATENCY_METRICS:
+        raise SloConfigError(
+            f"{where}.metric: {metric!r} is not measured by the tap; use one of {', '.join(TAP_LATENCY_METRICS)}"
+            " with source: tap (itl needs source: engine)"
+        )
+    if options.get("threshold") is None:
+        raise SloConfigError(f'{where}.threshold: missing; give the latency objective in seconds, e.g. "0.5"')
+    return metric, _seconds(options["threshold"], f"{where}.threshold")
+
+
+def _merge(classes: list[SloClass], new: SloClass) -> None:
+    for i, old in enumerate(classes):
+        if old.name != new.name:
+            continue
+        if (old.ttft, old.tpot, old.models) != (new.ttft, new.tpot, new.models):
+            raise SloConfigError(
+                f"{new.origin}: slo_class {new.name!r} is also defined by {old.origin} with other thresholds or models;"
+                " give each class one definition"
+            )
+        return
+    classes.append(new)
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; directories become their *.yaml / *.yml files, sorted."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
+    """Read goodput classes and tap latency thresholds from SLO YAML files (or directories)."""
+    classes: list[SloClass] = []
+    thresholds: dict[str, set[float]] = {m: set() for m in TAP_LATENCY_METRICS}
+    for path in expand_paths(paths):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise SloConfigError(f"{path}: cannot read the SLO file ({e.strerror}); check the --slo path") from None
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as e:
+            raise SloConfigError(f"{path}: not valid YAML ({e}); fix the syntax at the position shown") from None
+        for doc_index, doc in enumerate(docs):
+            slos = _slo_lists(doc)
+            if slos is None:
+                continue
+            if not isinstance(slos, list):
+                raise SloConfigError(f"{path}: document {doc_index + 1}: slos must be a list of SLOs")
+            for i, slo in enumerate(slos):
+                if not isinstance(slo, dict):
+                    raise SloConfigError(f"{path}: slos[{i}] must be a mapping with name, objective and sli")
+                origin = f"{path}: SLO {slo.get('name', f'#{i + 1}')!r}"
+                plugin_id, options = _plugin(slo)
+                if plugin_id == GOODPUT_PLUGIN:
+                    cls = _goodput_class(options, origin)
+                    _merge(classes, cls)
+                    if cls.ttft is not None:
+                        thresholds["ttft"].add(cls.ttft)
+                    if cls.tpot is not None:
+                        thresholds["tpot"].add(cls.tpot)
+                elif plugin_id == LATENCY_PLUGIN:
+                    found = _latency_threshold(options, origin)
+                    if found is not None:
+                        thresholds[found[0]].add(found[1])
+    return SloConfig(tuple(classes), {m: tuple(sorted(v)) for m, v in thresholds.items()})

@@ -1,0 +1,159 @@
+"""`llmslo-exporter tap`: run the goodput tap in front of one OpenAI-compatible engine.
+
+    llmslo-exporter tap --listen 0.0.0.0:8001 --upstream http://127.0.0.1:8000 \\
+        --metrics-listen 0.0.0.0:9402 --slo slos/chat.yaml
+
+`add_parser(subparsers)` registers the subcommand on the exporter's CLI (its handler is
+`run(args)`); `main(argv)` runs it standalone (`python -m exporter.tap`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from exporter.tap.classes import SloConfigError, load_slo_config
+from exporter.tap.proxy import DEFAULT_MAX_BODY_BYTES, TapSettings
+from exporter.tap.server import TapServer
+
+log = logging.getLogger("llmslo.tap")
+
+DESCRIPTION = (
+    "Relay an OpenAI-compatible engine unchanged while timing every completion (TTFT, TPOT, E2E) "
+    "and counting goodput per SLO class; the tap's metrics are served on --metrics-listen."
+)
+
+
+def host_port(value: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT or :PORT (all interfaces); port 0 picks a free port."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 0.0.0.0:8001)")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return n
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="where clients connect")
+    p.add_argument("--upstream", required=True, metavar="URL", help="the engine's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--metrics-listen", type=host_port, required=True, metavar="HOST:PORT", help="where the tap serves its /metrics"
+    )
+    p.add_argument(
+        "--slo", action="extend", nargs="+", default=[], metavar="FILE",
+        help="SLO YAML files or directories (repeatable): goodput classes and tap latency thresholds",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
+        help=f"reject larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    p.add_argument(
+        "--no-inject-usage", action="store_true",
+        help="never add stream_options.include_usage upstream; n_out then counts chunks (usage_source=chunks)",
+    )
+    p.add_argument(
+        "--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+        help="auto: uvloop when installed (about half the CPU per relayed chunk), else asyncio's own",
+    )
+    p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """Register `tap` on a parent CLI; the parsed namespace's `func` is `run`."""
+    p = subparsers.add_parser("tap", help="run the goodput tap (an in-line streaming proxy)", description=DESCRIPTION)
+    _add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
+    log.handlers[:] = [handler]
+    log.setLevel(level.upper())
+    log.propagate = False
+
+
+async def _serve(args: argparse.Namespace, server: TapServer) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start(args.listen, args.metrics_listen)
+    # Everything allocated so far lives as long as the process: keep it out of the cyclic GC's
+    # scans, whose full passes otherwise pause every stream for milliseconds.
+    gc.freeze()
+    assert server.proxy_address is not None and server.metrics_address is not None
+    log.info(
+        "event=tap_listening proxy=%s metrics=%s/metrics upstream=%s classes=%s loop=%s",
+        server.proxy_address.url(), server.metrics_address.url(), args.upstream,
+        ",".join(server.proxy.slo.class_names), type(loop).__module__.split(".")[0],
+    )
+    try:
+        await stop.wait()
+    finally:
+        log.info("event=tap_stopping grace_s=%s", args.shutdown_grace)
+        await server.stop()
+
+
+def _runner(choice: str) -> asyncio.Runner:
+    """An asyncio runner on uvloop when asked for or (auto) installed, else on the default loop."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise SystemExit("llmslo-exporter tap: --event-loop uvloop, but uvloop is not installed") from None
+        else:
+            return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    return asyncio.Runner()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT. Exit status 2 for unusable configuration."""
+    _setup_logging(args.log_level)
+    try:
+        slo = load_slo_config(args.slo)
+    except SloConfigError as e:
+        print(f"llmslo-exporter tap: {e}", file=sys.stderr)
+        return 2
+    if not args.upstream.startswith(("http://", "https://")):
+        print(f"llmslo-exporter tap: --upstream {args.upstream!r} must be an http:// or https:// URL", file=sys.stderr)
+        return 2
+    try:
+        import prometheus_client
+
+        prometheus_client.disable_created_metrics()  # *_created series are noise for a sidecar
+    except AttributeError:
+        pass
+    settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage)
+    server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)
+    try:
+        with _runner(args.event_loop) as runner:
+            runner.run(_serve(args, server))
+    except OSError as e:
+        print(f"llmslo-exporter tap: cannot listen: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmslo-exporter tap", description=DESCRIPTION)
+    _add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,83 @@
+"""Runs the tap: the proxy on one port, its own /metrics on another.
+
+The metrics get their own port so that the engine's /metrics behind the tap stays reachable
+through the proxy port unchanged. Usable in-process (tests, benchmarks) or from the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from exporter.tap.classes import SloConfig
+from exporter.tap.metrics import TapMetrics
+from exporter.tap.proxy import Observer, TapProxy, TapSettings
+
+
+@dataclass(frozen=True)
+class BoundAddress:
+    host: str
+    port: int
+
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def _bound(runner: web.AppRunner) -> BoundAddress:
+    addr = runner.addresses[0]
+    return BoundAddress(str(addr[0]), int(addr[1]))
+
+
+class TapServer:
+    """The proxy and metrics listeners, started and stopped together."""
+
+    def __init__(
+        self,
+        settings: TapSettings,
+        slo: SloConfig,
+        observer: Observer | None = None,
+        shutdown_timeout_s: float = 10.0,
+    ) -> None:
+        self.metrics = TapMetrics(slo)
+        self.proxy = TapProxy(settings, slo, self.metrics, observer)
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._runners: list[web.AppRunner] = []
+        self.proxy_address: BoundAddress | None = None
+        self.metrics_address: BoundAddress | None = None
+
+    def _metrics_app(self) -> web.Application:
+        registry = self.metrics.registry
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        return app
+
+    async def _start_app(self, app: web.Application, host: str, port: int, **runner_kw: object) -> BoundAddress:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.shutdown_timeout_s, **runner_kw)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        return _bound(runner)
+
+    async def start(self, listen: tuple[str, int], metrics_listen: tuple[str, int]) -> None:
+        """Bind both ports (port 0 = any free port; see proxy_address / metrics_address)."""
+        try:
+            # handler_cancellation: a client that disconnects cancels its handler, which
+            # closes the upstream request even while the engine has not sent a byte yet.
+            self.proxy_address = await self._start_app(self.proxy.make_app(), *listen, handler_cancellation=True)
+            self.metrics_address = await self._start_app(self._metrics_app(), *metrics_listen)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop listening, let in-flight requests finish (up to shutdown_timeout_s), close the session."""
+        runners, self._runners = self._runners, []
+        for runner in reversed(runners):
+            await runner.cleanup()

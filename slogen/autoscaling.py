@@ -1,0 +1,269 @@
+"""The autoscaling spec: which inference pool scales on which serving signals (docs/autoscaling.md).
+
+A companion file next to the SLO specs, owned by whoever owns capacity, not by the SLO authors:
+
+    version: "llmslo/autoscaling/v1"
+    pools:
+      - name: vllm-llama-3-8b
+        namespace: llm
+        target: {kind: Deployment, name: vllm-llama-3-8b}
+        replicas: {min: 1, max: 8}
+        match: {namespace: llm, model: llama-3-8b}
+        triggers:
+          queue_depth: {per_replica: 4}
+          kv_cache_utilization: {per_replica: 0.85}
+          ttft_burn_rate: {slo: chat/ttft, above: 2, window: 5m}
+
+Errors name the file, the pool and the field, and say how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmslo import conventions as c
+
+VERSION = "llmslo/autoscaling/v1"
+DEFAULT_DIR = "autoscaling"
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+
+# Labels a pool may be matched on: the identity of engine series, and `cluster` for fleets.
+MATCH_LABELS = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL, c.LABEL_ENGINE, c.LABEL_POD, c.LABEL_NODE)
+# Burn-rate windows a scaler may read: short ones only. A 1h+ window keeps "burning" long after
+# capacity was added, so the pool would keep growing and then refuse to shrink.
+SHORT_WINDOWS = ("1m", "2m", "5m", "10m")
+TARGET_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION = re.compile(r"^(\d+)(s|m|h)$")
+
+
+class AutoscalingError(ValueError):
+    """A problem in an autoscaling spec; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class QueueDepthTrigger:
+    per_replica: float  # waiting requests one replica may carry before another is added
+
+
+@dataclass(frozen=True)
+class KVUtilizationTrigger:
+    per_replica: float  # mean KV-cache usage (0..1] to hold each replica at
+
+
+@dataclass(frozen=True)
+class TTFTBurnTrigger:
+    slo: str  # "service/slo-name"
+    above: float  # burn rate over which capacity is added proportionally
+    window: str = "5m"
+
+
+@dataclass(frozen=True)
+class ScalePolicy:
+    stabilization_s: int
+    max_pods: int
+    max_percent: int  # 0: no percent policy (for scale-down it would round to zero pods on small pools)
+    period_s: int
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    namespace: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int
+    match: dict[str, str]
+    queue_depth: QueueDepthTrigger | None = None
+    kv_cache_utilization: KVUtilizationTrigger | None = None
+    ttft_burn_rate: TTFTBurnTrigger | None = None
+    prometheus: str = DEFAULT_PROMETHEUS
+    authentication_ref: str = ""  # a KEDA TriggerAuthentication for a secured Prometheus
+    polling_interval_s: int = 15
+    cooldown_period_s: int = 300
+    scale_up: ScalePolicy = ScalePolicy(stabilization_s=60, max_pods=2, max_percent=50, period_s=60)
+    scale_down: ScalePolicy = ScalePolicy(stabilization_s=600, max_pods=1, max_percent=0, period_s=300)
+    origin: str = ""
+
+    @property
+    def target_api_version(self) -> str:
+        return TARGET_KINDS[self.target_kind]
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    pools: tuple[Pool, ...] = field(default_factory=tuple)
+
+
+class _Node:
+    """One mapping of the spec with its location, for error messages."""
+
+    def __init__(self, file: str, where: str, data: Any):
+        self.file, self.where = file, where
+        if not isinstance(data, dict):
+            raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
+        self.data = data
+
+    def error(self, key: str, problem: str, fix: str) -> AutoscalingError:
+        loc = f"{self.where}.{key}" if key and self.where else (key or self.where or "(top level)")
+        return AutoscalingError(f"{self.file}: {loc}: {problem}. Fix: {fix}.")
+
+    def keys(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+        for key in self.data:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}"
+                raise self.error(str(key), "unknown key", f"remove it or correct the name ({hint})")
+        for key in required:
+            if key not in self.data:
+                raise self.error(key, "missing", f"add `{key}:`")
+
+    def child(self, key: str) -> "_Node":
+        return _Node(self.file, f"{self.where}.{key}" if self.where else key, self.data[key])
+
+    def string(self, key: str, default: str | None = None, pattern: re.Pattern[str] | None = None,
+               fix: str = "use a string") -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise self.error(key, f"expected a non-empty string, got {value!r}", fix)
+        if pattern and not pattern.match(value):
+            raise self.error(key, f"{value!r} is not valid", fix)
+        return value
+
+    def number(self, key: str, lo: float, hi: float | None = None, default: float | None = None,
+               integer: bool = False) -> float:
+        value = self.data.get(key, default)
+        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):
+            bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
+            kind = "a whole number" if integer else "a number"
+            raise self.error(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
+        return value
+
+    def seconds(self, key: str, default: int, hi: int) -> int:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        m = _DURATION.match(str(value))
+        if not m:
+            raise self.error(key, f"{value!r} is not a duration", "write e.g. 30s, 5m or 1h")
+        seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+        if not 0 <= seconds <= hi:
+            raise self.error(key, f"{value!r} is out of range", f"use at most {hi}s")
+        return seconds
+
+
+def _policy(node: _Node, default: ScalePolicy) -> ScalePolicy:
+    node.keys(("stabilization", "max_pods", "max_percent", "period"))
+    return ScalePolicy(
+        stabilization_s=node.seconds("stabilization", default.stabilization_s, 3600),
+        max_pods=int(node.number("max_pods", 1, default=default.max_pods, integer=True)),
+        max_percent=int(node.number("max_percent", 0, 1000, default=default.max_percent, integer=True)),
+        period_s=node.seconds("period", default.period_s, 1800) or default.period_s,
+    )
+
+
+def _pool(node: _Node) -> Pool:
+    node.keys(("name", "namespace", "target", "replicas", "match", "triggers", "prometheus", "authentication_ref",
+               "polling_interval", "cooldown_period", "scale_up", "scale_down"),
+              ("name", "namespace", "target", "replicas", "match", "triggers"))
+    dns = "use lowercase letters, digits and '-' (a Kubernetes name)"
+    name = node.string("name", pattern=_NAME, fix=dns)
+    target = node.child("target")
+    target.keys(("kind", "name"), ("name",))
+    kind = target.string("kind", "Deployment")
+    if kind not in TARGET_KINDS:
+        raise target.error("kind", f"cannot scale a {kind}", f"use one of {', '.join(TARGET_KINDS)}")
+    replicas = node.child("replicas")
+    replicas.keys(("min", "max"), ("max",))
+    lo = int(replicas.number("min", 0, default=1, integer=True))
+    hi = int(replicas.number("max", max(lo, 1), integer=True))
+    match = node.child("match")
+    if not match.data:
+        raise match.error("", "empty", "name at least the pool's namespace and model, e.g. {namespace: llm, model: m}")
+    match.keys(MATCH_LABELS)
+    labels = {k: match.string(k) for k in match.data}
+    triggers = node.child("triggers")
+    triggers.keys(("queue_depth", "kv_cache_utilization", "ttft_burn_rate"))
+    if not triggers.data:
+        raise triggers.error("", "no trigger", "add queue_depth, kv_cache_utilization and/or ttft_burn_rate")
+    queue = kv = burn = None
+    if "queue_depth" in triggers.data:
+        t = triggers.child("queue_depth")
+        t.keys(("per_replica",), ("per_replica",))
+        queue = QueueDepthTrigger(t.number("per_replica", 0.1))
+    if "kv_cache_utilization" in triggers.data:
+        t = triggers.child("kv_cache_utilization")
+        t.keys(("per_replica",), ("per_replica",))
+        kv = KVUtilizationTrigger(t.number("per_replica", 0.05, 1.0))
+    if "ttft_burn_rate" in triggers.data:
+        t = triggers.child("ttft_burn_rate")
+        t.keys(("slo", "above", "window"), ("slo", "above"))
+        slo = t.string("slo", pattern=re.compile(r"^[^/]+/[^/]+$"), fix="write service/slo-name, e.g. chat/ttft")
+        window = t.string("window", "5m")
+        if window not in SHORT_WINDOWS:
+            raise t.error("window", f"{window} is not a short window: scaling on it would lag capacity and never "
+                                    "scale back down in time", f"use one of {', '.join(SHORT_WINDOWS)}")
+        burn = TTFTBurnTrigger(slo, t.number("above", 0.1), window)
+    up = _policy(node.child("scale_up"), Pool.scale_up) if "scale_up" in node.data else Pool.scale_up
+    down = _policy(node.child("scale_down"), Pool.scale_down) if "scale_down" in node.data else Pool.scale_down
+    return Pool(
+        name=name, namespace=node.string("namespace", pattern=_NAME, fix=dns), target_kind=kind,
+        target_name=target.string("name", pattern=_NAME, fix=dns), min_replicas=lo, max_replicas=hi, match=labels,
+        queue_depth=queue, kv_cache_utilization=kv, ttft_burn_rate=burn,
+        prometheus=node.string("prometheus", DEFAULT_PROMETHEUS),
+        authentication_ref=node.string("authentication_ref", pattern=_NAME, fix=dns)
+        if "authentication_ref" in node.data else "",
+        polling_interval_s=node.seconds("polling_interval", 15, 3600) or 15,
+        cooldown_period_s=node.seconds("cooldown_period", 300, 86400),
+        scale_up=up, scale_down=down, origin=f"{node.file}: {node.where}",
+    )
+
+
+def load_text(text: str, file: str) -> AutoscalingSpec:
+    pools: list[Pool] = []
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "somewhere"
+        raise AutoscalingError(f"{file}: not valid YAML at {where}. Fix: correct the YAML syntax there.") from None
+    for i, doc in enumerate(docs):
+        top = _Node(file, f"document {i}" if len(docs) > 1 else "", doc)
+        top.keys(("version", "pools"), ("version", "pools"))
+        if top.data["version"] != VERSION:
+            raise top.error("version", f"unknown version {top.data['version']!r}", f'write version: "{VERSION}"')
+        if not isinstance(top.data["pools"], list):
+            raise top.error("pools", "expected a list", "write `pools:` followed by `- name: ...` items")
+        for j, item in enumerate(top.data["pools"]):
+            pools.append(_pool(_Node(file, f"{top.where + '.' if top.where else ''}pools[{j}]", item)))
+    return AutoscalingSpec(tuple(pools))
+
+
+def load_paths(paths: list[Path]) -> AutoscalingSpec:
+    """Every `*.yaml`/`*.yml` under the given files or directories; pool names must be unique per namespace."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
+        elif path.exists():
+            files.append(path)
+    pools: list[Pool] = []
+    seen: dict[tuple[str, str], str] = {}
+    for file in files:
+        for pool in load_text(file.read_text(encoding="utf-8"), str(file)).pools:
+            key = (pool.namespace, pool.name)
+            if key in seen:
+                raise AutoscalingError(f"{pool.origin}: name: pool {pool.name!r} in namespace {pool.namespace!r} is "
+                                       f"already defined at {seen[key]}. Fix: give each pool its own name.")
+            seen[key] = pool.origin
+            pools.append(pool)
+    return AutoscalingSpec(tuple(pools))

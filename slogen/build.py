@@ -1,0 +1,177 @@
+"""`slogen build`: the SLO catalog in, every generated artifact out, as an ordered chain.
+
+Each artifact generator is a pure function `(catalog, options) -> {relative path: text}`;
+`ARTIFACT_GENERATORS` runs them in order. To add an artifact (dashboards, KEDA objects,
+runbooks), append its generator to that list. Writing is separate: `write_outputs` writes
+atomically and removes files this build generated before but no longer produces;
+`stale_outputs` is the `--check` comparison for CI.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from slogen.errors import SpecError, SpecErrors
+from slogen.generators import SLOResult, generate
+from slogen.generators.artifacts import artifact_generator
+from slogen.generators.options import GenOptions
+from slogen.generators.tests import SkippedSLO, service_tests
+from slogen.loaders import load_paths
+from slogen.loaders.k8s import API_VERSION as K8S_SPEC
+from slogen.loaders.windows import merge
+from slogen.model import SLO, AlertWindows
+from slogen.writers import GENERATED_MARKER, header, prometheus_rule, rule_file, write_atomic
+from slogen.yamlio import dump
+
+ALERTS_DIR = "alerts"
+PROMETHEUS_RULE_DIR = "deploy/generated"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    inputs: tuple[str, ...] = ("slos",)
+    windows_paths: tuple[str, ...] = ()  # extra AlertWindows catalogs (AlertWindows found among inputs load too)
+    gen: GenOptions = field(default_factory=GenOptions)
+
+
+@dataclass
+class Catalog:
+    """Everything artifact generators read: the SLOs, their generated rules, grouped by service."""
+
+    slos: list[SLO]
+    results: list[SLOResult]
+    windows: dict[int, AlertWindows]
+    warnings: list[SpecError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. SLOs left without generated tests, and why
+
+    @property
+    def services(self) -> dict[str, list[SLOResult]]:
+        ordered = sorted(self.results, key=lambda r: r.slo.service)
+        return {svc: list(items) for svc, items in itertools.groupby(ordered, key=lambda r: r.slo.service)}
+
+
+ArtifactGenerator = Callable[[Catalog, BuildOptions], dict[str, str]]
+
+
+def rules_path(service: str) -> str:
+    return f"{ALERTS_DIR}/{service}.rules.yaml"
+
+
+def tests_path(service: str) -> str:
+    return f"{ALERTS_DIR}/{service}.test.yaml"
+
+
+def prometheus_rule_path(service: str) -> str:
+    return f"{PROMETHEUS_RULE_DIR}/prometheusrule-{service}.yaml"
+
+
+def _source(items: list[SLOResult]) -> str:
+    return ", ".join(sorted({Path(r.slo.origin.file).as_posix() for r in items}))
+
+
+def rule_files(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
+    """alerts/<service>.rules.yaml: plain Prometheus / Thanos Ruler / Mimir rule files."""
+    return {rules_path(svc): rule_file([g for r in items for g in r.rules.groups()], header(_source(items), options.gen.version))
+            for svc, items in catalog.services.items()}
+
+
+def rule_tests(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
+    """alerts/<service>.test.yaml: promtool unit tests staging an outage, a slow burn and no data."""
+    out = {}
+    for svc, items in catalog.services.items():
+        doc, skipped = service_tests(items, Path(rules_path(svc)).name)
+        catalog.notes += [f"{s.slo_id}: no generated tests ({s.reason})" for s in skipped]
+        if doc is not None:
+            out[tests_path(svc)] = header(_source(items), options.gen.version) + "\n" + dump(doc)
+    return out
+
+
+def prometheus_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
+    """deploy/generated/prometheusrule-<service>.yaml: the same groups as a prometheus-operator object."""
+    out = {}
+    for svc, items in catalog.services.items():
+        origin = next((r.slo.origin for r in items if r.slo.origin.spec == K8S_SPEC), None)
+        out[prometheus_rule_path(svc)] = prometheus_rule(
+            origin.k8s_name if origin and origin.k8s_name else f"slo-{svc}",
+            [g for r in items for g in r.rules.groups()],
+            namespace=origin.k8s_namespace if origin else "",
+            labels=origin.k8s_labels if origin else None,
+            head=header(_source(items), options.gen.version))
+    return out
+
+
+# The build, in order. Append artifact generators here.
+ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules]
+ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (generators/artifacts.py)
+
+
+def compile_catalog(options: BuildOptions) -> Catalog:
+    """Load, validate and generate rules for every SLO; SpecErrors lists every problem."""
+    loaded = load_paths(list(options.inputs))
+    extra = load_paths(list(options.windows_paths), windows_only=True).windows if options.windows_paths else []
+    windows = merge(loaded.windows + extra, dict(options.gen.windows))
+    gen = GenOptions(**{**options.gen.__dict__, "windows": windows})
+    results = generate(loaded.slos, gen)
+    return Catalog(loaded.slos, results, windows, loaded.warnings)
+
+
+def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = None) -> tuple[Catalog, dict[str, str]]:
+    catalog = compile_catalog(options)
+    artifacts: dict[str, str] = {}
+    for gen in ARTIFACT_GENERATORS if generators is None else generators:
+        for path, text in gen(catalog, options).items():
+            if path in artifacts:
+                raise SpecErrors([SpecError(path, f"two artifact generators both produce {path}",
+                                            fix="give each generator its own output paths")])
+            artifacts[path] = text
+    return catalog, dict(sorted(artifacts.items()))
+
+
+def _managed_dirs(artifacts: dict[str, str]) -> set[str]:
+    return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR}
+
+
+def _orphans(artifacts: dict[str, str], out: Path) -> list[str]:
+    """Files slogen generated earlier (they carry its marker) that this build no longer produces."""
+    found = []
+    for d in sorted(_managed_dirs(artifacts)):
+        base = out / d
+        if not base.is_dir():
+            continue
+        for p in sorted(base.iterdir()):
+            rel = p.relative_to(out).as_posix()
+            if p.is_file() and rel not in artifacts and p.suffix in (".yaml", ".yml"):
+                try:
+                    head = p.read_text(encoding="utf-8", errors="replace")[:300]
+                except OSError:
+                    continue
+                if GENERATED_MARKER in head:
+                    found.append(rel)
+    return found
+
+
+def write_outputs(artifacts: dict[str, str], out: str | Path) -> tuple[list[str], list[str]]:
+    """Write every artifact under `out` atomically; returns (changed paths, removed orphan paths)."""
+    root = Path(out)
+    changed = [p for p, text in artifacts.items() if write_atomic(root / p, text)]
+    removed = _orphans(artifacts, root)
+    for rel in removed:
+        (root / rel).unlink()
+    return changed, removed
+
+
+def stale_outputs(artifacts: dict[str, str], out: str | Path) -> list[str]:
+    """Why the files under `out` differ from a fresh build (missing, different, orphaned); empty if current."""
+    root = Path(out)
+    problems = []
+    for rel, text in artifacts.items():
+        p = root / rel
+        if not p.exists():
+            problems.append(f"{rel}: missing")
+        elif p.read_text(encoding="utf-8") != text:
+            problems.append(f"{rel}: out of date")
+    problems += [f"{rel}: no longer generated" for rel in _orphans(artifacts, root)]
+    return problems

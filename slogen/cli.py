@@ -1,0 +1,263 @@
+"""The `slogen` command: build, validate, generate (a drop-in for `sloth generate`), version."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from slogen import VERSION_LABEL
+from slogen.build import ARTIFACT_GENERATORS, BuildOptions, build, stale_outputs, write_outputs
+from slogen.durations import DAY, format_duration, parse_duration
+from slogen.errors import SpecError, SpecErrors
+from slogen.generate import render_documents
+from slogen.generators import generate
+from slogen.generators.options import DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL, UNREACHABLE_RESCALE, GenOptions
+from slogen.loaders import discover, load_paths
+from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
+from slogen.loaders.windows import BUILTIN, merge
+from slogen.writers import rule_file, write_atomic
+
+
+class UsageError(Exception):
+    pass
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not LABEL_NAME_RE.match(key) or not value:
+            raise UsageError(f"--extra-labels {pair!r}: write key=value with a valid label name and a value")
+        if key in RESERVED_LABELS:
+            raise UsageError(f"--extra-labels {pair!r}: {key} is reserved by slogen; choose another name")
+        out[key] = value
+    return out
+
+
+def _gen_args(p: argparse.ArgumentParser, *, compat_default: bool = False) -> None:
+    p.add_argument("--default-slo-period", type=_duration, default=30 * DAY, metavar="PERIOD",
+                   help="period of SLOs that set none (default 30d)")
+    p.add_argument("-l", "--extra-labels", action="append", default=[], metavar="KEY=VALUE",
+                   help="label added to every generated rule (repeatable)")
+    p.add_argument("--sloth-compat", action="store_true", default=compat_default,
+                   help="emit exactly Sloth v0.16's rules (no traffic-weighted SLI, per-tier alerts, tests)")
+    p.add_argument("--unreachable-tiers", choices=(UNREACHABLE_FAIL, UNREACHABLE_RESCALE), default=UNREACHABLE_FAIL,
+                   help="an alert tier that can never fire: fail (default) or rescale it to fire at a 90%% error ratio")
+    p.add_argument("--derive-above", type=_duration, default=None, metavar="WINDOW",
+                   help="windows longer than this derive from the base-window rates (default: the longest page window)")
+
+
+def _gen_options(args: argparse.Namespace, windows: dict | None = None) -> GenOptions:
+    return GenOptions(
+        sloth_compat=args.sloth_compat, default_period=args.default_slo_period,
+        windows=windows if windows is not None else dict(BUILTIN), extra_labels=_labels(args.extra_labels),
+        unreachable_tiers=args.unreachable_tiers, derive_above=args.derive_above,
+        disable_alerts=getattr(args, "disable_alerts", False), disable_recordings=getattr(args, "disable_recordings", False),
+        runbook_base_url=getattr(args, "runbook_base_url", DEFAULT_RUNBOOK_BASE_URL),
+        period_override=getattr(args, "override_period", None),
+    )
+
+
+def _report(errors: list[SpecError], warnings: list[SpecError] = ()) -> None:
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+
+
+def _windows(paths: list[str], replace: bool = False) -> dict:
+    catalogs = load_paths(paths, windows_only=True).windows if paths else []
+    if paths and not catalogs:
+        raise UsageError(f"no AlertWindows catalogs found in {', '.join(paths)}")
+    return merge(catalogs, {} if replace else None)
+
+
+# ---------------------------------------------------------------------------------- build
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    gen = _gen_options(args, _windows(args.windows))
+    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen)
+    catalog, artifacts = build(options)
+    _report([], catalog.warnings)
+    for note in catalog.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.check:
+        stale = stale_outputs(artifacts, args.out)
+        for s in stale:
+            print(f"stale: {s}", file=sys.stderr)
+        if stale:
+            print("generated outputs are stale: run `slogen build` and commit the result", file=sys.stderr)
+            return 1
+        print(f"{len(artifacts)} generated files are up to date", file=sys.stderr)
+        return 0
+    changed, removed = write_outputs(artifacts, args.out)
+    print(f"slogen: {len(catalog.slos)} SLOs, {len(artifacts)} files ({len(changed)} changed, {len(removed)} removed) "
+          f"under {args.out}", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------------------- validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    loaded = load_paths(args.paths, allow_duplicates=args.ignore_slo_duplicates, raise_errors=False)
+    errors = list(loaded.errors)
+    if not errors:
+        extra = load_paths(args.windows, windows_only=True).windows if args.windows else []
+        windows = merge(loaded.windows + extra)
+        opts = _gen_options(args, windows)
+        try:
+            results = generate(loaded.slos, opts)
+        except SpecErrors as e:
+            errors += e.errors
+            results = []
+        if results and args.promtool:
+            errors += _promtool_check(results)
+    _report(errors, loaded.warnings)
+    if errors:
+        print(f"validation failed: {len(errors)} problem(s) in {len(loaded.files)} file(s)", file=sys.stderr)
+        return 1
+    print(f"{len(loaded.slos)} SLOs in {len(loaded.files)} file(s) are valid", file=sys.stderr)
+    return 0
+
+
+def _promtool_check(results) -> list[SpecError]:
+    """Full PromQL parsing of every generated rule, by promtool."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return [SpecError("promtool", "promtool is not installed", fix="install Debian's prometheus package or drop --promtool")]
+    errors = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in results:
+            path = Path(tmp) / f"{r.slo.id}.yaml"
+            path.write_text(rule_file(r.rules.groups()))
+            proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+            if proc.returncode:
+                detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+                errors.append(SpecError(r.slo.origin.file, f"generated rules do not parse: {' '.join(detail)}",
+                                        r.slo.origin.path, r.slo.id, "check the SLI queries", r.slo.origin.line))
+    return errors
+
+
+# ------------------------------------------------------------------------------- generate
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    windows = _windows([args.slo_period_windows_path], replace=True) if args.slo_period_windows_path else dict(BUILTIN)
+    if args.default_slo_period not in windows:
+        raise UsageError(f"--default-slo-period {format_duration(args.default_slo_period)} has no alert-window catalog "
+                         f"(have {', '.join(format_duration(p) for p in sorted(windows))})")
+    opts = _gen_options(args, windows)
+    src = Path(args.input)
+    if src.is_dir():
+        out = Path(args.out)
+        if args.out == "-" or not out.is_dir():
+            raise UsageError("the input is a directory, so --out must be an existing directory")
+        if out.resolve() == src.resolve():
+            raise UsageError("input and output can't be the same directory")
+        files = [f for f in discover(src) if _selected(f, args)]
+        if not files:
+            raise UsageError("0 SLO specs have been discovered")
+        for f in files:
+            text = _generate_one(f, opts)
+            write_atomic(out / f.relative_to(src), text)
+        return 0
+    text = _generate_one(src, opts)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.out, text)
+    return 0
+
+
+def _selected(path: Path, args: argparse.Namespace) -> bool:
+    p = path.as_posix()
+    if args.fs_exclude and re.search(args.fs_exclude, p):
+        return False
+    return not args.fs_include or bool(re.search(args.fs_include, p))
+
+
+def _generate_one(path: Path, opts: GenOptions) -> str:
+    loaded = load_paths([path])
+    if not loaded.slos:
+        raise SpecErrors([SpecError(str(path), "no SLOs found", fix="add an SLO spec document")])
+    return render_documents(loaded.slos, opts)
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="slogen", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="generate rules, tests and deploy objects from the SLO catalog")
+    b.add_argument("paths", nargs="*", help="SLO spec files or directories (default: slos/)")
+    b.add_argument("--out", default=".", help="output root; files go to alerts/, deploy/generated/, ... (default: .)")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 when the files under --out are stale")
+    b.add_argument("--runbook-base-url", default=os.environ.get("SLOGEN_RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE_URL),
+                   help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL)")
+    b.add_argument("--windows", action="append", default=[], metavar="PATH",
+                   help="extra AlertWindows catalog file or directory (repeatable; slos/windows/ loads anyway)")
+    b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
+                   help="put every SLO on this period, e.g. 1d with slos/windows/demo.yaml for the demo")
+    _gen_args(b)
+
+    v = sub.add_parser("validate", help="check SLO specs (and their generation) without writing anything")
+    v.add_argument("paths", nargs="+")
+    v.add_argument("--ignore-slo-duplicates", action="store_true")
+    v.add_argument("--windows", action="append", default=[], metavar="PATH")
+    v.add_argument("--promtool", action="store_true", help="also parse every generated rule with promtool")
+    _gen_args(v)
+
+    g = sub.add_parser("generate", help="drop-in for `sloth generate`: one input file or directory to rules")
+    g.add_argument("-i", "--input", required=True)
+    g.add_argument("-o", "--out", default="-")
+    g.add_argument("-e", "--fs-exclude", default="")
+    g.add_argument("-n", "--fs-include", default="")
+    g.add_argument("--disable-alerts", action="store_true")
+    g.add_argument("--disable-recordings", action="store_true")
+    g.add_argument("--slo-period-windows-path", default="", help="directory of AlertWindows catalogs (replaces the built-in ones)")
+    g.add_argument("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL)
+    _gen_args(g)
+
+    sub.add_parser("version", help="print the version (the sloth_version label value)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "version":
+            print(VERSION_LABEL)
+            return 0
+        return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate}[args.command](args)
+    except SpecErrors as e:
+        _report(e.errors)
+        return 1
+    except SpecError as e:
+        _report([e])
+        return 1
+    except UsageError as e:
+        print(f"slogen: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+__all__ = ["main", "ARTIFACT_GENERATORS"]

@@ -1,0 +1,44 @@
+"""Spec errors that say where (file, line, SLO, field), what is wrong, and how to fix it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpecError(Exception):
+    """One problem in an input file.
+
+    `field` is a path into the document as the user wrote it (`slos[1].sli.events.error_query`),
+    `slo` the SLO's id or name when the problem belongs to one SLO, `fix` a concrete next step.
+    """
+
+    file: str
+    message: str
+    field: str = ""
+    slo: str = ""
+    fix: str = ""
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line else "")
+        parts = [where]
+        if self.slo:
+            parts.append(f"SLO {self.slo!r}")
+        if self.field:
+            parts.append(f"field {self.field}")
+        text = ": ".join(parts) + f": {self.message}"
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return text
+
+
+class SpecErrors(Exception):
+    """Every problem found in one load or validation pass, so users fix them all at once."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = list(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+    def __iter__(self):
+        return iter(self.errors)

@@ -1,0 +1,79 @@
+"""Pure functions from the SLO model to Prometheus rule groups.
+
+`generate(slos, opts)` runs, for each SLO, Sloth's processor chain: SLO plugins with a
+negative priority, then the default generators (SLI rules, metadata rules, alerts), then the
+remaining SLO plugins in priority order. `--sloth-compat` is an option the default
+generators read, not another path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slogen import plugins
+from slogen.generators.alerts import alert_rules
+from slogen.generators.metadata import meta_rules
+from slogen.generators.options import GenOptions, SLOContext
+from slogen.generators.sli import sli_rules
+from slogen.generators.tiers import resolve
+from slogen.model import SLO, RuleGroup, SLORules
+
+EXTRA_GROUP_PREFIX = "sloth-slo-extra-rules-"
+
+
+@dataclass
+class SLOResult:
+    ctx: SLOContext
+    rules: SLORules
+
+    @property
+    def slo(self) -> SLO:
+        return self.ctx.slo
+
+
+def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
+    ctx = resolve(slo, opts)
+    rules = SLORules(sli=RuleGroup(""), meta=RuleGroup(""), alerts=RuleGroup(""))
+    chain = sorted(slo.plugins, key=lambda p: p.priority)  # stable, as Sloth's SortStableFunc
+    pre = [_plugin(p) for p in chain if p.priority < 0]
+    post = [_plugin(p) for p in chain if p.priority >= 0]
+    for plugin in pre:
+        plugin(slo, rules)
+    if not slo.override_plugins:
+        rules.sli.rules = sli_rules(ctx).rules
+        rules.meta.rules = meta_rules(ctx).rules
+        rules.alerts.rules = alert_rules(ctx).rules
+    for plugin in post:
+        plugin(slo, rules)
+    rules.sli.name = rules.sli.name or f"sloth-slo-sli-recordings-{slo.id}"
+    rules.meta.name = rules.meta.name or f"sloth-slo-meta-recordings-{slo.id}"
+    rules.alerts.name = rules.alerts.name or f"sloth-slo-alerts-{slo.id}"
+    for i, extra in enumerate(rules.extra):
+        extra.name = extra.name or f"{EXTRA_GROUP_PREFIX}{i:03d}-{slo.id}"
+    if opts.disable_alerts:
+        rules.alerts.rules = []
+    if opts.disable_recordings:
+        rules.sli.rules, rules.meta.rules = [], []
+    return SLOResult(ctx, rules)
+
+
+def _plugin(ref) -> plugins.SLOPlugin:
+    factory = plugins.slo_plugin_factory(ref.id)
+    if factory is None:  # the loader already reported it; keep the message if called directly
+        raise ValueError(f"unknown SLO plugin {ref.id!r}")
+    return factory(ref.config)
+
+
+def generate(slos: list[SLO], opts: GenOptions) -> list[SLOResult]:
+    """Rules for every SLO, in input order; SpecErrors collects every SLO that cannot be generated."""
+    from slogen.errors import SpecError, SpecErrors
+
+    results, errors = [], []
+    for slo in slos:
+        try:
+            results.append(generate_slo(slo, opts))
+        except SpecError as e:
+            errors.append(e)
+    if errors:
+        raise SpecErrors(errors)
+    return results

@@ -1,0 +1,414 @@
+"""Grafana dashboards generated from the SLOs: one per SLO, plus the fleet serving dashboard.
+
+Why generated: the dashboards must query exactly the series the exporter, the tap and the
+generated rules produce. Every name below comes from `llmslo.conventions`, every SLO number
+from the spec, so a rename or a new SLO changes the dashboards in the same `slogen build`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import attr
+from grafanalib import core as g
+
+from llmslo import conventions as c
+from slogen.generators import grafana as gf
+from slogen.generators import queries as q
+from slogen.generators.views import (
+    SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
+)
+
+DASHBOARD_DIR = "dashboards"
+FLEET_FILE = f"{DASHBOARD_DIR}/llm-serving-fleet.json"
+TAGS = ["llmslo"]
+RATE = "$__rate_interval"
+
+# Template variables: Grafana name -> label it filters.
+CLUSTER_VAR = "cluster"
+FLEET_VARIABLES = (
+    (CLUSTER_VAR, c.LABEL_CLUSTER),
+    ("namespace", c.LABEL_NAMESPACE),
+    ("model", c.LABEL_MODEL),
+    ("node", c.LABEL_NODE),
+)
+
+
+def _var(name: str) -> str:
+    return "$" + name
+
+
+# --------------------------------------------------------------------------------------
+# Layout
+# --------------------------------------------------------------------------------------
+@dataclass
+class _Grid:
+    """Places panels left to right in Grafana's 24-column grid, wrapping to a new line."""
+
+    x: int = 0
+    y: int = 0
+    line_height: int = 0
+    next_id: int = 1
+
+    def place(self, panel, w: int, h: int):
+        if self.x + w > 24:
+            self.newline()
+        placed = _with(panel, gridPos=g.GridPos(h=h, w=w, x=self.x, y=self.y), id=self.next_id)
+        self.next_id += 1
+        self.x += w
+        self.line_height = max(self.line_height, h)
+        return placed
+
+    def newline(self) -> None:
+        if self.x:
+            self.y += self.line_height
+        self.x, self.line_height = 0, 0
+
+    def row(self, title: str) -> g.RowPanel:
+        self.newline()
+        row = g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=24, x=0, y=self.y), id=self.next_id)
+        self.next_id += 1
+        self.y += 1
+        return row
+
+
+def _with(panel, **changes):
+    return attr.evolve(panel, **changes)
+
+
+def _uid(prefix: str, key: str) -> str:
+    """A stable dashboard uid (8-40 characters), readable where the key is short."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", key.lower()).strip("-")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{prefix}-{slug}"[:31].rstrip("-") + "-" + digest
+
+
+def _timeseries(title: str, targets: Sequence[g.Target], *, unit: str = "short", description: str = "",
+                steps: Sequence[tuple[float | None, str]] = (), threshold_style: str = "off",
+                stack: bool = False, draw: str = "line", fill: int = 10) -> g.TimeSeries:
+    return g.TimeSeries(
+        title=title, description=description, dataSource=gf.PROMETHEUS, targets=list(targets), unit=unit,
+        thresholds=gf.thresholds(*steps) if steps else gf.thresholds((None, "green")),
+        thresholdsStyleMode=threshold_style, legendDisplayMode="list", legendPlacement="bottom",
+        tooltipMode="multi", tooltipSort="desc", fillOpacity=fill, drawStyle=draw,
+        stacking={"mode": "normal", "group": "A"} if stack else {"mode": "none", "group": "A"},
+    )
+
+
+def _stat(title: str, targets: Sequence[g.Target], *, unit: str = "short", description: str = "",
+          steps: Sequence[tuple[float | None, str]] = ((None, "green"),), decimals: int | None = None,
+          time_from: str | None = None) -> g.Stat:
+    return g.Stat(
+        title=title, description=description, dataSource=gf.PROMETHEUS, targets=list(targets), format=unit,
+        thresholds=gf.thresholds(*steps), color={"mode": "thresholds"}, colorMode="value", graphMode="area",
+        reduceCalc="lastNotNull", decimals=decimals, noValue="No data", timeFrom=time_from,
+        hideTimeOverride=time_from is None,
+    )
+
+
+def _dashboard(title: str, uid: str, description: str, panels: list, variables: list[g.Template],
+               time_from: str, tags: Sequence[str]) -> g.Dashboard:
+    return g.Dashboard(
+        title=title, uid=uid, description=description, tags=[*TAGS, *tags], panels=panels,
+        templating=g.Templating(list=[gf.datasource_variable(), *variables]),
+        time=g.Time(time_from, "now"), timezone="utc", refresh="30s", schemaVersion=gf.SCHEMA_VERSION,
+        graphTooltip=1, editable=True, version=1,
+        annotations=g.Annotations(list=[{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+            "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard",
+        }]),
+        timePicker=g.TimePicker(refreshIntervals=["30s", "1m", "5m", "15m"], timeOptions=[]),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Per-SLO dashboard
+# --------------------------------------------------------------------------------------
+def _slo_matchers(slo: SLOView) -> list[q.Matcher]:
+    return [q.eq(c.SLO.LABEL_ID, slo.slo_id), q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]
+
+
+def _latency_histogram(slo: SLOView) -> c.MetricDef:
+    tap = {"ttft": c.TAP_TTFT, "tpot": c.TAP_TPOT, "e2e": c.TAP_E2E}
+    engine = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E, "itl": c.ITL}
+    if slo.source == "tap" and slo.latency_metric in tap:
+        return tap[slo.latency_metric]
+    return engine[slo.latency_metric]
+
+
+def _source_matchers(slo: SLOView, *, tap: bool) -> list[q.Matcher]:
+    matchers = [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]
+    if tap and slo.slo_class:
+        matchers.append(q.eq(c.LABEL_SLO_CLASS, slo.slo_class))
+    return matchers
+
+
+def _has_source_panels(slo: SLOView) -> bool:
+    return ((slo.sli_kind == SLI_LATENCY and bool(slo.latency_metric))
+            or slo.sli_kind in (SLI_GOODPUT, SLI_AVAILABILITY, SLI_KV_HEADROOM))
+
+
+def _source_panels(slo: SLOView, grid: _Grid) -> list:
+    """The raw signal behind the SLI, so on-call sees what the ratio is made of."""
+    if slo.sli_kind == SLI_LATENCY and slo.latency_metric:
+        hist = _latency_histogram(slo)
+        tap = hist in c.TAP_METRICS
+        m = _source_matchers(slo, tap=tap)
+        targets = [
+            gf.prom_target(q.histogram_quantile(p, hist, m, RATE), f"p{round(p * 100)}", ref)
+            for p, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
+        ]
+        steps = ((None, "green"), (slo.threshold, "red")) if slo.threshold else ((None, "green"),)
+        return [
+            grid.place(_timeseries(f"{slo.latency_metric.upper()} percentiles vs the {slo.threshold:g}s threshold"
+                                   if slo.threshold else f"{slo.latency_metric.upper()} percentiles",
+                                   targets, unit="s", steps=steps, threshold_style="line",
+                                   description=f"From {hist.name} ({'client-side, the tap' if tap else 'engine-side'})."),
+                       12, 8),
+            grid.place(gf.Heatmap(title=f"{slo.latency_metric.upper()} distribution", dataSource=gf.PROMETHEUS,
+                                  targets=[gf.prom_target(q.bucket_rates(hist, m, RATE), "{{le}}", heatmap=True)],
+                                  unit="s", description=f"Bucket rates of {hist.bucket()}."), 12, 8),
+        ]
+    if slo.sli_kind == SLI_GOODPUT:
+        m = _source_matchers(slo, tap=True)
+        return [grid.place(_timeseries("Requests within objective vs all requests", [
+            gf.prom_target(q.sum_rate(c.GOODPUT_REQUESTS.name, m, RATE), "goodput req/s", "A"),
+            gf.prom_target(q.sum_rate(c.TAP_REQUESTS.name, m, RATE), "all req/s", "B"),
+        ], unit="reqps", description="Goodput requests met both the TTFT and the TPOT objective of their class."), 24, 8)]
+    if slo.sli_kind == SLI_AVAILABILITY:
+        m = [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]
+        if slo.source == "engine":
+            target = gf.prom_target(q.sum_rate(c.REQUESTS_FINISHED.name, m, RATE, (c.LABEL_REASON,)), "{{reason}}")
+        else:
+            target = gf.prom_target(q.sum_rate(c.TAP_REQUESTS.name, m, RATE, (c.LABEL_OUTCOME,)), "{{outcome}}")
+        return [grid.place(_timeseries("Requests by outcome", [target], unit="reqps", stack=True), 24, 8)]
+    if slo.sli_kind == SLI_KV_HEADROOM:
+        m = [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]
+        usage = q.agg("max", q.selector(c.KV_CACHE_USAGE.name, m), (c.LABEL_NAMESPACE, c.LABEL_POD))
+        steps = ((None, "green"), (slo.threshold, "red")) if slo.threshold else ((None, "green"),)
+        return [grid.place(_timeseries("KV-cache usage per engine vs the headroom threshold",
+                                       [gf.prom_target(usage, "{{namespace}}/{{pod}}")], unit="percentunit",
+                                       steps=steps, threshold_style="line"), 24, 8)]
+    return []
+
+
+def _month_budget_expr(slo: SLOView, m: list[q.Matcher]) -> str:
+    """Error budget left this calendar month; the panel's time range is `now/M` (month so far)."""
+    if slo.traffic_weighted:
+        errors = f"sum_over_time({q.selector(c.SLO.sli_errors_rate(slo.base_window), m)}[$__range])"
+        total = f"sum_over_time({q.selector(c.SLO.sli_total_rate(slo.base_window), m)}[$__range])"
+        ratio = f"({errors} / {total})"
+    else:
+        ratio = f"avg_over_time({q.selector(c.SLO.sli_error_ratio(slo.base_window), m)}[$__range])"
+    return f"1 - {ratio} / {slo.error_budget:g}"
+
+
+def _alert_tier_targets(slo: SLOView) -> list[g.Target]:
+    tiers = sorted({(t.name, t.severity) for t in slo.tiers})
+    targets = []
+    for i, (tier, severity) in enumerate(tiers):
+        matchers = [
+            q.eq(c.LABEL_ALERTSTATE, c.ALERTSTATE_FIRING), q.eq(c.SLO.LABEL_ID, slo.slo_id), q.eq(c.SLO.LABEL_TIER, tier),
+            q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR)),
+        ]
+        expr = q.or_zero(f"count({q.selector(c.PROM_ALERTS, matchers)})")
+        targets.append(gf.prom_target(expr, f"{tier} ({severity})", chr(ord("A") + i)))
+    return targets
+
+
+def slo_dashboard(slo: SLOView) -> g.Dashboard:
+    """SLI vs objective, budget left (rolling and calendar month), burn rate per window, alerts by tier."""
+    m = _slo_matchers(slo)
+    grid = _Grid()
+    objective = slo.objective / 100.0
+    budget_steps = ((None, "red"), (0.0, "orange"), (0.25, "green"))
+    panels: list = [grid.row("Objective and error budget")]
+    panels += [
+        grid.place(_stat(f"SLI over {slo.period}",
+                         [gf.prom_target(f"1 - {q.selector(c.SLO.sli_error_ratio(slo.period), m)}", "{{cluster}}")],
+                         unit="percentunit", decimals=3, steps=((None, "red"), (objective, "green")),
+                         description=f"Good events over all events in the rolling {slo.period}."), 4, 5),
+        grid.place(_stat("Objective", [gf.prom_target(q.selector(c.SLO.OBJECTIVE, m), "{{cluster}}")],
+                         unit="percentunit", decimals=3), 4, 5),
+        grid.place(_stat(f"Error budget left (rolling {slo.period})",
+                         [gf.prom_target(q.selector(c.SLO.PERIOD_ERROR_BUDGET_REMAINING, m), "{{cluster}}")],
+                         unit="percentunit", decimals=1, steps=budget_steps), 4, 5),
+        grid.place(_stat("Error budget left (this month)",
+                         [gf.prom_target(_month_budget_expr(slo, m), "{{cluster}}", instant=True)],
+                         unit="percentunit", decimals=1, steps=budget_steps, time_from="now/M",
+                         description="Budget left in the calendar month so far"
+                                     + (" (traffic-weighted)." if slo.traffic_weighted else ".")), 4, 5),
+        grid.place(_stat(f"Burn rate ({slo.base_window})",
+                         [gf.prom_target(q.selector(c.SLO.CURRENT_BURN_RATE, m), "{{cluster}}")],
+                         decimals=2, steps=((None, "green"), (1.0, "orange"),
+                                            (max((t.factor for t in slo.tiers), default=14.4), "red")),
+                         description="1 = spending the budget exactly over the period."), 4, 5),
+    ]
+    if slo.alert_name and slo.tiers:
+        panels.append(grid.place(gf.BarGauge(
+            title="Firing alerts by tier", dataSource=gf.PROMETHEUS, targets=_alert_tier_targets(slo),
+            minValue=0, thresholds=gf.thresholds((None, "green"), (1, "red")),
+            description=f"{slo.alert_name}: one bar per tier (ALERTS, state firing)."), 4, 5))
+    panels.append(grid.row("SLI and burn rate"))
+    sli_windows = [slo.base_window] + [w for w in ("1h",) if w in slo.windows and w != slo.base_window]
+    panels.append(grid.place(_timeseries("SLI vs objective", [
+        *(gf.prom_target(f"1 - {q.selector(c.SLO.sli_error_ratio(w), m)}", f"SLI {w} {{{{cluster}}}}", chr(65 + i))
+          for i, w in enumerate(sli_windows)),
+        gf.prom_target(q.selector(c.SLO.OBJECTIVE, m), "objective", "Z"),
+    ], unit="percentunit"), 12, 8))
+    burn_windows = sorted({w for t in slo.tiers for w in (t.long_window, t.short_window)} or {slo.base_window},
+                          key=window_seconds)
+    panels.append(grid.place(_timeseries(
+        "Burn rate per window",
+        [gf.prom_target(f"{q.selector(c.SLO.sli_error_ratio(w), m)} / {slo.error_budget:g}", w, chr(65 + i))
+         for i, w in enumerate(burn_windows)],
+        steps=((None, "green"), *sorted({(t.factor, "red") for t in slo.tiers})), threshold_style="line",
+        description="Error ratio over each alert window divided by the error budget; lines mark the tiers' factors.",
+    ), 12, 8))
+    panels.append(grid.place(_timeseries(
+        f"Error budget burn-down (rolling {slo.period})",
+        [gf.prom_target(q.selector(c.SLO.PERIOD_ERROR_BUDGET_REMAINING, m), "budget left {{cluster}}")],
+        unit="percentunit", steps=budget_steps, threshold_style="area", fill=20,
+    ), 24, 8))
+    if _has_source_panels(slo):
+        panels.append(grid.row("What the SLI is made of"))
+        panels += _source_panels(slo, grid)
+    title = f"SLO / {slo.service} / {slo.name}"
+    variables = [gf.query_variable(CLUSTER_VAR, "Cluster",
+                                   f"label_values({c.SLO.OBJECTIVE}{{{c.SLO.LABEL_ID}=\"{slo.slo_id}\"}}, {c.LABEL_CLUSTER})")]
+    description = (slo.description or f"{slo.name} of {slo.service}") + f" Objective {slo.objective:g}% over {slo.period}."
+    return _dashboard(title, _uid("slo", slo.slo_id), description, panels, variables, f"now-{min(slo.period_days, 30)}d",
+                      ["slo", slo.service])
+
+
+def slo_dashboard_path(slo: SLOView) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", slo.slo_id.lower()).strip("-")
+    return f"{DASHBOARD_DIR}/slo-{slug}.json"
+
+
+# --------------------------------------------------------------------------------------
+# Fleet serving dashboard
+# --------------------------------------------------------------------------------------
+def _fleet_matchers() -> list[q.Matcher]:
+    return [q.regex(label, _var(name)) for name, label in FLEET_VARIABLES]
+
+
+def _gpu_matchers() -> list[q.Matcher]:
+    # GPU series carry dcgm-exporter's `Hostname`, not `node`; the node variable filters both.
+    return [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR)), q.regex(c.LABEL_HOSTNAME, _var("node"))]
+
+
+def _per_engine(expr_op: str, metric: c.MetricDef, m: list[q.Matcher]) -> str:
+    return q.agg(expr_op, q.selector(metric.name, m), (c.LABEL_NAMESPACE, c.LABEL_POD))
+
+
+def _fleet_variables() -> list[g.Template]:
+    out = []
+    chain: list[q.Matcher] = []
+    for name, label in FLEET_VARIABLES:
+        out.append(gf.query_variable(name, name.capitalize(),
+                                     f"label_values({q.selector(c.REQUESTS_RUNNING.name, chain)}, {label})"))
+        chain = [*chain, q.regex(label, _var(name))]
+    return out
+
+
+def fleet_dashboard() -> g.Dashboard:
+    """Serving capacity and latency across engines, GPUs and LoRA adapters."""
+    m = _fleet_matchers()
+    gm = _gpu_matchers()
+    grid = _Grid()
+    engine_legend = "{{namespace}}/{{pod}}"
+    p: list = [grid.row("Throughput and goodput")]
+    p.append(grid.place(_timeseries("Goodput vs raw output tokens/s", [
+        gf.prom_target(q.sum_rate(c.GOODPUT_TOKENS.name, m, RATE), "goodput tokens/s (tap)", "A"),
+        gf.prom_target(q.sum_rate(c.OUTPUT_TOKENS.name, m, RATE), "output tokens/s (tap)", "B"),
+        gf.prom_target(q.sum_rate(c.GENERATION_TOKENS.name, m, RATE), "generated tokens/s (engines)", "C"),
+    ], unit="short", description="Goodput counts only tokens of requests that met both their TTFT and TPOT objective."),
+        12, 8))
+    p.append(grid.place(_timeseries("Goodput ratio by SLO class", [gf.prom_target(
+        q.ratio(q.sum_rate(c.GOODPUT_REQUESTS.name, m, RATE, (c.LABEL_SLO_CLASS,)),
+                q.sum_rate(c.TAP_REQUESTS.name, m, RATE, (c.LABEL_SLO_CLASS,))), "{{slo_class}}")],
+        unit="percentunit", steps=((None, "red"), (0.9, "green"))), 6, 8))
+    p.append(grid.place(_stat("Goodput ratio now", [gf.prom_target(q.ratio(
+        q.sum_rate(c.GOODPUT_REQUESTS.name, m, RATE), q.sum_rate(c.TAP_REQUESTS.name, m, RATE)), "goodput")],
+        unit="percentunit", decimals=1, steps=((None, "red"), (0.9, "orange"), (0.95, "green"))), 6, 8))
+    p.append(grid.place(_timeseries("Prompt and generation tokens/s by model", [
+        gf.prom_target(q.sum_rate(c.PROMPT_TOKENS.name, m, RATE, (c.LABEL_MODEL,)), "prompt {{model}}", "A"),
+        gf.prom_target(q.sum_rate(c.GENERATION_TOKENS.name, m, RATE, (c.LABEL_MODEL,)), "generation {{model}}", "B"),
+    ]), 24, 7))
+
+    p.append(grid.row("Latency"))
+    for metric, label in ((c.TTFT, "TTFT"), (c.TPOT, "TPOT")):
+        p.append(grid.place(gf.Heatmap(title=f"{label} heatmap", dataSource=gf.PROMETHEUS, unit="s",
+                                       targets=[gf.prom_target(q.bucket_rates(metric, m, RATE), "{{le}}", heatmap=True)]),
+                            12, 8))
+    for metric, label in ((c.TTFT, "TTFT"), (c.TPOT, "TPOT")):
+        p.append(grid.place(_timeseries(f"{label} p50 / p90 / p99", [
+            gf.prom_target(q.histogram_quantile(quant, metric, m, RATE), f"p{round(quant * 100)}", ref)
+            for quant, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
+        ], unit="s"), 12, 8))
+
+    p.append(grid.row("Queue and KV cache"))
+    p.append(grid.place(_timeseries("Queue depth per engine", [
+        gf.prom_target(_per_engine("sum", c.REQUESTS_WAITING, m), "waiting " + engine_legend, "A"),
+        gf.prom_target(_per_engine("sum", c.REQUESTS_RUNNING, m), "running " + engine_legend, "B"),
+    ], description="Waiting requests are queued for admission; a growing queue is the first sign of saturation."),
+        12, 8))
+    p.append(grid.place(_timeseries("KV-cache usage per engine",
+                                    [gf.prom_target(_per_engine("max", c.KV_CACHE_USAGE, m), engine_legend)],
+                                    unit="percentunit", steps=((None, "green"), (0.9, "red")), threshold_style="line"),
+                        6, 8))
+    p.append(grid.place(gf.BarGauge(title="KV-cache usage now", dataSource=gf.PROMETHEUS, unit="percentunit",
+                                    minValue=0, maxValue=1,
+                                    thresholds=gf.thresholds((None, "green"), (0.8, "orange"), (0.95, "red")),
+                                    targets=[gf.prom_target(_per_engine("max", c.KV_CACHE_USAGE, m), engine_legend)]),
+                        6, 8))
+    p.append(grid.place(_timeseries("Free KV-cache blocks per engine (seats left)",
+                                    [gf.prom_target(_per_engine("sum", c.KV_BLOCKS_FREE, m), engine_legend)]), 8, 8))
+    p.append(grid.place(_timeseries("Preemption rate per engine", [gf.prom_target(
+        q.sum_rate(c.PREEMPTIONS.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD)), engine_legend)],
+        unit="reqps", description="Requests evicted for lack of KV blocks; any sustained rate hurts TPOT."), 8, 8))
+    p.append(grid.place(_timeseries("Prefix-cache hit rate per engine", [gf.prom_target(q.ratio(
+        q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD)),
+        q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD))), engine_legend)],
+        unit="percentunit"), 8, 8))
+
+    p.append(grid.row("GPU memory"))
+    gpu_legend = "{{Hostname}} GPU {{gpu}}"
+    p.append(grid.place(_timeseries("HBM used per GPU", [gf.prom_target(q.selector(c.GPU_MEMORY_USED.name, gm), gpu_legend)],
+                                    unit="bytes"), 8, 8))
+    p.append(grid.place(_timeseries("HBM free per GPU", [gf.prom_target(q.selector(c.GPU_MEMORY_FREE.name, gm), gpu_legend)],
+                                    unit="bytes"), 8, 8))
+    p.append(grid.place(gf.BarGauge(title="HBM used / total", dataSource=gf.PROMETHEUS, unit="percentunit",
+                                    minValue=0, maxValue=1,
+                                    thresholds=gf.thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
+                                    targets=[gf.prom_target(f"{q.selector(c.GPU_MEMORY_USED.name, gm)} / "
+                                                            f"{q.selector(c.GPU_MEMORY_TOTAL.name, gm)}", gpu_legend)]),
+                        8, 8))
+
+    p.append(grid.row("LoRA adapters"))
+    p.append(grid.place(_timeseries("LoRA adapters running and waiting per engine", [
+        gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_RUNNING, m), "running " + engine_legend, "A"),
+        gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_WAITING, m), "waiting " + engine_legend, "B"),
+    ]), 16, 8))
+    p.append(grid.place(gf.BarGauge(title="LoRA adapter slots per engine", dataSource=gf.PROMETHEUS, minValue=0,
+                                    thresholds=gf.thresholds((None, "blue")),
+                                    targets=[gf.prom_target(_per_engine("max", c.LORA_ADAPTERS_MAX, m), engine_legend)]),
+                        8, 8))
+    return _dashboard("LLM serving fleet", _uid("llmslo", "fleet"),
+                      "Goodput, latency, queue, KV cache, GPU memory and LoRA adapters across the serving fleet.",
+                      p, _fleet_variables(), "now-6h", ["fleet"])
+
+
+# --------------------------------------------------------------------------------------
+# Generator entry point
+# --------------------------------------------------------------------------------------
+def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
+    """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
+    files = {FLEET_FILE: gf.render(fleet_dashboard())}
+    for slo in sorted(slos, key=lambda s: s.slo_id):
+        files[slo_dashboard_path(slo)] = gf.render(slo_dashboard(slo))
+    return files

@@ -1,0 +1,157 @@
+"""KEDA ScaledObjects for inference pools, from the autoscaling spec and the SLOs.
+
+Why these triggers, and these shapes (docs/autoscaling.md has the long version):
+- queue depth and KV-cache utilisation are leading signals: they rise before latency does, and
+  they are per-replica quantities, so they use `AverageValue` (desired = ceil(sum / target));
+- the TTFT burn rate is the SLO's own verdict on a SHORT window; it is a fleet-level ratio, not
+  a per-replica quantity, so it uses `Value` (desired = ceil(current x burn / target));
+- every query returns exactly one sample (`sum`/`max`), `or vector(0)` so a pool with no
+  traffic or no data scales to its minimum instead of erroring, and NaN (0/0 with no traffic)
+  is filtered before it reaches the HPA;
+- metadata values are strings (the CRD says so; KEDA rejects numbers);
+- the HPA behaviour scales up a few pods a minute and down one pod per five minutes after ten
+  quiet minutes: a vLLM replica needs minutes to load weights, and a pool that flaps pays that
+  cold start every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from llmslo import conventions as c
+from slogen.autoscaling import AutoscalingError, Pool, ScalePolicy
+from slogen.generators import queries as q
+from slogen.generators.views import SLI_LATENCY, SLOView
+
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+OUTPUT = "deploy/generated/keda/scaledobjects.yaml"
+TRIGGER_QUEUE = "queue-depth"
+TRIGGER_KV = "kv-cache-utilization"
+TRIGGER_BURN = "ttft-burn-rate"
+
+
+def _num(value: float) -> str:
+    """KEDA metadata wants strings; write numbers without a trailing .0."""
+    return f"{value:g}"
+
+
+def _pool_matchers(pool: Pool) -> list[q.Matcher]:
+    return [q.eq(label, pool.match[label]) for label in sorted(pool.match)]
+
+
+def queue_depth_query(pool: Pool) -> str:
+    return q.or_zero(q.agg("sum", q.selector(c.REQUESTS_WAITING.name, _pool_matchers(pool))))
+
+
+def kv_utilization_query(pool: Pool) -> str:
+    return q.or_zero(q.agg("sum", q.selector(c.KV_CACHE_USAGE.name, _pool_matchers(pool))))
+
+
+def burn_rate_query(slo: SLOView, window: str) -> str:
+    ratio = q.selector(c.SLO.sli_error_ratio(window), [q.eq(c.SLO.LABEL_ID, slo.slo_id)])
+    return q.or_zero(f"{q.agg('max', q.finite(ratio))} / {slo.error_budget:g}")
+
+
+def _find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
+    assert pool.ttft_burn_rate is not None
+    ref = pool.ttft_burn_rate.slo
+    service, _, name = ref.partition("/")
+    for slo in slos:
+        if slo.service == service and slo.name == name:
+            if slo.sli_kind != SLI_LATENCY or slo.latency_metric != "ttft":
+                raise AutoscalingError(
+                    f"{pool.origin}.triggers.ttft_burn_rate.slo: {ref!r} is not a TTFT latency SLO. "
+                    "Fix: point it at an SLO with sli.plugin id llmslo/latency and metric: ttft.")
+            if slo.windows and pool.ttft_burn_rate.window not in slo.windows:
+                raise AutoscalingError(
+                    f"{pool.origin}.triggers.ttft_burn_rate.window: the rules record no "
+                    f"{pool.ttft_burn_rate.window} error ratio for {ref!r}. "
+                    f"Fix: use one of {', '.join(w for w in slo.windows if w in ('1m', '2m', '5m', '10m'))}.")
+            return slo
+    known = ", ".join(sorted(f"{s.service}/{s.name}" for s in slos)) or "none"
+    raise AutoscalingError(f"{pool.origin}.triggers.ttft_burn_rate.slo: no SLO {ref!r}. "
+                           f"Fix: use service/slo-name of a defined SLO (defined: {known}).")
+
+
+def _trigger(name: str, metric_type: str, pool: Pool, query: str, threshold: float) -> dict[str, Any]:
+    trigger: dict[str, Any] = {
+        "type": "prometheus",
+        "name": name,
+        "metricType": metric_type,
+        "metadata": {
+            "serverAddress": pool.prometheus,
+            "query": query,
+            "threshold": _num(threshold),
+            "ignoreNullValues": "false",  # the queries answer 0 themselves; an empty result is a real error
+        },
+    }
+    if pool.authentication_ref:
+        trigger["metadata"]["authModes"] = "bearer"
+        trigger["authenticationRef"] = {"name": pool.authentication_ref}
+    return trigger
+
+
+def _policy(p: ScalePolicy, select: str) -> dict[str, Any]:
+    policies = [{"type": "Pods", "value": p.max_pods, "periodSeconds": p.period_s}]
+    if p.max_percent:
+        policies.append({"type": "Percent", "value": p.max_percent, "periodSeconds": p.period_s})
+    return {"stabilizationWindowSeconds": p.stabilization_s, "selectPolicy": select, "policies": policies}
+
+
+def scaled_object(pool: Pool, slos: Sequence[SLOView]) -> dict[str, Any]:
+    triggers = []
+    if pool.queue_depth:
+        triggers.append(_trigger(TRIGGER_QUEUE, "AverageValue", pool, queue_depth_query(pool),
+                                 pool.queue_depth.per_replica))
+    if pool.kv_cache_utilization:
+        triggers.append(_trigger(TRIGGER_KV, "AverageValue", pool, kv_utilization_query(pool),
+                                 pool.kv_cache_utilization.per_replica))
+    if pool.ttft_burn_rate:
+        slo = _find_slo(pool, slos)
+        triggers.append(_trigger(TRIGGER_BURN, "Value", pool, burn_rate_query(slo, pool.ttft_burn_rate.window),
+                                 pool.ttft_burn_rate.above))
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": {
+            "name": pool.name,
+            "namespace": pool.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "slogen", "app.kubernetes.io/part-of": "llmslo"},
+        },
+        "spec": {
+            "scaleTargetRef": {"apiVersion": pool.target_api_version, "kind": pool.target_kind,
+                               "name": pool.target_name},
+            "minReplicaCount": pool.min_replicas,
+            "maxReplicaCount": pool.max_replicas,
+            "pollingInterval": pool.polling_interval_s,
+            "cooldownPeriod": pool.cooldown_period_s,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {
+                        # Up: the larger of "N pods" and "N percent" a period, so small pools still
+                        # grow by whole pods; down: one pod a period, after a quiet window.
+                        "scaleUp": _policy(pool.scale_up, "Max"),
+                        "scaleDown": _policy(pool.scale_down, "Min"),
+                    },
+                },
+            },
+            "triggers": triggers,
+        },
+    }
+
+
+def render(objects: Sequence[Mapping[str, Any]]) -> str:
+    header = ("# Generated by `slogen build` from the autoscaling specs (docs/autoscaling.md). Do not edit.\n")
+    if not objects:
+        return header + "# No pools are configured.\n"
+    return header + "".join(
+        "---\n" + yaml.safe_dump(dict(o), sort_keys=False, default_flow_style=False, width=120) for o in objects)
+
+
+def keda_files(pools: Sequence[Pool], slos: Sequence[SLOView]) -> dict[str, str]:
+    """Relative path -> the ScaledObjects of every pool (sorted by namespace and name)."""
+    objects = [scaled_object(p, slos) for p in sorted(pools, key=lambda p: (p.namespace, p.name))]
+    return {OUTPUT: render(objects)} if objects else {}

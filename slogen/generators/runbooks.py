@@ -1,0 +1,195 @@
+"""One Markdown runbook per generated alert, rendered from jinja2 templates.
+
+Why generated: a runbook that names the wrong series is worse than none at 3 a.m. The PromQL in
+every runbook is built here from `llmslo.conventions` (the templates only place it), and the
+alert's SLO, objective, windows and tiers come from the same model as the alert itself. The
+templates hold the serving knowledge: what a TTFT or TPOT burn usually means on an LLM engine
+and what to look at, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from llmslo import conventions as c
+from slogen.generators import queries as q
+from slogen.generators.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
+from slogen.generators.dashboards import FLEET_FILE, slo_dashboard_path
+from slogen.generators.views import (
+    ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
+)
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"
+WINDOW = "5m"  # rate window of the diagnosis queries: short, to see what is happening now
+
+# Topics with their own template (runbook_<topic>.md.j2).
+TOPIC_TTFT = "ttft"
+TOPIC_TPOT = "tpot"
+TOPIC_E2E = "e2e"
+TOPIC_GOODPUT = "goodput"
+TOPIC_AVAILABILITY = "availability"
+TOPIC_SLO = "slo"  # any other SLI (Sloth events/raw): generic burn-rate guidance
+TOPIC_NO_DATA = "no_data"
+TOPIC_KV_SATURATION = "kv_saturation"
+TOPIC_GPU_HEALTH = "gpu_health"
+TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
+          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH)
+
+
+@dataclass(frozen=True)
+class EngineDiscovery:
+    """Pod label and namespace names the kubectl commands use (the exporter's discovery defaults)."""
+
+    engine_label: str = "llmslo.io/engine"
+    exporter_namespace: str = "llmslo-system"
+    exporter_daemonset: str = "llmslo-exporter"
+
+
+def topic(alert: AlertView) -> str:
+    if alert.kind == ALERT_NO_DATA:
+        return TOPIC_NO_DATA
+    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH):
+        return alert.kind
+    slo = alert.slo
+    if slo is None:
+        return TOPIC_SLO
+    if slo.sli_kind == SLI_LATENCY:
+        return {"ttft": TOPIC_TTFT, "tpot": TOPIC_TPOT, "itl": TOPIC_TPOT, "e2e": TOPIC_E2E}.get(
+            slo.latency_metric, TOPIC_SLO)
+    if slo.sli_kind == SLI_GOODPUT:
+        return TOPIC_GOODPUT
+    if slo.sli_kind == SLI_AVAILABILITY:
+        return TOPIC_AVAILABILITY
+    if slo.sli_kind == SLI_KV_HEADROOM:
+        return TOPIC_KV_SATURATION
+    return TOPIC_SLO
+
+
+def le_matcher(threshold: float) -> q.Matcher:
+    """Match a bucket edge however the exporter spelled it (`1` or `1.0`)."""
+    spellings = sorted({f"{threshold:g}", repr(float(threshold))})
+    return q.regex(c.LABEL_LE, "|".join(s.replace(".", "\\.") for s in spellings))
+
+
+# --------------------------------------------------------------------------------------
+# The PromQL a runbook shows, by name
+# --------------------------------------------------------------------------------------
+def _slo_queries(slo: SLOView) -> dict[str, str]:
+    m = [q.eq(c.SLO.LABEL_ID, slo.slo_id)]
+    windows = sorted({w for t in slo.tiers for w in (t.long_window, t.short_window)} or {slo.base_window},
+                     key=window_seconds)
+    out = {
+        "burn_rates": "\n".join(
+            f"{q.selector(c.SLO.sli_error_ratio(w), m)} / {slo.error_budget:g}   # {w}" for w in windows),
+        "budget_left": q.selector(c.SLO.PERIOD_ERROR_BUDGET_REMAINING, m),
+        "sli_now": f"1 - {q.selector(c.SLO.sli_error_ratio(slo.base_window), m)}",
+        "firing": q.agg("sum", q.selector(c.PROM_ALERTS, [q.eq(c.SLO.LABEL_ID, slo.slo_id),
+                                                          q.eq(c.LABEL_ALERTSTATE, c.ALERTSTATE_FIRING)]),
+                        (c.LABEL_ALERTNAME, c.SLO.LABEL_TIER, c.SLO.LABEL_ALERT_SEVERITY)),
+    }
+    return out
+
+
+def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
+    per_engine = (c.LABEL_NAMESPACE, c.LABEL_POD)
+    tap = [q.eq(c.LABEL_SLO_CLASS, slo.slo_class)] if slo and slo.slo_class else []
+    threshold = slo.threshold if slo and slo.threshold else None
+    out = {
+        "queue_depth": q.agg("sum", q.selector(c.REQUESTS_WAITING.name), per_engine),
+        "running": q.agg("sum", q.selector(c.REQUESTS_RUNNING.name), per_engine),
+        "kv_usage": q.agg("max", q.selector(c.KV_CACHE_USAGE.name), per_engine),
+        "kv_free_blocks": q.agg("sum", q.selector(c.KV_BLOCKS_FREE.name), per_engine),
+        "preemptions": q.sum_rate(c.PREEMPTIONS.name, [], WINDOW, per_engine),
+        "prefix_hit_rate": q.ratio(q.sum_rate(c.PREFIX_CACHE_HITS.name, [], WINDOW, per_engine),
+                                   q.sum_rate(c.PREFIX_CACHE_QUERIES.name, [], WINDOW, per_engine)),
+        "prompt_tokens_per_request": q.ratio(q.sum_rate(c.PROMPT_TOKENS.name, [], WINDOW, per_engine),
+                                             q.sum_rate(c.REQUESTS_FINISHED.name, [], WINDOW, per_engine)),
+        "output_tokens_per_request": q.ratio(q.sum_rate(c.GENERATION_TOKENS.name, [], WINDOW, per_engine),
+                                             q.sum_rate(c.REQUESTS_FINISHED.name, [], WINDOW, per_engine)),
+        "finished_by_reason": q.sum_rate(c.REQUESTS_FINISHED.name, [], WINDOW, (*per_engine, c.LABEL_REASON)),
+        "engine_ttft_p99": q.histogram_quantile(0.99, c.TTFT, [], WINDOW, per_engine),
+        "queue_time_p99": q.histogram_quantile(0.99, c.QUEUE_TIME, [], WINDOW, per_engine),
+        "engine_tpot_p99": q.histogram_quantile(0.99, c.TPOT, [], WINDOW, per_engine),
+        "itl_p99": q.histogram_quantile(0.99, c.ITL, [], WINDOW, per_engine),
+        "e2e_p99": q.histogram_quantile(0.99, c.E2E, [], WINDOW, per_engine),
+        "tap_ttft_p99": q.histogram_quantile(0.99, c.TAP_TTFT, tap, WINDOW, (c.LABEL_MODEL,)),
+        "tap_tpot_p99": q.histogram_quantile(0.99, c.TAP_TPOT, tap, WINDOW, (c.LABEL_MODEL,)),
+        "tap_outcomes": q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_MODEL, c.LABEL_OUTCOME)),
+        "goodput_by_class": q.ratio(q.sum_rate(c.GOODPUT_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,)),
+                                    q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,))),
+        "goodput_tokens": q.ratio(q.sum_rate(c.GOODPUT_TOKENS.name, tap, WINDOW, (c.LABEL_MODEL,)),
+                                  q.sum_rate(c.OUTPUT_TOKENS.name, tap, WINDOW, (c.LABEL_MODEL,))),
+        "gpu_up": f"{q.selector(c.GPU_UP.name)} == 0",
+        "gpu_xid": f"increase({q.selector(c.GPU_XID_ERRORS.name)}[1h]) > 0",
+        "gpu_ecc": f"increase({q.selector(c.GPU_ECC_ERRORS.name, [q.eq(c.LABEL_ECC_TYPE, 'uncorrected')])}[1h]) > 0",
+        "gpu_throttle": f"{q.selector(c.GPU_CLOCK_EVENT.name)} == 1",
+        "gpu_hbm_used": f"{q.selector(c.GPU_MEMORY_USED.name)} / {q.selector(c.GPU_MEMORY_TOTAL.name)}",
+        "gpu_temperature": q.selector(c.GPU_TEMPERATURE.name),
+        "targets_down": f"{q.selector(c.EXPORTER_TARGET_UP.name)} == 0",
+        "target_errors": q.selector(c.EXPORTER_LAST_ERROR.name),
+        "last_cycle_age": f"time() - {q.selector(c.EXPORTER_LAST_CYCLE.name)}",
+    }
+    if threshold is not None and slo is not None and slo.latency_metric in ("ttft", "tpot", "e2e"):
+        hist = {"ttft": c.TAP_TTFT, "tpot": c.TAP_TPOT, "e2e": c.TAP_E2E}[slo.latency_metric]
+        if slo.source != "tap":
+            hist = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E}[slo.latency_metric]
+        matchers = tap if slo.source == "tap" else []
+        within = q.sum_rate(hist.bucket(), [*matchers, le_matcher(threshold)], WINDOW, (c.LABEL_MODEL,))
+        total = q.sum_rate(hist.count(), matchers, WINDOW, (c.LABEL_MODEL,))
+        out["share_over_threshold"] = f"1 - ({within}) / ({total})"
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,  # a typo in a template fails the build, not the reader
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def render_runbook(alert: AlertView, discovery: EngineDiscovery = EngineDiscovery(),
+                   env: jinja2.Environment | None = None) -> str:
+    env = env or _environment()
+    slo = alert.slo
+    context = {
+        "alert": alert,
+        "slo": slo,
+        "topic": topic(alert),
+        "q": {**_fleet_queries(slo), **(_slo_queries(slo) if slo else {})},
+        "d": discovery,
+        "labels": {
+            "tier": c.SLO.LABEL_TIER, "severity": c.SLO.LABEL_ALERT_SEVERITY, "slo_id": c.SLO.LABEL_ID,
+            "long_window": c.SLO.LABEL_LONG_WINDOW, "short_window": c.SLO.LABEL_SHORT_WINDOW,
+        },
+        "tiers": sorted(alert.tiers or (slo.tiers if slo else ()), key=lambda t: -t.factor),
+        "slo_dashboard": "../../" + slo_dashboard_path(slo) if slo else "",
+        "fleet_dashboard": "../../" + FLEET_FILE,
+    }
+    text = env.get_template(f"runbook_{topic(alert)}.md.j2").render(**context)
+    return text.rstrip("\n") + "\n"
+
+
+def runbook_files(alerts: Sequence[AlertView], discovery: EngineDiscovery = EngineDiscovery()) -> dict[str, str]:
+    """Relative path -> Markdown for every alert name (tiers sharing a name share a runbook)."""
+    env = _environment()
+    files: dict[str, str] = {}
+    for alert in sorted(alerts, key=lambda a: a.name):
+        path = runbook_path(alert.name)
+        if path in files:
+            continue
+        files[path] = render_runbook(alert, discovery, env)
+    return files
+
+
+__all__ = ["ALERT_BURN", "ALERT_NO_DATA", "runbook_files", "runbook_path", "render_runbook", "topic", "TOPICS"]

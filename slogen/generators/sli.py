@@ -1,0 +1,122 @@
+"""SLI recording rules: `slo:sli_error:ratio_rate<W>` for every alert window and the period.
+
+Default (traffic-weighted) mode, for event SLIs:
+  * on the base window B (the page-quick short window, 5m in the 30d/28d catalogs) record the
+    error and total event rates `slo:sli_errors:rate<B>` / `slo:sli_total:rate<B>` and their ratio;
+  * windows up to the longest page window are ratios of the raw queries (as Sloth): paging
+    needs their exact timing (a 99.9% full outage trips page-quick at 52 s);
+  * longer windows (1d, 3d and the period) are sum_over_time(errors_B) / sum_over_time(total_B):
+    every event is weighted once, however uneven the traffic, at the cost of reading two
+    recorded series instead of every raw series over days. Within the window, each event
+    weighs exactly 1 when the evaluation interval divides B; only the B-long ramps at the two
+    window edges weigh events partially (see docs/slogen.md for the bound).
+`--sloth-compat` emits Sloth's rules instead: raw ratios for every alert window and the
+period as the average of 5m ratios (`sum_over_time(ratio) / count_over_time(ratio)`).
+"""
+
+from __future__ import annotations
+
+from llmslo.conventions import SLO as C
+from slogen.durations import format_duration
+from slogen.generators.options import SLOContext
+from slogen.gofmt import label_filter
+from slogen.loaders.common import WINDOW_TPL_RE
+from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup
+
+GROUP_PREFIX = "sloth-slo-sli-recordings-"
+OPENSLO_RATIO_TPL = "\n  1 - (\n    (\n      {good}\n    )\n    /\n    (\n      {total}\n    )\n  )\n"
+
+# plugins whose error query yields a series whenever the total query does
+_COMPLETE_ERROR_PLUGINS = ("llmslo/latency", "llmslo/goodput", "llmslo/kv-headroom")
+
+
+def render(query: str, window: int) -> str:
+    return WINDOW_TPL_RE.sub(format_duration(window), query)
+
+
+def windows(ctx: SLOContext) -> list[int]:
+    """Every window with a recorded error ratio: the alert windows, then the period."""
+    ws = ctx.windows.windows()
+    return ws + [ctx.period] if ctx.period not in ws else ws
+
+
+def sli_rules(ctx: SLOContext) -> RuleGroup:
+    group = RuleGroup(GROUP_PREFIX + ctx.slo.id)
+    sli = ctx.slo.sli
+    if isinstance(sli, EventsSLI):
+        for aux in sli.aux_rules:
+            group.rules.append(Rule(expr=aux.expr, record=aux.record, labels=dict(aux.labels)))
+    if ctx.opts.sloth_compat or isinstance(sli, RawSLI):
+        group.rules += [_sloth_rule(ctx, w) for w in windows(ctx)]
+    else:
+        group.rules += _traffic_weighted(ctx)
+    return group
+
+
+def _labels(ctx: SLOContext, window: int) -> dict[str, str]:
+    return {**ctx.slo.id_labels, C.LABEL_WINDOW: format_duration(window), **ctx.labels}
+
+
+def _error_total(ctx: SLOContext) -> tuple[str, str]:
+    sli = ctx.slo.sli
+    if isinstance(sli, RatioSLI):
+        return f"({sli.total_query})\n-\n({sli.good_query})", sli.total_query
+    assert isinstance(sli, EventsSLI)
+    return sli.error_query, sli.total_query
+
+
+# ---------------------------------------------------------------------------------- Sloth
+
+
+def _sloth_rule(ctx: SLOContext, window: int) -> Rule:
+    sli = ctx.slo.sli
+    if window == ctx.period:
+        return _sloth_optimized(ctx, window)
+    if isinstance(sli, EventsSLI):
+        expr = f"({sli.error_query})\n/\n({sli.total_query})\n"
+    elif isinstance(sli, RawSLI):
+        expr = f"({sli.error_ratio_query})"
+    else:  # OpenSLO good/total, as Sloth maps it
+        expr = "(" + OPENSLO_RATIO_TPL.format(good=sli.good_query, total=sli.total_query) + ")"
+    return Rule(expr=render(expr, window), record=C.sli_error_ratio(format_duration(window)), labels=_labels(ctx, window))
+
+
+def _sloth_optimized(ctx: SLOContext, window: int) -> Rule:
+    metric = C.sli_error_ratio(format_duration(ctx.base_window))
+    flt = label_filter(ctx.slo.id_labels)
+    w = format_duration(window)
+    expr = (f"sum_over_time({metric}{flt}[{w}])\n/ ignoring ({C.LABEL_WINDOW})\n"
+            f"count_over_time({metric}{flt}[{w}])\n")
+    return Rule(expr=expr, record=C.sli_error_ratio(w), labels=_labels(ctx, window))
+
+
+# ---------------------------------------------------------------------- traffic-weighted
+
+
+def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
+    base = ctx.base_window
+    b = format_duration(base)
+    flt = label_filter(ctx.slo.id_labels)
+    err_q, tot_q = _error_total(ctx)
+    err_b, tot_b = render(err_q, base), render(tot_q, base)
+    sli = ctx.slo.sli
+    complete = isinstance(sli, EventsSLI) and sli.plugin in _COMPLETE_ERROR_PLUGINS
+    # A missing error series means no errors, so record 0 rather than nothing (the ratios stay defined).
+    errors_expr = f"{err_b}\n" if complete else f"({err_b})\nor\n0 * ({tot_b})\n"
+    errors, total = C.sli_errors_rate(b), C.sli_total_rate(b)
+    rules = [
+        Rule(expr=errors_expr, record=errors, labels=_labels(ctx, base)),
+        Rule(expr=f"{tot_b}\n", record=total, labels=_labels(ctx, base)),
+        Rule(expr=f"{errors}{flt}\n/\n{total}{flt}\n", record=C.sli_error_ratio(b), labels=_labels(ctx, base)),
+    ]
+    for window in windows(ctx):
+        if window == base:
+            continue
+        w = format_duration(window)
+        if window <= ctx.derive_above:
+            err_w = err_q if complete else f"({err_q})\nor\n0 * ({tot_q})"  # as the base window: no errors is 0
+            expr = render(f"({err_w})\n/\n({tot_q})\n", window)
+        else:
+            expr = f"sum_over_time({errors}{flt}[{w}])\n/\nsum_over_time({total}{flt}[{w}])\n"
+        rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=_labels(ctx, window)))
+    return rules

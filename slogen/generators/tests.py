@@ -1,0 +1,374 @@
+"""promtool unit tests for the generated rules, one file per service.
+
+For every SLO whose source series slogen can synthesize (the llmslo/* plugins, and simple
+Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), three test groups:
+  * full outage: clean traffic for the longest page window, then 100% bad events until every
+    enabled tier has fired, then recovery until all have resolved;
+  * slow burn: a burn rate between the fastest ticket tier and the slowest page tier, so the
+    ticket tiers fire and the page tiers must not;
+  * no data: no source series, so the no-data alert fires after its `for`.
+Expectations come from generators/simulate.py, and each check is placed on both sides of a
+tier's transition at steps where no deciding ratio is within 5% of its threshold, so the tests
+pin the firing and resolving times to one evaluation interval without being brittle.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from llmslo.conventions import SLO as C
+from slogen.durations import format_duration
+from slogen.generators import SLOResult
+from slogen.generators.alerts import no_data_alert_name, no_data_selectors
+from slogen.generators.simulate import Simulation, simulate
+from slogen.gofmt import go_g
+from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
+from slogen.plugins.llm import PluginError, parse_selector
+
+UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
+STEPS_PER_BASE_WINDOW = 1
+
+
+@dataclass
+class SkippedSLO:
+    slo_id: str
+    reason: str
+
+
+def test_step(results: list[SLOResult]) -> int:
+    """One evaluation interval for a service's tests: the shortest base window."""
+    steps = [r.ctx.base_window // STEPS_PER_BASE_WINDOW for r in results]
+    step = min(steps) if steps else 60_000
+    for r in results:
+        for w in [*r.ctx.windows.windows(), r.ctx.period]:
+            step = math.gcd(step, w)
+    return step
+
+
+def service_tests(results: list[SLOResult], rule_file: str, step: int | None = None,
+                  history: int | None = None) -> tuple[dict | None, list[SkippedSLO]]:
+    """The promtool test-file document for one service's rule file, and the SLOs left out (with why).
+
+    `step` (the evaluation interval) defaults to the base window (5m): each tier is pinned to
+    one evaluation while promtool runs a service's tests in seconds; pass a finer step to pin
+    the fast tiers tighter. `history` (ms of clean traffic before each incident) defaults to
+    the longest page window, so the page tiers see a full window and fire at textbook times.
+    """
+    step = step or test_step(results)
+    names: dict[str, int] = {}
+    for r in results:
+        for rule in r.rules.alerts.rules:
+            names[rule.alert] = names.get(rule.alert, 0) + 1
+    tests, skipped = [], []
+    for r in results:
+        reason = _skip_reason(r, names)
+        fixtures = _fixtures(r) if not reason else ()
+        if not reason and not fixtures:
+            reason = "cannot synthesize its source series (only llmslo/* plugins and sum(rate(metric{...})) events SLIs)"
+        if reason:
+            skipped.append(SkippedSLO(r.slo.id, reason))
+            continue
+        tests += _slo_tests(r, fixtures, step, history)
+    if not tests:
+        return None, skipped
+    # Evaluate groups in file order (SLI, metadata, alerts per SLO), so alerts see the ratios
+    # recorded at the same timestamp; promtool's default order is unspecified.
+    order = [g.name for r in results for g in r.rules.groups()]
+    doc = {"rule_files": [rule_file], "evaluation_interval": format_duration(step), "group_eval_order": order,
+           "tests": tests}
+    return doc, skipped
+
+
+def _skip_reason(r: SLOResult, names: dict[str, int]) -> str:
+    if r.ctx.opts.sloth_compat:
+        return "--sloth-compat rules are Sloth's; tests cover slogen's own rules"
+    tier_rules = [x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) not in (None, "no-data")]
+    if not tier_rules:
+        return "alerting is disabled"
+    if any(names[x.alert] > _own_count(r, x.alert) for x in r.rules.alerts.rules):
+        return "its alert name is shared with another SLO of the service"
+    if not r.rules.sli.rules:
+        return "recording rules are disabled"
+    return ""
+
+
+def _own_count(r: SLOResult, name: str) -> int:
+    return sum(1 for x in r.rules.alerts.rules if x.alert == name)
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+def _fixtures(r: SLOResult) -> tuple[SeriesFixture, ...]:
+    sli = r.slo.sli
+    if not isinstance(sli, EventsSLI):
+        return ()
+    return sli.fixtures or infer_fixtures(sli)
+
+
+_RATE_SEL = re.compile(r"(?:rate|increase)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^{}]*\})?\s*\[\{\{\s*\.window\s*\}\}\]\s*\)")
+_CANDIDATES = ("500", "503", "429", "200", "201", "404", "error", "ok", "true", "false", "1", "0", "fail", "success")
+
+
+def infer_fixtures(sli: EventsSLI) -> tuple[SeriesFixture, ...]:
+    """Series for `sum(rate(m{total matchers}[w]))` over `sum(rate(m{total + error matchers}[w]))`."""
+    errs, tots = _RATE_SEL.findall(sli.error_query), _RATE_SEL.findall(sli.total_query)
+    if len(errs) != 1 or len(tots) != 1 or errs[0][0] != tots[0][0]:
+        return ()
+    if re.search(r"\b(by|without)\s*\(", sli.total_query + sli.error_query):
+        return ()
+    try:
+        em, tm = parse_selector(errs[0][1] or ""), parse_selector(tots[0][1] or "")
+    except PluginError:
+        return ()
+    extra = [m for m in em if m not in tm]
+    if not extra:
+        return ()
+    bad = _satisfy(tm + em)
+    good = None
+    for i in range(len(extra)):
+        good = _satisfy(tm, violate=extra[i])
+        if good is not None:
+            break
+    if bad is None or good is None:
+        return ()
+    metric = tots[0][0]
+    return (SeriesFixture(metric, good, "good"), SeriesFixture(metric, bad, "bad"))
+
+
+def _matches(op: str, pattern: str, value: str) -> bool:
+    if op == "=":
+        return value == pattern
+    if op == "!=":
+        return value != pattern
+    try:
+        hit = re.fullmatch(pattern.replace("\\\\", "\\"), value) is not None
+    except re.error:
+        return False
+    return hit if op == "=~" else not hit
+
+
+def _satisfy(matchers: list, violate: tuple | None = None) -> dict[str, str] | None:
+    labels: dict[str, str] = {}
+    names = sorted({m[0] for m in matchers} | ({violate[0]} if violate else set()))
+    for name in names:
+        mine = [m for m in matchers if m[0] == name]
+        eq = [m[2] for m in mine if m[1] == "="]
+        candidates = eq + list(_CANDIDATES) if eq else list(_CANDIDATES) + ["fixture"]
+        for value in candidates:
+            if all(_matches(op, pat, value) for _, op, pat in mine) and (
+                    violate is None or violate[0] != name or not _matches(violate[1], violate[2], value)):
+                if value or not mine:
+                    labels[name] = value
+                break
+        else:
+            return None
+    return labels
+
+
+# ------------------------------------------------------------------------------ scenarios
+
+
+def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, history_ms: int | None) -> list[dict]:
+    ctx = r.ctx
+    tiers = [t for t in ctx.tiers if any(x.labels.get(C.LABEL_TIER) == t.name for x in r.rules.alerts.rules)]
+    gauge = any(f.role == "gauge" for f in fixtures)
+    page_long = max(ctx.windows.page_quick.long_window, ctx.windows.page_slow.long_window)
+    history = (history_ms or page_long) // step
+    longest_long = max(t.window.long_window for t in tiers) // step
+    longest_short = max(t.window.short_window for t in ctx.tiers) // step
+    scenarios: list[Scenario] = []
+
+    # Full outage.
+    sim, bad = _run(ctx, tiers, step, gauge, history=history, level=1.0, max_burn=longest_long,
+                    recovery=longest_short * 2 + 10)
+    if sim is not None:
+        name = f"full outage after {format_duration(history * step)} of clean traffic"
+        pq = next((t for t in tiers if t.name == "page-quick"), None)
+        if pq is not None and sim.fire_steps(pq.name) and not gauge:
+            at = (sim.fire_steps(pq.name)[0] - history + 1) * step  # bad[history] is the step ending at history
+            textbook = pq.factor * float(ctx.error_budget) * pq.window.long_window
+            name += (f": page-quick fires {format_duration(at)} after it starts (SRE Workbook: "
+                     f"{format_duration(int(round(textbook / 1000)) * 1000)}, plus at most one {format_duration(step)} evaluation)")
+        scenarios.append(Scenario("outage", name, bad, sim))
+
+    # Slow burn: fast enough for every ticket tier, too slow for any page tier.
+    ticket = [t.factor for t in tiers if t.severity == "ticket"]
+    page = [t.factor for t in tiers if t.severity == "page"]
+    if ticket and (not page or max(ticket) < min(page)):
+        k = (max(ticket) + min(page)) / 2 if page else max(ticket) * 1.5
+        level = min(1.0, k * float(ctx.error_budget))
+        # Page tiers stay quiet whatever the history, so a short one gets the tickets out sooner.
+        slow_history = min(history, ctx.windows.page_quick.long_window // step)
+        sim2, bad2 = _run(ctx, tiers, step, gauge, history=slow_history, level=level, max_burn=longest_long,
+                          recovery=longest_short * 2 + 10)
+        if sim2 is not None:
+            scenarios.append(Scenario("slow-burn", f"slow burn at {go_g(round(level / float(ctx.error_budget), 3))}x "
+                                      f"the budget rate: tickets, no page", bad2, sim2))
+
+    sli = ctx.slo.sli
+    split = sli.by[0] if isinstance(sli, EventsSLI) and sli.by and all(sli.by[0] in f.labels for f in fixtures) else ""
+    groups = [scenarios] if split and len(scenarios) > 1 else [[s] for s in scenarios]
+    out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
+    out.append(_no_data_group(r, step))
+    return out
+
+
+@dataclass
+class Scenario:
+    key: str
+    name: str
+    bad: list[float]
+    sim: Simulation
+
+
+def _run(ctx, tiers: list[Tier], step: int, gauge: bool, *, history: int, level: float, max_burn: int,
+         recovery: int) -> tuple[Simulation | None, list[float]]:
+    """Burn until every tier that can fire has fired (+5 steps), then recover until all resolve."""
+    bad = _profile(history, level, max_burn, 0, gauge)
+    sim = simulate(ctx, tiers, bad, step, gauge)
+    fired = [sim.fire_steps(t.name)[0] for t in tiers if sim.fire_steps(t.name)]
+    if not fired:
+        return None, bad
+    burn = max(fired) - history + 5
+    bad = _profile(history, level, burn, recovery, gauge)
+    sim = simulate(ctx, tiers, bad, step, gauge)
+    last = max((s[-1] for t in tiers for s in [sim.resolve_steps(t.name)] if s), default=len(bad) - 1)
+    bad = bad[: last + 3]
+    return simulate(ctx, tiers, bad, step, gauge), bad
+
+
+def _profile(history: int, level: float, burn: int, recovery: int, gauge: bool) -> list[float]:
+    """Per-step bad share; a gauge is either saturated or not, so a partial level is spread evenly."""
+    if gauge:
+        burning = [float(math.floor((i + 1) * level) - math.floor(i * level)) for i in range(burn)]
+    else:
+        burning = [level] * burn
+    return [0.0] * history + burning + [0.0] * recovery
+
+
+def _checkpoints(sims: list[Simulation], n: int) -> list[int]:
+    """Steps on both sides of every tier transition where no scenario is near a threshold."""
+    robust = [all(k >= len(sim.bad) or all(states[k].robust for states in sim.states.values()) for sim in sims)
+              for k in range(n)]
+    points = set()
+    for sim in sims:
+        for name in sim.states:
+            for k in sim.fire_steps(name) + sim.resolve_steps(name):
+                before = next((j for j in range(k - 1, -1, -1) if robust[j]), None)
+                after = next((j for j in range(k, n) if robust[j]), None)
+                points.update(j for j in (before, after) if j is not None)
+    points.add(max(j for j in range(n) if robust[j]))
+    return sorted(points)
+
+
+def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], tiers: list[Tier], split: str) -> dict:
+    n = max(len(s.bad) for s in scenarios)
+    for s in scenarios:  # pad the shorter scenarios with clean traffic
+        if len(s.bad) < n:
+            s.bad = s.bad + [0.0] * (n - len(s.bad))
+            s.sim = simulate(r.ctx, tiers, s.bad, step, any(f.role == "gauge" for f in fixtures))
+    by_tier = {x.labels.get(C.LABEL_TIER): x for x in r.rules.alerts.rules}
+    alert = next(x.alert for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) != "no-data")
+    base_labels = _alert_series_labels(r, fixtures)
+    checks = []
+    for k in _checkpoints([s.sim for s in scenarios], n):
+        exp = []
+        for s in scenarios:
+            labels = {**base_labels, split: s.key} if split else base_labels
+            exp += [_expected(by_tier[t.name], labels) for t in tiers if s.sim.states[t.name][k].firing]
+        checks.append({"eval_time": format_duration(k * step), "alertname": alert,
+                       "exp_alerts": sorted(exp, key=lambda e: sorted(e["exp_labels"].items()))})
+    checks.append({"eval_time": format_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
+    series = []
+    for s in scenarios:
+        for f in fixtures:
+            fx = SeriesFixture(f.name, {**f.labels, split: s.key}, f.role, f.good_value, f.bad_value) if split else f
+            series.append(_series(fx, s.bad))
+    name = "; ".join(s.name for s in scenarios) + (f" (one {split} each)" if split and len(scenarios) > 1 else "")
+    return {"name": f"{r.slo.id}: {name}", "interval": format_duration(step), "input_series": series,
+            "alert_rule_test": checks}
+
+
+def _no_data_group(r: SLOResult, step: int) -> dict:
+    rule = next(x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) == "no-data")
+    wait = 2 * r.ctx.base_window
+    label_sets = []
+    for sel in no_data_selectors(r.ctx):
+        labels = _equality_labels(sel)
+        if labels not in label_sets:
+            label_sets.append(labels)
+    return {
+        "name": f"{r.slo.id}: no source series, so the no-data alert fires after {format_duration(wait)}",
+        "interval": format_duration(step),
+        "input_series": [{"series": 'up{job="unrelated"}', "values": f"1+0x{wait // step + 2}"}],
+        "alert_rule_test": [
+            {"eval_time": format_duration(wait - step), "alertname": rule.alert, "exp_alerts": []},
+            {"eval_time": format_duration(wait + step), "alertname": rule.alert,
+             "exp_alerts": [_expected(rule, labels) for labels in label_sets]},
+        ],
+    }
+
+
+def _equality_labels(sel: str) -> dict[str, str]:
+    body = sel[sel.index("{"):] if "{" in sel else ""
+    try:
+        return {n: v for n, op, v in parse_selector(body) if op == "=" and n != "__name__"}
+    except PluginError:
+        return {}
+
+
+def _alert_series_labels(r: SLOResult, fixtures) -> dict[str, str]:
+    """Labels the recorded error ratios carry into the alert (ids, spec labels, passed-through labels)."""
+    labels = {**r.slo.id_labels, **r.ctx.labels}
+    sli = r.slo.sli
+    if isinstance(sli, EventsSLI):
+        for name in sli.by:
+            values = {f.labels.get(name) for f in fixtures if name in f.labels}
+            if len(values) == 1:
+                labels[name] = values.pop()
+    return labels
+
+
+def _expected(rule: Rule, series_labels: dict[str, str]) -> dict:
+    return {"exp_labels": dict(sorted({**series_labels, **rule.labels}.items())),
+            "exp_annotations": dict(sorted(rule.annotations.items()))}
+
+
+def _series(f: SeriesFixture, bad: list[float]) -> dict:
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(f.labels.items()))
+    name = f"{f.name}{{{labels}}}"
+    if f.role == "gauge":
+        values = [f.bad_value if b >= 0.5 else f.good_value for b in bad]
+    else:
+        per_step = {"total": lambda b: 1.0, "bad": lambda b: b, "good": lambda b: 1.0 - b}[f.role]
+        values, acc = [], 0.0
+        for k, b in enumerate(bad):
+            if k:
+                acc += per_step(b) * UNITS_PER_STEP
+            values.append(round(acc, 6))
+    return {"series": name, "values": encode(values)}
+
+
+def encode(values: list[float]) -> str:
+    """promtool's expanding notation: runs of constant increments as `start+stepxN`."""
+    out, i, n = [], 0, len(values)
+    while i < n:
+        j = i
+        if i + 1 < n:
+            d = round(values[i + 1] - values[i], 6)
+            j = i + 1
+            while j + 1 < n and abs(round(values[j + 1] - values[j], 6) - d) < 1e-9:
+                j += 1
+            sign = "+" if d >= 0 else "-"
+            out.append(f"{_num(values[i])}{sign}{_num(abs(d))}x{j - i}")
+        else:
+            out.append(_num(values[i]))
+        i = j + 1
+    return " ".join(out)
+
+
+def _num(x: float) -> str:
+    return go_g(round(x, 6)) if x else "0"

@@ -1,0 +1,179 @@
+"""What the dashboard, KEDA and runbook generators see of an SLO and its alerts.
+
+Why a separate, small input: those generators only need names, objectives, windows and alert
+tiers, not the whole SLO model. Keeping them pure functions over these frozen views means they
+can be tested with a handful of literals, and the one place that knows the core model's shape
+is `from_model` at the bottom (a thin adapter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# SLI kinds slogen knows (the llmslo/* plugins), plus Sloth's own two shapes.
+SLI_LATENCY = "latency"
+SLI_GOODPUT = "goodput"
+SLI_AVAILABILITY = "availability"
+SLI_KV_HEADROOM = "kv_headroom"  # share of engine-time with KV-cache usage over a threshold
+SLI_EVENTS = "events"  # Sloth `events` (error_query / total_query) or a foreign plugin
+SLI_RAW = "raw"  # Sloth `raw` (error_ratio_query)
+
+LATENCY_METRICS = ("ttft", "tpot", "e2e", "itl")
+SOURCES = ("tap", "engine")
+
+
+@dataclass(frozen=True)
+class BurnTier:
+    """One multi-window burn-rate alert tier (e.g. page, 14.4x over 1h and 5m)."""
+
+    name: str  # the `slo_tier` label value
+    severity: str  # page | ticket (the `sloth_severity` label value)
+    long_window: str
+    short_window: str
+    factor: float
+
+
+@dataclass(frozen=True)
+class SLOView:
+    service: str
+    name: str
+    slo_id: str  # the `sloth_id` label value
+    objective: float  # percent, e.g. 99.9
+    period: str  # e.g. "30d"
+    description: str = ""
+    sli_kind: str = SLI_EVENTS
+    latency_metric: str = ""  # ttft | tpot | e2e | itl, for latency SLIs
+    threshold: float | None = None  # latency threshold (seconds) or KV-usage threshold (ratio)
+    source: str = ""  # tap | engine
+    slo_class: str = ""  # the tap's slo_class, for goodput and tap latency SLIs
+    windows: tuple[str, ...] = ()  # windows with a recorded slo:sli_error:ratio_rate<W>
+    base_window: str = "5m"  # the shortest recorded window (the current burn rate's)
+    traffic_weighted: bool = True  # slo:sli_errors:rate<W> and slo:sli_total:rate<W> are recorded
+    tiers: tuple[BurnTier, ...] = ()
+    alert_name: str = ""  # "" when alerting is disabled
+
+    @property
+    def error_budget(self) -> float:
+        """Allowed error ratio, 1 - objective."""
+        return round(1.0 - self.objective / 100.0, 12)
+
+    @property
+    def period_days(self) -> int:
+        return _days(self.period)
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """One generated alert name (its tiers may be several rules sharing the name)."""
+
+    name: str
+    kind: str  # ALERT_BURN | ALERT_NO_DATA | another generator's kind
+    slo: SLOView | None = None
+    tiers: tuple[BurnTier, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # common static labels (e.g. severity)
+    summary: str = ""
+
+
+ALERT_BURN = "burn"
+ALERT_NO_DATA = "no_data"
+
+
+def _days(window: str) -> int:
+    units = {"d": 1, "w": 7}
+    if window and window[-1] in units and window[:-1].isdigit():
+        return int(window[:-1]) * units[window[-1]]
+    raise ValueError(f"period {window!r} is not a whole number of days or weeks (write e.g. 30d or 4w)")
+
+
+def window_seconds(window: str) -> int:
+    """Seconds in a Prometheus duration made of one unit (5m, 1h, 30d)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    if window and window[-1] in units and window[:-1].isdigit():
+        return int(window[:-1]) * units[window[-1]]
+    raise ValueError(f"{window!r} is not a duration with one unit (write e.g. 5m, 1h or 30d)")
+
+
+# --------------------------------------------------------------------------------------
+# Adapter from the core model (slogen.model / slogen.generators.options)
+# --------------------------------------------------------------------------------------
+_PLUGIN_KINDS = {
+    "llmslo/latency": SLI_LATENCY,
+    "llmslo/goodput": SLI_GOODPUT,
+    "llmslo/availability": SLI_AVAILABILITY,
+    "llmslo/kv-headroom": SLI_KV_HEADROOM,
+}
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def from_context(ctx) -> SLOView:
+    """The view of one resolved SLO (`slogen.generators.options.SLOContext`)."""
+    from slogen.durations import format_duration
+    from slogen.generators.sli import windows as recorded_windows
+    from slogen.model import EventsSLI, RawSLI
+
+    slo = ctx.slo
+    sli = slo.sli
+    options: dict[str, str] = dict(getattr(sli, "plugin_options", {}) or {})
+    plugin = getattr(sli, "plugin", "") if isinstance(sli, EventsSLI) else ""
+    kind = _PLUGIN_KINDS.get(plugin, SLI_RAW if isinstance(sli, RawSLI) else SLI_EVENTS)
+    source = options.get("source", "tap" if kind in (SLI_LATENCY, SLI_GOODPUT, SLI_AVAILABILITY) else "")
+    if kind == SLI_KV_HEADROOM:
+        source = "engine"
+    tiers = tuple(
+        BurnTier(t.name, t.severity, t.long, t.short, float(t.factor))
+        for t in ctx.tiers
+        if not (slo.alerting.page if t.severity == "page" else slo.alerting.ticket).disable
+    ) if ctx.alerts_enabled else ()
+    return SLOView(
+        service=slo.service,
+        name=slo.name,
+        slo_id=slo.id,
+        objective=float(slo.objective),
+        period=format_duration(ctx.period),
+        description=slo.description,
+        sli_kind=kind,
+        latency_metric=options.get("metric", "") if kind == SLI_LATENCY else "",
+        threshold=_float(options.get("threshold", "0.9" if kind == SLI_KV_HEADROOM else None)),
+        source=source,
+        slo_class=options.get("slo_class", ""),
+        windows=tuple(format_duration(w) for w in recorded_windows(ctx)),
+        base_window=format_duration(ctx.base_window),
+        traffic_weighted=not ctx.opts.sloth_compat and not isinstance(sli, RawSLI),
+        tiers=tiers,
+        alert_name=slo.alerting.name if ctx.alerts_enabled else "",
+    )
+
+
+def alert_views(results) -> list[AlertView]:
+    """One view per generated alert name, from the rule groups the alerts generator produced.
+
+    Reading the generated rules (not the spec) guarantees that every alert that exists gets a
+    runbook, whatever names, tiers or modes produced it. `results` are `SLOResult`s.
+    """
+    from llmslo.conventions import SLO as C
+
+    by_name: dict[str, AlertView] = {}
+    for result in results:
+        slo = from_context(result.ctx)
+        for group in result.rules.groups():
+            for rule in group.rules:
+                if not rule.alert:
+                    continue
+                no_data = rule.labels.get(C.LABEL_TIER) == "no-data"
+                tiers = tuple(t for t in slo.tiers if t.name == rule.labels.get(C.LABEL_TIER)) or (
+                    () if no_data else slo.tiers)
+                previous = by_name.get(rule.alert)
+                if previous is not None:
+                    tiers = previous.tiers + tuple(t for t in tiers if t not in previous.tiers)
+                by_name[rule.alert] = AlertView(
+                    name=rule.alert, kind=ALERT_NO_DATA if no_data else ALERT_BURN, slo=slo, tiers=tiers,
+                    labels={k: v for k, v in rule.labels.items() if "{{" not in v},
+                    summary=rule.annotations.get("summary", ""),
+                )
+    return [by_name[name] for name in sorted(by_name)]

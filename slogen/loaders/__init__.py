@@ -1,0 +1,136 @@
+"""Read SLO inputs: files or directories of YAML, any mix of formats, multi-document.
+
+Each document is sniffed (Sloth `prometheus/v1`, Sloth `PrometheusServiceLevel`, OpenSLO
+`v1alpha` and `v1`, Sloth `AlertWindows` catalogs) and mapped into the one SLO model. Every
+problem is collected as a SpecError naming the file, line, SLO and field; the load fails
+with all of them at once. Duplicate SLO ids across the whole load are errors too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from slogen.errors import SpecError, SpecErrors
+from slogen.loaders import k8s, openslo, sloth, windows
+from slogen.loaders.common import Reporter
+from slogen.model import SLO, AlertWindows
+from slogen.yamlio import load_documents
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Loaded:
+    slos: list[SLO] = field(default_factory=list)
+    windows: list[AlertWindows] = field(default_factory=list)
+    warnings: list[SpecError] = field(default_factory=list)
+    errors: list[SpecError] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def discover(path: str | Path) -> list[Path]:
+    """A file, or every *.yaml / *.yml below a directory in sorted order."""
+    p = Path(path)
+    if p.is_dir():
+        return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in YAML_SUFFIXES)
+    return [p]
+
+
+def load_path(path: str | Path) -> list[SLO]:
+    """The SLOs in a file or directory; raises SpecErrors listing every problem."""
+    return load_paths([path]).slos
+
+
+def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windows_only: bool = False,
+               raise_errors: bool = True) -> Loaded:
+    result = Loaded()
+    docs: list[tuple[Reporter, int, object]] = []
+    for path in paths:
+        files = discover(path)
+        if not files:
+            result.errors.append(SpecError(str(path), "no YAML files found", fix="point at a .yaml file or a directory of them"))
+        for file in files:
+            r = Reporter(str(file))
+            result.files.append(str(file))
+            try:
+                text = file.read_text(encoding="utf-8")
+            except OSError as e:
+                r.error(f"cannot read: {e.strerror or e}", fix="check the path")
+                result.errors += r.errors
+                continue
+            try:
+                items = load_documents(text)
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                r.error(f"not valid YAML: {getattr(e, 'problem', None) or e}", line=(mark.line + 1) if mark else None,
+                        fix="fix the YAML syntax (indentation, quotes, colons)")
+                result.errors += r.errors
+                continue
+            for i, doc in enumerate(items):
+                for item in (doc if isinstance(doc, list) else [doc]):  # OpenSLO also allows a list of objects
+                    docs.append((r, i, item))
+    reporters: dict[str, Reporter] = {}
+    slis = {openslo.sli_name(d): d for _, _, d in docs if openslo.is_v1(d) and d.get("kind") == "SLI"}
+    for r, i, doc in docs:
+        reporters[r.file] = r
+        if windows.is_spec(doc):
+            w = windows.load(doc, r)
+            if w is not None:
+                result.windows.append(w)
+            continue
+        if windows_only:
+            continue
+        result.slos += _load_doc(doc, r, i, slis)
+    for r in reporters.values():
+        result.errors += r.errors
+        result.warnings += r.warnings
+    if not windows_only and not allow_duplicates:
+        result.errors += duplicate_errors(result.slos)
+    if raise_errors and result.errors:
+        raise SpecErrors(result.errors)
+    return result
+
+
+def _load_doc(doc: object, r: Reporter, i: int, slis: dict[str, dict]) -> list[SLO]:
+    if not isinstance(doc, dict):
+        r.error(f"document {i + 1} is not a mapping", fix="each YAML document must be one spec object")
+        return []
+    version = doc.get("version")
+    if version is not None and "apiVersion" not in doc:
+        if version == sloth.PROMETHEUS_V1.spec:
+            return sloth.load(doc, r, i)
+        r.error(f"unsupported spec version {version!r}", "version", line=doc.line_of("version") if hasattr(doc, "line_of") else None,
+                fix='write version: "prometheus/v1"')
+        return []
+    if k8s.is_spec(doc):
+        return k8s.load(doc, r, i)
+    if openslo.is_v1alpha(doc):
+        return openslo.load_v1alpha(doc, r, i)
+    if openslo.is_v1(doc):
+        return openslo.load_v1(doc, r, i, slis)
+    r.error(f"document {i + 1} is not a spec slogen reads (apiVersion={doc.get('apiVersion')!r}, kind={doc.get('kind')!r})",
+            fix='use version: "prometheus/v1", a sloth.slok.dev/v1 PrometheusServiceLevel or AlertWindows, '
+                "or an OpenSLO openslo/v1alpha or openslo/v1 SLO")
+    return []
+
+
+def duplicate_errors(slos: list[SLO]) -> list[SpecError]:
+    """SLO ids (`<service>-<name>`) must be unique across everything loaded together."""
+    seen: dict[str, SLO] = {}
+    errors = []
+    for slo in slos:
+        first = seen.get(slo.id)
+        if first is None:
+            seen[slo.id] = slo
+            continue
+        errors.append(SpecError(
+            slo.origin.file, f"SLO id {slo.id!r} is already defined in {first.origin.file}"
+            + (f":{first.origin.line}" if first.origin.line else ""),
+            field=f"{slo.origin.path}.name" if slo.origin.path else "name", slo=slo.id,
+            fix="rename one of the SLOs (or its service): the id <service>-<name> names its series and alerts",
+            line=slo.origin.line,
+        ))
+    return errors

@@ -1,0 +1,205 @@
+"""Shared pieces of the loaders: an error reporter that knows the file, field readers that
+report type errors with the field's path and line, and the validation rules Sloth applies
+(names, objective, labels, SLI templates, alert names), plus slogen's own (reserved labels).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmslo.conventions import SLO as C
+from slogen.errors import SpecError
+from slogen.yamlio import LineDict
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]$")
+LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+WINDOW_TPL_RE = re.compile(r"{{ *\.window *}}")
+RESERVED_LABELS = frozenset(C.RESERVED_LABELS)
+
+
+@dataclass
+class Reporter:
+    """Collects errors and warnings for one file; loaders keep going to report everything at once."""
+
+    file: str
+    errors: list[SpecError] = field(default_factory=list)
+    warnings: list[SpecError] = field(default_factory=list)
+
+    def error(self, message: str, field: str = "", *, slo: str = "", fix: str = "", line: int | None = None) -> None:
+        self.errors.append(SpecError(self.file, message, field, slo, fix, line))
+
+    def warn(self, message: str, field: str = "", *, slo: str = "", fix: str = "", line: int | None = None) -> None:
+        self.warnings.append(SpecError(self.file, message, field, slo, fix, line))
+
+
+def line_of(node: Any, key: str | None = None) -> int | None:
+    if isinstance(node, LineDict):
+        return node.line_of(key) if key else node.line
+    return getattr(node, "line", None)
+
+
+def join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def mapping(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", required: bool = False) -> dict:
+    """parent[key] as a mapping ({} when absent, with an error when present but not a mapping)."""
+    value = parent.get(key) if isinstance(parent, dict) else None
+    if value is None:
+        if required:
+            r.error(f"{key} is required", join(prefix, key), slo=slo, line=line_of(parent, key),
+                    fix=f"add a {key}: mapping")
+        return {}
+    if not isinstance(value, dict):
+        r.error(f"{key} must be a mapping, got {type(value).__name__}", join(prefix, key), slo=slo,
+                line=line_of(parent, key), fix=f"write {key} as `key: value` lines")
+        return {}
+    return value
+
+
+def string(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", default: str = "") -> str:
+    value = parent.get(key) if isinstance(parent, dict) else None
+    if value is None:
+        return default
+    if isinstance(value, (dict, list)):
+        r.error(f"{key} must be a string, got {type(value).__name__}", join(prefix, key), slo=slo,
+                line=line_of(parent, key), fix=f"quote the value of {key}")
+        return default
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def boolean(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "") -> bool:
+    value = parent.get(key) if isinstance(parent, dict) else None
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        r.error(f"{key} must be true or false, got {value!r}", join(prefix, key), slo=slo,
+                line=line_of(parent, key), fix=f"write {key}: true")
+        return False
+    return value
+
+
+def number(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "") -> float | None:
+    value = parent.get(key) if isinstance(parent, dict) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return float(str(value))
+        except ValueError:
+            r.error(f"{key} must be a number, got {value!r}", join(prefix, key), slo=slo,
+                    line=line_of(parent, key), fix=f"write {key}: 99.9")
+            return None
+    return float(value)
+
+
+def labels(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", what: str = "label") -> dict[str, str]:
+    """A string map (labels or annotations), checking keys and values as Prometheus would."""
+    raw = mapping(r, parent, key, prefix, slo=slo)
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        f = f"{join(prefix, key)}.{k}"
+        if v is None or isinstance(v, (dict, list)):
+            r.error(f"{what} {k!r} must have a string value", f, slo=slo, line=line_of(raw, k),
+                    fix=f'write {k}: "value"')
+            continue
+        value = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        key_s = str(k)
+        if what == "label":
+            if key_s == "__name__" or not LABEL_NAME_RE.match(key_s):
+                r.error(f"label name {key_s!r} is not valid", f, slo=slo, line=line_of(raw, k),
+                        fix="use letters, digits and underscores, not starting with a digit")
+        elif not LABEL_NAME_RE.match(key_s):
+            r.error(f"annotation name {key_s!r} is not valid", f, slo=slo, line=line_of(raw, k),
+                    fix="use letters, digits and underscores, not starting with a digit")
+        if value == "":
+            r.error(f"{what} {key_s!r} has an empty value", f, slo=slo, line=line_of(raw, k),
+                    fix=f"give {key_s} a value or remove it")
+        out[key_s] = value
+    return out
+
+
+def check_reserved(r: Reporter, values: dict[str, str], prefix: str, *, slo: str, line: int | None) -> None:
+    """User labels may not overwrite the labels slogen's rules and dashboards identify SLOs by."""
+    for k in sorted(set(values) & RESERVED_LABELS):
+        r.error(f"label {k!r} is reserved: slogen sets it on every generated series and alert", f"{prefix}.{k}",
+                slo=slo, line=line, fix=f"rename the label (e.g. user_{k}) or remove it")
+
+
+def check_name(r: Reporter, value: str, what: str, field: str, *, slo: str = "", line: int | None = None) -> None:
+    if not value:
+        r.error(f"{what} is required", field, slo=slo, line=line, fix=f"set {field.rsplit('.', 1)[-1]}")
+    elif not NAME_RE.match(value):
+        r.error(f"{what} {value!r} is not a valid name", field, slo=slo, line=line,
+                fix="start and end with a letter or digit; use only letters, digits, '.', '_' and '-'")
+
+
+def check_objective(r: Reporter, value: float | None, field: str, *, slo: str, line: int | None) -> None:
+    if value is None:
+        r.error("objective is required", field, slo=slo, line=line, fix="set objective: 99.9 (a percent)")
+    elif not (0 < value <= 100):
+        r.error(f"objective {value:g} is out of range: it must be > 0 and <= 100", field, slo=slo, line=line,
+                fix="write the objective as a percent, e.g. 99.9 (not 0.999, not 101)")
+
+
+def check_query_template(r: Reporter, query: str, field: str, *, slo: str, line: int | None) -> None:
+    """Sloth's rules (non-empty, has {{.window}}) plus a lexical PromQL check (brackets, quotes)."""
+    if not query.strip():
+        r.error("query is required", field, slo=slo, line=line, fix="write a PromQL query using [{{.window}}]")
+        return
+    if not WINDOW_TPL_RE.search(query):
+        r.error("query must contain the {{.window}} template variable", field, slo=slo, line=line,
+                fix="use the range [{{.window}}] in your rate()/increase() so slogen can fill each window")
+    problem = promql_lexical_problem(WINDOW_TPL_RE.sub("1m", query))
+    if problem:
+        r.error(f"query is not valid PromQL: {problem}", field, slo=slo, line=line,
+                fix="balance the brackets and quotes (run `slogen validate --promtool` for a full parse)")
+
+
+_PAIRS = {")": "(", "]": "[", "}": "{"}
+
+
+def promql_lexical_problem(expr: str) -> str:
+    """A cheap syntax check: brackets balance and strings close. Full parsing is promtool's job."""
+    stack: list[str] = []
+    quote = ""
+    escaped = False
+    for ch in expr:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote != "`":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'`":
+            quote = ch
+        elif ch in "([{":
+            stack.append(ch)
+        elif ch in ")]}":
+            if not stack or stack[-1] != _PAIRS[ch]:
+                return f"unexpected {ch!r}"
+            stack.pop()
+    if quote:
+        return "unterminated string"
+    if stack:
+        return f"unclosed {stack[-1]!r}"
+    return ""
+
+
+def unknown_keys(r: Reporter, node: Any, known: tuple[str, ...], prefix: str, *, slo: str = "") -> None:
+    """Unknown keys are warnings (Sloth ignores them), with a did-you-mean when one is close."""
+    if not isinstance(node, dict):
+        return
+    norm = {k.replace("_", "").lower(): k for k in known}
+    for k in node:
+        if k in known:
+            continue
+        near = norm.get(str(k).replace("_", "").lower())
+        fix = f"did you mean {near}?" if near else f"known keys: {', '.join(known)}"
+        r.warn(f"unknown key {k!r} is ignored", join(prefix, str(k)), slo=slo, line=line_of(node, k), fix=fix)

@@ -1,0 +1,245 @@
+"""Sloth `prometheus/v1` specs (and, with camelCase keys under `spec:`, the Kubernetes CRD).
+
+Mapping follows Sloth v0.16: SLO id = `<service>-<name>`, labels = spec labels overlaid by
+SLO labels, page/ticket alerts inherit `alerting.labels`/`annotations` and add their own.
+slogen extensions, ignored by Sloth itself so specs stay loadable there:
+  * `period: 28d` at the top (all SLOs) or on one SLO: a per-SLO period;
+  * `sli.plugin.id: llmslo/...`: built-in LLM SLI plugins (see slogen/plugins/llm.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slogen import plugins
+from slogen.durations import parse_duration
+from slogen.loaders import common as f
+from slogen.loaders.common import Reporter
+from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
+
+ALERT_NAME_RE = __import__("re").compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Key spellings and placement: prometheus/v1 uses snake_case at the top, the CRD camelCase under spec."""
+
+    spec: str
+    mode: str
+    root: str  # "" or "spec"
+    error_query: str
+    total_query: str
+    error_ratio_query: str
+    page_alert: str
+    ticket_alert: str
+    slo_plugins: str
+
+
+PROMETHEUS_V1 = Dialect("prometheus/v1", "cli-gen-prom", "", "error_query", "total_query", "error_ratio_query",
+                        "page_alert", "ticket_alert", "slo_plugins")
+K8S_V1 = Dialect("sloth.slok.dev/v1", "cli-gen-k8s", "spec", "errorQuery", "totalQuery", "errorRatioQuery",
+                 "pageAlert", "ticketAlert", "sloPlugins")
+
+
+def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V1) -> list[SLO]:
+    """Map one Sloth document to SLOs, reporting every problem into `r`."""
+    origin_extra: dict[str, Any] = {}
+    if dialect.root:
+        meta = f.mapping(r, doc, "metadata", "")
+        origin_extra = {
+            "k8s_name": f.string(r, meta, "name", "metadata"),
+            "k8s_namespace": f.string(r, meta, "namespace", "metadata"),
+            "k8s_labels": f.labels(r, meta, "labels", "metadata"),
+            "k8s_annotations": f.labels(r, meta, "annotations", "metadata", what="annotation"),
+        }
+        root = f.mapping(r, doc, dialect.root, "", required=True)
+        prefix = dialect.root
+    else:
+        root, prefix = doc, ""
+        f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period"), "")
+
+    service = f.string(r, root, "service", prefix)
+    f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
+    spec_labels = f.labels(r, root, "labels", prefix)
+    f.check_reserved(r, spec_labels, f.join(prefix, "labels"), slo="", line=f.line_of(root, "labels"))
+    spec_period = _period(r, root, prefix, "")
+    group_plugins, group_override = _slo_plugins(r, root, dialect.slo_plugins, prefix, "")
+
+    slos_node = root.get("slos") if isinstance(root, dict) else None
+    if not isinstance(slos_node, list) or not slos_node:
+        r.error("at least one SLO is required", f.join(prefix, "slos"), line=f.line_of(root, "slos"),
+                fix="add a `slos:` list with at least one SLO")
+        return []
+
+    out: list[SLO] = []
+    for i, node in enumerate(slos_node):
+        p = f"{f.join(prefix, 'slos')}[{i}]"
+        if not isinstance(node, dict):
+            r.error("each SLO must be a mapping", p, line=f.line_of(slos_node), fix="indent the SLO's fields under `- name:`")
+            continue
+        slo = _load_slo(r, node, p, service, spec_labels, spec_period, group_plugins, group_override, dialect,
+                        Origin(file=r.file, doc=doc_index, path=p, line=f.line_of(node), spec=dialect.spec,
+                               mode=dialect.mode, **origin_extra))
+        if slo is not None:
+            out.append(slo)
+    return out
+
+
+def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[str, str], spec_period: int | None,
+              group_plugins: list[SLOPluginRef], group_override: bool, d: Dialect, origin: Origin) -> SLO | None:
+    name = f.string(r, node, "name", p)
+    slo_id = f"{service}-{name}"
+    who = slo_id if name else f"#{p}"
+    f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period"), p,
+                   slo=who)
+    f.check_name(r, name, "SLO name", f"{p}.name", slo=who, line=f.line_of(node, "name"))
+    objective = f.number(r, node, "objective", p, slo=who)
+    f.check_objective(r, objective, f"{p}.objective", slo=who, line=f.line_of(node, "objective"))
+    slo_labels = f.labels(r, node, "labels", p, slo=who)
+    f.check_reserved(r, slo_labels, f"{p}.labels", slo=who, line=f.line_of(node, "labels"))
+    period = _period(r, node, p, who)
+    plugins_, override = _slo_plugins(r, node, "plugins", p, who)
+    if override:
+        chain = plugins_
+    else:
+        chain = group_plugins + plugins_
+    if override and not plugins_:
+        r.error("plugins.overridePrevious is set but no plugins are declared", f"{p}.plugins", slo=who,
+                fix="declare plugins in the chain or drop overridePrevious")
+    sli = _load_sli(r, node, p, who, service, name, slo_id, objective or 0.0, spec_labels, d)
+    alerting = _load_alerting(r, node, p, who, d)
+    if sli is None or objective is None:
+        return None
+    return SLO(
+        id=slo_id, service=service, name=name, objective=objective, sli=sli,
+        description=f.string(r, node, "description", p, slo=who),
+        period=period if period is not None else spec_period,
+        labels={**spec_labels, **slo_labels}, alerting=alerting, plugins=tuple(chain),
+        override_plugins=override or group_override, origin=origin,
+    )
+
+
+def _period(r: Reporter, node: dict, p: str, who: str) -> int | None:
+    text = f.string(r, node, "period", p, slo=who)
+    if not text:
+        return None
+    try:
+        ms = parse_duration(text)
+    except ValueError as e:
+        r.error(str(e), f.join(p, "period"), slo=who, line=f.line_of(node, "period"), fix="write e.g. period: 28d")
+        return None
+    if ms <= 0:
+        r.error("period must be positive", f.join(p, "period"), slo=who, line=f.line_of(node, "period"),
+                fix="write e.g. period: 30d")
+        return None
+    return ms
+
+
+def _slo_plugins(r: Reporter, node: dict, key: str, p: str, who: str) -> tuple[list[SLOPluginRef], bool]:
+    block = f.mapping(r, node, key, p, slo=who)
+    if not block:
+        return [], False
+    override = f.boolean(r, block, "overridePrevious", f.join(p, key), slo=who)
+    chain = block.get("chain") or []
+    refs = []
+    for i, item in enumerate(chain if isinstance(chain, list) else []):
+        ip = f"{f.join(p, key)}.chain[{i}]"
+        if not isinstance(item, dict) or not item.get("id"):
+            r.error("plugin ID is required", f"{ip}.id", slo=who, line=f.line_of(item) if isinstance(item, dict) else None,
+                    fix="set id: to a registered SLO plugin")
+            continue
+        pid = str(item["id"])
+        if plugins.slo_plugin_factory(pid) is None:
+            known = ", ".join(plugins.slo_plugin_ids()) or "none registered"
+            r.error(f"unknown SLO plugin {pid!r}", f"{ip}.id", slo=who, line=f.line_of(item, "id"),
+                    fix=f"use a registered SLO plugin ({known}); Sloth's Go plugins are not loaded by slogen")
+            continue
+        priority = item.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            r.error("priority must be an integer", f"{ip}.priority", slo=who, line=f.line_of(item, "priority"),
+                    fix="write priority: 100")
+            priority = 0
+        refs.append(SLOPluginRef(pid, item.get("config"), priority))
+    return refs, override
+
+
+def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str, slo_id: str, objective: float,
+              spec_labels: dict[str, str], d: Dialect) -> SLI | None:
+    sli = f.mapping(r, node, "sli", p, slo=who)
+    sp = f"{p}.sli"
+    kinds = [k for k in ("events", "raw", "plugin") if sli.get(k) is not None]
+    if not kinds:
+        r.error("the SLI is empty: one of events, raw or plugin is required", sp, slo=who, line=f.line_of(node, "sli"),
+                fix=f"write sli: {{events: {{{d.error_query}: ..., {d.total_query}: ...}}}} or a plugin")
+        return None
+    if len(kinds) > 1:
+        r.error(f"only one SLI type is allowed, found {', '.join(kinds)}", sp, slo=who, line=f.line_of(node, "sli"),
+                fix="keep one of events, raw or plugin")
+        return None
+    kind = kinds[0]
+    if kind == "events":
+        ev = f.mapping(r, sli, "events", sp, slo=who)
+        err = f.string(r, ev, d.error_query, f"{sp}.events", slo=who)
+        tot = f.string(r, ev, d.total_query, f"{sp}.events", slo=who)
+        f.check_query_template(r, err, f"{sp}.events.{d.error_query}", slo=who, line=f.line_of(ev, d.error_query))
+        f.check_query_template(r, tot, f"{sp}.events.{d.total_query}", slo=who, line=f.line_of(ev, d.total_query))
+        if err and err == tot:
+            r.error("error and total queries are the same", f"{sp}.events", slo=who, line=f.line_of(sli, "events"),
+                    fix="the error query must select only the bad events")
+        return EventsSLI(err, tot)
+    if kind == "raw":
+        raw = f.mapping(r, sli, "raw", sp, slo=who)
+        q = f.string(r, raw, d.error_ratio_query, f"{sp}.raw", slo=who)
+        f.check_query_template(r, q, f"{sp}.raw.{d.error_ratio_query}", slo=who, line=f.line_of(raw, d.error_ratio_query))
+        return RawSLI(q)
+    plug = f.mapping(r, sli, "plugin", sp, slo=who)
+    pid = f.string(r, plug, "id", f"{sp}.plugin", slo=who)
+    options = f.labels(r, plug, "options", f"{sp}.plugin", slo=who, what="option") if plug.get("options") else {}
+    fn = plugins.sli_plugin(pid)
+    if fn is None:
+        r.error(f"unknown SLI plugin {pid!r}", f"{sp}.plugin.id", slo=who, line=f.line_of(plug, "id"),
+                fix=f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
+        return None
+    try:
+        return fn(plugins.SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
+                                           labels=spec_labels, options=options))
+    except plugins.PluginError as e:
+        field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
+        r.error(f"plugin {pid}: {e}", field, slo=who, line=f.line_of(plug, "options"), fix=e.fix)
+        return None
+
+
+def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Alerting:
+    al = f.mapping(r, node, "alerting", p, slo=who)
+    ap = f"{p}.alerting"
+    f.unknown_keys(r, al, ("name", "labels", "annotations", d.page_alert, d.ticket_alert), ap, slo=who)
+    name = f.string(r, al, "name", ap, slo=who)
+    base_labels = f.labels(r, al, "labels", ap, slo=who)
+    f.check_reserved(r, base_labels, f"{ap}.labels", slo=who, line=f.line_of(al, "labels"))
+    base_ann = f.labels(r, al, "annotations", ap, slo=who, what="annotation")
+    metas = []
+    for key in (d.page_alert, d.ticket_alert):
+        block = f.mapping(r, al, key, ap, slo=who)
+        bp = f"{ap}.{key}"
+        f.unknown_keys(r, block, ("disable", "labels", "annotations"), bp, slo=who)
+        disable = f.boolean(r, block, "disable", bp, slo=who)
+        labels = f.labels(r, block, "labels", bp, slo=who)
+        f.check_reserved(r, labels, f"{bp}.labels", slo=who, line=f.line_of(block, "labels"))
+        ann = f.labels(r, block, "annotations", bp, slo=who, what="annotation")
+        if disable:
+            metas.append(AlertMeta(disable=True))
+            continue
+        if not name:
+            r.error(f"alerting.name is required while the {key} is enabled", f"{ap}.name", slo=who,
+                    line=f.line_of(al, "name") or f.line_of(node, "alerting"),
+                    fix=f"set alerting.name (e.g. {_suggest_alert_name(who)}) or set {key}: {{disable: true}}")
+        elif not ALERT_NAME_RE.match(name):
+            r.error(f"alert name {name!r} is not a valid Prometheus alert name", f"{ap}.name", slo=who,
+                    line=f.line_of(al, "name"), fix="use letters, digits, '_' and ':' only, e.g. ChatTTFTBudgetBurn")
+        metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False))
+    return Alerting(name=name, page=metas[0], ticket=metas[1])
+
+
+def _suggest_alert_name(who: str) -> str:
+    return "".join(part.capitalize() for part in __import__("re").split(r"[^A-Za-z0-9]+", who) if part) + "BudgetBurn"

@@ -1,0 +1,407 @@
+"""Built-in LLM-serving SLIs: one line of spec each for TTFT/TPOT/E2E/ITL latency, goodput,
+availability and KV-cache headroom.
+
+Every plugin resolves into an events SLI (error and total queries with `{{.window}}`), so the
+generators treat it like any Sloth events SLI and the period SLI is traffic-weighted. Metric
+and label names come from `llmslo.conventions` only. Queries aggregate `by (cluster)` (option
+`by`) so that one rule set serves a fleet: labels added by federation or remote-write survive.
+Each plugin also names its source selectors (for the no-data alert) and how to synthesize
+its source series (for generated promtool tests).
+"""
+
+from __future__ import annotations
+
+import re
+
+from llmslo import conventions as c
+from slogen.model import EventsSLI, RecordingRule, SeriesFixture
+from slogen.plugins import PluginError, SLIPluginRequest, register_sli_plugin
+
+DEFAULT_AGGREGATE_BY = (c.LABEL_CLUSTER,)
+
+LATENCY = "llmslo/latency"
+GOODPUT = "llmslo/goodput"
+AVAILABILITY = "llmslo/availability"
+KV_HEADROOM = "llmslo/kv-headroom"
+
+SOURCE_TAP = "tap"
+SOURCE_ENGINE = "engine"
+
+LATENCY_METRICS = {
+    # option value: (tap family, engine family)
+    "ttft": (c.TAP_TTFT, c.TTFT),
+    "tpot": (c.TAP_TPOT, c.TPOT),
+    "e2e": (c.TAP_E2E, c.E2E),
+    "itl": (None, c.ITL),
+}
+
+# Tap outcomes that are the service's fault, and those that are nobody's (left out of the total).
+TAP_BAD_OUTCOMES = (c.OUTCOME_UPSTREAM_ERROR, c.OUTCOME_ABORTED)
+TAP_NEUTRAL_OUTCOMES = (c.OUTCOME_CLIENT_DISCONNECTED, c.OUTCOME_CLIENT_ERROR)
+
+_MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+_LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+Matcher = tuple[str, str, str]  # (label, op, value as it appears between the quotes)
+
+
+# --------------------------------------------------------------------------------------
+# PromQL building blocks
+# --------------------------------------------------------------------------------------
+
+
+def promql_string(value: str) -> str:
+    """The inside of a double-quoted PromQL string literal for `value`."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def parse_selector(text: str) -> list[Matcher]:
+    """`{namespace="llm", model=~"x.*"}` -> matchers; PluginError naming `selector` otherwise."""
+    body = text.strip()
+    if not body:
+        return []
+    if not (body.startswith("{") and body.endswith("}")):
+        raise PluginError(f"selector {text!r} must be label matchers in braces", "selector",
+                          'write it like {namespace="llm"}')
+    body = body[1:-1].strip()
+    matchers: list[Matcher] = []
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER_RE.match(body, pos)
+        if not m:
+            raise PluginError(f"cannot parse label matchers in selector {text!r} at {body[pos:]!r}", "selector",
+                              'use name="value", name!="value", name=~"regex" or name!~"regex", comma-separated')
+        matchers.append((m.group(1), m.group(2), m.group(3)))
+        pos = m.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise PluginError(f"expected ',' in selector {text!r} at {body[pos:]!r}", "selector",
+                                  "separate matchers with commas")
+            pos += 1
+    return matchers
+
+
+def selector(metric: str, matchers: list[Matcher]) -> str:
+    inner = ",".join(f'{name}{op}"{value}"' for name, op, value in matchers)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def glob_regex(globs: str) -> str:
+    """Comma-separated model-name globs (`llama-3-8b,chat-*`) as one RE2 alternation."""
+    parts = []
+    for g in (x.strip() for x in globs.split(",")):
+        if not g:
+            continue
+        out = []
+        for ch in g:
+            if ch == "*":
+                out.append(".*")
+            elif ch == "?":
+                out.append(".")
+            else:
+                out.append(re.escape(ch) if not ch.isalnum() and ch not in "-_/:" else ch)
+        parts.append("".join(out))
+    return "|".join(parts)
+
+
+def glob_example(globs: str) -> str:
+    """A model name that the first glob matches (for synthesized test series)."""
+    first = next((g.strip() for g in globs.split(",") if g.strip()), "model")
+    return first.replace("*", "x").replace("?", "x")
+
+
+def le_regex(threshold: float) -> str:
+    """A regex matching a bucket bound however it is spelled: `1`, `1.0`, `0.5`, `0.50`.
+
+    Prometheus 3 and the Python client write `1.0`; Go clients and Prometheus 2 write `1`.
+    """
+    text = repr(float(threshold))
+    if "e" in text or "inf" in text or "nan" in text:
+        raise PluginError(f"threshold {threshold!r} must be a plain decimal bucket bound", "threshold",
+                          "write the bound as it appears in the histogram, e.g. 0.5 or 2.5")
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0")
+    if not frac:
+        return whole + r"(\.0*)?"
+    return whole + r"\." + frac + "0*"
+
+
+def le_label(threshold: float) -> str:
+    """The bound as the Python client (the tap, the simulator) spells it: `0.5`, `1.0`."""
+    return repr(float(threshold))
+
+
+def aggregate(inner: str, by: tuple[str, ...]) -> str:
+    return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
+
+
+def rate(sel: str) -> str:
+    return f"rate({sel}[{{{{.window}}}}])"
+
+
+# --------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------
+
+
+class _Options:
+    """Typed access to a plugin's string options; unknown options are errors (typos must not pass)."""
+
+    def __init__(self, plugin: str, options: dict[str, str], known: tuple[str, ...]):
+        self.plugin = plugin
+        self.raw = {str(k): ("" if v is None else str(v)) for k, v in (options or {}).items()}
+        unknown = sorted(set(self.raw) - set(known))
+        if unknown:
+            raise PluginError(f"unknown option(s) {', '.join(unknown)} for plugin {plugin}", unknown[0],
+                              f"use only: {', '.join(known)}")
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.raw.get(name, default).strip()
+
+    def required(self, name: str, hint: str) -> str:
+        value = self.get(name)
+        if not value:
+            raise PluginError(f"plugin {self.plugin} needs option {name!r}", name, hint)
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.get(name, default)
+        if value not in choices:
+            raise PluginError(f"option {name!r} is {value!r}, not one of {', '.join(choices)}", name,
+                              f"set {name} to one of: {', '.join(choices)}")
+        return value
+
+    def number(self, name: str, default: str = "", lo: float | None = None, hi: float | None = None) -> float:
+        text = self.get(name, default)
+        if not text:
+            raise PluginError(f"plugin {self.plugin} needs option {name!r}", name, f'set {name}: "<number>"')
+        try:
+            value = float(text)
+        except ValueError:
+            raise PluginError(f"option {name!r} is {text!r}, not a number", name, f'write {name}: "0.5"') from None
+        if (lo is not None and value <= lo) or (hi is not None and value > hi):
+            rng = f"({'' if lo is None else lo}, {'' if hi is None else hi}]"
+            raise PluginError(f"option {name!r} is {value}, outside {rng}", name, f"choose {name} in {rng}")
+        return value
+
+    def by(self) -> tuple[str, ...]:
+        text = self.raw.get("by")
+        if text is None:
+            return DEFAULT_AGGREGATE_BY
+        labels = tuple(x.strip() for x in text.split(",") if x.strip())
+        for label in labels:
+            if not _LABEL_NAME_RE.match(label):
+                raise PluginError(f"option 'by' has {label!r}, not a label name", "by", 'write by: "cluster,region"')
+        return labels
+
+    def matchers(self) -> list[Matcher]:
+        return parse_selector(self.get("selector"))
+
+
+COMMON = ("selector", "models", "by")
+
+
+def _fixture_labels(base: dict[str, str], matchers: list[Matcher], by: tuple[str, ...]) -> dict[str, str] | None:
+    """Labels for a synthesized series satisfying `matchers`; None when a regex matcher defeats us."""
+    labels = dict(base)
+    for name, op, value in matchers:
+        if op == "=":
+            labels[name] = value.replace('\\"', '"').replace("\\\\", "\\")
+        elif op == "=~":
+            candidate = value.replace(".*", "x").replace(".+", "x").replace("\\\\", "").split("|")[0]
+            if not re.fullmatch(value.replace("\\\\", "\\"), candidate):
+                return None
+            labels[name] = candidate
+        elif op in ("!=", "!~"):
+            labels.setdefault(name, "fixture")
+    for label in by:
+        labels.setdefault(label, f"{label}-a")
+    return labels
+
+
+def _model_matchers(opts: _Options) -> tuple[list[Matcher], dict[str, str]]:
+    models = opts.get("models")
+    if not models:
+        return [], {}
+    regex = glob_regex(models)
+    return [(c.LABEL_MODEL, "=~", promql_string(regex))], {c.LABEL_MODEL: glob_example(models)}
+
+
+# --------------------------------------------------------------------------------------
+# The plugins
+# --------------------------------------------------------------------------------------
+
+
+def latency(req: SLIPluginRequest) -> EventsSLI:
+    """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count."""
+    opts = _Options(LATENCY, req.options, ("metric", "threshold", "source", "slo_class") + COMMON)
+    metric = opts.choice("metric", tuple(LATENCY_METRICS), "")
+    source = opts.choice("source", (SOURCE_TAP, SOURCE_ENGINE), SOURCE_TAP)
+    threshold = opts.number("threshold", lo=0)
+    tap_family, engine_family = LATENCY_METRICS[metric]
+    family = tap_family if source == SOURCE_TAP else engine_family
+    if family is None:
+        raise PluginError(f"metric {metric!r} is only measured by the engine, not the tap", "source",
+                          'set source: "engine" (or use tpot with the tap)')
+    by = opts.by()
+    matchers = opts.matchers()
+    slo_class = opts.get("slo_class")
+    # With a class, `models` is the tap's class mapping (the slo_class label already applies it).
+    model_m, model_l = _model_matchers(opts) if not slo_class else ([], {})
+    base: dict[str, str] = dict(model_l)
+    if slo_class:
+        if source != SOURCE_TAP:
+            raise PluginError("slo_class is a label of the tap's series only", "slo_class",
+                              'use models: "<globs>" to pick requests at the engine, or source: "tap"')
+        matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
+        base[c.LABEL_SLO_CLASS] = slo_class
+    matchers = matchers + model_m
+    le = (c.LABEL_LE, "=~", promql_string(le_regex(threshold)))
+    count_sel = selector(family.count(), matchers)
+    bucket_sel = selector(family.bucket(), matchers + [le])
+    total = aggregate(rate(count_sel), by)
+    good = aggregate(rate(bucket_sel), by)
+    fixtures: tuple[SeriesFixture, ...] = ()
+    labels = _fixture_labels(base, matchers, by)
+    if labels is not None:
+        fixtures = (
+            SeriesFixture(family.count(), labels, "total"),
+            SeriesFixture(family.bucket(), {**labels, c.LABEL_LE: le_label(threshold)}, "good"),
+        )
+    return EventsSLI(
+        error_query=f"{total}\n-\n{good}",
+        total_query=total,
+        sources=(count_sel, bucket_sel),
+        fixtures=fixtures,
+        plugin=LATENCY,
+        plugin_options=dict(opts.raw),
+        by=by,
+    )
+
+
+def goodput(req: SLIPluginRequest) -> EventsSLI:
+    """Share of a class's requests not delivered within both its TTFT and TPOT objectives (the tap decides)."""
+    opts = _Options(GOODPUT, req.options, ("slo_class", "ttft", "tpot") + COMMON)
+    slo_class = opts.required("slo_class", 'set slo_class: "<the tap class name>", e.g. "interactive"')
+    for name in ("ttft", "tpot"):  # the tap's thresholds for the class (it reads them from the same spec)
+        opts.number(name, lo=0)
+    by = opts.by()
+    model_l: dict[str, str] = {}  # `models` maps requests to this class in the tap; slo_class applies it here
+    matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + opts.matchers()
+    neutral = "|".join(TAP_NEUTRAL_OUTCOMES)
+    total_sel = selector(c.TAP_REQUESTS.name, matchers + [(c.LABEL_OUTCOME, "!~", neutral)])
+    good_sel = selector(c.GOODPUT_REQUESTS.name, matchers)
+    total = aggregate(rate(total_sel), by)
+    good = aggregate(rate(good_sel), by)
+    fixtures: tuple[SeriesFixture, ...] = ()
+    labels = _fixture_labels({c.LABEL_SLO_CLASS: slo_class, **model_l}, opts.matchers(), by)
+    if labels is not None:
+        fixtures = (
+            SeriesFixture(c.TAP_REQUESTS.name, {**labels, c.LABEL_OUTCOME: c.OUTCOME_OK}, "total"),
+            SeriesFixture(c.GOODPUT_REQUESTS.name, labels, "good"),
+        )
+    return EventsSLI(
+        # `or 0 * total`: the tap may create the good counter only on the first good request.
+        error_query=f"{total}\n-\n({good} or 0 * {total})",
+        total_query=total,
+        sources=(total_sel,),
+        fixtures=fixtures,
+        plugin=GOODPUT,
+        plugin_options=dict(opts.raw),
+        by=by,
+    )
+
+
+def availability(req: SLIPluginRequest) -> EventsSLI:
+    """Share of requests that failed: tap outcomes, or the engine's finished reasons."""
+    opts = _Options(AVAILABILITY, req.options, ("source", "slo_class", "error_reasons") + COMMON)
+    source = opts.choice("source", (SOURCE_TAP, SOURCE_ENGINE), SOURCE_TAP)
+    by = opts.by()
+    model_m, model_l = _model_matchers(opts) if not opts.get("slo_class") else ([], {})
+    matchers = opts.matchers() + model_m
+    base = dict(model_l)
+    if source == SOURCE_TAP:
+        if opts.get("error_reasons"):
+            raise PluginError("error_reasons applies to source: engine", "error_reasons",
+                              "remove it; the tap's bad outcomes are fixed: " + ", ".join(TAP_BAD_OUTCOMES))
+        slo_class = opts.get("slo_class")
+        if slo_class:
+            matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
+            base[c.LABEL_SLO_CLASS] = slo_class
+        metric = c.TAP_REQUESTS.name
+        label = c.LABEL_OUTCOME
+        bad, neutral = TAP_BAD_OUTCOMES, TAP_NEUTRAL_OUTCOMES
+        good_value = c.OUTCOME_OK
+    else:
+        if opts.get("slo_class"):
+            raise PluginError("slo_class is a label of the tap's series only", "slo_class",
+                              'use models: "<globs>" with source: "engine"')
+        bad = tuple(x.strip() for x in opts.get("error_reasons", ",".join(c.FINISHED_BAD_REASONS)).split(",") if x.strip())
+        unknown = [r for r in bad if r not in c.FINISHED_REASONS]
+        if unknown:
+            raise PluginError(f"unknown finished reason(s) {', '.join(unknown)}", "error_reasons",
+                              f"use reasons among: {', '.join(c.FINISHED_REASONS)}")
+        metric = c.REQUESTS_FINISHED.name
+        label = c.LABEL_REASON
+        neutral = ()
+        good_value = next(r for r in c.FINISHED_REASONS if r not in bad)
+    bad_sel = selector(metric, matchers + [(label, "=~", "|".join(bad))])
+    total_sel = selector(metric, matchers + ([(label, "!~", "|".join(neutral))] if neutral else []))
+    fixtures: tuple[SeriesFixture, ...] = ()
+    labels = _fixture_labels(base, opts.matchers(), by)
+    if labels is not None:
+        fixtures = (
+            SeriesFixture(metric, {**labels, label: good_value}, "good"),
+            SeriesFixture(metric, {**labels, label: bad[0]}, "bad"),
+        )
+    return EventsSLI(
+        error_query=aggregate(rate(bad_sel), by),
+        total_query=aggregate(rate(total_sel), by),
+        sources=(total_sel,),
+        fixtures=fixtures,
+        plugin=AVAILABILITY,
+        plugin_options=dict(opts.raw),
+        by=by,
+    )
+
+
+def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
+    """Share of engine-time with KV-cache usage above `threshold`: a time-based SLI as events.
+
+    An auxiliary rule samples `usage > bool threshold` per engine at every evaluation; each
+    sample is one event (1 = saturated). Errors are the saturated samples in a window, the
+    total all samples, so the ratio is the fraction of engine-time without headroom.
+    """
+    opts = _Options(KV_HEADROOM, req.options, ("threshold",) + COMMON)
+    threshold = opts.number("threshold", "0.9", lo=0, hi=1)
+    by = opts.by()
+    model_m, model_l = _model_matchers(opts)
+    matchers = opts.matchers() + model_m
+    usage_sel = selector(c.KV_CACHE_USAGE.name, matchers)
+    aux_sel = f'{c.SLO.KV_SATURATED}{{{c.SLO.LABEL_ID}="{promql_string(req.slo_id)}"}}'
+    aux = RecordingRule(
+        record=c.SLO.KV_SATURATED,
+        expr=f"{usage_sel} > bool {threshold!r}",
+        labels={c.SLO.LABEL_ID: req.slo_id},
+    )
+    fixtures: tuple[SeriesFixture, ...] = ()
+    labels = _fixture_labels(dict(model_l), opts.matchers(), by)
+    if labels is not None:
+        fixtures = (SeriesFixture(c.KV_CACHE_USAGE.name, labels, "gauge", good_value=round(threshold * 0.6, 6),
+                                  bad_value=round(threshold + (1 - threshold) * 0.5, 6)),)
+    return EventsSLI(
+        error_query=aggregate(f"sum_over_time({aux_sel}[{{{{.window}}}}])", by),
+        total_query=aggregate(f"count_over_time({aux_sel}[{{{{.window}}}}])", by),
+        aux_rules=(aux,),
+        sources=(usage_sel,),
+        fixtures=fixtures,
+        plugin=KV_HEADROOM,
+        plugin_options=dict(opts.raw),
+        by=by,
+    )
+
+
+register_sli_plugin(LATENCY, latency)
+register_sli_plugin(GOODPUT, goodput)
+register_sli_plugin(AVAILABILITY, availability)
+register_sli_plugin(KV_HEADROOM, kv_headroom)

@@ -1,0 +1,24 @@
+"""The committed dashboards, runbooks and deploy/ files are what `slogen build` makes of slos/ now."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from slogen.build import BuildOptions, compile_catalog
+from slogen.generators.artifacts import artifact_generator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_artifacts_are_current(monkeypatch):
+    monkeypatch.chdir(ROOT)  # `slogen build` runs from the repository root
+    options = BuildOptions()
+    files = artifact_generator(compile_catalog(options), options)
+    stale = [p for p, text in files.items() if not (ROOT / p).is_file() or (ROOT / p).read_text() != text]
+    assert stale == [], "run `slogen build` and commit: " + ", ".join(stale)
+    for folder, suffix in (("dashboards", ".json"), ("docs/runbooks", ".md")):
+        committed = {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob("*" + suffix)}
+        orphans = committed - set(files)
+        assert orphans == set(), f"{folder} holds files no SLO or alert produces: {sorted(orphans)}"
+    assert os.path.isfile(ROOT / "deploy" / "generated" / "kustomization.yaml")

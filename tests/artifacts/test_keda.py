@@ -1,0 +1,188 @@
+"""KEDA ScaledObjects: valid against KEDA's CRD, string metadata, one-sample queries, no flapping."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmslo import conventions as c
+from slogen.autoscaling import AutoscalingError, load_paths, load_text
+from slogen.generators import keda
+from slogen.generators.promql_names import metric_names
+
+SPEC = """
+version: "llmslo/autoscaling/v1"
+pools:
+  - name: vllm-llama-3-8b
+    namespace: llm
+    target: {kind: Deployment, name: vllm-llama-3-8b}
+    replicas: {min: 1, max: 8}
+    match: {namespace: llm, model: llama-3-8b}
+    triggers:
+      queue_depth: {per_replica: 4}
+      kv_cache_utilization: {per_replica: 0.85}
+      ttft_burn_rate: {slo: chat/ttft, above: 2}
+  - name: sglang-batch
+    namespace: batch
+    target: {kind: StatefulSet, name: sglang}
+    replicas: {min: 0, max: 3}
+    match: {namespace: batch}
+    authentication_ref: prometheus-bearer
+    triggers:
+      queue_depth: {per_replica: 16}
+    scale_down: {stabilization: 15m, max_pods: 2, period: 10m}
+"""
+
+
+@pytest.fixture
+def objects(sample_slos) -> list[dict]:
+    files = keda.keda_files(load_text(SPEC, "autoscaling/pools.yaml").pools, sample_slos)
+    return [o for o in yaml.safe_load_all(files[keda.OUTPUT]) if o]
+
+
+def triggers(objects) -> list[dict]:
+    return [t for o in objects for t in o["spec"]["triggers"]]
+
+
+def test_scaled_objects_validate_against_kedas_crd(objects, crd):
+    assert [o["metadata"]["name"] for o in objects] == ["sglang-batch", "vllm-llama-3-8b"]
+    for obj in objects:
+        assert crd.crd_errors(obj) == [], obj["metadata"]["name"]
+
+
+def test_crd_check_rejects_unknown_and_mistyped_fields(objects, crd):
+    typo = {**objects[0], "spec": {**objects[0]["spec"], "scaleTargetRefs": {"name": "x"}}}
+    assert any("scaleTargetRefs" in e for e in crd.crd_errors(typo))
+    number = yaml.safe_load(yaml.safe_dump(objects[1]))
+    number["spec"]["triggers"][0]["metadata"]["threshold"] = 4
+    assert any("threshold" in e for e in crd.crd_errors(number))
+
+
+def test_metadata_values_are_strings(objects):
+    for t in triggers(objects):
+        assert t["metadata"] and all(isinstance(v, str) for v in t["metadata"].values()), t["name"]
+
+
+def test_queries_return_one_sample_and_zero_when_empty(objects):
+    for t in triggers(objects):
+        query = t["metadata"]["query"]
+        assert re.match(r"^\((sum|max)\(", query), query  # one aggregate over everything: one sample
+        assert " by (" not in query and " without (" not in query, query
+        assert query.endswith(" or vector(0)"), query
+
+
+def test_trigger_shapes(objects):
+    by_name = {(o["metadata"]["name"], t["name"]): t for o in objects for t in o["spec"]["triggers"]}
+    queue = by_name[("vllm-llama-3-8b", keda.TRIGGER_QUEUE)]
+    assert queue["metricType"] == "AverageValue" and queue["metadata"]["threshold"] == "4"
+    assert metric_names(queue["metadata"]["query"]) == {c.REQUESTS_WAITING.name}
+    assert 'namespace="llm"' in queue["metadata"]["query"] and 'model="llama-3-8b"' in queue["metadata"]["query"]
+    kv = by_name[("vllm-llama-3-8b", keda.TRIGGER_KV)]
+    assert kv["metricType"] == "AverageValue" and kv["metadata"]["threshold"] == "0.85"
+    assert metric_names(kv["metadata"]["query"]) == {c.KV_CACHE_USAGE.name}
+    burn = by_name[("vllm-llama-3-8b", keda.TRIGGER_BURN)]
+    assert burn["metricType"] == "Value" and burn["metadata"]["threshold"] == "2"
+    assert metric_names(burn["metadata"]["query"]) == {c.SLO.sli_error_ratio("5m")}
+    assert f'{c.SLO.LABEL_ID}="chat-ttft"' in burn["metadata"]["query"]
+    assert burn["metadata"]["query"].count("/ 0.01") == 1  # divided by the SLO's budget: a burn rate
+    secured = by_name[("sglang-batch", keda.TRIGGER_QUEUE)]
+    assert secured["authenticationRef"] == {"name": "prometheus-bearer"}
+    assert secured["metadata"]["authModes"] == "bearer"
+
+
+def test_behaviour_damps_flapping(objects):
+    for obj in objects:
+        spec = obj["spec"]
+        behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        down, up = behavior["scaleDown"], behavior["scaleUp"]
+        assert down["stabilizationWindowSeconds"] >= 300 and down["selectPolicy"] == "Min"
+        assert all(p["type"] == "Pods" for p in down["policies"])  # a percent would round to 0 on small pools
+        assert up["stabilizationWindowSeconds"] >= 30 and up["selectPolicy"] == "Max"
+        assert spec["pollingInterval"] <= 30 and spec["cooldownPeriod"] >= 300
+    batch = next(o for o in objects if o["metadata"]["name"] == "sglang-batch")
+    down = batch["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    assert down == {"stabilizationWindowSeconds": 900, "selectPolicy": "Min",
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 600}]}
+
+
+def test_queries_evaluate_to_exactly_one_sample_in_prometheus(objects, promtool, tmp_path):
+    """promtool evaluates every query against synthetic series: summed, NaN dropped, 0 when absent."""
+    by_name = {t["name"]: t["metadata"]["query"] for t in objects[1]["spec"]["triggers"]}
+    ratio = c.SLO.sli_error_ratio("5m")
+    series_busy = [
+        {"series": f'{c.REQUESTS_WAITING.name}{{namespace="llm",model="llama-3-8b",pod="a"}}', "values": "3x5"},
+        {"series": f'{c.REQUESTS_WAITING.name}{{namespace="llm",model="llama-3-8b",pod="b"}}', "values": "5x5"},
+        {"series": f'{c.REQUESTS_WAITING.name}{{namespace="other",model="llama-3-8b",pod="c"}}', "values": "100x5"},
+        {"series": f'{c.KV_CACHE_USAGE.name}{{namespace="llm",model="llama-3-8b",pod="a"}}', "values": "0.5x5"},
+        {"series": f'{c.KV_CACHE_USAGE.name}{{namespace="llm",model="llama-3-8b",pod="b"}}', "values": "0.75x5"},
+        {"series": f'{ratio}{{sloth_id="chat-ttft",sloth_window="5m",cluster="a"}}', "values": "0.03x5"},
+        {"series": f'{ratio}{{sloth_id="chat-ttft",sloth_window="5m",cluster="b"}}', "values": "NaN NaN NaN NaN NaN"},
+    ]
+    busy = [
+        (by_name[keda.TRIGGER_QUEUE], 8), (by_name[keda.TRIGGER_KV], 1.25), (by_name[keda.TRIGGER_BURN], 3),
+    ]
+    idle = [(q, 0) for q, _ in busy]
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": series_busy,
+         "promql_expr_test": [{"expr": q, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": v}]}
+                              for q, v in busy]},
+        {"interval": "1m", "input_series": [{"series": 'unrelated{a="b"}', "values": "1x5"}],
+         "promql_expr_test": [{"expr": q, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": v}]}
+                              for q, v in idle]},
+        # No traffic at all: the ratio is 0/0 = NaN everywhere; the HPA must see 0, not NaN.
+        {"interval": "1m", "input_series": [series_busy[-1]],
+         "promql_expr_test": [{"expr": by_name[keda.TRIGGER_BURN], "eval_time": "2m",
+                               "exp_samples": [{"labels": "{}", "value": 0}]}]},
+    ]}
+    path = tmp_path / "keda_test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_empty_spec_writes_nothing(sample_slos):
+    assert keda.keda_files([], sample_slos) == {}
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ("ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}", "ttft_burn_rate.window", "not a short window"),
+    ("ttft_burn_rate: {slo: chat/nope, above: 2}", "ttft_burn_rate.slo", "no SLO 'chat/nope'"),
+    ("ttft_burn_rate: {slo: chat/tpot, above: 2}", "ttft_burn_rate.slo", "not a TTFT latency SLO"),
+    ("queue_depth: {per_replica: \"4\"}", "queue_depth.per_replica", "expected a number"),
+    ("queue_dept: {per_replica: 4}", "triggers.queue_dept", "did you mean 'queue_depth'"),
+    ("kv_cache_utilization: {per_replica: 85}", "kv_cache_utilization.per_replica", "between 0.05 and 1"),
+])
+def test_bad_specs_name_file_field_and_fix(sample_slos, change, field, words):
+    text = f"""
+version: "llmslo/autoscaling/v1"
+pools:
+  - name: p
+    namespace: llm
+    target: {{name: d}}
+    replicas: {{max: 4}}
+    match: {{model: m}}
+    triggers:
+      {change}
+"""
+    with pytest.raises(AutoscalingError) as err:
+        keda.keda_files(load_text(text, "autoscaling/bad.yaml").pools, sample_slos)
+    message = str(err.value)
+    assert message.startswith("autoscaling/bad.yaml: pools[0].") and field in message, message
+    assert words in message and "Fix:" in message, message
+
+
+def test_duplicate_pools_across_files_are_rejected(tmp_path):
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text(SPEC)
+    with pytest.raises(AutoscalingError, match="already defined"):
+        load_paths([tmp_path])
+
+
+def test_repository_autoscaling_specs_load():
+    root = Path(__file__).resolve().parents[2]
+    spec = load_paths([root / "autoscaling"])
+    assert spec.pools, "autoscaling/ holds the example pool"

@@ -1,0 +1,132 @@
+"""Runbooks: one per alert, the four sections, PromQL that parses and names real series."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmslo import conventions as c
+from slogen.generators import runbooks as rb
+from slogen.generators.promql_names import metric_names
+from slogen.generators.views import AlertView
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ["Meaning", "Impact", "Diagnosis", "Mitigation"]
+
+
+def promql_lines(markdown: str) -> list[str]:
+    """Every query in ```promql blocks: one per line, comments stripped."""
+    out = []
+    for block in re.findall(r"```promql\n(.*?)```", markdown, re.DOTALL):
+        for line in block.splitlines():
+            line = line.split("   #")[0].strip()
+            if line:
+                out.append(line)
+    return out
+
+
+@pytest.fixture
+def files(sample_alerts) -> dict[str, str]:
+    return rb.runbook_files(sample_alerts)
+
+
+def test_one_runbook_per_alert_name(files, sample_alerts):
+    assert set(files) == {f"docs/runbooks/{a.name}.md" for a in sample_alerts}
+
+
+def test_sections_in_order_and_not_empty(files):
+    for path, text in files.items():
+        headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+        assert headings == SECTIONS, path
+        for section in SECTIONS:
+            body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+            assert len(body.strip()) > 80, (path, section)
+        assert text.startswith(f"# {Path(path).stem}\n")
+
+
+def test_every_topic_template_renders(sample_alerts):
+    rendered = {rb.topic(a) for a in sample_alerts} | {rb.topic(AlertView("KV", rb.TOPIC_KV_SATURATION)),
+                                                        rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH))}
+    assert rendered == set(rb.TOPICS)
+    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION):
+        text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
+        assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
+
+
+def test_promql_parses_and_names_defined_series(files, check_exprs):
+    known = {c.PROM_ALERTS}
+    for m in c.ALL_METRICS:
+        known |= {m.bucket(), m.count(), m.sum()} if m.kind == "histogram" else {m.name}
+    exprs = {}
+    for path, text in files.items():
+        lines = promql_lines(text)
+        assert len(lines) >= 3, path
+        for i, line in enumerate(lines):
+            names = {n for n in metric_names(line) if not n.startswith("slo:")}
+            assert names <= known, (path, line, names - known)
+            exprs[f"{path}#{i}"] = line
+    check_exprs(exprs)
+
+
+def _names(text: str) -> set[str]:
+    return set().union(*(metric_names(q) for q in promql_lines(text)))
+
+
+def test_ttft_runbook_looks_at_queue_kv_preemptions_prefill_and_prompts(files):
+    text = files["docs/runbooks/ChatTTFTBudgetBurn.md"]
+    names = _names(text)
+    for name in (c.REQUESTS_WAITING.name, c.KV_CACHE_USAGE.name, c.KV_BLOCKS_FREE.name, c.PREEMPTIONS.name,
+                 c.PROMPT_TOKENS.name, c.QUEUE_TIME.bucket(), c.TAP_TTFT.bucket(), c.PREFIX_CACHE_HITS.name):
+        assert name in names, name
+    assert "--enable-chunked-prefill" in text and "--max-num-batched-tokens" in text
+    assert 'slo_class="interactive"' in text  # scoped to the SLO's class
+    assert 'le=~"0\\\\.5"' in text  # share over the 0.5 s threshold, at the bucket edge
+
+
+def test_tpot_runbook_looks_at_batch_size_decode_contention_and_kv(files):
+    text = files["docs/runbooks/ChatTPOTBudgetBurn.md"]
+    names = _names(text)
+    for name in (c.REQUESTS_RUNNING.name, c.ITL.bucket(), c.TPOT.bucket(), c.PREEMPTIONS.name, c.KV_CACHE_USAGE.name):
+        assert name in names, name
+    assert "--max-num-seqs" in text and "decode" in text.lower()
+
+
+def test_goodput_kv_and_no_data_runbooks(files):
+    goodput = _names(files["docs/runbooks/ChatGoodputBudgetBurn.md"])
+    assert {c.GOODPUT_REQUESTS.name, c.TAP_REQUESTS.name, c.TAP_TPOT.bucket()} <= goodput
+    kv = files["docs/runbooks/ChatKVHeadroomBudgetBurn.md"]
+    assert "over 90% than" in kv and {c.KV_BLOCKS_FREE.name, c.PREEMPTIONS.name} <= _names(kv)
+    no_data = _names(files["docs/runbooks/SLOSourceAbsent.md"])
+    assert {c.EXPORTER_TARGET_UP.name, c.EXPORTER_LAST_ERROR.name} <= no_data
+    for path, text in files.items():
+        if path.endswith("NoData.md") or "SourceAbsent" in path:
+            continue
+        assert c.GPU_UP.name in _names(text) or "kv" in path.lower() or "Legacy" in path, path
+
+
+def test_kubectl_commands_use_the_real_names(files):
+    """Discovery label, exporter namespace and DaemonSet name match the exporter and deploy/base."""
+    from exporter.config import KubernetesDiscovery
+
+    daemonset = yaml.safe_load((ROOT / "deploy" / "base" / "daemonset.yaml").read_text())
+    kustomization = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text())
+    d = rb.EngineDiscovery()
+    assert d.engine_label == KubernetesDiscovery().engine_label
+    assert d.exporter_daemonset == daemonset["metadata"]["name"]
+    assert d.exporter_namespace == kustomization["namespace"]
+    text = files["docs/runbooks/SLOSourceAbsent.md"]
+    assert f"kubectl -n {d.exporter_namespace} get ds {d.exporter_daemonset}" in text
+    assert f"-l {d.engine_label}" in files["docs/runbooks/ChatTTFTBudgetBurn.md"]
+
+
+def test_runbooks_link_their_dashboards(files):
+    text = files["docs/runbooks/ChatTTFTBudgetBurn.md"]
+    links = re.findall(r"\]\((\.\./\.\./dashboards/[^)]+)\)", text)
+    assert sorted(links) == ["../../dashboards/llm-serving-fleet.json", "../../dashboards/slo-chat-ttft.json"]
+
+
+def test_rendering_is_deterministic(files, sample_alerts):
+    assert rb.runbook_files(list(reversed(sample_alerts))) == files

@@ -1,0 +1,59 @@
+"""Fixtures for the deploy/ tests: every overlay built by the real kustomize in kubectl."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+OVERLAYS = sorted(p.parent.name for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+
+
+def _load_k8s_schemas():
+    name = "llmslo_tests_k8s_schemas"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "artifacts" / "k8s_schemas.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+k8s = _load_k8s_schemas()
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if not path:
+        pytest.fail("kubectl (with its built-in kustomize) is needed to build deploy/overlays")
+    return path
+
+
+def kustomize(kubectl: str, path: Path) -> list[dict]:
+    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@pytest.fixture(scope="session")
+def built(kubectl) -> dict[str, list[dict]]:
+    """Overlay name -> the objects `kubectl kustomize deploy/overlays/<name>` renders."""
+    return {name: kustomize(kubectl, DEPLOY / "overlays" / name) for name in OVERLAYS}
+
+
+@pytest.fixture(scope="session")
+def crd():
+    if not k8s.SHARED.is_dir():
+        pytest.skip("../shared (CRD schemas) is not present on this machine")
+    return k8s
+
+

@@ -1,0 +1,96 @@
+"""slogen build: layout, determinism, --check staleness, atomic writes, orphans, the chain hook."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slogen import build as b
+from slogen.cli import main
+from slogen.writers import write_atomic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    shutil.copytree(REPO / "slos", tmp_path / "slos")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+            and not p.relative_to(root).as_posix().startswith("slos/")}
+
+
+def test_build_layout_and_byte_identical_runs(workdir):
+    assert main(["build"]) == 0
+    first = snapshot(workdir)
+    assert set(first) >= {"alerts/chat.rules.yaml", "alerts/chat.test.yaml", "deploy/generated/prometheusrule-chat.yaml",
+                          "alerts/batch.rules.yaml", "alerts/fleet.rules.yaml"}
+    assert main(["build"]) == 0
+    assert snapshot(workdir) == first
+    # a fresh directory gives the same bytes too (nothing depends on time or on earlier state)
+    assert main(["build", "--out", "again"]) == 0
+    again = {k.removeprefix("again/"): v for k, v in snapshot(workdir).items() if k.startswith("again/")}
+    assert again == first
+
+
+def test_check_detects_stale_missing_and_orphaned_outputs(workdir, capsys):
+    assert main(["build"]) == 0
+    assert main(["build", "--check"]) == 0
+    rules = workdir / "alerts" / "chat.rules.yaml"
+    rules.write_text(rules.read_text().replace("0.001", "0.002"))
+    assert main(["build", "--check"]) == 1
+    assert "alerts/chat.rules.yaml: out of date" in capsys.readouterr().err
+    assert main(["build"]) == 0 and main(["build", "--check"]) == 0
+    (workdir / "slos" / "fleet.yaml").unlink()
+    assert main(["build", "--check"]) == 1
+    assert "alerts/fleet.rules.yaml: no longer generated" in capsys.readouterr().err
+    assert main(["build"]) == 0
+    assert not (workdir / "alerts" / "fleet.rules.yaml").exists()
+    (workdir / "alerts" / "chat.test.yaml").unlink()
+    assert main(["build", "--check"]) == 1
+
+
+def test_committed_outputs_are_current():
+    """CI guard: alerts/ and deploy/generated/ in the repository match a fresh `slogen build`."""
+    _, artifacts = b.build(b.BuildOptions(inputs=(str(REPO / "slos"),)))
+    artifacts = {k: v.replace(str(REPO) + "/", "") for k, v in artifacts.items()}
+    stale = b.stale_outputs(artifacts, REPO)
+    assert not [s for s in stale if s.split(":")[0] in artifacts], stale
+
+
+def test_atomic_write_leaves_old_file_intact_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "x.yaml"
+    target.write_text("old\n")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.yaml"]  # no temp file left behind
+    monkeypatch.undo()
+    assert write_atomic(target, "new\n") is True and target.read_text() == "new\n"
+    assert write_atomic(target, "new\n") is False  # unchanged content is not rewritten
+
+
+def test_artifact_chain_is_appendable(workdir):
+    def extra(catalog, options):
+        return {"dashboards/count.txt": f"{len(catalog.slos)}\n"}
+
+    _, artifacts = b.build(b.BuildOptions(), [*b.ARTIFACT_GENERATORS, extra])
+    assert artifacts["dashboards/count.txt"] == "10\n" and "alerts/chat.rules.yaml" in artifacts
+
+
+def test_override_period_uses_the_demo_catalog(workdir):
+    assert main(["build", "--out", "demo", "--override-period", "1d"]) == 0
+    text = (workdir / "demo" / "alerts" / "chat.rules.yaml").read_text()
+    assert "slo:sli_error:ratio_rate10s" in text and "vector(1)" in text and "ratio_rate30d" not in text

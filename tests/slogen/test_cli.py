@@ -1,0 +1,51 @@
+"""The CLI as a user runs it: generate (file, directory, stdout), validate, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from slogen.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_generate_directory_mirrors_files(tmp_path, sloth_testdata):
+    src, out = tmp_path / "in", tmp_path / "out"
+    (src / "sub").mkdir(parents=True)
+    out.mkdir()
+    (src / "sub" / "a.yaml").write_text((sloth_testdata / "in-base.yaml").read_text())
+    (src / "b.yaml").write_text((sloth_testdata / "in-openslo.yaml").read_text())
+    assert main(["generate", "-i", str(src), "-o", str(out), "-e", "b\\.yaml"]) == 0
+    assert [p.relative_to(out).as_posix() for p in out.rglob("*.yaml")] == ["sub/a.yaml"]
+    doc = yaml.safe_load((out / "sub" / "a.yaml").read_text())
+    records = {r.get("record") for g in doc["groups"] for r in g["rules"]}
+    assert {"slo:sli_errors:rate5m", "slo:sli_total:rate5m", "slo:sli_error:ratio_rate30d"} <= records
+
+
+def test_generate_k8s_gives_prometheus_rule(sloth_testdata, capsys):
+    assert main(["generate", "-i", str(sloth_testdata / "in-base-k8s.yaml")]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["kind"] == "PrometheusRule" and doc["metadata"]["name"] == "svc"
+    assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slogen"
+
+
+def test_validate_catalog_with_promtool(capsys):
+    assert main(["validate", "--promtool", str(REPO / "slos")]) == 0
+    assert "10 SLOs" in capsys.readouterr().err
+
+
+def test_console_script_reports_errors_with_exit_1(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('version: "prometheus/v1"\nservice: s1\nslos:\n  - name: a1\n    objective: 90\n'
+                   '    sli: {plugin: {id: llmslo/availability}}\n    alerting: {name: A}\n')
+    proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(bad), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "page-quick alert tier can never fire" in proc.stderr and "bad.yaml:4" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(bad), "--out", str(tmp_path / "o"),
+                           "--unreachable-tiers", "rescale"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,43 @@
+"""The tap's command line: arguments, configuration errors, and the subcommand hook."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from exporter.tap import cli
+
+
+def test_add_parser_registers_tap_on_a_parent_cli(tmp_path: Path) -> None:
+    parent = argparse.ArgumentParser(prog="llmslo-exporter")
+    cli.add_parser(parent.add_subparsers(dest="command"))
+    args = parent.parse_args(
+        ["tap", "--listen", ":8001", "--upstream", "http://127.0.0.1:8000", "--metrics-listen", "[::1]:0",
+         "--slo", "a.yaml", "b.yaml", "--slo", "c/", "--max-body-bytes", "1000"]
+    )
+    assert args.func is cli.run
+    assert args.listen == ("0.0.0.0", 8001) and args.metrics_listen == ("::1", 0)
+    assert args.slo == ["a.yaml", "b.yaml", "c/"] and args.max_body_bytes == 1000
+
+
+@pytest.mark.parametrize("bad", ["8001", "host:", "host:99999", "host:http"])
+def test_listen_must_be_host_port(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="HOST:PORT"):
+        cli.host_port(bad)
+
+
+def test_bad_slo_file_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('version: prometheus/v1\nslos:\n  - name: g\n    sli: {plugin: {id: llmslo/goodput, options: {ttft: "1"}}}\n')
+    code = cli.main(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--metrics-listen", "127.0.0.1:0",
+                     "--slo", str(bad)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "slo_class" in err
+
+
+def test_upstream_must_be_an_http_url(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:8000", "--metrics-listen", "127.0.0.1:0"])
+    assert code == 2 and "http://" in capsys.readouterr().err
