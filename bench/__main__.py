@@ -11,7 +11,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from bench.report import Row, merge, render, write_atomic
+from bench.report import Row, merge, render
+from llmslo.files import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 

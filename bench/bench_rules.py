@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import socket
 import subprocess

@@ -5,10 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 SECTION_PREFIX = "## "
 
@@ -87,10 +85,3 @@ def merge(previous: str, rows: list[Row], notes: dict[str, str] | None = None) -
     kept = split_sections(previous)
     blocks = [fresh.pop(title, block) for title, block in kept.items()]
     return _document(blocks + list(fresh.values()))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -2,18 +2,22 @@
 
 Each target is fetched with its own deadline and byte cap, parsed once (keeping only the
 families its adapter reads) and adapted; any failure marks that target down with a reason and
-touches nothing else. NVML runs in its own daemon thread, so a hung driver call can neither
-block the event loop nor keep the process from exiting.
+touches nothing else. NVML runs in a daemon thread of its own (kept between cycles), so a hung
+driver call can neither block the event loop nor keep the process from exiting.
+
+Each target's samples are grouped into units (one gauge, counter or whole histogram) once, in
+the worker thread that parsed the page: the histogram check, and the de-duplication across
+targets on the event loop, both work on those units.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import aiohttp
@@ -21,9 +25,10 @@ import aiohttp
 from llmslo import conventions as c
 from exporter import adapters, logs, promtext
 from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
+from exporter.daemon_worker import DaemonWorker
 from exporter.guard import DROP_REASONS, DUPLICATE_SERIES, INVALID_HISTOGRAM, CardinalityGuard
 from exporter.model import NormSample
-from exporter.series import complete_histogram, group_units, unit_key
+from exporter.series import UnitKey, complete_histogram, group_units
 from exporter.sources import (
     ADAPTER_ERROR,
     NO_ENGINE_METRICS,
@@ -81,27 +86,14 @@ class _ScrapeResult:
     samples: list[NormSample]
     reason: str
     duration_s: float
+    units: dict[UnitKey, list[NormSample]]  # the same samples by unit, in order
 
 
-def _run_in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
-    """Like asyncio.to_thread, but a call that never returns does not block interpreter exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-
-    def deliver(setter: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            setter(value)
-
-    def work() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # delivered to the awaiting coroutine, never lost
-            loop.call_soon_threadsafe(deliver, future.set_exception, exc)
-        else:
-            loop.call_soon_threadsafe(deliver, future.set_result, result)
-
-    threading.Thread(target=work, name="llmslo-gpu", daemon=True).start()
-    return future
+# NVML is one library per process, so one thread reads it for every collector in the process: never
+# more than one, even with a call hung (a second collector's call would wait behind it, as it would
+# inside NVML). It ends after a minute without work (longer than any usual interval, so a running
+# exporter keeps it).
+_GPU_WORKER = DaemonWorker("llmslo-gpu", idle_s=60.0)
 
 
 class Collector:
@@ -151,6 +143,7 @@ class Collector:
         state = self._states.setdefault(target.label, _TargetState())
         started = time.perf_counter()
         samples: list[NormSample] = []
+        units: dict[UnitKey, list[NormSample]] = {}
         reason = ""
         engine = state.detected_kind or target.kind
         try:
@@ -164,9 +157,12 @@ class Collector:
             del body
             if text and not text.endswith("\n"):  # the format requires a final line feed
                 raise FetchError(TRUNCATED, "page does not end with a line feed")
-            engine, samples, invalid = await asyncio.to_thread(self._parse_and_adapt, target, text, state)
+            engine, units, invalid = await asyncio.to_thread(self._parse_and_adapt, target, text, state)
             self.guard.count(target.label, INVALID_HISTOGRAM, invalid)
-            samples = self.guard.apply(target.label, samples)
+            checked = list(chain.from_iterable(units.values()))
+            samples = self.guard.apply(target.label, checked)
+            if samples is not checked:  # the guard dropped some: group what it kept
+                units = group_units(samples)
         except FetchError as exc:
             reason = exc.reason
         except Exception as exc:  # an adapter bug must only take its own target down
@@ -174,13 +170,18 @@ class Collector:
             logs.event("adapter_failed", logging.ERROR, target=target.label, error=type(exc).__name__)
         duration = time.perf_counter() - started
         self._note_transition(target, state, reason)
-        return _ScrapeResult(target, engine, samples if not reason else [], reason, duration)
+        if reason:
+            samples, units = [], {}
+        return _ScrapeResult(target, engine, samples, reason, duration, units)
 
-    def _parse_and_adapt(self, target: TargetConfig, text: str, state: _TargetState) -> tuple[str, list[NormSample], int]:
+    def _parse_and_adapt(
+        self, target: TargetConfig, text: str, state: _TargetState
+    ) -> tuple[str, dict[UnitKey, list[NormSample]], int]:
         """CPU work, run in a worker thread so /metrics keeps answering while big pages parse.
 
-        Returns the engine kind, the samples with complete histograms, and how many samples of
-        broken histograms were left out (counted by the caller: guard counters are loop-only).
+        Returns the engine kind, the samples by unit with complete histograms, and how many
+        samples of broken histograms were left out (counted by the caller: guard counters are
+        loop-only).
         """
         kind = target.kind if target.kind != AUTO_KIND else state.detected_kind
         want = adapters.WANT_ALL if kind is None else adapters.get(kind).wanted
@@ -204,33 +205,34 @@ class Collector:
             c.LABEL_NAMESPACE: target.namespace,
             c.LABEL_NODE: self.node_name,
         }
-        return (kind, *self._checked_histograms(adapter.adapt(families, identity)))
+        return kind, *self._checked_units(adapter.adapt(families, identity))
 
     @staticmethod
-    def _checked_histograms(samples: list[NormSample]) -> tuple[list[NormSample], int]:
-        if not any(s.suffix for s in samples):
-            return samples, 0
-        out: list[NormSample] = []
+    def _checked_units(samples: list[NormSample]) -> tuple[dict[UnitKey, list[NormSample]], int]:
+        """The samples by unit, histograms completed (+Inf, _count) and broken ones left out and counted."""
+        units = group_units(samples)
+        if not any(s.suffix for s in samples):  # no histogram parts: nothing to check
+            return units, 0
+        checked: dict[UnitKey, list[NormSample]] = {}
         invalid = 0
-        for unit in group_units(samples).values():
+        for key, unit in units.items():
             if unit[0].metric.kind != "histogram":
-                out.extend(unit)
+                checked[key] = unit
                 continue
             fixed = complete_histogram(unit)
             if fixed is None:
                 invalid += len(unit)
             else:
-                out.extend(fixed)
-        return out, invalid
+                checked[key] = fixed
+        return checked, invalid
 
     def _deduplicate(self, scrapes: list[_ScrapeResult]) -> list[NormSample]:
         """Engine samples of all targets; a series two targets both produce is kept once and counted."""
-        seen: set = set()
+        seen: set[UnitKey] = set()
         out: list[NormSample] = []
         for r in scrapes:
             duplicates = 0
-            for unit in group_units(r.samples).values():
-                key = unit_key(unit[0])
+            for key, unit in r.units.items():
                 if key in seen:
                     duplicates += len(unit)
                     continue
@@ -259,7 +261,7 @@ class Collector:
         if self._gpu_future is not None and not self._gpu_future.done():
             logs.event("gpu_collection_hung", logging.WARNING, note="previous NVML call has not returned")
             return self._gpus_down()
-        future = _run_in_daemon_thread(collect_gpus, self.gpu_provider, self.node_name)
+        future = _GPU_WORKER.submit(collect_gpus, self.gpu_provider, self.node_name)
         self._gpu_future = future
         try:
             samples = await asyncio.wait_for(asyncio.shield(future), self.config.gpu_timeout_s)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from decimal import Decimal
 
 from llmslo.conventions import LABEL_LE
 from exporter.model import NormSample
@@ -18,7 +17,11 @@ UnitKey = tuple[str, tuple[tuple[str, str], ...]]
 
 def unit_key(sample: NormSample) -> UnitKey:
     """Family name plus every label except `le`: one gauge, one counter or one whole histogram."""
-    return sample.metric.name, tuple(sorted((k, v) for k, v in sample.labels.items() if k != LABEL_LE))
+    labels = sample.labels
+    if LABEL_LE in labels:  # copy and delete: cheaper than filtering pair by pair, and this runs per sample
+        labels = labels.copy()
+        del labels[LABEL_LE]
+    return sample.metric.name, tuple(sorted(labels.items()))
 
 
 def group_units(samples: Iterable[NormSample]) -> dict[UnitKey, list[NormSample]]:
@@ -95,7 +98,7 @@ def go_float(value: float) -> str:
 
 
 def _go_float_exact(value: float) -> str:
-    """`go_float` for any value, by the shortest decimal digits and Go's exponent rule."""
+    """`go_float` for any value: the shortest round-trip digits (from repr) laid out by Go's rule."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -104,9 +107,7 @@ def _go_float_exact(value: float) -> str:
         return "0"
     if value == int(value) and abs(value) < 1e6:
         return str(int(value))
-    sign, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
-    digit_text = "".join(map(str, digits))
-    exp10 = len(digit_text) + exponent - 1  # position of the first digit
+    digit_text, exp10 = _shortest_digits(abs(value))
     prefix = "-" if value < 0 else ""
     if exp10 < -4 or exp10 >= 6:  # Go switches to exponent form at 1e+06 for shortest output
         mantissa = digit_text[0] + ("." + digit_text[1:] if len(digit_text) > 1 else "")
@@ -116,3 +117,17 @@ def _go_float_exact(value: float) -> str:
     if len(digit_text) <= exp10 + 1:
         return prefix + digit_text + "0" * (exp10 + 1 - len(digit_text))
     return f"{prefix}{digit_text[:exp10 + 1]}.{digit_text[exp10 + 1:]}"
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """The significant digits of a positive finite float's repr, and the power of ten of the first one.
+
+    repr writes the shortest digits that round-trip, as Go's shortest formatting does, either
+    positionally (`0.00012`, `12345678.9`) or with an exponent (`1.5e-07`, `1e+16`).
+    """
+    mantissa, _, exponent = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    significant = digits.lstrip("0")
+    exp10 = int(exponent or 0) + len(whole) - 1 - (len(digits) - len(significant))
+    return significant.rstrip("0"), exp10

@@ -18,12 +18,13 @@ from slogen.errors import SpecError, SpecErrors
 from slogen.generators import SLOResult, generate
 from slogen.generators.artifacts import artifact_generator
 from slogen.generators.options import GenOptions
-from slogen.generators.tests import SkippedSLO, service_tests
+from slogen.generators.tests import service_tests
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
-from slogen.writers import GENERATED_MARKER, header, prometheus_rule, rule_file, write_atomic
+from llmslo.files import write_atomic
+from slogen.writers import GENERATED_MARKER, header, prometheus_rule, rule_file
 from slogen.yamlio import dump
 
 ALERTS_DIR = "alerts"

@@ -14,6 +14,7 @@ from pathlib import Path
 from slogen import VERSION_LABEL
 from slogen.build import ARTIFACT_GENERATORS, BuildOptions, build, stale_outputs, write_outputs
 from slogen.durations import DAY, format_duration, parse_duration
+from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.generators import generate
@@ -21,7 +22,8 @@ from slogen.generators.options import DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
 from slogen.loaders.windows import BUILTIN, merge
-from slogen.writers import rule_file, write_atomic
+from llmslo.files import write_atomic
+from slogen.writers import rule_file
 
 
 class UsageError(Exception):
@@ -255,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"slogen: {e}", file=sys.stderr)
         return 2
+    except AutoscalingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

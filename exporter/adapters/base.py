@@ -101,6 +101,19 @@ def normalize_finished_reason(raw: str) -> str:
 # ------------------------------------------------------------------------------------------
 # Building output
 # ------------------------------------------------------------------------------------------
+_EDGE_TEXTS: dict[float, str] = {}  # bucket edge -> its `le` text; engines use a few dozen edges
+
+
+def _edge_text(edge: float) -> str:
+    """`le` text of a bucket edge (prometheus_client's float text), remembered: every cycle asks again."""
+    text = _EDGE_TEXTS.get(edge)
+    if text is None:
+        if len(_EDGE_TEXTS) >= 4096:  # edges that are not engine constants (unit-converted oddities)
+            _EDGE_TEXTS.clear()
+        text = _EDGE_TEXTS[edge] = floatToGoString(edge)
+    return text
+
+
 @dataclass
 class _Histogram:
     buckets: dict[float, float] = field(default_factory=dict)
@@ -114,20 +127,26 @@ class Output:
     def __init__(self, identity: Mapping[str, str], kind: str) -> None:
         self._identity = identity
         self._kind = kind
+        # Identity label values, looked up once: labels() runs for every value the adapter adds.
+        self._engine = identity.get(c.LABEL_ENGINE) or kind
+        self._default_model = identity.get(c.LABEL_MODEL, "")
+        self._pod = identity.get(c.LABEL_POD, "")
+        self._namespace = identity.get(c.LABEL_NAMESPACE, "")
+        self._node = identity.get(c.LABEL_NODE, "")
         self._scalars: dict[tuple, tuple[c.MetricDef, dict[str, str], float]] = {}
         self._histograms: dict[tuple, tuple[c.MetricDef, dict[str, str], _Histogram]] = {}
 
     def model(self, page_model: str | None) -> str:
         """The model label: the page's own when it names one, else the identity's."""
-        return page_model or self._identity.get(c.LABEL_MODEL, "")
+        return page_model or self._default_model
 
     def labels(self, model: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         out = {
-            c.LABEL_ENGINE: self._identity.get(c.LABEL_ENGINE) or self._kind,
-            c.LABEL_MODEL: self.model(model),
-            c.LABEL_POD: self._identity.get(c.LABEL_POD, ""),
-            c.LABEL_NAMESPACE: self._identity.get(c.LABEL_NAMESPACE, ""),
-            c.LABEL_NODE: self._identity.get(c.LABEL_NODE, ""),
+            c.LABEL_ENGINE: self._engine,
+            c.LABEL_MODEL: model or self._default_model,
+            c.LABEL_POD: self._pod,
+            c.LABEL_NAMESPACE: self._namespace,
+            c.LABEL_NODE: self._node,
         }
         if extra:
             out.update(extra)
@@ -164,11 +183,7 @@ class Output:
 
         Parts of the same series are summed, so series that differ only in dropped labels merge.
         """
-        labels = self.labels(model, extra)
-        key = self._key(metric, labels)
-        if key not in self._histograms:
-            self._histograms[key] = (metric, labels, _Histogram())
-        hist = self._histograms[key][2]
+        hist = self._histogram(metric, model, extra)
         if bucket is not None:
             edge, cumulative = bucket
             hist.buckets[edge] = hist.buckets.get(edge, 0.0) + float(cumulative)
@@ -176,6 +191,15 @@ class Output:
             hist.sum = (hist.sum or 0.0) + sum
         if count is not None:
             hist.count = (hist.count or 0.0) + count
+
+    def _histogram(self, metric: c.MetricDef, model: str | None, extra: Mapping[str, str] | None) -> _Histogram:
+        """The histogram series these labels name, created empty on first use."""
+        labels = self.labels(model, extra)
+        key = self._key(metric, labels)
+        entry = self._histograms.get(key)
+        if entry is None:
+            entry = self._histograms[key] = (metric, labels, _Histogram())
+        return entry[2]
 
     def histogram(self, metric: c.MetricDef, fam: MetricFamily | None, *, divisor: float = 1.0,
                   model_label: str | None = None, keep: Iterable[str] = (),
@@ -189,20 +213,29 @@ class Output:
         if fam is None:
             return
         keep = tuple(keep)
+        # A histogram's many lines name few series: resolve each (model, kept labels) once, not per bucket.
+        series: dict[tuple, _Histogram] = {}
         for s in fam.samples:
             if where is not None and not where(s.labels):
                 continue
             suffix = s.name[len(fam.name):]
-            model = model_of(s.labels) if model_of else (s.labels.get(model_label) if model_label else None)
-            extra = {k: s.labels.get(k, "") for k in keep}
             if suffix == "_bucket":
                 edge = parse_edge(s.labels.get(c.LABEL_LE))
-                if edge is not None:
-                    self.histogram_part(metric, model, extra, bucket=(edge / divisor, s.value))
+                if edge is None:
+                    continue
+            elif suffix != "_sum" and suffix != "_count":
+                continue
+            model = model_of(s.labels) if model_of else (s.labels.get(model_label) if model_label else None)
+            kept = tuple(s.labels.get(k, "") for k in keep)
+            hist = series.get((model, kept))
+            if hist is None:
+                hist = series[(model, kept)] = self._histogram(metric, model, dict(zip(keep, kept)))
+            if suffix == "_bucket":
+                hist.buckets[edge / divisor] = hist.buckets.get(edge / divisor, 0.0) + float(s.value)
             elif suffix == "_sum":
-                self.histogram_part(metric, model, extra, sum=s.value / divisor)
-            elif suffix == "_count":
-                self.histogram_part(metric, model, extra, count=s.value)
+                hist.sum = (hist.sum or 0.0) + s.value / divisor
+            else:
+                hist.count = (hist.count or 0.0) + s.value
 
     def samples(self) -> list[NormSample]:
         out = [NormSample(metric, labels, value) for metric, labels, value in self._scalars.values()]
@@ -211,7 +244,7 @@ class Output:
             if math.inf not in buckets and hist.count is not None:
                 buckets[math.inf] = hist.count  # the text format requires +Inf; it equals _count
             for edge in sorted(buckets):
-                out.append(NormSample(metric, {**labels, c.LABEL_LE: floatToGoString(edge)}, buckets[edge], "_bucket"))
+                out.append(NormSample(metric, {**labels, c.LABEL_LE: _edge_text(edge)}, buckets[edge], "_bucket"))
             if hist.sum is not None:
                 out.append(NormSample(metric, dict(labels), hist.sum, "_sum"))
             count = hist.count if hist.count is not None else buckets.get(math.inf)

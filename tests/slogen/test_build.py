@@ -10,7 +10,7 @@ import pytest
 
 from slogen import build as b
 from slogen.cli import main
-from slogen.writers import write_atomic
+from llmslo.files import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 

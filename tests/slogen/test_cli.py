@@ -49,3 +49,12 @@ def test_console_script_reports_errors_with_exit_1(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(bad), "--out", str(tmp_path / "o"),
                            "--unreachable-tiers", "rescale"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_autoscaling_error_is_a_message_not_a_traceback(tmp_path, capsys):
+    """The demo catalog records no 5m window, which the repo's KEDA pools scale on: say so, write nothing."""
+    out = tmp_path / "out"
+    assert main(["build", "--out", str(out), "--override-period", "1d"]) == 1
+    err = capsys.readouterr().err
+    assert "autoscaling/llm-pools.yaml" in err and "ttft_burn_rate.window" in err and "Fix:" in err
+    assert not any(out.rglob("*.yaml")) if out.exists() else True
