@@ -38,9 +38,10 @@ ROUNDS = 4
 ROUND_SECONDS = 0.2  # each side's round runs about this long (at least one cycle)
 WARMUP_CYCLES = 2  # connections, detection and label caches: what every cycle after the first reuses
 
-# The soak: 10,000 cycles of the whole node take 8 to 12 minutes of CPU (50 to 70 ms each), beyond this module's
-# budget, so it runs the same cycle (HTTP, parse, adapt, guard, GPU thread, render, gzip) for one engine with
-# its 64 adapters and one GPU: every code path, 10,000 times, in about 90 s. The peer soaks to 1,000 alongside.
+# The soak: 10,000 cycles of the whole node take 5 to 6 minutes of CPU (30 to 35 ms each), beyond this module's
+# budget of about 2.5 minutes, so it runs the same cycle (HTTP, parse, adapt, guard, GPU thread, render, gzip) for
+# one engine with its 64 adapters and one GPU: every code path, 10,000 times, in about 90 s. The peer soaks to
+# 1,000 alongside.
 SOAK_ENGINES = 1
 SOAK_GPUS = "fake:1"
 SOAK_CHECKPOINTS = (100, 1_000, 5_000, 10_000)  # 5,000: a plateau shows as no change in the second half
@@ -59,8 +60,8 @@ NOTES = {
         "`llm_` with identity labels in a custom collector and `generate_latest` (gzipped, as prometheus_client "
         "answers Prometheus). Each in its own process: CPU is `time.process_time` (all threads), RSS from "
         "/proc/self/status; interleaved rounds, best round each. The soak runs the same cycle for one engine (64 "
-        "adapters) and one GPU, every code path 10,000 times: 10,000 whole-node cycles (50 to 70 ms of CPU each) "
-        "would take 8 to 12 minutes, beyond the benchmark's time budget. The peer soaks to cycle 1,000 alongside."
+        "adapters) and one GPU, every code path 10,000 times: 10,000 whole-node cycles (30 to 35 ms of CPU each) "
+        "would take 5 to 6 minutes, beyond the benchmark's time budget. The peer soaks to cycle 1,000 alongside."
     ),
     GROWTH: (
         "The same cycle at 1, 4 and 8 engines (64 adapters each) and at 4, 16 and 64 adapters per engine "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from operator import itemgetter
+from itertools import chain
 
 from llmslo.conventions import LABEL_LE, MetricDef, by_name
 from exporter.model import NormSample
@@ -26,7 +26,7 @@ _LABEL_NAME_OK = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _LABEL_NAME_BAD_CHAR = re.compile(r"[^a-zA-Z0-9_]")
 _SUFFIX_RANK = {"_bucket": 0, "_sum": 1, "_count": 2}
 
-SeriesKey = tuple  # (family name, suffix, label items in the sample's own order)
+SeriesKey = tuple  # (family name, suffix, label names, label values), in the sample's own label order
 SeriesEntry = tuple  # (sort key within the family, "name{labels} ")
 
 
@@ -63,7 +63,13 @@ def format_labels(labels: dict[str, str]) -> str:
 
 
 def _series_order(sample: NormSample) -> tuple:
-    labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != LABEL_LE))
+    """Sorts a family's series by labels (`le` aside), then buckets, sum, count, then bucket edge.
+
+    The labels are a flat (name, value, name, value, ...) tuple of the sorted pairs: it compares
+    exactly as the tuple of pairs would, and a cached key is kept per series, so half the memory
+    is worth having.
+    """
+    labels = tuple(chain.from_iterable(sorted((k, v) for k, v in sample.labels.items() if k != LABEL_LE)))
     try:
         le = parse_le(sample.labels[LABEL_LE]) if LABEL_LE in sample.labels else 0.0
     except ValueError:
@@ -77,10 +83,10 @@ def _new_entry(sample: NormSample) -> SeriesEntry:
 
 
 class _SeriesCache:
-    """Series entries by (name, suffix, label items), kept from one render to the next.
+    """Series entries by (name, suffix, label names, label values), kept from one render to the next.
 
-    Keyed by the label items in the sample's own order (cheap to build; an equal label set in
-    another order is only a second entry). Only all-string label sets are kept: `1`, `1.0` and
+    Keyed by the labels in the sample's own order (cheap to build; an equal label set in another
+    order is only a second entry). Only all-string label sets are kept: `1`, `1.0` and
     `True` are equal dictionary keys but render differently. Bounded by the output itself: once
     it holds more than twice the last page's series plus some slack (labels that changed since),
     it starts over, so pod churn cannot grow it and it never holds much more than two pages.
@@ -90,22 +96,27 @@ class _SeriesCache:
 
     def __init__(self) -> None:
         self.entries: dict[SeriesKey, SeriesEntry] = {}
-        self.limit = self.SLACK
 
     def add(self, key: SeriesKey, sample: NormSample) -> SeriesEntry:
+        """The entry of a series not seen before, kept for the next renders when its labels allow."""
         entry = _new_entry(sample)
         if all(type(v) is str for v in sample.labels.values()):
             self.entries[key] = entry
         return entry
 
     def end_of_render(self, series: int) -> None:
-        self.limit = 2 * series + self.SLACK
-        if len(self.entries) > self.limit:
+        if len(self.entries) > 2 * series + self.SLACK:
             self.entries.clear()
 
 
 _CACHE = _SeriesCache()
+# Per-family memory. Families are few (conventions defines them); only names from elsewhere could
+# grow these, so past this many they start over.
+_FAMILY_LIMIT = 4096
 _HEADERS: dict[tuple[str, str, str], str] = {}  # (name, help, type) -> the two comment lines
+# family name -> (its entries as last rendered, in the order given; the positions to write, sorted and
+# without repeated series).
+_LAYOUTS: dict[str, tuple[list[SeriesEntry], list[int]]] = {}
 
 
 def _header(name: str, metric: MetricDef) -> str:
@@ -113,39 +124,57 @@ def _header(name: str, metric: MetricDef) -> str:
     key = (name, metric.help, metric.kind)
     text = _HEADERS.get(key)
     if text is None:
-        if len(_HEADERS) >= _CACHE.SLACK:  # only families not in conventions can grow it
+        if len(_HEADERS) >= _FAMILY_LIMIT:
             _HEADERS.clear()
         text = _HEADERS[key] = f"# HELP {name} {escape_help(metric.help)}\n# TYPE {name} {metric.kind}\n"
     return text
 
 
+def _layout(name: str, entries: list[SeriesEntry]) -> list[int]:
+    """Which of a family's entries to write, in what order: sorted by series, repeats dropped.
+
+    Collectors hand over the same series in the same order every cycle (the cached entries are
+    then the very same objects), so the last render's answer is reused after one list comparison.
+    """
+    last = _LAYOUTS.get(name)
+    if last is not None and last[0] == entries:
+        return last[1]
+    keys = [entry[0] for entry in entries]
+    positions: list[int] = []
+    seen: set[str] = set()
+    for i in sorted(range(len(entries)), key=keys.__getitem__):  # stable: equal keys keep their order
+        text = entries[i][1]
+        if text not in seen:  # last line of defence; the collector already de-duplicates
+            seen.add(text)
+            positions.append(i)
+    if len(_LAYOUTS) >= _FAMILY_LIMIT:
+        _LAYOUTS.clear()
+    _LAYOUTS[name] = (entries, positions)
+    return positions
+
+
 def render(samples: Iterable[NormSample]) -> bytes:
     """The exposition page for these samples, with HELP and TYPE from the conventions module."""
-    entries = _CACHE.entries
-    families: dict[str, tuple[MetricDef, list[tuple[tuple, str, float]]]] = {}
+    cached = _CACHE.entries
+    families: dict[str, tuple[MetricDef, list[SeriesEntry], list[float]]] = {}
     for s in samples:
         name = s.metric.name
-        key = (name, s.suffix, tuple(s.labels.items()))
+        key = (name, s.suffix, tuple(s.labels), tuple(s.labels.values()))
         try:
-            entry = entries.get(key) or _CACHE.add(key, s)
+            entry = cached.get(key) or _CACHE.add(key, s)
         except TypeError:  # an unhashable label value: render it, keep nothing
             entry = _new_entry(s)
         family = families.get(name)
         if family is None:
-            family = families[name] = (_DEFINED.get(name, s.metric), [])
-        family[1].append((entry[0], entry[1], s.value))
+            family = families[name] = (_DEFINED.get(name, s.metric), [], [])
+        family[1].append(entry)
+        family[2].append(s.value)
     out: list[str] = []
     series = 0
     for name in sorted(families):
-        metric, rows = families[name]
+        metric, entries, values = families[name]
         out.append(_header(name, metric))
-        rows.sort(key=itemgetter(0))  # stable: of two equal keys the first given stays first
-        seen: set[str] = set()
-        for _, text, value in rows:
-            if text in seen:  # last line of defence; the collector already de-duplicates
-                continue
-            seen.add(text)
-            out.append(text + go_float(float(value)) + "\n")
-        series += len(rows)
+        out += [entries[i][1] + go_float(float(values[i])) + "\n" for i in _layout(name, entries)]
+        series += len(entries)
     _CACHE.end_of_render(series)
     return "".join(out).encode("utf-8")

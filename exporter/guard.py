@@ -45,7 +45,11 @@ class CardinalityGuard:
             del self._dropped[key]
 
     def apply(self, target: str, samples: list[NormSample]) -> list[NormSample]:
-        """The samples within the caps; the rest counted as dropped."""
+        """The samples within the caps; the rest counted as dropped.
+
+        Never changes the list it is given, and returns that very list when nothing is dropped
+        (the usual case), so a caller may keep what it derived from it (the collector's units).
+        """
         samples = self._cap_lora_adapters(target, samples)
         return self._cap_series(target, samples)
 

@@ -28,7 +28,12 @@ def group_units(samples: Iterable[NormSample]) -> dict[UnitKey, list[NormSample]
     """Samples grouped by unit, in first-appearance order."""
     units: dict[UnitKey, list[NormSample]] = {}
     for s in samples:
-        units.setdefault(unit_key(s), []).append(s)
+        key = unit_key(s)
+        unit = units.get(key)
+        if unit is None:
+            units[key] = [s]
+        else:
+            unit.append(s)
     return units
 
 

@@ -106,6 +106,8 @@ _EDGE_TEXTS: dict[float, str] = {}  # bucket edge -> its `le` text; engines use 
 
 def _edge_text(edge: float) -> str:
     """`le` text of a bucket edge (prometheus_client's float text), remembered: every cycle asks again."""
+    if edge == 0:  # 0.0 and -0.0 are one dictionary key but two texts
+        return floatToGoString(edge)
     text = _EDGE_TEXTS.get(edge)
     if text is None:
         if len(_EDGE_TEXTS) >= 4096:  # edges that are not engine constants (unit-converted oddities)
@@ -223,6 +225,7 @@ class Output:
                 edge = parse_edge(s.labels.get(c.LABEL_LE))
                 if edge is None:
                     continue
+                edge /= divisor
             elif suffix != "_sum" and suffix != "_count":
                 continue
             model = model_of(s.labels) if model_of else (s.labels.get(model_label) if model_label else None)
@@ -231,7 +234,7 @@ class Output:
             if hist is None:
                 hist = series[(model, kept)] = self._histogram(metric, model, dict(zip(keep, kept)))
             if suffix == "_bucket":
-                hist.buckets[edge / divisor] = hist.buckets.get(edge / divisor, 0.0) + float(s.value)
+                hist.buckets[edge] = hist.buckets.get(edge, 0.0) + float(s.value)
             elif suffix == "_sum":
                 hist.sum = (hist.sum or 0.0) + s.value / divisor
             else:

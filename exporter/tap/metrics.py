@@ -82,6 +82,11 @@ class TapMetrics:
         self._tokens = Counter(C.OUTPUT_TOKENS.name, C.OUTPUT_TOKENS.help, C.OUTPUT_TOKENS.labels, registry=r)
         self._good_tokens = Counter(C.GOODPUT_TOKENS.name, C.GOODPUT_TOKENS.help, C.GOODPUT_TOKENS.labels, registry=r)
         self._series: dict[tuple[str, str], _Series] = {}
+        # Label children of the counters with a third label, resolved once each: `labels()`
+        # validates and hashes its arguments under a lock on every call.
+        self._requests_by: dict[tuple[str, str, str], Counter] = {}
+        self._tokens_by: dict[tuple[str, str, str], Counter] = {}
+        self._good_tokens_by: dict[tuple[str, str, str], Counter] = {}
         self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
@@ -109,9 +114,9 @@ class TapMetrics:
 
     def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
         """Count one finished request; `model` should already have passed through model_label()."""
-        self._requests.labels(model, slo_class, outcome).inc()
+        _child(self._requests, self._requests_by, (model, slo_class, outcome)).inc()
         if t.n_out:
-            self._tokens.labels(model, slo_class, t.usage_source).inc(t.n_out)
+            _child(self._tokens, self._tokens_by, (model, slo_class, t.usage_source)).inc(t.n_out)
         if outcome != C.OUTCOME_OK:
             return
         s = self._for(model, slo_class)
@@ -121,4 +126,13 @@ class TapMetrics:
         if good:
             s.goodput_requests.inc()
             if t.n_out:
-                self._good_tokens.labels(model, slo_class, t.usage_source).inc(t.n_out)
+                _child(self._good_tokens, self._good_tokens_by, (model, slo_class, t.usage_source)).inc(t.n_out)
+
+
+def _child(counter: Counter, cache: dict[tuple[str, str, str], Counter], key: tuple[str, str, str]) -> Counter:
+    """`counter.labels(*key)`, looked up once per distinct key (the model label is bounded by
+    MAX_MODELS, classes and outcomes are few, so the cache stays small)."""
+    child = cache.get(key)
+    if child is None:
+        child = cache[key] = counter.labels(*key)
+    return child

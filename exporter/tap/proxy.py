@@ -354,6 +354,7 @@ class TapProxy:
         only complete events are written, minus the injected usage event.
         """
         read = upstream.content.readany
+        write = resp.write
         splitter: SseSplitter | None = SseSplitter()
         clock = self.clock
         loads = json.loads
@@ -367,10 +368,17 @@ class TapProxy:
                 break
             t = clock()
             if splitter is None:  # gave up following the stream: relay blindly
-                await resp.write(chunk)
+                await write(chunk)
                 continue
             held = splitter.pending()  # fed earlier, not written yet (with strip)
             whole = not held  # this read starts at an event boundary
+            if whole and timing.first_token_at is not None:
+                data = _steady_event_data(chunk)
+                if data is not None:  # the common read: one token, nothing to parse or strip
+                    if _looks_like_output(data):
+                        timing.on_output_event(t)
+                    await write(chunk)
+                    continue
             try:
                 events = splitter.feed(chunk)
             except EventTooLarge:
@@ -410,9 +418,9 @@ class TapProxy:
                     changed = changed or raw is not ev.raw
                     out.append(raw)
             if out is None or (whole and not changed and not splitter.pending()):
-                await resp.write(chunk)  # nothing held back or dropped: the read as it came
+                await write(chunk)  # nothing held back or dropped: the read as it came
             elif out:
-                await resp.write(b"".join(out))
+                await write(b"".join(out))
             if done:
                 timing.on_end(t)
                 timing.delivered = True
@@ -481,6 +489,25 @@ def _stamp_arrivals(app: web.Application, clock: Callable[[], float]) -> None:
         return request
 
     app._make_request = stamped  # type: ignore[method-assign]
+
+
+def _steady_event_data(chunk: bytes) -> bytes | None:
+    """The data field of a read that is exactly one one-line `data:` event ending in LF LF, when
+    that data needs no parsing once the first token is known (no `[DONE]`, no `"usage"` key, which
+    also rules out the `"usage":null` tail `_without_null_usage` strips, no `"error"` key); else None.
+
+    Most reads of a stream are such a token event. Fed to an empty SseSplitter, such a read
+    (with no CR in it) comes back as that one event, whole, and leaves the splitter empty, so the
+    relay loop may skip the splitter, the event list and the per-event bookkeeping for it.
+    """
+    if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
+        return None
+    data = chunk[5:-2]
+    if b"\n" in data or b"\r" in data or _USAGE_KEY in data or _ERROR_KEY in data:
+        return None
+    if data[:1] == b" ":
+        data = data[1:]
+    return None if data == _DONE else data
 
 
 def _looks_like_output(data: bytes) -> bool:
