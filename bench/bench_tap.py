@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.report import Row
+from bench.scheduling import ahead_of_neighbours
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Goodput tap: latency added to a stream, vs nginx"
@@ -295,38 +296,11 @@ def _pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] / 1e6
 
 
-@contextmanager
-def _ahead_of_neighbours(pids: list[int]) -> Iterator[str]:
-    """Schedule this process and the measured ones ahead of other work on a shared machine
-    (SCHED_FIFO 1 where permitted, else nice -10, else as is); this process is restored after."""
-    own = (os.sched_getscheduler(0), os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0))
-    how = "default scheduling"
-    try:
-        for pid in (0, *pids):
-            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(1))
-        how = "SCHED_FIFO"
-    except OSError:
-        try:
-            for pid in (0, *pids):
-                os.setpriority(os.PRIO_PROCESS, pid, -10)
-            how = "nice -10"
-        except OSError:
-            pass
-    try:
-        yield how
-    finally:
-        try:
-            os.sched_setscheduler(0, own[0], own[1])
-            os.setpriority(os.PRIO_PROCESS, 0, own[2])
-        except OSError:
-            pass
-
-
 SCHEDULING = ["default scheduling"]
 
 
 def _measure(port: int, streams: int, cpu_pids: list[int], upstream_pid: int) -> PathFigures:
-    with _ahead_of_neighbours([upstream_pid, *cpu_pids]) as how:
+    with ahead_of_neighbours([upstream_pid, *cpu_pids]) as how:
         SCHEDULING[0] = how
         samples, cpu_s = asyncio.run(_drive(port, streams, cpu_pids))
     n = len(samples.delay_ns)

@@ -10,12 +10,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import random
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.scheduling import ahead_of_neighbours
 from llmslo import conventions as C
 
 N_REQUESTS = 2000
@@ -300,43 +298,11 @@ def total(samples: dict[Any, float], name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
-@contextmanager
-def measured_processes_first(pids: list[int]) -> Iterator[str]:
-    """Schedule the client, the tap and the upstream ahead of the machine's other work.
-
-    The comparison is of two clocks one proxy hop apart; on a shared machine a neighbour's
-    CPU burst delays that hop by milliseconds and would be measured instead of the tap.
-    SCHED_FIFO 1 where permitted (the kernel's RT throttling still leaves the machine 5%),
-    else nice -10 where permitted, else as is. This process is restored afterwards.
-    """
-    own = (os.sched_getscheduler(0), os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0))
-    how = "default scheduling"
-    try:
-        for pid in (0, *pids):
-            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(1))
-        how = "SCHED_FIFO"
-    except OSError:
-        try:
-            for pid in (0, *pids):
-                os.setpriority(os.PRIO_PROCESS, pid, -10)
-            how = "nice -10"
-        except OSError:
-            pass
-    try:
-        yield how
-    finally:
-        try:
-            os.sched_setscheduler(0, own[0], own[1])
-            os.setpriority(os.PRIO_PROCESS, 0, own[2])
-        except OSError:
-            pass
-
-
 def check_against(tap: Any, upstream: Any, records_path: Path) -> None:
     """tap, upstream: conftest.Proc (started processes)."""
     todo = plans(N_REQUESTS)
     started = time.monotonic()
-    with measured_processes_first([tap.popen.pid, upstream.popen.pid]) as scheduling:
+    with ahead_of_neighbours([tap.popen.pid, upstream.popen.pid]) as scheduling:
         seen = asyncio.run(drive(tap.url, todo))
     elapsed = time.monotonic() - started
     samples = scrape(f"http://127.0.0.1:{tap.ports[1]}")
@@ -430,7 +396,7 @@ def test_a_thousand_requests_through_the_tap_to_the_simulator(tmp_path: Path, si
                 stream=True, asks_usage=rng.random() < 0.5, chunks=rng.randint(2, 24), first_ms=0, delay_ms=0,
                 extra=(("ignore_eos", True),),
             ))
-        with measured_processes_first([tap.popen.pid, simulator_proc.popen.pid]) as scheduling:
+        with ahead_of_neighbours([tap.popen.pid, simulator_proc.popen.pid]) as scheduling:
             seen = asyncio.run(drive(tap.url, todo))
         samples = scrape(f"http://127.0.0.1:{tap.ports[1]}")
         tap.stop()
