@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.report import Row
 from exporter import promtext
+from exporter.adapters import WANT_ALL
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / ".." / "shared" / "peers" / "engine-metrics"
@@ -23,27 +24,6 @@ SECTION = "Exposition parsing"
 COMMAND = "python -m bench parser"
 ROUNDS = 25
 ROUND_SECONDS = 0.01  # each timed round runs a callable at least this long
-
-# Used only when the adapters package cannot be imported: the families the vLLM, SGLang, TGI and Triton
-# adapters read (running/waiting, KV cache, tokens, finished requests, latency histograms).
-FALLBACK_WANT = frozenset({
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc", "vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
-    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success", "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-    "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds", "vllm:cache_config_info", "vllm:lora_requests_info",
-    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:max_total_num_tokens",
-    "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:time_to_first_token_seconds",
-    "sglang:inter_token_latency_seconds", "sglang:e2e_request_latency_seconds", "sglang:queue_time_seconds",
-    "tgi_batch_current_size", "tgi_queue_size", "tgi_request_success", "tgi_request_failure",
-    "tgi_request_duration", "tgi_request_queue_duration", "tgi_request_mean_time_per_token_duration",
-    "tgi_request_input_length", "tgi_request_generated_tokens",
-    "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics", "nv_inference_request_success",
-    "nv_inference_request_failure", "nv_inference_queue_duration_us", "nv_inference_first_response_histogram_ms",
-    "trtllm_num_requests_running", "trtllm_num_requests_waiting", "trtllm_time_to_first_token_seconds",
-    "trtllm_e2e_request_latency_seconds", "trtllm_kv_cache_free_blocks",
-})
 
 NOTES = {
     SECTION: (
@@ -58,11 +38,7 @@ NOTES = {
 
 
 def wanted_families() -> tuple[Collection[str], str]:
-    """The adapters' union of wanted families, or a fixed list when the adapters are not importable."""
-    try:
-        from exporter.adapters import WANT_ALL
-    except Exception:  # noqa: BLE001 - any import failure means: measure with the fixed list
-        return FALLBACK_WANT, "fixed list"
+    """The union of the families every adapter reads: what an `auto` target keeps."""
     return WANT_ALL, "WANT_ALL"
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from bench.report import Row
+from llmslo import conventions as C
 from slogen.generate import generate_file
 from slogen.generators.options import GenOptions
 
@@ -202,7 +203,7 @@ def _short_window_rules(doc: dict, names: set[str]) -> dict:
 def _period_expr(doc: dict) -> str:
     for g in doc["groups"]:
         for r in g["rules"]:
-            if r.get("record") == "slo:sli_error:ratio_rate30d":
+            if r.get("record") == C.SLO.sli_error_ratio("30d"):
                 return r["expr"]
     raise RuntimeError("no 30d SLI rule")
 
@@ -246,7 +247,8 @@ def _run(work: Path) -> list[Row]:
     backfill = work / "backfill.yaml"
     short = {"groups": []}
     for service, doc in docs.items():
-        names = {"slo:sli_error:ratio_rate5m"} if service.startswith("sloth") else {"slo:sli_errors:rate5m", "slo:sli_total:rate5m"}
+        names = ({C.SLO.sli_error_ratio("5m")} if service.startswith("sloth")
+                 else {C.SLO.sli_errors_rate("5m"), C.SLO.sli_total_rate("5m")})
         short["groups"] += _short_window_rules(doc, names)["groups"]
     backfill.write_text(yaml.safe_dump(short))
 

@@ -38,7 +38,7 @@ from exporter.model import NormSample
 from exporter.sources.http import new_session
 from llmslo import conventions as c
 
-ENGINE_PREFIX = "vllm:"
+ENGINE_PREFIX = c.VLLM.PREFIX
 NAMESPACE = "llm"
 
 

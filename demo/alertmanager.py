@@ -17,6 +17,7 @@ import yaml
 
 from demo.procs import Child, Supervisor, free_port
 from llmslo import conventions as C
+from llmslo.files import write_atomic
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
 PAGE_ROUTE = "page"
@@ -70,9 +71,7 @@ def build_config(webhook_base: str, timers: AlertmanagerTimers) -> dict:
 
 
 def write_config(path: Path, config: dict) -> Path:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    os.replace(tmp, path)
+    write_atomic(path, yaml.safe_dump(config, sort_keys=False))
     return path
 
 

@@ -13,10 +13,6 @@ from demo.prometheus import PromClient
 from llmslo import conventions as C
 
 
-def _by(labels: tuple[str, ...]) -> str:
-    return ", ".join(labels)
-
-
 def queries(window: str) -> dict[str, str]:
     """PromQL for the status block; `window` is the rate window (a few scrape intervals)."""
     pod, cls = C.LABEL_POD, C.LABEL_SLO_CLASS

@@ -25,6 +25,7 @@ from demo.prometheus import PromClient, PrometheusTimers, start_prometheus
 from demo.webhook import WebhookReceiver
 from exporter.tap.classes import Objective, SloConfig, load_slo_config
 from llmslo import conventions as C
+from llmslo.files import write_atomic
 from simulator.loadgen import run_load
 from simulator.stats import RequestRecord
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
@@ -247,7 +248,7 @@ class LocalStack:
         config = {"listen": f"127.0.0.1:{port}", "interval": f"{int(s.exporter_interval_s * 1000)}ms",
                   "gpu": f"fake:{s.gpus}", "node_name": s.node, "log_level": "warning", "targets": targets}
         path = self.workdir / "exporter.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        write_atomic(path, yaml.safe_dump(config, sort_keys=False))
         self.exporter_url = f"http://127.0.0.1:{port}"
         child = self.sup.spawn("exporter", [sys.executable, "-m", "exporter", "--config", str(path)])
         return child, self.sup.wait_http(child, self.exporter_url + "/readyz")

@@ -44,9 +44,6 @@ class WebhookReceiver:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def route_url(self, route: str) -> str:
-        return f"{self.url}/{route}"
-
     async def _receive(self, request: web.Request) -> web.Response:
         try:
             payload = await request.json()

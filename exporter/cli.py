@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +18,7 @@ from exporter.config import (
     TARGET_KINDS,
     ConfigError,
     ExporterConfig,
+    Listen,
     load_config,
     merge_cli,
     resolve_node_name,
@@ -86,11 +89,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.once:
             return asyncio.run(run_once(config))
         return asyncio.run(serve(config))
-    except ConfigError as exc:
+    except (ConfigError, ListenError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+
+
+class ListenError(Exception):
+    """The /metrics port could not be bound (taken, not permitted, unknown host): a setup error, exit 2."""
+
+    def __init__(self, listen: Listen, exc: OSError):
+        if isinstance(exc, socket.gaierror) or not exc.errno:
+            why = exc.strerror or str(exc)
+        else:
+            why = os.strerror(exc.errno)  # asyncio's own text repeats the address and lower-cases the reason
+        super().__init__(f"cannot listen on {listen}: {why} (fix: free the port or choose another with --listen)")
 
 
 class _Runtime:
@@ -117,6 +131,7 @@ class _Runtime:
             logs.event("timeout_clamped_to_interval", logging.WARNING, target=t.label, interval_s=config.interval_s)
 
     async def close(self) -> None:
+        await self.targets.stop()
         await self.session.close()
         if self.discoverer is not None:
             await self.discoverer.close()
@@ -134,6 +149,7 @@ async def run_once(config: ExporterConfig) -> int:
 
     rt = _Runtime(config)
     try:
+        await rt.targets.refresh()  # one cycle: discover first, in line, then collect what was found
         published = await CollectionLoop(rt.collector, rt.targets, SnapshotHolder(), config.interval_s).run_once()
     finally:
         await rt.close()
@@ -160,18 +176,26 @@ async def serve(config: ExporterConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    server = await start_server(holder, config.listen, config.web_config_file)
-    rt = _Runtime(config)
-    collecting = asyncio.create_task(CollectionLoop(rt.collector, rt.targets, holder, config.interval_s).run_forever())
-    logs.event("started", node=rt.node_name, targets=len(config.targets), gpu=config.gpu,
-               discovery="on" if config.discovery.enabled else "off", interval_s=config.interval_s)
+    rt = _Runtime(config)  # before listening: a failed bind then leaves nothing running but this, closed below
+    server = None
+    collecting: asyncio.Task | None = None
     try:
+        try:
+            server = await start_server(holder, config.listen, config.web_config_file)
+        except OSError as exc:
+            raise ListenError(config.listen, exc) from None
+        await rt.targets.start()
+        collecting = asyncio.create_task(CollectionLoop(rt.collector, rt.targets, holder, config.interval_s).run_forever())
+        logs.event("started", node=rt.node_name, targets=len(config.targets), gpu=config.gpu,
+                   discovery="on" if config.discovery.enabled else "off", interval_s=config.interval_s)
         await stop.wait()
     finally:
-        logs.event("stopping")
-        collecting.cancel()
-        await asyncio.gather(collecting, return_exceptions=True)
-        await server.stop()
+        if collecting is not None:
+            logs.event("stopping")
+            collecting.cancel()
+            await asyncio.gather(collecting, return_exceptions=True)
+        if server is not None:
+            await server.stop()
         await rt.close()
     return 0
 

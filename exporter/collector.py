@@ -38,6 +38,7 @@ from exporter.sources import (
     FetchError,
     fetch_page,
 )
+from exporter.sources.file import FileReader
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class Collector:
         self.guard = guard or CardinalityGuard(config.limits)
         self._states: dict[str, _TargetState] = {}
         self._gpu_future: asyncio.Future | None = None
+        self._files = FileReader()  # file:// targets: one read in flight per target, even when one hangs
         self._last_gpu_up: list[NormSample] = []
         self._cycles = 0
 
@@ -124,6 +126,7 @@ class Collector:
         for stale in set(self._states) - set(labels):
             del self._states[stale]
         self.guard.forget(labels)
+        self._files.forget(labels)
         *scrapes, gpu_samples = await asyncio.gather(
             *(self._scrape(t) for t in targets), self._collect_gpus()
         )
@@ -152,6 +155,8 @@ class Collector:
                 target.url,
                 timeout_s=self.config.target_timeout(target),
                 max_bytes=self.config.target_max_bytes(target),
+                files=self._files,
+                key=target.label,
             )
             text = body.decode("utf-8", errors="replace")
             del body

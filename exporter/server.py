@@ -137,26 +137,45 @@ def _mtimes(web: WebConfig | None) -> tuple:
     return tuple(out)
 
 
-async def _watch_web_config(app: web.Application, interval_s: float) -> None:
-    """Reload users, tokens, headers and certificates when their files change (cert rotation)."""
+def _load_checked(path: str, active: WebConfig, live_tls: bool) -> WebConfig:
+    """The edited web config, validated (certificates included) without touching the live one.
+
+    Blocking file reads: run in a thread so a slow disk never stalls the event loop.
+    """
+    new = load_web_config(path)
+    if (new.tls is None) != (active.tls is None):
+        raise ConfigError(f"{path}: tls_server_config: turning TLS on or off needs a restart. Fix: restart the exporter.")
+    if new.tls and live_tls:
+        new_ssl_context(new.tls)  # validate on a scratch context: a failed load can half-change a live one
+    return new
+
+
+async def _watch_web_config(app: web.Application, interval_s: float, seen: tuple) -> None:
+    """Reload users, tokens, headers and certificates when their files change (cert rotation).
+
+    Any failure (a broken edit, or something unexpected) is logged and the previous settings stay;
+    the watcher itself never stops, or later fixes and certificate rotations would go unseen.
+    `seen` is the files' mtimes when the active config was loaded, so an edit made before this
+    task first runs is not missed.
+    """
     box = app[WEB_STATE]
-    seen = _mtimes(box.current.web)
     while True:
         await asyncio.sleep(interval_s)
         st = box.current
-        now = _mtimes(st.web)
-        if now == seen or st.web is None:
+        if st.web is None:
             continue
-        seen = now
         try:
-            new = load_web_config(st.web.path)
-            if (new.tls is None) != (st.web.tls is None):
-                raise ConfigError(f"{st.web.path}: tls_server_config: turning TLS on or off needs a restart. Fix: restart the exporter.")
+            now = await asyncio.to_thread(_mtimes, st.web)
+            if now == seen:
+                continue
+            seen = now
+            new = await asyncio.to_thread(_load_checked, st.web.path, st.web, st.ssl_context is not None)
             if new.tls and st.ssl_context is not None:
-                new_ssl_context(new.tls)  # validate on a scratch context: a failed load can half-change a live one
+                # On the loop thread: the live context is shared with the loop's TLS handshakes.
                 load_certificates(st.ssl_context, new.tls)
-        except ConfigError as exc:
-            logs.event("web_config_reload_failed", logging.ERROR, detail=str(exc), keeping="previous")
+        except Exception as exc:  # CancelledError is not an Exception: stopping still works
+            logs.event("web_config_reload_failed", logging.ERROR, error=type(exc).__name__, detail=str(exc)[:300],
+                       keeping="previous")
             continue
         box.current = _state_for(new, st.ssl_context)
         logs.event("web_config_reloaded", path=new.path)
@@ -180,8 +199,10 @@ async def start_server(
     ssl_context = new_ssl_context(web_cfg.tls) if web_cfg and web_cfg.tls else None
     app = build_app(holder, _state_for(web_cfg, ssl_context))
     if web_cfg is not None:
+        loaded_mtimes = _mtimes(web_cfg)
+
         async def watcher_ctx(app: web.Application):
-            task = asyncio.create_task(_watch_web_config(app, watch_interval_s))
+            task = asyncio.create_task(_watch_web_config(app, watch_interval_s, loaded_mtimes))
             yield
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -87,11 +87,6 @@ class MetricDef:
     labels: tuple[str, ...] = ()
     unit: str = ""
 
-    @property
-    def sample_name(self) -> str:
-        """The series name as it appears in PromQL for gauges and counters."""
-        return self.name
-
     def bucket(self) -> str:
         return self.name + "_bucket"
 
@@ -322,6 +317,21 @@ class SLO:
     @staticmethod
     def sli_total_rate(window: str) -> str:
         return SLO.SLI_TOTAL_RATE.format(window=window)
+
+
+# --------------------------------------------------------------------------------------
+# Capacity and health alerts slogen generates next to the SLO rules (slogen/generators/health.py)
+# --------------------------------------------------------------------------------------
+class HEALTH:
+    GROUP = "llmslo-health"  # rule group name, and the stem of its rule, test and PrometheusRule files
+    GPU_LOST = "LLMGpuLost"
+    GPU_XID_ERRORS = "LLMGpuXidErrors"
+    GPU_ECC_UNCORRECTED = "LLMGpuEccUncorrectedErrors"
+    ENGINE_TARGET_DOWN = "LLMEngineTargetDown"
+    KV_CACHE_SATURATED = "LLMKVCacheSaturated"
+    PREEMPTION_STORM = "LLMPreemptionStorm"
+    ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM)
+    ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects
 
 
 # --------------------------------------------------------------------------------------

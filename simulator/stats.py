@@ -7,7 +7,7 @@ it has a TPOT, that is within the TPOT threshold.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(slots=True)
@@ -98,7 +98,3 @@ def render_text(summary: dict) -> str:
 
 
 _BASE_KEYS = set(summarize([], 1.0, 1.0, 1.0))
-
-
-def records_as_dicts(records: list[RequestRecord]) -> list[dict]:
-    return [asdict(r) | {"tpot": r.tpot} for r in records]

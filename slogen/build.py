@@ -17,14 +17,18 @@ from typing import Callable
 from slogen.errors import SpecError, SpecErrors
 from slogen.generators import SLOResult, generate
 from slogen.generators.artifacts import artifact_generator
+from slogen.generators import health
+from slogen.generators.health import HealthOptions
+from slogen.generators.health_tests import health_tests
 from slogen.generators.options import GenOptions
 from slogen.generators.tests import service_tests
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
+from llmslo.conventions import HEALTH
 from llmslo.files import write_atomic
-from slogen.writers import GENERATED_MARKER, header, prometheus_rule, rule_file
+from slogen.writers import GENERATED_MARKER, K8S_LABELS, header, prometheus_rule, rule_file
 from slogen.yamlio import dump
 
 ALERTS_DIR = "alerts"
@@ -36,6 +40,7 @@ class BuildOptions:
     inputs: tuple[str, ...] = ("slos",)
     windows_paths: tuple[str, ...] = ()  # extra AlertWindows catalogs (AlertWindows found among inputs load too)
     gen: GenOptions = field(default_factory=GenOptions)
+    health: HealthOptions = field(default_factory=HealthOptions)
 
 
 @dataclass
@@ -104,8 +109,41 @@ def prometheus_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
     return out
 
 
+def health_alerts(options: BuildOptions) -> list[health.HealthAlert]:
+    """The capacity and health alerts this build generates (none with `--no-health-alerts`)."""
+    h = options.health
+    if not h.enabled:
+        return []
+    problems = h.problems()
+    if problems:
+        raise SpecErrors([SpecError("slogen build", f"health alert option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
+                          for name, why in problems])
+    return health.health_alerts(h, options.gen.runbook_base_url, dict(options.gen.extra_labels))
+
+
+HEALTH_HEADER = (f"# {GENERATED_MARKER} ({{version}}): capacity and health alerts.\n"
+                 "# DO NOT EDIT: change the slogen build options (see docs/slogen.md) and run `slogen build`.\n")
+
+
+def health_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
+    """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
+    alerts = health_alerts(options)
+    if not alerts:
+        return {}
+    group = health.health_group(alerts)
+    head = HEALTH_HEADER.format(version=options.gen.version)
+    test_doc = health_tests(alerts, options.health, Path(rules_path(HEALTH.GROUP)).name)
+    return {
+        rules_path(HEALTH.GROUP): rule_file([group], head),
+        tests_path(HEALTH.GROUP): head + "\n" + dump(test_doc),
+        prometheus_rule_path(HEALTH.GROUP): prometheus_rule(
+            HEALTH.GROUP, [group], head=head,
+            managed_labels={**K8S_LABELS, "app.kubernetes.io/component": "health"}),
+    }
+
+
 # The build, in order. Append artifact generators here.
-ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules]
+ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules, health_rules]
 ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (generators/artifacts.py)
 
 

@@ -18,6 +18,7 @@ from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.generators import generate
+from slogen.generators.health import HealthOptions
 from slogen.generators.options import DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL, UNREACHABLE_RESCALE, GenOptions
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
@@ -92,7 +93,7 @@ def _windows(paths: list[str], replace: bool = False) -> dict:
 
 def cmd_build(args: argparse.Namespace) -> int:
     gen = _gen_options(args, _windows(args.windows))
-    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen)
+    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args))
     catalog, artifacts = build(options)
     _report([], catalog.warnings)
     for note in catalog.notes:
@@ -110,6 +111,38 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"slogen: {len(catalog.slos)} SLOs, {len(artifacts)} files ({len(changed)} changed, {len(removed)} removed) "
           f"under {args.out}", file=sys.stderr)
     return 0
+
+
+def _health_args(p: argparse.ArgumentParser) -> None:
+    d = HealthOptions()
+    h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml")
+    h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
+                   help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
+    h.add_argument("--gpu-lost-for", type=_duration, default=d.gpu_lost_for, metavar="DURATION",
+                   help=f"LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {format_duration(d.gpu_lost_for)})")
+    h.add_argument("--gpu-error-window", type=_duration, default=d.gpu_error_window, metavar="WINDOW",
+                   help=f"LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
+                        f"(default {format_duration(d.gpu_error_window)})")
+    h.add_argument("--target-down-for", type=_duration, default=d.target_down_for, metavar="DURATION",
+                   help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_duration(d.target_down_for)})")
+    h.add_argument("--kv-usage-threshold", type=float, default=d.kv_usage_threshold, metavar="RATIO",
+                   help=f"LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {d.kv_usage_threshold:g})")
+    h.add_argument("--kv-saturated-for", type=_duration, default=d.kv_saturated_for, metavar="DURATION",
+                   help=f"LLMKVCacheSaturated: how long before it fires (default {format_duration(d.kv_saturated_for)})")
+    h.add_argument("--preemption-rate", type=float, default=d.preemption_rate, metavar="PER_SECOND",
+                   help=f"LLMPreemptionStorm: preemptions per second per engine (default {d.preemption_rate:g})")
+    h.add_argument("--preemption-window", type=_duration, default=d.preemption_window, metavar="WINDOW",
+                   help=f"LLMPreemptionStorm: rate window (default {format_duration(d.preemption_window)})")
+    h.add_argument("--preemption-for", type=_duration, default=d.preemption_for, metavar="DURATION",
+                   help=f"LLMPreemptionStorm: how long before it fires (default {format_duration(d.preemption_for)})")
+
+
+def _health_options(args: argparse.Namespace) -> HealthOptions:
+    return HealthOptions(
+        enabled=args.health_alerts, gpu_lost_for=args.gpu_lost_for, gpu_error_window=args.gpu_error_window,
+        target_down_for=args.target_down_for, kv_usage_threshold=args.kv_usage_threshold,
+        kv_saturated_for=args.kv_saturated_for, preemption_rate=args.preemption_rate,
+        preemption_window=args.preemption_window, preemption_for=args.preemption_for)
 
 
 # ------------------------------------------------------------------------------- validate
@@ -218,6 +251,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
                    help="put every SLO on this period, e.g. 1d with slos/windows/demo.yaml for the demo")
     _gen_args(b)
+    _health_args(b)
 
     v = sub.add_parser("validate", help="check SLO specs (and their generation) without writing anything")
     v.add_argument("paths", nargs="+")

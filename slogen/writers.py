@@ -1,5 +1,5 @@
-"""Format rule groups as Prometheus rule files or prometheus-operator PrometheusRules, and
-write files atomically (temp file + os.replace) so a reader never sees half a file.
+"""Format rule groups as Prometheus rule files or prometheus-operator PrometheusRules
+(`llmslo.files.write_atomic` writes them, so a reader never sees half a file).
 
 Output is deterministic: rule keys in Prometheus' order, labels and annotations sorted,
 no timestamps, so two runs over the same inputs give byte-identical files.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from exporter.adapters import sglang, tap, tgi, trtllm_serve, trtllm_triton, vllm
 from exporter.adapters.base import Adapter
 from exporter.model import MetricFamily
+from llmslo.conventions import VLLM
 
 __all__ = ["ADAPTERS", "WANT_ALL", "Adapter", "detect", "get"]
 
@@ -24,7 +25,7 @@ WANT_ALL: frozenset[str] = frozenset().union(*(a.wanted for a in ADAPTERS.values
 # Family-name prefixes that identify an engine. Triton is recognized by its TRT-LLM backend gauges,
 # not by `nv_inference_*`, which every Triton model has.
 _PREFIXES = (
-    ("vllm:", vllm.KIND),
+    (VLLM.PREFIX, vllm.KIND),
     ("sglang:", sglang.KIND),
     ("tgi_", tgi.KIND),
     ("nv_trt_llm_", trtllm_triton.KIND),

@@ -6,9 +6,13 @@ they must stay few and stable: dashboards and alerts match on them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from exporter.sources.file import FileReader
 
 TIMEOUT = "timeout"
 CONNECTION_REFUSED = "connection_refused"
@@ -39,12 +43,17 @@ class FetchError(Exception):
 
 
 async def fetch_page(
-    session: aiohttp.ClientSession, url: str, *, timeout_s: float, max_bytes: int
+    session: aiohttp.ClientSession, url: str, *, timeout_s: float, max_bytes: int,
+    files: FileReader | None = None, key: str = "",
 ) -> bytes | bytearray:
-    """The page at an http(s):// or file:// URL, at most `max_bytes` long, within `timeout_s`."""
+    """The page at an http(s):// or file:// URL, at most `max_bytes` long, within `timeout_s`.
+
+    `files` (with the target as `key`) is the caller's long-lived file reader, which keeps a hung
+    file read from being started again every cycle.
+    """
     from exporter.sources import file as file_source
     from exporter.sources import http as http_source
 
     if urlsplit(url).scheme == "file":
-        return await file_source.fetch_file(url, timeout_s=timeout_s, max_bytes=max_bytes)
+        return await file_source.fetch_file(url, timeout_s=timeout_s, max_bytes=max_bytes, reader=files, key=key)
     return await http_source.fetch_http(session, url, timeout_s=timeout_s, max_bytes=max_bytes)

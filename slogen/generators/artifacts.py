@@ -17,15 +17,15 @@ from slogen.generators.dashboards import dashboard_files
 from slogen.generators.deploy import deploy_files
 from slogen.generators.keda import keda_files
 from slogen.generators.runbooks import runbook_files
-from slogen.generators.views import alert_views, from_context
+from slogen.generators.views import AlertView, alert_views, from_context
 
 
 def dashboards(results: Sequence) -> dict[str, str]:
     return dashboard_files([from_context(r.ctx) for r in results])
 
 
-def runbooks(results: Sequence) -> dict[str, str]:
-    return runbook_files(alert_views(results))
+def runbooks(results: Sequence, extra_alerts: Sequence[AlertView] = ()) -> dict[str, str]:
+    return runbook_files([*alert_views(results), *extra_alerts])
 
 
 def keda(results: Sequence, root: Path) -> dict[str, str]:
@@ -53,12 +53,17 @@ def _prometheus_rule_paths(results: Sequence) -> list[str]:
     return sorted({prometheus_rule_path(r.slo.service) for r in results})
 
 
-def all_artifacts(results: Sequence, root: Path) -> dict[str, str]:
-    """Everything this module generates, for one build whose inputs sit under `root`."""
-    out = {**dashboards(results), **runbooks(results)}
+def all_artifacts(results: Sequence, root: Path, extra_alerts: Sequence[AlertView] = (),
+                  extra_rule_paths: Sequence[str] = ()) -> dict[str, str]:
+    """Everything this module generates, for one build whose inputs sit under `root`.
+
+    `extra_alerts` and `extra_rule_paths`: alerts generated outside the SLOs (the health alerts)
+    that need runbooks, and the PrometheusRules holding them that the kustomization must list.
+    """
+    out = {**dashboards(results), **runbooks(results, extra_alerts)}
     scaling = keda(results, root)
     out.update(scaling)
-    out.update(deploy_files([*_prometheus_rule_paths(results), *scaling], _spec_files(results, root)))
+    out.update(deploy_files([*_prometheus_rule_paths(results), *extra_rule_paths, *scaling], _spec_files(results, root)))
     return out
 
 
@@ -66,4 +71,10 @@ def artifact_generator(catalog, options) -> dict[str, str]:
     """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
     inputs = [Path(p) for p in getattr(options, "inputs", ())]
     root = (inputs[0] if inputs[0].is_dir() else inputs[0].parent).parent if inputs else Path(".")
-    return all_artifacts(list(catalog.results), root)
+    from slogen.build import health_alerts, prometheus_rule_path  # the core owns the health rule file too
+    from slogen.generators.health import alert_views as health_views
+    from llmslo.conventions import HEALTH
+
+    health = health_alerts(options) if hasattr(options, "health") else []
+    return all_artifacts(list(catalog.results), root, health_views(health),
+                         [prometheus_rule_path(HEALTH.GROUP)] if health else [])

@@ -36,8 +36,9 @@ TOPIC_SLO = "slo"  # any other SLI (Sloth events/raw): generic burn-rate guidanc
 TOPIC_NO_DATA = "no_data"
 TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_GPU_HEALTH = "gpu_health"
+TOPIC_TARGET_DOWN = "target_down"  # the exporter cannot read an engine
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
-          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH)
+          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class EngineDiscovery:
 def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_NO_DATA:
         return TOPIC_NO_DATA
-    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH):
+    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN):
         return alert.kind
     slo = alert.slo
     if slo is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slogen.durations import parse_duration
+
 # SLI kinds slogen knows (the llmslo/* plugins), plus Sloth's own two shapes.
 SLI_LATENCY = "latency"
 SLI_GOODPUT = "goodput"
@@ -59,7 +61,8 @@ class SLOView:
 
     @property
     def period_days(self) -> int:
-        return _days(self.period)
+        """Whole days in the period, at least 1 (a dashboard's time range)."""
+        return max(1, window_seconds(self.period) // 86_400)
 
 
 @dataclass(frozen=True)
@@ -72,25 +75,17 @@ class AlertView:
     tiers: tuple[BurnTier, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # common static labels (e.g. severity)
     summary: str = ""
+    condition: str = ""  # the alert's expression on one line, for alerts without an SLO (health alerts)
+    for_: str = ""  # how long the condition must hold before the alert fires ("" = at once)
 
 
 ALERT_BURN = "burn"
 ALERT_NO_DATA = "no_data"
 
 
-def _days(window: str) -> int:
-    units = {"d": 1, "w": 7}
-    if window and window[-1] in units and window[:-1].isdigit():
-        return int(window[:-1]) * units[window[-1]]
-    raise ValueError(f"period {window!r} is not a whole number of days or weeks (write e.g. 30d or 4w)")
-
-
 def window_seconds(window: str) -> int:
-    """Seconds in a Prometheus duration made of one unit (5m, 1h, 30d)."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    if window and window[-1] in units and window[:-1].isdigit():
-        return int(window[:-1]) * units[window[-1]]
-    raise ValueError(f"{window!r} is not a duration with one unit (write e.g. 5m, 1h or 30d)")
+    """Seconds in a Prometheus duration (5m, 1h30m, 30d), parsed as the SLO loaders parse it."""
+    return parse_duration(window) // 1000
 
 
 # --------------------------------------------------------------------------------------

@@ -99,21 +99,29 @@ def alerts(results):
     return [r for res in results for g in res.rules.groups() for r in g.rules if r.alert]
 
 
+def generated_alerts(files: dict[str, str]) -> list[dict]:
+    """Every alerting rule in every generated rule file (the SLO services' and the health alerts')."""
+    return [rule for path, text in files.items() if path.startswith("alerts/") and path.endswith(".rules.yaml")
+            for group in yaml.safe_load(text)["groups"] for rule in group["rules"] if "alert" in rule]
+
+
 def test_every_alert_has_a_runbook_and_its_url_resolves_to_it(build):
     root, results, files = build
-    rules = alerts(results)
-    assert len({r.alert for r in rules}) >= 5
+    rules = generated_alerts(files)
+    names = {r["alert"] for r in rules}
+    assert {r.alert for r in alerts(results)} | set(c.HEALTH.ALERTS) == names
     compat = results[0].ctx.opts.sloth_compat
     for rule in rules:
-        path = f"docs/runbooks/{rule.alert}.md"
-        if not compat:  # --sloth-compat reproduces Sloth's annotations, which have no runbook_url
-            url = rule.annotations["runbook_url"]
+        path = f"docs/runbooks/{rule['alert']}.md"
+        # --sloth-compat reproduces Sloth's annotations, which have no runbook_url; the health alerts always do
+        if not compat or rule["alert"] in c.HEALTH.ALERTS:
+            url = rule["annotations"]["runbook_url"]
             assert url.startswith(BASE_URL + "/"), url
             assert url.removeprefix(BASE_URL + "/") == path
         assert path in files, path
-        assert files[path].startswith(f"# {rule.alert}\n")
+        assert files[path].startswith(f"# {rule['alert']}\n")
     runbooks = {p for p in files if p.startswith("docs/runbooks/")}
-    assert runbooks == {f"docs/runbooks/{r.alert}.md" for r in rules}  # and no orphans
+    assert runbooks == {f"docs/runbooks/{name}.md" for name in names}  # and no orphans
 
 
 def test_runbook_topics_follow_the_sli(build):
@@ -122,6 +130,8 @@ def test_runbook_topics_follow_the_sli(build):
     assert "--max-num-seqs" in files["docs/runbooks/ChatTPOTBudgetBurn.md"]
     assert c.GOODPUT_REQUESTS.name in files["docs/runbooks/ChatGoodputBudgetBurn.md"]
     assert "seats" in files["docs/runbooks/ChatKVSaturation.md"]
+    assert "seats" in files[f"docs/runbooks/{c.HEALTH.KV_CACHE_SATURATED}.md"]
+    assert "XID" in files[f"docs/runbooks/{c.HEALTH.GPU_LOST}.md"]
     if not results[0].ctx.opts.sloth_compat:  # Sloth has no no-data alert
         assert "Prometheus has no samples" in files["docs/runbooks/ChatTTFTBudgetBurnNoData.md"]
 
@@ -165,12 +175,17 @@ def test_prometheus_rule_validates_and_carries_every_group(build, crd):
     assert crd.crd_errors(obj) == []
     names = {g["name"] for g in obj["spec"]["groups"]}
     assert names == {g.name for res in results for g in res.rules.groups()}
+    health = next(d for d in yaml.safe_load_all(files[prometheus_rule_path(c.HEALTH.GROUP)]) if d)
+    assert crd.crd_errors(health) == []
+    assert [r["alert"] for g in health["spec"]["groups"] for r in g["rules"]] == list(c.HEALTH.ALERTS)
+    assert health["spec"]["groups"] == yaml.safe_load(files[f"alerts/{c.HEALTH.GROUP}.rules.yaml"])["groups"]
 
 
 def test_generated_kustomization_lists_what_was_generated(build):
     _, _, files = build
     kustomization = yaml.safe_load(files[KUSTOMIZATION])
-    assert kustomization["resources"] == ["keda/scaledobjects.yaml", "prometheusrule-chat.yaml"]
+    assert kustomization["resources"] == ["keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
+                                          "prometheusrule-llmslo-health.yaml"]
     assert all(f"deploy/generated/{r}" in files for r in kustomization["resources"])
 
 
@@ -184,6 +199,20 @@ def test_the_tap_reads_the_configmap_it_mounts(build, tmp_path):
     config = load_slo_config([tmp_path])
     assert "interactive" in {cls.name for cls in config.classes}
     assert 0.5 in config.thresholds["ttft"]
+
+
+def test_no_health_alerts_option_drops_their_files(build):
+    import dataclasses
+
+    from slogen.generators.health import HealthOptions
+
+    (root, options, catalog), _, files = build
+    without = dataclasses.replace(options, health=HealthOptions(enabled=False))
+    _, fewer = slogen_build(without)
+    assert set(files) - set(fewer) == {
+        f"alerts/{c.HEALTH.GROUP}.rules.yaml", f"alerts/{c.HEALTH.GROUP}.test.yaml",
+        prometheus_rule_path(c.HEALTH.GROUP), *(f"docs/runbooks/{n}.md" for n in c.HEALTH.ALERTS)}
+    assert "prometheusrule-llmslo-health.yaml" not in fewer[KUSTOMIZATION]
 
 
 def test_build_is_deterministic(build):

@@ -49,9 +49,10 @@ def test_sections_in_order_and_not_empty(files):
 
 def test_every_topic_template_renders(sample_alerts):
     rendered = {rb.topic(a) for a in sample_alerts} | {rb.topic(AlertView("KV", rb.TOPIC_KV_SATURATION)),
-                                                        rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH))}
+                                                        rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH)),
+                                                        rb.topic(AlertView("DOWN", rb.TOPIC_TARGET_DOWN))}
     assert rendered == set(rb.TOPICS)
-    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION):
+    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN):
         text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
         assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
 
@@ -130,3 +131,36 @@ def test_runbooks_link_their_dashboards(files):
 
 def test_rendering_is_deterministic(files, sample_alerts):
     assert rb.runbook_files(list(reversed(sample_alerts))) == files
+
+
+# ------------------------------------------------------------------ health alerts' runbooks
+
+
+@pytest.fixture
+def health_files() -> dict[str, str]:
+    from slogen.generators import health
+
+    alerts = health.health_alerts(health.HealthOptions(), "https://runbooks.example.com")
+    return rb.runbook_files(health.alert_views(alerts))
+
+
+def test_health_runbooks_have_the_sections_and_their_condition(health_files, check_exprs):
+    assert set(health_files) == {f"docs/runbooks/{name}.md" for name in c.HEALTH.ALERTS}
+    test_sections_in_order_and_not_empty(health_files)
+    test_promql_parses_and_names_defined_series(health_files, check_exprs)
+    assert "| Fires when | `llm_gpu_up == 0` for 2m (severity `critical`) |" in health_files["docs/runbooks/LLMGpuLost.md"]
+    assert "` at once (severity `warning`) |" in health_files["docs/runbooks/LLMGpuXidErrors.md"]
+    assert "[SLO](" not in "".join(health_files.values())  # no SLO, so no SLO dashboard link
+
+
+def test_health_runbooks_look_at_their_signals(health_files):
+    gpu = {c.GPU_UP.name, c.GPU_XID_ERRORS.name, c.GPU_ECC_ERRORS.name, c.GPU_CLOCK_EVENT.name}
+    kv = {c.KV_CACHE_USAGE.name, c.KV_BLOCKS_FREE.name, c.PREEMPTIONS.name, c.REQUESTS_WAITING.name}
+    for name, expected in ((c.HEALTH.GPU_LOST, gpu), (c.HEALTH.GPU_XID_ERRORS, gpu), (c.HEALTH.GPU_ECC_UNCORRECTED, gpu),
+                           (c.HEALTH.KV_CACHE_SATURATED, kv), (c.HEALTH.PREEMPTION_STORM, kv),
+                           (c.HEALTH.ENGINE_TARGET_DOWN, {c.EXPORTER_TARGET_UP.name, c.EXPORTER_LAST_ERROR.name, c.GPU_UP.name})):
+        text = health_files[f"docs/runbooks/{name}.md"]
+        assert expected <= _names(text), (name, expected - _names(text))
+    assert "kubectl cordon" in health_files[f"docs/runbooks/{c.HEALTH.GPU_LOST}.md"]
+    assert "--gpu-memory-utilization" in health_files[f"docs/runbooks/{c.HEALTH.KV_CACHE_SATURATED}.md"]
+    assert "kubectl -n \"$NS\" logs" in health_files[f"docs/runbooks/{c.HEALTH.ENGINE_TARGET_DOWN}.md"]

@@ -98,6 +98,18 @@ def test_serving_with_a_broken_web_config_exits_2(tmp_path, capsys, exporter_log
     assert f"{web}: basic_auth_users.alice: not a bcrypt hash" in capsys.readouterr().err
 
 
+def test_a_taken_port_exits_2_with_one_clear_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = exporter("--listen", f"127.0.0.1:{port}", "--gpu", "fake:1", "--log-level", "warning")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"llmslo-exporter: error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert done.stderr.count("\n") == 1  # one line: no traceback, no warning about sessions left open
+    assert done.stdout == ""
+
+
 def test_config_file_and_flags_together(tmp_path, pages_dir):
     cfg = tmp_path / "exporter.yaml"
     cfg.write_text(f"gpu: off\ntargets:\n  - kind: vllm\n    url: file://{pages_dir / 'vllm-v1.prom'}\n"

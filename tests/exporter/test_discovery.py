@@ -13,6 +13,7 @@ from aiohttp import web
 from exporter.collector import Collector
 from exporter.config import ExporterConfig, KubernetesDiscovery, TargetConfig, load_config
 from exporter.discovery import DiscoveryError, KubernetesDiscoverer
+from exporter.snapshot import CollectionLoop, SnapshotHolder
 from exporter.sources.http import new_session
 from exporter.targets import TargetSet
 from llmslo import conventions as c
@@ -69,9 +70,12 @@ class FakeApiServer:
         self.pods = pods
         self.requests: list[tuple[str, dict, str]] = []
         self.status = 200
+        self.hang = False  # True: accept requests and never answer (an overloaded API server)
 
     async def pods_handler(self, request: web.Request) -> web.Response:
         self.requests.append((request.path, dict(request.query), request.headers.get("Authorization", "")))
+        if self.hang:
+            await asyncio.sleep(3600)
         if self.status != 200:
             return web.json_response({"kind": "Status", "code": self.status}, status=self.status)
         start = int(request.query.get("continue") or 0)
@@ -163,11 +167,13 @@ def test_a_refusing_api_server_keeps_the_last_good_targets(in_cluster, caplog):
 
     async def body():
         try:
-            first = await targets.current()
+            await targets.refresh()
+            first = targets.current()
             api.status = 403
             with pytest.raises(DiscoveryError, match="get, list on pods"):
                 await discoverer.discover()
-            return first, await targets.current()
+            await targets.refresh()
+            return first, targets.current()
         finally:
             await discoverer.close()
 
@@ -200,8 +206,9 @@ def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server
         try:
             async with new_session() as session:
                 targets = TargetSet((), discoverer, refresh_s=30)
+                await targets.refresh()
                 collector = Collector(ExporterConfig(), session, None, NODE)
-                return await collector.collect(await targets.current())
+                return await collector.collect(targets.current())
         finally:
             await discoverer.close()
             await engine_runner.cleanup()
@@ -211,6 +218,46 @@ def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server
     assert running.value == 5
     assert {k: running.labels[k] for k in ("engine", "model", "pod", "namespace", "node")} == {
         "engine": "vllm", "model": "served-model", "pod": "local-0", "namespace": "llm", "node": NODE}
+
+
+def test_a_hung_api_server_never_delays_a_cycle(in_cluster, http_server, caplog):
+    api, settings, start = in_cluster
+    page = (b"# TYPE vllm:num_requests_running gauge\n"
+            b'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n')
+
+    async def metrics(request):
+        return web.Response(body=page, content_type="text/plain")
+
+    async def body():
+        engine_runner, base = await http_server({"/metrics": metrics, "/static": metrics})
+        port = base.rsplit(":", 1)[1]
+        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port})]
+        static = (TargetConfig(kind="vllm", url=f"{base}/static", name="static", pod="static-0"),)
+        discoverer = KubernetesDiscoverer(settings, NODE)
+        targets = TargetSet(static, discoverer, refresh_s=0)
+        try:
+            async with new_session() as session:
+                await targets.refresh()  # one good list
+                api.hang = True
+                asked = len(api.requests)
+                await targets.start()  # refreshes at once, in the background, into the hung server
+                while len(api.requests) == asked:
+                    await asyncio.sleep(0.01)
+                loop = CollectionLoop(Collector(ExporterConfig(), session, None, NODE), targets, SnapshotHolder(), 5.0)
+                t0 = asyncio.get_running_loop().time()
+                published = await asyncio.wait_for(loop.run_once(), 3.0)  # discovery's own timeout is 10 s
+                return published.snapshot, asyncio.get_running_loop().time() - t0, port
+        finally:
+            await targets.stop()
+            await discoverer.close()
+            await engine_runner.cleanup()
+
+    with caplog.at_level("INFO", logger="llmslo.exporter"):
+        snap, took, port = run_with_api(start, body)
+    assert took < 2.0
+    assert {t.target: t.up for t in snap.targets} == {"static": True, f"llm/local-0:{port}": True}  # the last good list
+    assert sorted(s.labels["pod"] for s in snap.samples if s.metric.name == c.REQUESTS_RUNNING.name) == ["local-0", "static-0"]
+    assert "event=discovery_changed targets=1 duration_s=" in caplog.text
 
 
 def test_discovery_settings_load_from_the_config_file(tmp_path):

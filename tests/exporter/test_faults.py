@@ -380,3 +380,62 @@ def test_many_cycles_of_faults_leak_no_fds_tasks_or_threads(engine):
     assert threads40 <= threads_before + executor_max + 1, (threads_before, threads40)
     assert value(snap, c.EXPORTER_CYCLES) == 40
     assert {t.target: t.reason for t in snap.targets} == {k: v for k, v in EXPECTED_REASONS.items() if k != "huge"}
+
+
+def _threads_reading_files() -> int:
+    """Threads whose stack is inside the file source's blocking read, hung or not."""
+    import sys
+
+    count = 0
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name == "_read_bounded":
+                count += 1
+                break
+            frame = frame.f_back
+    return count
+
+
+def _unblock_fifo(path) -> None:
+    """Open and close the write end: every reader blocked opening the FIFO wakes up and reads EOF."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: no reader is waiting any more
+        pass
+
+
+def test_a_hung_file_read_is_not_started_again_each_cycle(tmp_path):
+    fifo = tmp_path / "hung.fifo"
+    os.mkfifo(fifo)  # opening it for reading blocks until a writer appears: a read that never returns
+    good = tmp_path / "good.prom"
+    good.write_bytes(VLLM_PAGE)
+    targets = (TargetConfig(kind="vllm", url=f"file://{fifo}", name="fifo", timeout_s=0.2),
+               TargetConfig(kind="vllm", url=f"file://{good}", name="good"))
+    config = ExporterConfig(targets=targets, interval_s=1)
+
+    async def go():
+        async with new_session() as session:
+            collector = Collector(config, session, None, "n")
+            cycles = []
+            try:
+                for _ in range(6):
+                    t0 = time.monotonic()
+                    snap = await collector.collect(targets)
+                    running = [s.value for s in snap.samples if s.metric.name == c.REQUESTS_RUNNING.name]
+                    cycles.append((time.monotonic() - t0, {t.target: t.reason for t in snap.targets}, running))
+                stuck = _threads_reading_files()
+            finally:
+                _unblock_fifo(fifo)  # before the loop closes, whatever the outcome, so no thread is left hung
+            for _ in range(100):
+                if _threads_reading_files() == 0:
+                    break
+                await asyncio.sleep(0.02)
+            return cycles, stuck, _threads_reading_files()
+
+    cycles, stuck, left = asyncio.run(go())
+    assert stuck == 1, f"{stuck} threads blocked on the FIFO after 6 cycles (one per cycle without the fix)"
+    assert left == 0
+    for duration, reasons, running in cycles:
+        assert reasons == {"fifo": "timeout", "good": ""}  # the other target keeps working every cycle
+        assert running == [3.0]
+        assert duration < 1.0

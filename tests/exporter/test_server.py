@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import os
 import shutil
 import ssl
 from pathlib import Path
@@ -242,6 +243,48 @@ def test_web_config_changes_apply_without_a_restart(tmp_path):
             await server.stop()
 
     assert asyncio.run(go()) == (200, (200, 401), 200)
+
+
+def test_an_unexpected_reload_error_does_not_stop_the_watcher(tmp_path, monkeypatch, caplog):
+    import exporter.server as server_module
+
+    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed('old')}'\n")
+    real_load = server_module.load_web_config
+    calls = []
+
+    def load_failing_once(path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("disk went away")
+        return real_load(path)
+
+    def edit(text: str, mtime_s: int) -> None:
+        write(cfg, text)
+        os.utime(cfg, (mtime_s, mtime_s))  # a distinct mtime even on a coarse-grained file system
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg), watch_interval_s=0.05)
+        monkeypatch.setattr(server_module, "load_web_config", load_failing_once)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        try:
+            edit(f"basic_auth_users:\n  alice: '{hashed('new')}'\n", 1_000_000)
+            for _ in range(250):
+                if calls:
+                    break
+                await asyncio.sleep(0.02)
+            after_failure = (await get(url, basic("alice", "old")))[0]  # the previous settings stay
+            edit(f"basic_auth_users:\n  alice: '{hashed('newer')}'\n", 2_000_000)
+            for _ in range(100):
+                if (await get(url, basic("alice", "newer")))[0] == 200:
+                    break
+                await asyncio.sleep(0.05)
+            return after_failure, (await get(url, basic("alice", "newer")))[0], (await get(url, basic("alice", "old")))[0]
+        finally:
+            await server.stop()
+
+    with caplog.at_level("ERROR", logger="llmslo.exporter"):
+        assert asyncio.run(go()) == (200, 200, 401)
+    assert "event=web_config_reload_failed error=RuntimeError" in caplog.text and "disk went away" in caplog.text
 
 
 @pytest.mark.parametrize("text, expected", [

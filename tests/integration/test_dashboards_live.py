@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from demo.stack import LocalStack, StackSettings
+from llmslo import conventions as c
 from slogen.autoscaling import load_paths as load_autoscaling
 from slogen.generators import generate
 from slogen.generators.dashboards import dashboard_files
@@ -51,16 +52,22 @@ def test_every_dashboard_panel_and_keda_query_returns_data(tmp_path):
     keda_queries = [t["metadata"]["query"] for text in keda_files(pools, views).values()
                     for obj in yaml.safe_load_all(text) if obj for t in obj["spec"]["triggers"]]
     assert len(dashboards) == len(views) + 1 and keda_queries
+    # The health alerts' operands, thresholds relaxed: each must match the real exporter's series
+    # (the KV alert's `and` only works if usage and queue carry the same labels).
+    health_rules = REPO / "alerts" / f"{c.HEALTH.GROUP}.rules.yaml"
+    health_operands = [f"{c.KV_CACHE_USAGE.name} >= 0 and {c.REQUESTS_WAITING.name} >= 0",
+                       f"rate({c.PREEMPTIONS.name}[{RATE_INTERVAL}]) >= 0", c.GPU_UP.name, c.EXPORTER_TARGET_UP.name,
+                       f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{c.HEALTH.ECC_UNCORRECTED}"}}']
 
     async def run() -> tuple[list[str], list[str]]:
-        settings = StackSettings.fast(prebuilt_rules=(rules,), workdir=tmp_path / "stack")
+        settings = StackSettings.fast(prebuilt_rules=(rules, health_rules), workdir=tmp_path / "stack")
         async with LocalStack(settings) as stack:
             await stack.drive_load(6.0)
             prom = stack.prom()
             empty: list[str] = []
             # Rules evaluate every second; give the longest chain (events -> ratios -> budget) a few rounds.
             for _ in range(30):
-                empty = []
+                empty = [f"health operand: {q}" for q in health_operands if not await prom.query(q)]
                 for path, dash in sorted(dashboards.items()):
                     for title, expr in iter_queries(dash):
                         if not await prom.query(grafana_to_promql(expr)):

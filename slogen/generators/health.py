@@ -1,0 +1,160 @@
+"""Capacity and health alerts: a small fixed set, generated next to the SLO burn-rate rules.
+
+Why: burn-rate alerts say users are hurting; these say why, or warn before they do. A lost GPU,
+fresh XID or uncorrected ECC errors, an engine the exporter cannot read, a KV cache with no
+seats left while requests queue, a preemption storm. They are not SLOs (no budget, no tiers),
+so they get their own rule group and file, but the same labels and annotations as the SLO
+alerts: kube-prometheus `severity`, `summary`, `description` and a `runbook_url` following
+`runbook_path()`.
+
+No expression aggregates: each alert is per series (one GPU, one engine, one target), so every
+label on the series (`cluster`, `namespace`, `pod`, `gpu`, `xid`, ...) reaches the alert, the
+same effect as the SLO alerts' `max without (sloth_window)`. Plain PromQL only, so the rules
+run unchanged on Prometheus, Thanos Ruler and Mimir.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmslo import conventions as c
+from llmslo.conventions import HEALTH as H
+from slogen.durations import MINUTE, format_duration
+from slogen.generators.alerts import SEVERITY, runbook_url
+from slogen.generators.views import AlertView
+from slogen.gofmt import go_g
+from slogen.model import Rule, RuleGroup
+
+CRITICAL = SEVERITY["page"]
+WARNING = SEVERITY["ticket"]
+XID_HISTORY = "1h"  # an XID series absent over the hour before the window is a new XID code on that GPU
+
+# Runbook topics (slogen/templates/runbook_<topic>.md.j2), by alert.
+TOPIC_GPU_HEALTH = "gpu_health"
+TOPIC_KV_SATURATION = "kv_saturation"
+TOPIC_TARGET_DOWN = "target_down"
+
+
+@dataclass(frozen=True)
+class HealthOptions:
+    """Thresholds of the health alerts (`slogen build --kv-saturation-threshold ...`); durations in ms."""
+
+    enabled: bool = True
+    gpu_lost_for: int = 2 * MINUTE
+    gpu_error_window: int = 10 * MINUTE  # XID and uncorrected-ECC increases over this window
+    target_down_for: int = 5 * MINUTE
+    kv_usage_threshold: float = 0.95  # ratio of KV blocks in use, with requests waiting
+    kv_saturated_for: int = 10 * MINUTE
+    preemption_rate: float = 1.0  # preemptions per second per engine, over preemption_window
+    preemption_window: int = 5 * MINUTE
+    preemption_for: int = 10 * MINUTE
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(option, what is wrong and the fix) for every bad value; empty when usable."""
+        out = []
+        if not 0 < self.kv_usage_threshold < 1:
+            out.append(("kv_usage_threshold", f"is {self.kv_usage_threshold:g}; write a ratio between 0 and 1, e.g. 0.95"))
+        if not self.preemption_rate > 0:
+            out.append(("preemption_rate", f"is {self.preemption_rate:g}; write a positive rate per second, e.g. 1"))
+        for name in ("gpu_lost_for", "gpu_error_window", "target_down_for", "kv_saturated_for",
+                     "preemption_window", "preemption_for"):
+            ms = getattr(self, name)
+            if ms <= 0 or ms % MINUTE:
+                out.append((name, f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+        return out
+
+
+@dataclass(frozen=True)
+class HealthAlert:
+    """One health alert: its rule, and what its runbook says about it (plain text, no templates)."""
+
+    rule: Rule
+    topic: str
+    condition: str  # the expression on one line, for the runbook
+    runbook_summary: str
+
+
+def _l(label: str) -> str:
+    """A Prometheus alert template reference to one of the series' labels."""
+    return f"{{{{ $labels.{label} }}}}"
+
+
+def _one_line(expr: str) -> str:
+    return " ".join(expr.split())
+
+
+def _alert(name: str, expr: str, for_ms: int, severity: str, summary: str, description: str, topic: str,
+           runbook_summary: str, base_url: str, extra_labels: dict[str, str]) -> HealthAlert:
+    rule = Rule(expr=expr, alert=name, for_=format_duration(for_ms) if for_ms else "",
+                labels={**extra_labels, c.SLO.LABEL_ALERT_SEVERITY: severity},
+                annotations={"summary": summary, "description": description,
+                             "runbook_url": runbook_url(name, base_url)})
+    return HealthAlert(rule, topic, _one_line(expr), runbook_summary)
+
+
+def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, str] | None = None) -> list[HealthAlert]:
+    """The alerts, in a fixed order (`HEALTH.ALERTS`)."""
+    extra = dict(extra_labels or {})
+    gpu = f"GPU {_l(c.LABEL_GPU)} ({_l(c.LABEL_UUID)}) on {_l(c.LABEL_HOSTNAME)}"
+    engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
+    window = format_duration(opts.gpu_error_window)
+    xid = c.GPU_XID_ERRORS.name
+    ecc = f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{H.ECC_UNCORRECTED}"}}'
+    kv_thr = go_g(opts.kv_usage_threshold)
+    rate_thr = go_g(opts.preemption_rate)
+    pre_window = format_duration(opts.preemption_window)
+    return [
+        _alert(H.GPU_LOST, f"{c.GPU_UP.name} == 0\n", opts.gpu_lost_for, CRITICAL,
+               f"{gpu} is lost.",
+               f"NVML has not answered for this GPU for {format_duration(opts.gpu_lost_for)} ({c.GPU_UP.name} is 0). "
+               "The engine replicas on it are failing or stalled: cordon the node and move them.",
+               TOPIC_GPU_HEALTH, "A GPU stopped answering NVML: the replicas on it are failing or stalled.",
+               base_url, extra),
+        # A new XID code on a GPU appears as a counter already at 1, which increase() cannot see:
+        # the `unless` arm catches a series absent over the hour before the window.
+        _alert(H.GPU_XID_ERRORS,
+               f"increase({xid}[{window}]) > 0\nor\n({xid} unless max_over_time({xid}[{XID_HISTORY}] offset {window}))\n",
+               0, WARNING,
+               f"{gpu} reported XID {_l(c.LABEL_XID)}.",
+               f"The driver reported XID {_l(c.LABEL_XID)} on this GPU in the last {window}. XIDs 48, 63, 64, 74, 79, 94 "
+               "and 95 usually mean a failing GPU or link; look up the code before the node takes more traffic.",
+               TOPIC_GPU_HEALTH, "The driver reported XID errors on a GPU.", base_url, extra),
+        _alert(H.GPU_ECC_UNCORRECTED, f"increase({ecc}[{window}]) > 0\n", 0, CRITICAL,
+               f"{gpu} has new uncorrected ECC errors.",
+               f"Uncorrected (double-bit) ECC errors rose on this GPU in the last {window}. Data in HBM was lost: "
+               "the processes using it may have crashed or produced garbage. Drain the node and hand it to hardware.",
+               TOPIC_GPU_HEALTH, "A GPU has new uncorrected ECC errors: data in HBM was lost.", base_url, extra),
+        _alert(H.ENGINE_TARGET_DOWN, f"{c.EXPORTER_TARGET_UP.name} == 0\n", opts.target_down_for, WARNING,
+               f"The exporter cannot read {_l(c.LABEL_ENGINE)} target {_l(c.LABEL_TARGET)}.",
+               f"The exporter's scrapes of this engine have failed for {format_duration(opts.target_down_for)} "
+               f"({c.EXPORTER_TARGET_UP.name} is 0; {c.EXPORTER_LAST_ERROR.name} says why). The engine may be down, "
+               "and its SLO and capacity series are missing meanwhile.",
+               TOPIC_TARGET_DOWN, "The exporter cannot scrape an engine's metrics page.", base_url, extra),
+        _alert(H.KV_CACHE_SATURATED,
+               f"{c.KV_CACHE_USAGE.name} > {kv_thr}\nand\n{c.REQUESTS_WAITING.name} > 0\n", opts.kv_saturated_for, WARNING,
+               f"{engine}: KV cache full with requests queued.",
+               f"KV-cache usage has been above {kv_thr} with requests waiting for {format_duration(opts.kv_saturated_for)}: "
+               "the engine has no seats left, so new requests queue (TTFT rises) and running ones are preempted. "
+               "Add replicas or give each more KV blocks.",
+               TOPIC_KV_SATURATION,
+               f"An engine's KV cache is over {kv_thr} full while requests wait: no seats left, the queue is building.",
+               base_url, extra),
+        _alert(H.PREEMPTION_STORM, f"rate({c.PREEMPTIONS.name}[{pre_window}]) > {rate_thr}\n", opts.preemption_for, WARNING,
+               f"{engine} preempts more than {rate_thr} requests/s.",
+               f"The engine has preempted more than {rate_thr} running requests per second (over {pre_window}) for "
+               f"{format_duration(opts.preemption_for)}: it runs out of KV blocks mid-generation and recomputes or swaps. "
+               "TPOT and throughput suffer for every request on it.",
+               TOPIC_KV_SATURATION,
+               f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
+               base_url, extra),
+    ]
+
+
+def health_group(alerts: list[HealthAlert]) -> RuleGroup:
+    return RuleGroup(H.GROUP, [a.rule for a in alerts])
+
+
+def alert_views(alerts: list[HealthAlert]) -> list[AlertView]:
+    """What the runbook generator needs of each health alert (`kind` is its runbook topic)."""
+    return [AlertView(a.rule.alert, a.topic, labels=dict(a.rule.labels), summary=a.runbook_summary,
+                      condition=a.condition, for_=a.rule.for_) for a in alerts]

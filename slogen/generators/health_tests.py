@@ -1,0 +1,126 @@
+"""promtool unit tests for the health alerts: each condition staged, on one-minute steps.
+
+Every test starts healthy, then breaks one series (a GPU lost, an XID, a KV cache filling
+while requests queue, ...) next to a healthy or almost-broken neighbour that must stay quiet.
+It asserts: nothing fires before the condition holds, nothing fires one step before the
+alert's `for` has passed, and then exactly the broken series fires, with all its labels
+(including `cluster`) and the annotations expanded for it; the GPU-error alerts also resolve.
+Thresholds come from the options, so the tests follow any `--kv-saturation-threshold` etc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmslo import conventions as c
+from llmslo.conventions import HEALTH as H
+from slogen.durations import MINUTE
+from slogen.generators.health import HealthAlert, HealthOptions
+from slogen.gofmt import go_g, label_filter
+
+STEP = "1m"
+CLUSTER = "east"  # a federation-style label the alerts must pass through
+GPU_LABELS = {c.LABEL_GPU: "0", c.LABEL_UUID: "GPU-5f0e2b1c-0000-4000-8000-000000000000",
+              c.LABEL_MODEL_NAME: "NVIDIA H100 80GB HBM3", c.LABEL_PCI_BUS_ID: "00000000:18:00.0",
+              c.LABEL_HOSTNAME: "gpu-node-a", c.LABEL_CLUSTER: CLUSTER}
+ENGINE_LABELS = {c.LABEL_ENGINE: "vllm", c.LABEL_MODEL: "llama-3-8b", c.LABEL_POD: "vllm-0",
+                 c.LABEL_NAMESPACE: "llm", c.LABEL_NODE: "gpu-node-a", c.LABEL_CLUSTER: CLUSTER}
+TARGET_LABELS = {c.LABEL_TARGET: "llm/vllm-0:8000", c.LABEL_ENGINE: "vllm", c.LABEL_CLUSTER: CLUSTER}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Input series (name, labels, promtool values: `axn` is n+1 samples, `_xn` n missing ones) and the
+    minutes at which to check the alert."""
+
+    title: str
+    series: tuple[tuple[str, dict[str, str], str], ...]
+    fires: dict[str, str]  # labels of the one series that must fire
+    quiet: tuple[int, ...]  # minutes at which nothing fires
+    firing: tuple[int, ...]  # minutes at which exactly `fires` fires
+
+
+def _m(ms: int) -> int:
+    return ms // MINUTE
+
+
+def _other(labels: dict[str, str], **changes: str) -> dict[str, str]:
+    return {**labels, **changes}
+
+
+def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
+    lost, down = _m(opts.gpu_lost_for), _m(opts.target_down_for)
+    window, kv_for, pre_for = _m(opts.gpu_error_window), _m(opts.kv_saturated_for), _m(opts.preemption_for)
+    gpu1 = _other(GPU_LABELS, **{c.LABEL_GPU: "1", c.LABEL_UUID: "GPU-5f0e2b1c-0000-4000-8000-000000000001"})
+    xid = {**GPU_LABELS, c.LABEL_XID: "79"}
+    ecc = {**GPU_LABELS, c.LABEL_ECC_TYPE: H.ECC_UNCORRECTED}
+    pod1 = _other(ENGINE_LABELS, **{c.LABEL_POD: "vllm-1"})
+    high = go_g(round(opts.kv_usage_threshold + (1 - opts.kv_usage_threshold) / 2, 6))
+    low = go_g(round(opts.kv_usage_threshold / 2, 6))
+    # 2x the threshold from minute 10: the 5m rate crosses it once three increments are in the window.
+    per_step = go_g(round(2 * opts.preemption_rate * 60, 6))
+    onset = 10 + 2
+    return {
+        H.GPU_LOST: Scenario(
+            f"GPU 0 lost at 5m fires after {lost}m; GPU 1 stays up",
+            ((c.GPU_UP.name, GPU_LABELS, f"1x4 0x{lost + 10}"), (c.GPU_UP.name, gpu1, f"1x{lost + 15}")),
+            GPU_LABELS, quiet=(4, 5 + lost - 1), firing=(5 + lost,)),
+        H.GPU_XID_ERRORS: Scenario(
+            "first XID 79 at 5m fires at once and resolves after the window; a second one fires again",
+            ((c.GPU_XID_ERRORS.name, xid, f"_x5 1x{window + 4} 2x10"),),
+            xid, quiet=(4, 5 + window + 1), firing=(5, 5 + window + 5)),
+        H.GPU_ECC_UNCORRECTED: Scenario(
+            "an uncorrected ECC error at 10m fires at once and resolves after the window; corrected ones do not",
+            ((c.GPU_ECC_ERRORS.name, ecc, f"0x9 1x{window + 10}"),
+             (c.GPU_ECC_ERRORS.name, {**GPU_LABELS, c.LABEL_ECC_TYPE: "corrected"}, f"0x4 5x{window + 15}")),
+            ecc, quiet=(9, 10 + window + 1), firing=(10,)),
+        H.ENGINE_TARGET_DOWN: Scenario(
+            f"target unreadable from 5m fires after {down}m; another target stays up",
+            ((c.EXPORTER_TARGET_UP.name, TARGET_LABELS, f"1x4 0x{down + 10}"),
+             (c.EXPORTER_TARGET_UP.name, _other(TARGET_LABELS, **{c.LABEL_TARGET: "llm/vllm-1:8000"}), f"1x{down + 15}")),
+            TARGET_LABELS, quiet=(4, 5 + down - 1), firing=(5 + down,)),
+        H.KV_CACHE_SATURATED: Scenario(
+            f"KV full from 5m, queue from 10m fires after {kv_for}m; a full cache without a queue does not",
+            ((c.KV_CACHE_USAGE.name, ENGINE_LABELS, f"{low}x4 {high}x{kv_for + 15}"),
+             (c.REQUESTS_WAITING.name, ENGINE_LABELS, f"0x9 3x{kv_for + 10}"),
+             (c.KV_CACHE_USAGE.name, pod1, f"{high}x{kv_for + 20}"),
+             (c.REQUESTS_WAITING.name, pod1, f"0x{kv_for + 20}")),
+            ENGINE_LABELS, quiet=(9, 10 + kv_for - 1), firing=(10 + kv_for,)),
+        H.PREEMPTION_STORM: Scenario(
+            f"preempting at twice the threshold from 10m fires after {pre_for}m; a slow preempter does not",
+            ((c.PREEMPTIONS.name, ENGINE_LABELS, f"0x9 {per_step}+{per_step}x{pre_for + 10}"),
+             (c.PREEMPTIONS.name, pod1, f"0+1x{pre_for + 20}")),
+            ENGINE_LABELS, quiet=(onset - 1, onset + pre_for - 1), firing=(onset + pre_for,)),
+    }
+
+
+def expand(template: str, labels: dict[str, str]) -> str:
+    """What Prometheus makes of an annotation that only uses `{{ $labels.x }}`."""
+    for key, value in labels.items():
+        template = template.replace(f"{{{{ $labels.{key} }}}}", value)
+    return template
+
+
+def _check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -> dict:
+    rule = alert.rule
+    expected = []
+    if fires is not None:
+        expected.append({"exp_labels": dict(sorted({**fires, **rule.labels}.items())),
+                         "exp_annotations": {k: expand(v, fires) for k, v in sorted(rule.annotations.items())}})
+    return {"eval_time": f"{minute}m", "alertname": rule.alert, "exp_alerts": expected}
+
+
+def health_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str) -> dict:
+    """The promtool test-file document for the health rule file."""
+    staged = scenarios(opts)
+    tests = []
+    for alert in alerts:
+        s = staged[alert.rule.alert]
+        checks = [_check(alert, m, None) for m in s.quiet] + [_check(alert, m, s.fires) for m in s.firing]
+        tests.append({
+            "name": f"{alert.rule.alert}: {s.title}",
+            "interval": STEP,
+            "input_series": [{"series": name + label_filter(labels), "values": values} for name, labels, values in s.series],
+            "alert_rule_test": sorted(checks, key=lambda x: int(x["eval_time"][:-1])),
+        })
+    return {"rule_files": [rule_file], "evaluation_interval": STEP, "tests": tests}
