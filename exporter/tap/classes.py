@@ -19,7 +19,6 @@ ignored, so a client cannot create label values or break accounting.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from llmslo.globs import matches
 
 GOODPUT_PLUGIN = "llmslo/goodput"
 LATENCY_PLUGIN = "llmslo/latency"
@@ -56,7 +57,7 @@ class SloClass:
     origin: str = ""  # "FILE: SLO 'NAME'", for error messages
 
     def matches(self, model: str) -> bool:
-        return any(fnmatch.fnmatchcase(model, glob) for glob in self.models)
+        return matches(",".join(self.models), model)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from llmslo import conventions as c
+from llmslo.globs import glob_regex
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture
 from slogen.plugins import PluginError, SLIPluginRequest, register_sli_plugin
 
@@ -84,24 +85,6 @@ def parse_selector(text: str) -> list[Matcher]:
 def selector(metric: str, matchers: list[Matcher]) -> str:
     inner = ",".join(f'{name}{op}"{value}"' for name, op, value in matchers)
     return f"{metric}{{{inner}}}" if inner else metric
-
-
-def glob_regex(globs: str) -> str:
-    """Comma-separated model-name globs (`llama-3-8b,chat-*`) as one RE2 alternation."""
-    parts = []
-    for g in (x.strip() for x in globs.split(",")):
-        if not g:
-            continue
-        out = []
-        for ch in g:
-            if ch == "*":
-                out.append(".*")
-            elif ch == "?":
-                out.append(".")
-            else:
-                out.append(re.escape(ch) if not ch.isalnum() and ch not in "-_/:" else ch)
-        parts.append("".join(out))
-    return "|".join(parts)
 
 
 def glob_example(globs: str) -> str:

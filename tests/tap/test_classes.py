@@ -200,3 +200,18 @@ def test_the_projects_own_slo_files_load() -> None:
     for cls in cfg.classes:
         assert cls.ttft is None or cls.ttft in cfg.thresholds["ttft"]
         assert cls.tpot is None or cls.tpot in cfg.thresholds["tpot"]
+
+
+def test_model_globs_select_the_same_models_as_slogens_promql_matchers() -> None:
+    """The tap classifies with the glob reading slogen writes into `model=~"..."`: `[` is literal, not a set."""
+    import re
+
+    from exporter.tap.classes import SloClass
+    from llmslo.globs import glob_regex
+
+    globs = ("llama-3-8b*", "chat-[x]", "qwen?")
+    cls = SloClass("interactive", 0.5, 0.05, globs)
+    for model in ("llama-3-8b-instruct", "chat-[x]", "chat-x", "qwen2", "qwen25", "mistral", "xllama-3-8b"):
+        promql = re.fullmatch(glob_regex(",".join(globs)), model) is not None
+        assert cls.matches(model) == promql, model
+    assert cls.matches("chat-[x]") and not cls.matches("chat-x")
