@@ -169,8 +169,10 @@ def run(args: argparse.Namespace) -> int:
         with _runner(args.event_loop) as runner:
             runner.run(_serve(args, server))
     except OSError as e:
-        print(f"llmslo-exporter tap: cannot listen: {e}", file=sys.stderr)
-        return 1
+        # Exit 2, as the exporter does: a setting to change, not a runtime failure.
+        print(f"llmslo-exporter tap: error: cannot listen: {e} (fix: free the port or choose another with "
+              "--listen / --metrics-listen)", file=sys.stderr)
+        return 2
     return 0
 
 

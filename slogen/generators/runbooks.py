@@ -19,6 +19,7 @@ from llmslo import conventions as c
 from slogen.generators import queries as q
 from slogen.generators.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.generators.dashboards import FLEET_FILE, slo_dashboard_path
+from slogen.plugins.llm import le_regex
 from slogen.generators.views import (
     ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
 )
@@ -71,9 +72,8 @@ def topic(alert: AlertView) -> str:
 
 
 def le_matcher(threshold: float) -> q.Matcher:
-    """Match a bucket edge however the exporter spelled it (`1` or `1.0`)."""
-    spellings = sorted({f"{threshold:g}", repr(float(threshold))})
-    return q.regex(c.LABEL_LE, "|".join(s.replace(".", "\\.") for s in spellings))
+    """Match a bucket edge exactly as the SLI's rule does, so the runbook's query agrees with the alert."""
+    return q.regex(c.LABEL_LE, le_regex(threshold))
 
 
 # --------------------------------------------------------------------------------------

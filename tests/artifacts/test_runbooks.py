@@ -84,7 +84,7 @@ def test_ttft_runbook_looks_at_queue_kv_preemptions_prefill_and_prompts(files):
         assert name in names, name
     assert "--enable-chunked-prefill" in text and "--max-num-batched-tokens" in text
     assert 'slo_class="interactive"' in text  # scoped to the SLO's class
-    assert 'le=~"0\\\\.5"' in text  # share over the 0.5 s threshold, at the bucket edge
+    assert 'le=~"0\\\\.50*"' in text  # share over the 0.5 s threshold, at the bucket edge, spelt as the SLI rule
 
 
 def test_tpot_runbook_looks_at_batch_size_decode_contention_and_kv(files):
@@ -164,3 +164,20 @@ def test_health_runbooks_look_at_their_signals(health_files):
     assert "kubectl cordon" in health_files[f"docs/runbooks/{c.HEALTH.GPU_LOST}.md"]
     assert "--gpu-memory-utilization" in health_files[f"docs/runbooks/{c.HEALTH.KV_CACHE_SATURATED}.md"]
     assert "kubectl -n \"$NS\" logs" in health_files[f"docs/runbooks/{c.HEALTH.ENGINE_TARGET_DOWN}.md"]
+
+
+def test_latency_runbooks_match_bucket_edges_exactly_as_their_rules_do() -> None:
+    """A runbook's PromQL must agree with the alert it explains, `le` spelling included (`0.5` and `0.50`)."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    rules = "".join(p.read_text() for p in (repo / "alerts").glob("*.rules.yaml"))
+    checked = 0
+    for runbook in (repo / "docs" / "runbooks").glob("*BudgetBurn.md"):
+        if "TTFT" not in runbook.name and "TPOT" not in runbook.name:
+            continue
+        for le in re.findall(r'le=~"([^"]+)"', runbook.read_text()):
+            assert f'le=~"{le}"' in rules, (runbook.name, le)
+            checked += 1
+    assert checked >= 4

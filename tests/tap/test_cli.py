@@ -41,3 +41,22 @@ def test_bad_slo_file_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.Cap
 def test_upstream_must_be_an_http_url(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:8000", "--metrics-listen", "127.0.0.1:0"])
     assert code == 2 and "http://" in capsys.readouterr().err
+
+
+def test_a_taken_port_exits_2_with_one_clear_line() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "exporter.tap", "--listen", f"127.0.0.1:{port}", "--upstream", "http://127.0.0.1:9",
+             "--metrics-listen", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("llmslo-exporter tap: error: cannot listen") and "Traceback" not in proc.stderr
