@@ -10,21 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED_PAGES = REPO / ".." / "shared" / "peers" / "engine-metrics"
+from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 
-# Every sample page, with the engine kind it comes from.
-SAMPLE_PAGES = {
-    "vllm-v1.prom": "vllm",
-    "vllm-v1-0.10-transition.prom": "vllm",
-    "vllm-v0-legacy.prom": "vllm",
-    "sglang.prom": "sglang",
-    "sglang-legacy-docs.prom": "sglang",
-    "tgi.prom": "tgi",
-    "triton-trtllm.prom": "trtllm-triton",
-    "triton-trtllm-extended.prom": "trtllm-triton",
-    "trtllm-serve.prom": "trtllm-serve",
-}
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -21,22 +21,13 @@ from exporter.adapters import tap as tap_adapter
 from exporter.model import MetricFamily, NormSample, Sample
 from exporter.promtext import parse
 from llmslo import conventions as c
+from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 
-PAGES = Path(__file__).resolve().parents[2] / ".." / "shared" / "peers" / "engine-metrics"
+PAGES = SHARED_PAGES
 if not PAGES.is_dir():
     pytest.skip("../shared (developer data) is not present", allow_module_level=True)
 
-PAGE_KINDS = {
-    "vllm-v1.prom": "vllm",
-    "vllm-v1-0.10-transition.prom": "vllm",
-    "vllm-v0-legacy.prom": "vllm",
-    "sglang.prom": "sglang",
-    "sglang-legacy-docs.prom": "sglang",
-    "tgi.prom": "tgi",
-    "triton-trtllm.prom": "trtllm-triton",
-    "triton-trtllm-extended.prom": "trtllm-triton",
-    "trtllm-serve.prom": "trtllm-serve",
-}
+PAGE_KINDS = SAMPLE_PAGES
 IDENTITY = {"pod": "pod-a", "namespace": "llm", "node": "gpu-node-1", "model": "configured-model"}
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
