@@ -189,22 +189,14 @@ class LocalStack:
     async def _build_rules(self) -> list[Path]:
         """`slogen build` of the SLO specs on the compressed demo period, into the work dir.
 
-        The specs are read through a directory of symlinks (`<workdir>/inputs/slos/...`): slogen looks for
-        `autoscaling/` next to the input directory, and the repo's KEDA pools name trigger windows of the
-        30d catalog (5m), which a compressed-period build does not record, so it would refuse to build.
-        The demo needs the rules only; its runbook links point at the repo's docs/runbooks.
+        `--no-autoscaling`: the repo's KEDA pools scale on a 5m burn window of the 30d catalog, which a
+        compressed-period build does not record. The demo needs the rules only; its runbook links point
+        at the repo's docs/runbooks.
         """
         out = self.workdir / "slogen"
-        inputs = self.workdir / "inputs"
-        shutil.rmtree(inputs, ignore_errors=True)
-        inputs.mkdir(parents=True)
-        linked = []
-        for i, path in enumerate(self.settings.slo_paths):
-            link = inputs / (path.name if i == 0 else f"{i}-{path.name}")
-            link.symlink_to(path.resolve(), target_is_directory=path.is_dir())
-            linked.append(str(link))
-        argv = [sys.executable, "-m", "slogen.cli", "build", *linked, "--out", str(out),
-                "--override-period", self.settings.period, "--runbook-base-url", self.settings.runbook_base_url]
+        argv = [sys.executable, "-m", "slogen.cli", "build", *(str(p) for p in self.settings.slo_paths),
+                "--out", str(out), "--override-period", self.settings.period, "--no-autoscaling",
+                "--runbook-base-url", self.settings.runbook_base_url]
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT, cwd=REPO)
         output, _ = await proc.communicate()

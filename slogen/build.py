@@ -41,6 +41,7 @@ class BuildOptions:
     windows_paths: tuple[str, ...] = ()  # extra AlertWindows catalogs (AlertWindows found among inputs load too)
     gen: GenOptions = field(default_factory=GenOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
+    autoscaling: bool = True  # generate KEDA objects from autoscaling/ next to the inputs
 
 
 @dataclass

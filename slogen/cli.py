@@ -93,7 +93,8 @@ def _windows(paths: list[str], replace: bool = False) -> dict:
 
 def cmd_build(args: argparse.Namespace) -> int:
     gen = _gen_options(args, _windows(args.windows))
-    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args))
+    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args),
+                           autoscaling=args.autoscaling)
     catalog, artifacts = build(options)
     _report([], catalog.warnings)
     for note in catalog.notes:
@@ -116,6 +117,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _health_args(p: argparse.ArgumentParser) -> None:
     d = HealthOptions()
     h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml")
+    p.add_argument("--no-autoscaling", dest="autoscaling", action="store_false",
+                   help="do not generate KEDA objects from autoscaling/ (e.g. for a compressed demo catalog)")
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
     h.add_argument("--gpu-lost-for", type=_duration, default=d.gpu_lost_for, metavar="DURATION",

@@ -54,14 +54,16 @@ def _prometheus_rule_paths(results: Sequence) -> list[str]:
 
 
 def all_artifacts(results: Sequence, root: Path, extra_alerts: Sequence[AlertView] = (),
-                  extra_rule_paths: Sequence[str] = ()) -> dict[str, str]:
+                  extra_rule_paths: Sequence[str] = (), autoscaling: bool = True) -> dict[str, str]:
     """Everything this module generates, for one build whose inputs sit under `root`.
 
     `extra_alerts` and `extra_rule_paths`: alerts generated outside the SLOs (the health alerts)
     that need runbooks, and the PrometheusRules holding them that the kustomization must list.
+    `autoscaling=False` skips `autoscaling/` (a build on another alert-window catalog, like the demo's,
+    does not record the windows the pools scale on).
     """
     out = {**dashboards(results), **runbooks(results, extra_alerts)}
-    scaling = keda(results, root)
+    scaling = keda(results, root) if autoscaling else {}
     out.update(scaling)
     out.update(deploy_files([*_prometheus_rule_paths(results), *extra_rule_paths, *scaling], _spec_files(results, root)))
     return out
@@ -77,4 +79,5 @@ def artifact_generator(catalog, options) -> dict[str, str]:
 
     health = health_alerts(options) if hasattr(options, "health") else []
     return all_artifacts(list(catalog.results), root, health_views(health),
-                         [prometheus_rule_path(HEALTH.GROUP)] if health else [])
+                         [prometheus_rule_path(HEALTH.GROUP)] if health else [],
+                         autoscaling=getattr(options, "autoscaling", True))

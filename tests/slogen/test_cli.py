@@ -58,3 +58,10 @@ def test_autoscaling_error_is_a_message_not_a_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "autoscaling/llm-pools.yaml" in err and "ttft_burn_rate.window" in err and "Fix:" in err
     assert not any(out.rglob("*.yaml")) if out.exists() else True
+
+
+def test_no_autoscaling_builds_on_the_demo_catalog_without_keda_objects(tmp_path):
+    out = tmp_path / "out"
+    assert main(["build", "--out", str(out), "--override-period", "1d", "--no-autoscaling"]) == 0
+    assert list((out / "alerts").glob("*.rules.yaml"))
+    assert not list(out.rglob("keda/*.yaml"))
