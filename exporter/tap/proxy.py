@@ -1,16 +1,20 @@
-"""The goodput tap: an HTTP reverse proxy that relays bytes unchanged and times completions.
+"""The goodput tap: an HTTP/1.1 reverse proxy that relays bytes unchanged and times completions.
 
-Every request is forwarded to the upstream engine and every response byte is relayed as it
-arrives (`await resp.write()` per read, so a slow client pushes back on the upstream through
-aiohttp's flow control instead of filling memory). Only POST /v1/chat/completions and
-/v1/completions are timed; everything else (/metrics, /v1/models, /health, ...) passes
-through untouched.
+Built on bare asyncio protocols rather than a web framework: the tap sits in the path of
+every token, and a framework's per-request objects and per-write coroutines were most of the
+latency it added. Each client connection (`ClientConnection`) reads requests; each request
+becomes an `Exchange` that forwards it on a pooled upstream connection and relays the
+response as its bytes arrive, from the upstream's `data_received` straight to the client's
+transport. A body the tap does not change goes out as the very bytes that came in, chunked
+framing included. Backpressure is the transports' own: a client whose socket buffer fills
+pauses reading from the upstream, so the engine's send blocks instead of the tap's memory
+growing.
 
-For a streamed completion whose client did not ask for usage, the tap asks the upstream for
-it (`stream_options.include_usage`) so n_out is the engine's token count, and drops the one
-extra event that produces (empty `choices` plus `usage`) before the client sees it; the
-client then gets the bytes it would have got without the injection. Request and response
-contents are never logged or stored.
+Only POST /v1/chat/completions and /v1/completions are timed; everything else (/metrics,
+/v1/models, /health, ...) passes through untouched. For a streamed completion whose client
+did not ask for usage, the tap asks the upstream for it (`stream_options.include_usage`) so
+n_out is the engine's token count, and takes the extra event out again before the client
+sees it (exporter.tap.relay). Request and response contents are never logged or stored.
 """
 
 from __future__ import annotations
@@ -18,51 +22,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
-from yarl import URL
-
+from exporter.tap import http1
 from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, RequestHead, ResponseHead
 from exporter.tap.metrics import TapMetrics
-from exporter.tap.sse import EventTooLarge, SseSplitter
-from exporter.tap.timing import (
-    RequestTiming,
-    Timings,
-    carries_output,
-    completion_tokens,
-    is_usage_only,
-    within_objectives,
-)
+from exporter.tap.relay import BodyRelay, Relay, SseRelay
+from exporter.tap.timing import RequestTiming, Timings, within_objectives
+from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
 
 log = logging.getLogger("llmslo.tap")
 
-TIMED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+TIMED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is relayed but not parsed
-
-# RFC 9110 7.6.1: connection-specific headers a proxy must not forward.
-_HOP_BY_HOP = frozenset(
-    {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
-        "trailer", "trailers", "transfer-encoding", "upgrade",
-    }
-)
-_DROP_REQUEST = _HOP_BY_HOP | {"host", "content-length"}
-_DONE = b"[DONE]"
-_USAGE_KEY = b'"usage"'
-_ERROR_KEY = b'"error"'
-_UPSTREAM_FAILURES = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
-# Request-dict key: when the request was read (a typed key where aiohttp has them).
-_ARRIVAL: Any = web.RequestKey("llmslo_tap_arrival", float) if hasattr(web, "RequestKey") else "llmslo_tap_arrival"
-_BROKEN = "broken"  # the upstream connection broke off mid-body
-_ERROR_EVENT = "error_event"  # the stream carried an error event: the engine gave up mid-stream
+LINGER_S = 2.0  # after refusing a request, how long unread upload bytes are drained before closing
+_DROP_REQUEST = http1.HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+_UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
+_REASONS = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
 
 
 @dataclass(frozen=True)
@@ -126,12 +108,20 @@ def _with_include_usage(body: bytes, doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-class _BodyTooLarge(Exception):
-    pass
+def _simple_response(status: int, text: str, close: bool) -> bytes:
+    body = text.encode()
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n"
+        % (status, _REASONS.get(status, "Error").encode(), len(body), b"Connection: close\r\n" if close else b"")
+    ) + body
+
+
+def _text(value: bytes | None) -> str:
+    return "" if value is None else value.decode("latin-1")
 
 
 class TapProxy:
-    """The aiohttp handler and its upstream client session."""
+    """What every connection shares: settings, SLO classes, metrics, the upstream pool."""
 
     def __init__(
         self,
@@ -146,63 +136,43 @@ class TapProxy:
         self.metrics = metrics
         self.observer = observer
         self.clock = clock
-        self._base = URL(settings.upstream.rstrip("/"))
-        self._session: aiohttp.ClientSession | None = None
+        self.pool = UpstreamPool(settings.upstream, settings.connect_timeout_s)
+        self.connections: set[ClientConnection] = set()
+        self.accepting = True
 
-    # -- lifecycle -------------------------------------------------------------------------
-    async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,  # relay the upstream's bytes, compressed or not
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.settings.connect_timeout_s),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+    def protocol(self) -> ClientConnection:
+        return ClientConnection(self)
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    # -- shutdown --------------------------------------------------------------------------
+    def busy(self) -> int:
+        return sum(1 for c in self.connections if c.exchange is not None)
 
-    def make_app(self) -> web.Application:
-        # client_max_size is enforced by _read_body (streamed, with a 413), not by aiohttp.
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
-        _stamp_arrivals(app, self.clock)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+    async def drain(self, timeout_s: float) -> None:
+        """Stop taking requests, let in-flight ones finish (up to timeout_s), then close everything."""
+        self.accepting = False
+        for conn in list(self.connections):
+            if conn.exchange is None:
+                conn.close()
+        deadline = time.monotonic() + timeout_s
+        while self.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            conn.abort()
+        self.pool.close()
+        await asyncio.sleep(0)  # let connection_lost callbacks run
 
-        async def _ctx(_: web.Application):
-            await self.open()
-            yield
-            await self.close()
-
-        app.cleanup_ctx.append(_ctx)
-        return app
-
-    # -- request side ----------------------------------------------------------------------
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise _BodyTooLarge
-        if not request.body_exists:
-            return b""
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                raise _BodyTooLarge
-            parts.append(chunk)
-        return b"".join(parts)
-
-    def _plan(self, request: web.Request, body: bytes) -> _Plan:
+    # -- planning and accounting -----------------------------------------------------------
+    def plan(self, head: RequestHead, body: bytes) -> _Plan:
         doc: Any = None
         try:
             doc = json.loads(body) if body else None
         except (ValueError, UnicodeDecodeError):
             pass
+        headers = {
+            k.lower().decode("latin-1"): v.decode("latin-1") for k, v in head.fields if k[:6].lower() == b"x-slo-"
+        }
         if not isinstance(doc, dict):
-            return _Plan("", False, False, body, self.slo.resolve(request.headers, ""))
+            return _Plan("", False, False, body, self.slo.resolve(headers, ""))
         model = doc.get("model")
         model = model if isinstance(model, str) else ""
         streamed = doc.get("stream") is True
@@ -211,230 +181,11 @@ class TapProxy:
         inject = streamed and self.settings.inject_usage and not asked
         if inject:
             body = _with_include_usage(body, doc)
-        return _Plan(model, streamed, inject, body, self.slo.resolve(request.headers, model))
+        return _Plan(model, streamed, inject, body, self.slo.resolve(headers, model))
 
-    def _upstream_headers(self, request: web.Request, timed: bool) -> CIMultiDict[str]:
-        headers: CIMultiDict[str] = CIMultiDict()
-        for k, v in request.headers.items():
-            if k.lower() not in _DROP_REQUEST:
-                headers.add(k, v)
-        if timed:
-            headers["Accept-Encoding"] = "identity"  # the tap must read the stream it times
-        return headers
-
-    # -- the handler -----------------------------------------------------------------------
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        arrival = request.get(_ARRIVAL) or self.clock()
-        try:
-            body = await self._read_body(request)
-        except _BodyTooLarge:
-            resp = web.Response(
-                status=413, text=f"request body larger than the tap's limit of {self.settings.max_body_bytes} bytes\n"
-            )
-            resp.force_close()
-            return resp
-        timed = request.method == "POST" and request.path in TIMED_PATHS
-        plan = self._plan(request, body) if timed else None
-        return await self._forward(request, body if plan is None else plan.body, plan, arrival)
-
-    async def _forward(
-        self, request: web.Request, body: bytes, plan: _Plan | None, arrival: float
-    ) -> web.StreamResponse:
-        assert self._session is not None, "TapProxy.open() was not awaited"
-        timing = RequestTiming(arrival)
-        url = self._base.with_path(self._base.path.rstrip("/") + request.raw_path, encoded=True)
-        try:
-            upstream = await self._session.request(
-                request.method,
-                url,
-                headers=self._upstream_headers(request, plan is not None),
-                data=body if body or request.body_exists else None,
-                allow_redirects=False,
-            )
-        except asyncio.CancelledError:
-            self._finish(request, plan, timing, C.OUTCOME_CLIENT_DISCONNECTED, 0, False)
-            raise
-        except _UPSTREAM_FAILURES as e:
-            timing.on_end(self.clock())
-            self._finish(request, plan, timing, C.OUTCOME_UPSTREAM_ERROR, 502, False)
-            return web.Response(status=502, text=f"upstream unreachable: {type(e).__name__}\n")
-
-        timing.on_headers(self.clock())
-        status = upstream.status
-        outcome = _outcome_for_status(status)
-        stream_parsed = (
-            plan is not None and plan.streamed and upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        )
-        strip = stream_parsed and plan is not None and plan.inject_usage
-        resp = web.StreamResponse(status=status, reason=upstream.reason)
-        for k, v in upstream.headers.items():
-            kl = k.lower()
-            if kl not in _HOP_BY_HOP and not (strip and kl == "content-length"):
-                resp.headers.add(k, v)
-        try:
-            await resp.prepare(request)
-            if stream_parsed:
-                broke = await self._relay_sse(upstream, resp, timing, strip)
-            elif plan is not None:
-                broke = await self._relay_body(upstream, resp, timing)
-            else:
-                broke = await self._relay_plain(upstream, resp)
-            if broke is not None:
-                outcome = C.OUTCOME_ABORTED
-            if broke == _BROKEN:
-                # Pass the break on: close the client's connection without the final chunk, as
-                # nginx does, so the client cannot mistake a truncated stream for a complete one.
-                upstream.close()
-                if request.transport is not None:
-                    request.transport.abort()
-                return resp
-            await resp.write_eof()
-            return resp
-        except ConnectionResetError:
-            # Writing to a client that left (aiohttp's ClientConnectionResetError is one too).
-            outcome = outcome if timing.delivered else C.OUTCOME_CLIENT_DISCONNECTED
-            upstream.close()  # closes the upstream connection: the engine sees the abort
-            return resp
-        except asyncio.CancelledError:
-            # aiohttp cancels the handler when the client's connection is lost.
-            outcome = outcome if timing.delivered else C.OUTCOME_CLIENT_DISCONNECTED
-            upstream.close()
-            raise
-        finally:
-            upstream.release()
-            self._finish(request, plan, timing, outcome, status, stream_parsed)
-
-    # -- relays: each returns None when the body ended normally, else why it did not -----
-    async def _relay_plain(self, upstream: aiohttp.ClientResponse, resp: web.StreamResponse) -> str | None:
-        """Untimed paths: bytes in, bytes out."""
-        read = upstream.content.readany
-        while True:
-            try:
-                chunk = await read()
-            except _UPSTREAM_FAILURES:
-                return _BROKEN
-            if not chunk:
-                return None
-            await resp.write(chunk)  # a client that left raises here, out to _forward
-
-    async def _relay_body(
-        self, upstream: aiohttp.ClientResponse, resp: web.StreamResponse, timing: RequestTiming
-    ) -> str | None:
-        """A timed, non-streamed response: relay it, then read usage from the body (E2E only)."""
-        read = upstream.content.readany
-        parts: list[bytes] = []
-        kept = 0
-        while True:
-            try:
-                chunk = await read()
-            except _UPSTREAM_FAILURES:
-                return _BROKEN
-            if not chunk:
-                break
-            if kept <= MAX_PARSED_RESPONSE_BYTES:
-                parts.append(chunk)
-                kept += len(chunk)
-            await resp.write(chunk)
-        timing.on_end(self.clock())
-        if kept <= MAX_PARSED_RESPONSE_BYTES:
-            try:
-                n = completion_tokens(json.loads(b"".join(parts)))
-            except (ValueError, UnicodeDecodeError):
-                n = None
-            if n is not None:
-                timing.on_usage(n)
-        return None
-
-    async def _relay_sse(
-        self, upstream: aiohttp.ClientResponse, resp: web.StreamResponse, timing: RequestTiming, strip: bool
-    ) -> str | None:
-        """A timed stream: time each event as the read that completes it returns, relay the bytes.
-
-        Without `strip`, each read is written as it came. With `strip` (usage was injected),
-        only complete events are written, minus the injected usage event.
-        """
-        read = upstream.content.readany
-        write = resp.write
-        splitter: SseSplitter | None = SseSplitter()
-        clock = self.clock
-        loads = json.loads
-        error_event = False
-        while True:
-            try:
-                chunk = await read()
-            except _UPSTREAM_FAILURES:
-                return _BROKEN
-            if not chunk:
-                break
-            t = clock()
-            if splitter is None:  # gave up following the stream: relay blindly
-                await write(chunk)
-                continue
-            held = splitter.pending()  # fed earlier, not written yet (with strip)
-            whole = not held  # this read starts at an event boundary
-            if whole and timing.first_token_at is not None:
-                data = _steady_event_data(chunk)
-                if data is not None:  # the common read: one token, nothing to parse or strip
-                    if _looks_like_output(data):
-                        timing.on_output_event(t)
-                    await write(chunk)
-                    continue
-            try:
-                events = splitter.feed(chunk)
-            except EventTooLarge:
-                log.warning("event=tap_stream_unparseable reason=event_too_large")
-                splitter = None
-                await resp.write(held + chunk if strip else chunk)
-                continue
-            out: list[bytes] | None = [] if strip else None
-            changed = False
-            done = False
-            for ev in events:
-                data = ev.data
-                done = done or data == _DONE
-                if data is not None and data != _DONE:
-                    # After the first token only the last token's time and the count are
-                    # still open, so parse only events that may carry usage or an error.
-                    if timing.first_token_at is None or _USAGE_KEY in data or _ERROR_KEY in data:
-                        try:
-                            payload = loads(data)
-                        except (ValueError, UnicodeDecodeError):
-                            payload = None
-                        if isinstance(payload, dict):
-                            if carries_output(payload):
-                                timing.on_output_event(t)
-                            n = completion_tokens(payload)
-                            if n is not None:
-                                timing.on_usage(n)
-                                if strip and is_usage_only(payload):
-                                    changed = True
-                                    continue  # the injected usage event: not for the client
-                            if payload.get("error"):
-                                error_event = True
-                    elif _looks_like_output(data):
-                        timing.on_output_event(t)
-                if out is not None:
-                    raw = _without_null_usage(ev.raw)
-                    changed = changed or raw is not ev.raw
-                    out.append(raw)
-            if out is None or (whole and not changed and not splitter.pending()):
-                await write(chunk)  # nothing held back or dropped: the read as it came
-            elif out:
-                await write(b"".join(out))
-            if done:
-                timing.on_end(t)
-                timing.delivered = True
-        timing.on_end(clock())
-        if strip and splitter is not None and splitter.pending():
-            await resp.write(splitter.pending())  # an unterminated tail: relay it as it came
-        return _ERROR_EVENT if error_event else None
-
-    # -- accounting ------------------------------------------------------------------------
-    def _finish(
-        self, request: web.Request, plan: _Plan | None, timing: RequestTiming, outcome: str, status: int, streamed: bool
+    def account(
+        self, head: RequestHead, plan: _Plan, timing: RequestTiming, outcome: str, status: int, streamed: bool
     ) -> None:
-        if plan is None:
-            return
         t = timing.result(streamed=streamed)
         obj = plan.objective
         good = outcome == C.OUTCOME_OK and within_objectives(t, obj.ttft, obj.tpot, streamed=streamed)
@@ -443,7 +194,7 @@ class TapProxy:
             self.metrics.record(model, obj.slo_class, outcome, t, good)
         if self.observer is not None:
             record = RequestRecord(
-                request.headers.get("x-request-id", ""), request.path, model, obj.slo_class, streamed,
+                _text(head.get(b"x-request-id")), _text(head.path), model, obj.slo_class, streamed,
                 plan.inject_usage, outcome, status, t, good, obj, timing.arrival,
             )
             try:
@@ -451,80 +202,467 @@ class TapProxy:
             except Exception:  # an observer's bug must not break the relay
                 log.exception("event=tap_observer_failed")
 
-
-_NULL_USAGE = (b',"usage":null}', b', "usage": null}')
-
-
-def _without_null_usage(raw: bytes) -> bytes:
-    """An injected stream's event as the engine would have sent it without the injection.
-
-    Asked for usage, OpenAI's API (and the simulator) also add `"usage":null` to every chunk, as
-    the top-level object's last member; that member is removed again. Only a one-line event
-    whose data ends with it is touched (the brace after it closes the top-level object, so the
-    member is the top level's); anything else is returned as it is, the same object.
-    """
-    body = raw.rstrip(b"\r\n")
-    for tail in _NULL_USAGE:
-        if body.endswith(tail) and body.count(b"\n") == 0 and b"\r" not in body:
-            cut = len(body) - len(tail)
-            return body[:cut] + b"}" + raw[len(body) :]
-    return raw
+    def upstream_request(self, head: RequestHead, body: bytes, has_body: bool, timed: bool) -> bytes:
+        """The request as sent upstream: the client's fields minus connection-specific ones."""
+        drop = _DROP_REQUEST | http1.connection_tokens(head.fields)
+        if timed:
+            drop = drop | {b"accept-encoding"}
+        pool = self.pool
+        lines = [b"%s %s%s HTTP/1.1\r\nHost: %s\r\n" % (head.method, pool.path_prefix, head.target, pool.host_field)]
+        lines.extend(k + b": " + v + b"\r\n" for k, v in head.fields if k.lower() not in drop)
+        if timed:
+            lines.append(b"Accept-Encoding: identity\r\n")  # the tap must read the stream it times
+        if has_body:
+            lines.append(b"Content-Length: %d\r\n" % len(body))
+        lines.append(b"\r\n")
+        lines.append(body)
+        return b"".join(lines)
 
 
-def _stamp_arrivals(app: web.Application, clock: Callable[[], float]) -> None:
-    """Read the clock when aiohttp builds each request rather than when the handler starts.
-
-    Before Python 3.12 the handler runs in a new task, one event-loop pass later, behind
-    whatever else is ready; on a busy tap that pass is time the client waited but the tap
-    would not count. Uses aiohttp's request factory hook; without it the handler's own
-    clock reading is the fallback.
-    """
-    make = getattr(app, "_make_request", None)
-    if make is None:
-        return
-
-    def stamped(*args: Any, **kwargs: Any) -> web.Request:
-        request = make(*args, **kwargs)
-        request[_ARRIVAL] = clock()
-        return request
-
-    app._make_request = stamped  # type: ignore[method-assign]
+# Client connection states.
+_HEAD, _BODY, _BUSY, _DRAIN = range(4)
 
 
-def _steady_event_data(chunk: bytes) -> bytes | None:
-    """The data field of a read that is exactly one one-line `data:` event ending in LF LF, when
-    that data needs no parsing once the first token is known (no `[DONE]`, no `"usage"` key, which
-    also rules out the `"usage":null` tail `_without_null_usage` strips, no `"error"` key); else None.
+class ClientConnection(asyncio.Protocol):
+    """One client's connection: reads requests one at a time and runs an Exchange for each."""
 
-    Most reads of a stream are such a token event. Fed to an empty SseSplitter, such a read
-    (with no CR in it) comes back as that one event, whole, and leaves the splitter empty, so the
-    relay loop may skip the splitter, the event list and the per-event bookkeeping for it.
-    """
-    if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
-        return None
-    data = chunk[5:-2]
-    if b"\n" in data or b"\r" in data or _USAGE_KEY in data or _ERROR_KEY in data:
-        return None
-    if data[:1] == b" ":
-        data = data[1:]
-    return None if data == _DONE else data
+    def __init__(self, proxy: TapProxy) -> None:
+        self.proxy = proxy
+        self.transport: asyncio.Transport | None = None
+        self.state = _HEAD
+        self.buf = b""
+        self.arrival = 0.0
+        self.head: RequestHead | None = None
+        self.body_left = 0  # with a Content-Length body: bytes still to read
+        self.body_parts: list[bytes] = []
+        self.body_size = 0
+        self.decoder: http1.ChunkedDecoder | None = None  # with a chunked body
+        self.exchange: Exchange | None = None
+        self._advancing = False
+        self._reading_paused = False
+        self._linger: asyncio.TimerHandle | None = None
 
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.proxy.connections.add(self)
 
-def _looks_like_output(data: bytes) -> bool:
-    """Cheap test, after the first token, for an event that carries output.
+    def data_received(self, data: bytes) -> None:
+        state = self.state
+        if state == _DRAIN:
+            return
+        if state == _HEAD and not self.buf:
+            self.arrival = self.proxy.clock()
+        self.buf = self.buf + data if self.buf else data
+        if state == _BUSY:
+            # Pipelined bytes wait for the current response; a flood of them stops reading.
+            if len(self.buf) > http1.MAX_HEAD_BYTES and not self._reading_paused and self.transport is not None:
+                self._reading_paused = True
+                self.transport.pause_reading()
+            return
+        self._advance()
 
-    Parsing every event costs more than relaying it; after the first token only the last
-    token's time and the chunk count are still needed. An event that has a non-empty string
-    value after `"content":`, `"text":`, a reasoning key, or a `"tool_calls"` key is output;
-    anything else (role-only, finish-only) is not. Falls back to parsing when unsure.
-    """
-    for key in (b'"content":"', b'"text":"', b'"reasoning_content":"', b'"reasoning":"'):
-        i = data.find(key)
-        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
-            return True
-    if b'"tool_calls"' in data or b'": "' in data or b'":\t' in data or b'":\n' in data:
+    def eof_received(self) -> bool:
+        return False  # a client that stops sending mid-exchange has gone: close, and cancel upstream
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.proxy.connections.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.client_lost()
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.pause_upstream()
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.resume_upstream()
+
+    # -- requests --------------------------------------------------------------------------
+    def _advance(self) -> None:
+        """Parse as far as the buffered bytes allow; start the exchange for a complete request."""
+        if self._advancing:
+            return
+        self._advancing = True
         try:
-            return carries_output(json.loads(data))
-        except (ValueError, UnicodeDecodeError):
+            while self.state in (_HEAD, _BODY) and self.buf:
+                if self.state == _HEAD and not self._read_head():
+                    return
+                if self.state == _BODY and not self._read_body():
+                    return
+        except BadMessage as e:
+            self.refuse(400, f"malformed request: {e}\n")
+        finally:
+            self._advancing = False
+
+    def _read_head(self) -> bool:
+        end = self.buf.find(http1.HEAD_END)
+        if end < 0:
+            if len(self.buf) > http1.MAX_HEAD_BYTES:
+                self.refuse(431, f"request head larger than {http1.MAX_HEAD_BYTES} bytes\n")
             return False
-    return False
+        head = http1.parse_request_head(self.buf[:end])
+        self.buf = self.buf[end + 4 :]
+        length = http1.request_body_length(head)
+        limit = self.proxy.settings.max_body_bytes
+        if length is not None and length > limit:
+            self.refuse(413, f"request body larger than the tap's limit of {limit} bytes\n")
+            return False
+        self.head = head
+        self.body_parts, self.body_size = [], 0
+        self.body_left = length or 0
+        self.decoder = http1.ChunkedDecoder() if length is None else None
+        if (length is None or length > 0) and not self.buf and (head.get(b"expect") or b"").lower() == b"100-continue":
+            assert self.transport is not None
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.state = _BODY
+        if length == 0:
+            self._start()
+        return True
+
+    def _read_body(self) -> bool:
+        buf = self.buf
+        if self.decoder is not None:
+            payload, used = self.decoder.feed(buf)
+            self.buf = buf[used:]
+            if payload:
+                self.body_parts.append(payload)
+                self.body_size += len(payload)
+            if self.body_size > self.proxy.settings.max_body_bytes:
+                self.refuse(413, f"request body larger than the tap's limit of {self.proxy.settings.max_body_bytes} bytes\n")
+                return False
+            if not self.decoder.done:
+                return False
+        else:
+            take = min(self.body_left, len(buf))
+            self.body_parts.append(buf[:take])
+            self.buf = buf[take:]
+            self.body_left -= take
+            if self.body_left:
+                return False
+        self._start()
+        return True
+
+    def _start(self) -> None:
+        head = self.head
+        assert head is not None
+        body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
+        has_body = self.decoder is not None or head.get(b"content-length") is not None
+        self.head, self.body_parts = None, []
+        self.state = _BUSY
+        arrival = self.arrival
+        if self.buf:
+            self.arrival = self.proxy.clock()  # a pipelined request that is already here
+        self.exchange = Exchange(self.proxy, self, head, body, has_body, arrival)
+        self.exchange.start()
+
+    def exchange_done(self, close: bool) -> None:
+        """Called by the exchange once its response is complete (or could not be given)."""
+        self.exchange = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if close or not self.proxy.accepting:
+            transport.close()
+            return
+        self.state = _HEAD
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if self.buf:
+            self._advance()
+
+    def refuse(self, status: int, text: str) -> None:
+        """Answer with the tap's own error and close, draining what the client is still uploading.
+
+        Closing a socket with unread bytes makes the kernel send a reset, which can destroy the
+        answer before the client reads it; so the tap half-closes and discards input for a while.
+        """
+        transport = self.transport
+        self.state, self.buf = _DRAIN, b""
+        if transport is None or transport.is_closing():
+            return
+        transport.write(_simple_response(status, text, close=True))
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._linger = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+# How the client gets the response body.
+_RAW = 0  # the upstream's body bytes exactly as they arrived (its framing included)
+_CHUNKS = 1  # re-framed in chunks of our own (the body changed, or the upstream delimits it by closing)
+_PLAIN = 2  # decoded bytes, the end marked by closing (an HTTP/1.0 client)
+
+
+class Exchange:
+    """One request forwarded upstream and its response relayed back, with its timing."""
+
+    def __init__(
+        self, proxy: TapProxy, client: ClientConnection, head: RequestHead, body: bytes, has_body: bool, arrival: float
+    ) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.head = head
+        self.timing = RequestTiming(arrival)
+        timed = head.method == b"POST" and head.path in TIMED_PATHS
+        self.plan = proxy.plan(head, body) if timed else None
+        self.request = proxy.upstream_request(head, self.plan.body if self.plan else body, has_body, timed)
+        self.client_close = head.version == b"1.0" or b"close" in http1.connection_tokens(head.fields)
+        self.conn: UpstreamConnection | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.done = False
+        # Response state, set once its head arrives.
+        self.rbuf = b""
+        self.response: ResponseHead | None = None
+        self.status = 0
+        self.outcome = C.OUTCOME_OK
+        self.streamed = False  # a timed SSE stream
+        self.relay: Relay | None = None
+        self.framing = 0  # body length, CHUNKED or UNTIL_CLOSE
+        self.left = 0
+        self.decoder: http1.ChunkedDecoder | None = None
+        self.mode = _RAW
+        self.prefix = b""  # the response head, written with the first body bytes
+        self.terminated = False  # the client already got the last-chunk marker
+        self.reusable = True
+
+    # -- forwarding ------------------------------------------------------------------------
+    def start(self) -> None:
+        conn = self.proxy.pool.take_idle()
+        if conn is not None:
+            self._send(conn)
+        else:
+            self.task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            conn = await self.proxy.pool.connect()
+        except _UPSTREAM_FAILURES as e:
+            self.task = None
+            if not self.done:
+                self._fail(f"upstream unreachable: {type(e).__name__}\n")
+            return
+        self.task = None
+        if self.done:  # the client left while the tap was connecting: keep the fresh connection
+            self.proxy.pool.release(conn, reusable=True)
+            return
+        self._send(conn)
+
+    def _send(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+        conn.user = self
+        assert conn.transport is not None
+        conn.transport.write(self.request)
+        self.request = b""
+
+    def _fail(self, text: str) -> None:
+        """No response from the upstream: answer 502 ourselves."""
+        self.timing.on_end(self.proxy.clock())
+        self.status = 502
+        self.client.write(_simple_response(502, text, close=self.client_close))
+        self._finish(C.OUTCOME_UPSTREAM_ERROR, close=self.client_close)
+
+    # -- upstream callbacks ----------------------------------------------------------------
+    def upstream_data(self, data: bytes) -> None:
+        t = self.proxy.clock()
+        if self.response is None:
+            data = self._head(data, t)
+            if not data or self.done:
+                return
+        self._body(data, t)
+
+    def _head(self, data: bytes, t: float) -> bytes:
+        """Buffer the response head; once it is complete, prepare the client's and return the body bytes after it."""
+        rbuf = self.rbuf + data if self.rbuf else data
+        while True:
+            end = rbuf.find(http1.HEAD_END)
+            if end < 0:
+                self.rbuf = rbuf
+                if len(rbuf) > http1.MAX_HEAD_BYTES:
+                    self.reusable = False
+                    self._fail("upstream response head too large\n")
+                return b""
+            try:
+                head = http1.parse_response_head(rbuf[:end])
+                framing = http1.response_body_length(head, self.head.method)
+            except BadMessage as e:
+                self.reusable = False
+                self._fail(f"upstream sent a malformed response: {e}\n")
+                return b""
+            rbuf = rbuf[end + 4 :]
+            if head.status >= 200:
+                break  # 1xx interim responses are not relayed
+        self.rbuf = b""
+        self._respond(head, framing, t)
+        if framing == 0:
+            self._end(t)
+            return b""
+        return rbuf
+
+    def _respond(self, head: ResponseHead, framing: int, t: float) -> None:
+        self.response, self.status, self.framing = head, head.status, framing
+        self.timing.on_headers(t)
+        self.outcome = _outcome_for_status(head.status)
+        if b"close" in http1.connection_tokens(head.fields) or head.version == b"1.0":
+            self.reusable = False
+        plan = self.plan
+        content_type = head.get(b"content-type") or b""
+        self.streamed = plan is not None and plan.streamed and content_type.startswith(b"text/event-stream")
+        strip = self.streamed and plan is not None and plan.inject_usage
+        if self.streamed:
+            self.relay = SseRelay(self.timing, strip)
+        elif plan is not None:
+            self.relay = BodyRelay(self.timing)
+        if framing == CHUNKED:
+            self.decoder = http1.ChunkedDecoder()
+        elif framing > 0:
+            self.left = framing
+        # The client's framing.
+        if framing == 0:
+            self.mode, framing_field, keep_length = _RAW, b"", True
+        elif self.client_close and (framing < 0 or strip):
+            self.mode, framing_field, keep_length = _PLAIN, b"", False
+        elif strip or framing == UNTIL_CLOSE:
+            self.mode, framing_field, keep_length = _CHUNKS, b"Transfer-Encoding: chunked\r\n", False
+        else:
+            chunked = framing == CHUNKED
+            self.mode, framing_field, keep_length = _RAW, b"Transfer-Encoding: chunked\r\n" if chunked else b"", True
+        drop = http1.HOP_BY_HOP | http1.connection_tokens(head.fields)
+        if not keep_length:
+            drop = drop | {b"content-length"}
+        lines = [b"HTTP/1.1 %d %s\r\n" % (head.status, head.reason)]
+        lines.extend(k + b": " + v + b"\r\n" for k, v in head.fields if k.lower() not in drop)
+        lines.append(framing_field)
+        if self.client_close or self.mode == _PLAIN:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"\r\n")
+        self.prefix = b"".join(lines)
+
+    def _body(self, data: bytes, t: float) -> None:
+        framing = self.framing
+        decoder = self.decoder
+        if decoder is not None:
+            boundary_before = decoder.at_boundary
+            try:
+                payload, used = decoder.feed(data)
+            except BadMessage:
+                self._broken()
+                return
+            raw = data if used == len(data) else data[:used]
+            finished = decoder.done
+        elif framing > 0:
+            boundary_before = True
+            used = min(self.left, len(data))
+            raw = payload = data if used == len(data) else data[:used]
+            self.left -= used
+            finished = not self.left
+        else:  # until the upstream closes
+            boundary_before, used, raw, payload, finished = True, len(data), data, data, False
+        if used < len(data):
+            self.reusable = False  # bytes past the end of the response: the connection is out of step
+        relay = self.relay
+        out = relay.feed(payload, t) if relay is not None and payload else None
+        mode = self.mode
+        if mode == _RAW:
+            send = raw
+        elif mode == _CHUNKS:
+            if out is None and decoder is not None and boundary_before and decoder.at_boundary:
+                send = raw  # whole chunks, unchanged: as they came
+                self.terminated = finished
+            else:
+                body = payload if out is None else out
+                send = http1.chunk(body) if body else b""
+        else:
+            send = payload if out is None else out
+        if self.prefix:
+            send, self.prefix = self.prefix + send, b""
+        if send:
+            self.client.write(send)
+        if finished:
+            self._end(t)
+
+    def _end(self, t: float) -> None:
+        """The response body ended normally."""
+        relay = self.relay
+        tail = relay.finish(t) if relay is not None else b""
+        if self.mode == _CHUNKS:
+            tail = (http1.chunk(tail) if tail else b"") + (b"" if self.terminated else http1.LAST_CHUNK)
+        send = self.prefix + tail
+        if send:
+            self.client.write(send)
+        self.prefix = b""
+        outcome = C.OUTCOME_ABORTED if relay is not None and relay.error_event else self.outcome
+        self._finish(outcome, close=self.client_close or self.mode == _PLAIN)
+
+    def upstream_lost(self) -> None:
+        """The upstream connection closed (or was reset)."""
+        self.conn = None
+        if self.done:
+            return
+        if self.response is None:
+            self.reusable = False
+            self._fail("upstream closed the connection before responding\n")
+        elif self.framing == UNTIL_CLOSE:
+            self.reusable = False
+            self._end(self.proxy.clock())
+        else:
+            self._broken()
+
+    def _broken(self) -> None:
+        """The upstream broke off mid-body. Pass the break on: close the client's connection
+        without the end of the body, as nginx does, so the client cannot mistake a truncated
+        response for a complete one."""
+        self.reusable = False
+        self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
+
+    # -- client callbacks ------------------------------------------------------------------
+    def client_lost(self) -> None:
+        if self.done:
+            return
+        # A client that leaves after `[DONE]` (as real clients do) got the whole answer.
+        outcome = self.outcome if self.timing.delivered else C.OUTCOME_CLIENT_DISCONNECTED
+        self.reusable = False  # closing the upstream connection is how the engine learns of the abort
+        self._finish(outcome, close=True)
+
+    def pause_upstream(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.pause_reading()
+
+    def resume_upstream(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.resume_reading()
+
+    # -- the end ---------------------------------------------------------------------------
+    def _finish(self, outcome: str, close: bool, abort: bool = False) -> None:
+        if self.done:
+            return
+        self.done = True
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            complete = self.response is not None and self.rbuf == b"" and self.framing != UNTIL_CLOSE
+            self.proxy.pool.release(conn, reusable=self.reusable and complete)
+        if self.plan is not None:
+            self.proxy.account(self.head, self.plan, self.timing, outcome, self.status, self.streamed)
+        if abort:
+            self.client.abort()
+        self.client.exchange_done(close=close)

@@ -2,10 +2,13 @@
 
 The metrics get their own port so that the engine's /metrics behind the tap stays reachable
 through the proxy port unchanged. Usable in-process (tests, benchmarks) or from the CLI.
+The proxy listens on a bare asyncio server (exporter.tap.proxy); the metrics endpoint, off
+the hot path, is a small aiohttp app.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -45,6 +48,7 @@ class TapServer:
         self.proxy = TapProxy(settings, slo, self.metrics, observer)
         self.shutdown_timeout_s = shutdown_timeout_s
         self._runners: list[web.AppRunner] = []
+        self._proxy_server: asyncio.AbstractServer | None = None
         self.proxy_address: BoundAddress | None = None
         self.metrics_address: BoundAddress | None = None
 
@@ -58,8 +62,8 @@ class TapServer:
         app.router.add_get("/metrics", metrics)
         return app
 
-    async def _start_app(self, app: web.Application, host: str, port: int, **runner_kw: object) -> BoundAddress:
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.shutdown_timeout_s, **runner_kw)
+    async def _start_app(self, app: web.Application, host: str, port: int) -> BoundAddress:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
         self._runners.append(runner)
         await web.TCPSite(runner, host, port, reuse_address=True).start()
@@ -68,16 +72,23 @@ class TapServer:
     async def start(self, listen: tuple[str, int], metrics_listen: tuple[str, int]) -> None:
         """Bind both ports (port 0 = any free port; see proxy_address / metrics_address)."""
         try:
-            # handler_cancellation: a client that disconnects cancels its handler, which
-            # closes the upstream request even while the engine has not sent a byte yet.
-            self.proxy_address = await self._start_app(self.proxy.make_app(), *listen, handler_cancellation=True)
+            loop = asyncio.get_running_loop()
+            self._proxy_server = await loop.create_server(
+                self.proxy.protocol, listen[0], listen[1], reuse_address=True, backlog=1024
+            )
+            addr = self._proxy_server.sockets[0].getsockname()
+            self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
             self.metrics_address = await self._start_app(self._metrics_app(), *metrics_listen)
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
-        """Stop listening, let in-flight requests finish (up to shutdown_timeout_s), close the session."""
+        """Stop listening, let in-flight requests finish (up to shutdown_timeout_s), close everything."""
+        server, self._proxy_server = self._proxy_server, None
+        if server is not None:
+            server.close()
+            await self.proxy.drain(self.shutdown_timeout_s)
         runners, self._runners = self._runners, []
         for runner in reversed(runners):
             await runner.cleanup()

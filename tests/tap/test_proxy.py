@@ -245,7 +245,7 @@ def test_other_paths_pass_through_untouched(stack: Callable) -> None:
 
 
 def test_null_usage_removal_touches_only_a_trailing_top_level_member() -> None:
-    from exporter.tap.proxy import _without_null_usage
+    from exporter.tap.relay import _without_null_usage
 
     assert _without_null_usage(b'data: {"a":1,"usage":null}\n\n') == b'data: {"a":1}\n\n'
     assert _without_null_usage(b'data: {"a":1, "usage": null}\r\n\r\n') == b'data: {"a":1}\r\n\r\n'

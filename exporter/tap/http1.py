@@ -1,0 +1,245 @@
+"""HTTP/1.1 message framing for the tap, without I/O: heads and chunked bodies (RFC 9112).
+
+The tap relays bytes on raw transports instead of a web framework because a framework's
+per-request and per-write work was most of its added latency. It needs only this much of
+HTTP/1.1: split a head into its start line and fields, tell how the body is delimited, and
+decode a chunked body incrementally while knowing exactly which input bytes it consumed (so
+an unchanged body can be relayed as the very bytes that arrived, framing included).
+
+Parsing is strict where leniency enables request smuggling (whitespace before a colon,
+obsolete line folding, conflicting Content-Length, Transfer-Encoding other than chunked)
+and each refusal says why, since the tap answers it with a 400 the client can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_CHUNK_LINE_BYTES = 4096
+CRLF = b"\r\n"
+HEAD_END = b"\r\n\r\n"
+LAST_CHUNK = b"0\r\n\r\n"
+
+Fields = list[tuple[bytes, bytes]]  # (name as sent, value), in order
+
+# RFC 9110 7.6.1: connection-specific fields a proxy must not forward.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te",
+        b"trailer", b"trailers", b"transfer-encoding", b"upgrade",
+    }
+)
+
+
+class BadMessage(Exception):
+    """A message the tap will not relay; the text says what was wrong."""
+
+
+@dataclass(slots=True)
+class RequestHead:
+    method: bytes
+    target: bytes  # as sent: path and query, percent-encoding untouched
+    version: bytes  # b"1.1" or b"1.0"
+    fields: Fields
+
+    def get(self, name: bytes) -> bytes | None:
+        return get_field(self.fields, name)
+
+    @property
+    def path(self) -> bytes:
+        return self.target.split(b"?", 1)[0]
+
+
+@dataclass(slots=True)
+class ResponseHead:
+    version: bytes
+    status: int
+    reason: bytes
+    fields: Fields
+
+    def get(self, name: bytes) -> bytes | None:
+        return get_field(self.fields, name)
+
+
+def get_field(fields: Fields, name: bytes) -> bytes | None:
+    """The first value of a field, by case-insensitive name (`name` is lower case)."""
+    for k, v in fields:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def connection_tokens(fields: Fields) -> set[bytes]:
+    """The lower-cased options of every Connection field (e.g. {b"close"}, {b"keep-alive", b"x-foo"})."""
+    tokens: set[bytes] = set()
+    for k, v in fields:
+        if k.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in v.split(b",") if t.strip())
+    return tokens
+
+
+def _fields(lines: list[bytes]) -> Fields:
+    fields: Fields = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            raise BadMessage("obsolete line folding in a header field")
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip() or b" " in name or b"\t" in name:
+            raise BadMessage(f"malformed header line {line[:60]!r}")
+        fields.append((name, value.strip(b" \t")))
+    return fields
+
+
+def parse_request_head(head: bytes) -> RequestHead:
+    """`head` is everything before the blank line that ends it."""
+    lines = head.split(CRLF)
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
+        raise BadMessage(f"malformed request line {lines[0][:60]!r}")
+    method, target, proto = parts
+    if proto not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise BadMessage(f"unsupported protocol {proto[:20]!r} (the tap speaks HTTP/1.1 and HTTP/1.0)")
+    return RequestHead(method, target, proto[5:], _fields(lines[1:]))
+
+
+def parse_response_head(head: bytes) -> ResponseHead:
+    lines = head.split(CRLF)
+    proto, _, rest = lines[0].partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not proto.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise BadMessage(f"malformed status line {lines[0][:60]!r}")
+    return ResponseHead(proto[5:], int(code), reason, _fields(lines[1:]))
+
+
+def request_body_length(head: RequestHead) -> int | None:
+    """The body's length from Content-Length (0 when neither field is sent); None when chunked."""
+    te = [v for k, v in head.fields if k.lower() == b"transfer-encoding"]
+    lengths = {v for k, v in head.fields if k.lower() == b"content-length"}
+    if te:
+        if lengths:
+            raise BadMessage("both Transfer-Encoding and Content-Length are set")
+        if b",".join(te).strip().lower() != b"chunked":
+            raise BadMessage(f"Transfer-Encoding {b','.join(te)[:40]!r} is not supported (only chunked)")
+        return None
+    if not lengths:
+        return 0
+    if len(lengths) > 1:
+        raise BadMessage("conflicting Content-Length values")
+    (value,) = lengths
+    if not value.isdigit():
+        raise BadMessage(f"Content-Length {value[:20]!r} is not a number")
+    return int(value)
+
+
+CHUNKED = -1  # response_body_length(): the body is chunked
+UNTIL_CLOSE = -2  # response_body_length(): the body ends when the connection closes
+
+
+def response_body_length(head: ResponseHead, request_method: bytes) -> int:
+    """Bytes of body that follow the head: a length, CHUNKED or UNTIL_CLOSE (RFC 9112 6.3)."""
+    if request_method == b"HEAD" or head.status < 200 or head.status in (204, 304):
+        return 0
+    te = head.get(b"transfer-encoding")
+    if te is not None:
+        return CHUNKED if te.lower().rstrip().endswith(b"chunked") else UNTIL_CLOSE
+    length = head.get(b"content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise BadMessage(f"Content-Length {length[:20]!r} is not a number")
+        return int(length)
+    return UNTIL_CLOSE
+
+
+def chunk(payload: bytes) -> bytes:
+    """One chunk of a chunked body (payload must not be empty: an empty chunk ends the body)."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+
+
+class ChunkedDecoder:
+    """Decodes a chunked body fed in pieces as they arrive.
+
+    `feed` returns the payload bytes the piece completed and how many of its bytes belonged to
+    this body (fewer than all only once the body has ended). `at_boundary` tells whether the
+    input so far ends exactly between two chunks: then the bytes fed since the previous boundary
+    are whole chunks that can be relayed as they are.
+    """
+
+    __slots__ = ("_state", "_left", "_line", "done")
+
+    def __init__(self) -> None:
+        self._state = _SIZE
+        self._left = 0
+        self._line = b""
+        self.done = False
+
+    @property
+    def at_boundary(self) -> bool:
+        return (self._state == _SIZE and not self._line) or self._state == _DONE
+
+    def feed(self, data: bytes) -> tuple[bytes, int]:
+        # Fast path: a whole, single chunk at a boundary (most reads of a token stream).
+        if self._state == _SIZE and not self._line:
+            eol = data.find(CRLF, 0, MAX_CHUNK_LINE_BYTES)
+            if eol > 0:
+                size = _chunk_size(data[:eol])
+                end = eol + 2 + size
+                if size and len(data) == end + 2 and data[end:] == CRLF:
+                    return data[eol + 2 : end], len(data)
+        out: list[bytes] = []
+        pos, n = 0, len(data)
+        while pos < n and self._state != _DONE:
+            state = self._state
+            if state == _DATA:
+                take = min(self._left, n - pos)
+                out.append(data[pos : pos + take])
+                pos += take
+                self._left -= take
+                if not self._left:
+                    self._state = _DATA_END
+            elif state == _DATA_END:
+                # The CRLF after a chunk's data, possibly split across reads.
+                need = 2 - len(self._line)
+                self._line += data[pos : pos + need]
+                pos += min(need, n - pos)
+                if len(self._line) == 2:
+                    if self._line != CRLF:
+                        raise BadMessage("chunk data not followed by CRLF")
+                    self._line = b""
+                    self._state = _SIZE
+            else:  # _SIZE or _TRAILER: one line at a time
+                eol = data.find(b"\n", pos)
+                if eol < 0:
+                    self._line += data[pos:]
+                    pos = n
+                    if len(self._line) > MAX_CHUNK_LINE_BYTES:
+                        raise BadMessage("chunk size line too long")
+                    break
+                line = (self._line + data[pos:eol]).rstrip(b"\r")
+                self._line = b""
+                pos = eol + 1
+                if state == _TRAILER:
+                    if not line:
+                        self._state = _DONE
+                        self.done = True
+                    continue
+                size = _chunk_size(line)
+                if size:
+                    self._left = size
+                    self._state = _DATA
+                else:
+                    self._state = _TRAILER
+        return b"".join(out), pos
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";", 1)[0].strip(b" \t")
+    if not text or len(text) > 16 or text.strip(_HEX):
+        raise BadMessage(f"malformed chunk size {line[:40]!r}")
+    return int(text, 16)
+
+
+_HEX = b"0123456789abcdefABCDEF"

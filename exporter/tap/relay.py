@@ -1,0 +1,194 @@
+"""What the tap does with a timed response body as it flows past: time it, and take out what it added.
+
+A relay is fed the decoded body bytes of each read from the upstream, with the time the read
+completed, and returns what the client should get for it: None for "these bytes, unchanged"
+(the common case, which lets the connection relay the upstream's own framing untouched), or
+replacement bytes when the injected usage event had to be held back or taken out. `finish`
+returns whatever is still held when the body ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from exporter.tap.sse import EventTooLarge, SseSplitter
+from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, is_usage_only
+
+log = logging.getLogger("llmslo.tap")
+
+MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is relayed but not parsed
+_DONE = b"[DONE]"
+_USAGE_KEY = b'"usage"'
+_ERROR_KEY = b'"error"'
+
+
+class SseRelay:
+    """A streamed completion: each event timed as the read that completes it arrives.
+
+    Without `strip`, every read goes out as it came. With `strip` (the tap injected
+    `include_usage`), only complete events go out, minus the injected usage event and the
+    `"usage":null` members the injection added.
+    """
+
+    __slots__ = ("timing", "strip", "error_event", "_splitter")
+
+    def __init__(self, timing: RequestTiming, strip: bool) -> None:
+        self.timing = timing
+        self.strip = strip
+        self.error_event = False  # the stream carried an error event: the engine gave up mid-stream
+        self._splitter: SseSplitter | None = SseSplitter()
+
+    def feed(self, chunk: bytes, t: float) -> bytes | None:
+        splitter = self._splitter
+        if splitter is None:  # gave up following the stream: relay blindly
+            return None
+        timing = self.timing
+        held = splitter.pending()  # fed earlier, not let out yet (with strip)
+        whole = not held  # this read starts at an event boundary
+        if whole and timing.first_token_at is not None:
+            data = _steady_event_data(chunk)
+            if data is not None:  # the common read: one token, nothing to parse or strip
+                if _looks_like_output(data):
+                    timing.on_output_event(t)
+                return None
+        try:
+            events = splitter.feed(chunk)
+        except EventTooLarge:
+            log.warning("event=tap_stream_unparseable reason=event_too_large")
+            self._splitter = None
+            return held + chunk if self.strip else None
+        strip = self.strip
+        out: list[bytes] = []
+        changed = False
+        done = False
+        for ev in events:
+            data = ev.data
+            done = done or data == _DONE
+            if data is not None and data != _DONE:
+                # After the first token only the last token's time and the count are still
+                # open, so parse only events that may carry usage or an error.
+                if timing.first_token_at is None or _USAGE_KEY in data or _ERROR_KEY in data:
+                    try:
+                        payload = json.loads(data)
+                    except (ValueError, UnicodeDecodeError):
+                        payload = None
+                    if isinstance(payload, dict):
+                        if carries_output(payload):
+                            timing.on_output_event(t)
+                        n = completion_tokens(payload)
+                        if n is not None:
+                            timing.on_usage(n)
+                            if strip and is_usage_only(payload):
+                                changed = True
+                                continue  # the injected usage event: not for the client
+                        if payload.get("error"):
+                            self.error_event = True
+                elif _looks_like_output(data):
+                    timing.on_output_event(t)
+            if strip:
+                raw = _without_null_usage(ev.raw)
+                changed = changed or raw is not ev.raw
+                out.append(raw)
+        if done:
+            timing.on_end(t)
+            timing.delivered = True
+        if not strip or (whole and not changed and not splitter.pending()):
+            return None  # nothing held back or dropped: the read as it came
+        return b"".join(out)
+
+    def finish(self, t: float) -> bytes:
+        self.timing.on_end(t)
+        if self.strip and self._splitter is not None:
+            return self._splitter.pending()  # an unterminated tail: relay it as it came
+        return b""
+
+
+class BodyRelay:
+    """A timed, non-streamed response: relayed as it comes, then read for usage (E2E only)."""
+
+    __slots__ = ("timing", "error_event", "_parts", "_kept")
+
+    def __init__(self, timing: RequestTiming) -> None:
+        self.timing = timing
+        self.error_event = False
+        self._parts: list[bytes] = []
+        self._kept = 0
+
+    def feed(self, chunk: bytes, t: float) -> None:
+        if self._kept <= MAX_PARSED_RESPONSE_BYTES:
+            self._parts.append(chunk)
+            self._kept += len(chunk)
+        return None
+
+    def finish(self, t: float) -> bytes:
+        self.timing.on_end(t)
+        if self._kept <= MAX_PARSED_RESPONSE_BYTES:
+            try:
+                n = completion_tokens(json.loads(b"".join(self._parts)))
+            except (ValueError, UnicodeDecodeError):
+                n = None
+            if n is not None:
+                self.timing.on_usage(n)
+        self._parts = []
+        return b""
+
+
+Relay = SseRelay | BodyRelay
+
+_NULL_USAGE = (b',"usage":null}', b', "usage": null}')
+
+
+def _without_null_usage(raw: bytes) -> bytes:
+    """An injected stream's event as the engine would have sent it without the injection.
+
+    Asked for usage, OpenAI's API (and the simulator) also add `"usage":null` to every chunk, as
+    the top-level object's last member; that member is removed again. Only a one-line event
+    whose data ends with it is touched (the brace after it closes the top-level object, so the
+    member is the top level's); anything else is returned as it is, the same object.
+    """
+    body = raw.rstrip(b"\r\n")
+    for tail in _NULL_USAGE:
+        if body.endswith(tail) and body.count(b"\n") == 0 and b"\r" not in body:
+            cut = len(body) - len(tail)
+            return body[:cut] + b"}" + raw[len(body) :]
+    return raw
+
+
+def _steady_event_data(chunk: bytes) -> bytes | None:
+    """The data field of a read that is exactly one one-line `data:` event ending in LF LF, when
+    that data needs no parsing once the first token is known (no `[DONE]`, no `"usage"` key, which
+    also rules out the `"usage":null` tail `_without_null_usage` strips, no `"error"` key); else None.
+
+    Most reads of a stream are such a token event. Fed to an empty SseSplitter, such a read
+    (with no CR in it) comes back as that one event, whole, and leaves the splitter empty, so the
+    relay may skip the splitter, the event list and the per-event bookkeeping for it.
+    """
+    if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
+        return None
+    data = chunk[5:-2]
+    if b"\n" in data or b"\r" in data or _USAGE_KEY in data or _ERROR_KEY in data:
+        return None
+    if data[:1] == b" ":
+        data = data[1:]
+    return None if data == _DONE else data
+
+
+def _looks_like_output(data: bytes) -> bool:
+    """Cheap test, after the first token, for an event that carries output.
+
+    Parsing every event costs more than relaying it; after the first token only the last
+    token's time and the chunk count are still needed. An event that has a non-empty string
+    value after `"content":`, `"text":`, a reasoning key, or a `"tool_calls"` key is output;
+    anything else (role-only, finish-only) is not. Falls back to parsing when unsure.
+    """
+    for key in (b'"content":"', b'"text":"', b'"reasoning_content":"', b'"reasoning":"'):
+        i = data.find(key)
+        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
+            return True
+    if b'"tool_calls"' in data or b'": "' in data or b'":\t' in data or b'":\n' in data:
+        try:
+            return carries_output(json.loads(data))
+        except (ValueError, UnicodeDecodeError):
+            return False
+    return False
