@@ -1,6 +1,6 @@
 """The goodput tap's cost on the stream it relays, next to nginx as a streaming reverse proxy.
 
-One run, three paths to the same upstream (bench.tap_stream_server, chunks at a fixed interval
+One run, paths to the same upstream (bench.tap_stream_server, chunks at a fixed interval
 with their send time embedded): direct, through the tap (`python -m exporter.tap`, the client
 does not ask for usage, so the tap injects it and strips it again: its most expensive path),
 and through nginx (Debian package, `proxy_buffering off; proxy_http_version 1.1;`, upstream
@@ -9,6 +9,12 @@ measures TTFT and each chunk's delay from upstream write to client read; "added"
 percentile minus the direct path's, so the client's and the upstream's own costs cancel. CPU
 per streamed chunk is the proxy process's (all nginx processes') CPU time over the chunks
 delivered in the measured window.
+
+On a shared machine the neighbours' load drifts over seconds, by more than the sub-millisecond
+differences measured here; so the paths take turns in short rounds (in a rotating order) and
+each path's samples are pooled over all rounds, which spreads any drift over every path alike.
+Each stream's first response is cut short by a different amount, so that the streams' request
+turnovers are spread evenly over time instead of all falling in the same 100 ms every 3 s.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ STREAM_COUNTS = (64, 256)
 INTERVAL_MS = 100.0  # between chunks of one stream
 FIRST_MS = 20.0  # upstream's time to first token
 TOKENS = 30  # chunks per response
-WARMUP_S = 2.0
-MEASURE_S = 8.0
+ROUNDS = 4  # turns each path takes, per stream count
+WARMUP_S = 1.0  # per turn, before measuring
+MEASURE_S = 2.0  # measured per turn: ROUNDS * MEASURE_S per path in all
 COMMAND = "python -m bench tap"
 
 NOTES: dict[str, str] = {}
@@ -49,11 +56,18 @@ NOTES: dict[str, str] = {}
 # Client: one keep-alive connection per stream, timed in data_received
 # ----------------------------------------------------------------------------------------
 _T_RE = re.compile(rb'"t":(\d+)')
-REQUEST_BODY = b'{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-REQUEST = (
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-    b"Content-Length: %d\r\n\r\n%s" % (len(REQUEST_BODY), REQUEST_BODY)
-)
+REQUEST_BODY = b'{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]%s}'
+
+
+def _request(max_tokens: int | None = None) -> bytes:
+    body = REQUEST_BODY % (b',"max_tokens":%d' % max_tokens if max_tokens else b"")
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+REQUEST = _request()
 
 
 @dataclass
@@ -66,8 +80,9 @@ class Samples:
 class StreamClient(asyncio.Protocol):
     """Sends a request, decodes the chunked SSE reply, records TTFT and per-chunk delay, repeats."""
 
-    def __init__(self, samples: Samples, stop: asyncio.Event) -> None:
+    def __init__(self, samples: Samples, stop: asyncio.Event, first_tokens: int) -> None:
         self.samples, self.stop = samples, stop
+        self.first_request = _request(first_tokens)
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.body = b""
@@ -92,7 +107,8 @@ class StreamClient(asyncio.Protocol):
             return
         self.buf, self.body, self.in_body, self.left, self.first_seen = b"", b"", False, -1, False
         self.sent_ns = time.monotonic_ns()
-        self.transport.write(REQUEST)
+        self.transport.write(self.first_request or REQUEST)
+        self.first_request = b""
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic_ns()
@@ -147,12 +163,14 @@ def _cpu_ticks(pids: list[int]) -> int:
     return total
 
 
-async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples, float | None]:
+async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples, float]:
+    """One turn: `streams` keep-alive streams for WARMUP_S + MEASURE_S; the samples and the CPU seconds used."""
     loop = asyncio.get_running_loop()
     samples, stop = Samples(), asyncio.Event()
     clients: list[StreamClient] = []
-    for _ in range(streams):
-        _, client = await loop.create_connection(lambda: StreamClient(samples, stop), "127.0.0.1", port)
+    for i in range(streams):
+        first_tokens = 1 + i * TOKENS // streams  # phases spread over one response's length
+        _, client = await loop.create_connection(lambda: StreamClient(samples, stop, first_tokens), "127.0.0.1", port)
         clients.append(client)
         await asyncio.sleep(INTERVAL_MS / 1000 / streams)  # spread the starts over one interval
     await asyncio.sleep(WARMUP_S)
@@ -162,9 +180,12 @@ async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples,
     samples.measuring = False
     cpu1 = _cpu_ticks(cpu_pids)
     stop.set()
-    await asyncio.wait_for(asyncio.gather(*(c.closed for c in clients)), timeout=INTERVAL_MS / 1000 * TOKENS + 10)
-    cpu_s = (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") if cpu_pids else None
-    return samples, cpu_s
+    for c in clients:  # measured: hang up now rather than wait for every response to end
+        if c.transport is not None:
+            c.transport.abort()
+    await asyncio.wait_for(asyncio.gather(*(c.closed for c in clients)), timeout=10)
+    await asyncio.sleep(0.3)  # let the proxy and the upstream settle before the next turn
+    return samples, (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK")
 
 
 # ----------------------------------------------------------------------------------------
@@ -299,15 +320,29 @@ def _pct(values: list[int], q: float) -> float:
 SCHEDULING = ["default scheduling"]
 
 
-def _measure(port: int, streams: int, cpu_pids: list[int], upstream_pid: int) -> PathFigures:
-    with ahead_of_neighbours([upstream_pid, *cpu_pids]) as how:
-        SCHEDULING[0] = how
-        samples, cpu_s = asyncio.run(_drive(port, streams, cpu_pids))
+def _figures(samples: Samples, cpu_s: float, proxied: bool) -> PathFigures:
     n = len(samples.delay_ns)
     return PathFigures(
         _pct(samples.ttft_ns, 0.5), _pct(samples.ttft_ns, 0.99), _pct(samples.delay_ns, 0.5), _pct(samples.delay_ns, 0.99),
-        n, None if cpu_s is None else cpu_s / n * 1e6,
+        n, cpu_s / n * 1e6 if proxied else None,
     )
+
+
+def _measure_turns(paths: dict[str, tuple[int, list[int]]], streams: int, upstream_pid: int) -> dict[str, PathFigures]:
+    """ROUNDS turns per path, in an order that rotates each round; samples pooled per path."""
+    pooled = {name: Samples() for name in paths}
+    cpu = dict.fromkeys(paths, 0.0)
+    names = list(paths)
+    for r in range(ROUNDS):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            port, pids = paths[name]
+            with ahead_of_neighbours([upstream_pid, *pids]) as how:
+                SCHEDULING[0] = how
+                samples, cpu_s = asyncio.run(_drive(port, streams, pids))
+            pooled[name].ttft_ns += samples.ttft_ns
+            pooled[name].delay_ns += samples.delay_ns
+            cpu[name] += cpu_s
+    return {name: _figures(pooled[name], cpu[name], bool(paths[name][1])) for name in names}
 
 
 def _ratio(ours: float, peer: float) -> str:
@@ -316,16 +351,11 @@ def _ratio(ours: float, peer: float) -> str:
 
 def measure_all() -> dict[int, dict[str, PathFigures]]:
     results: dict[int, dict[str, PathFigures]] = {}
-    with _upstream() as (upstream_port, upstream_pid):
+    with _upstream() as (upstream_port, upstream_pid), _tap(upstream_port) as tap, \
+            _tap(upstream_port, "asyncio") as tap_asyncio, _nginx(upstream_port) as nginx:
+        paths = {"direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx}
         for streams in STREAM_COUNTS:
-            figures = {"direct": _measure(upstream_port, streams, [], upstream_pid)}
-            with _tap(upstream_port) as (port, pids):
-                figures["tap"] = _measure(port, streams, pids, upstream_pid)
-            with _tap(upstream_port, "asyncio") as (port, pids):
-                figures["tap-asyncio"] = _measure(port, streams, pids, upstream_pid)
-            with _nginx(upstream_port) as (port, pids):
-                figures["nginx"] = _measure(port, streams, pids, upstream_pid)
-            results[streams] = figures
+            results[streams] = figures = _measure_turns(paths, streams, upstream_pid)
             for name, f in figures.items():
                 print(f"  {streams} streams, {name}: {f}", file=sys.stderr, flush=True)
     return results
@@ -365,8 +395,10 @@ def run() -> list[Row]:
     nginx_p99 = top["nginx"].chunk_p99_ms - top["direct"].chunk_p99_ms
     NOTES[SECTION] = (
         f"Ours = the tap, peer = nginx; each added figure is the path's percentile minus the direct path's in the same run. "
-        f"Upstream: {TOKENS} chunks per response every {INTERVAL_MS:g} ms after a {FIRST_MS:g} ms first token, streams "
-        f"started spread over one interval; {WARMUP_S:g} s warm-up, {MEASURE_S:g} s measured per path; the client, the "
+        f"Upstream: {TOKENS} chunks per response every {INTERVAL_MS:g} ms after a {FIRST_MS:g} ms first token, streams' "
+        f"phases spread over one response; the paths take {ROUNDS} turns each in rotating order ({WARMUP_S:g} s warm-up, "
+        f"{MEASURE_S:g} s measured per turn, samples pooled per path) so that drifting load on the shared machine "
+        f"falls on every path alike; the client, the "
         f"upstream and the proxy ran with {SCHEDULING[0]} so that neighbours on a shared machine weigh less. "
         f"Both proxies run as one process on the same terms: the tap is one Python process, nginx one worker "
         f"(worker_processes 1; its CPU figure counts master and worker), so neither gets the second core to itself. "

@@ -7,13 +7,16 @@ server should cost as little as possible so that the proxies' cost is what diffe
 tick at the phase their requests arrived at (clients spread their starts). Prints the port
 on stdout once listening; stops on SIGTERM or when stdin closes.
 
-Request: POST any path with a JSON body; `stream_options.include_usage` adds the usage chunk.
+Request: POST any path with a JSON body; `stream_options.include_usage` adds the usage chunk,
+`"max_tokens":N` makes this response N chunks long instead of --tokens (clients use it to
+spread their streams' phases).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import sys
 import time
@@ -26,6 +29,7 @@ ROLE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choic
 TOKEN = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"t":%d}\n\n'
 USAGE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":%d,"total_tokens":%d}}\n\n'
 DONE = b"data: [DONE]\n\n"
+_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
 
 
 def chunk(payload: bytes) -> bytes:
@@ -61,18 +65,20 @@ class StreamProtocol(asyncio.Protocol):
         body = self.buf[end + 4 : end + 4 + length]
         self.buf = self.buf[end + 4 + length :]
         usage = b'"include_usage":true' in body.replace(b" ", b"")
+        m = _MAX_TOKENS.search(body)
+        tokens = max(1, int(m.group(1))) if m else self.tokens
         assert self.transport is not None
         self.transport.write(HEAD + chunk(ROLE))
-        self.timer = asyncio.get_running_loop().call_later(self.first_s, self.tick, 0, usage)
+        self.timer = asyncio.get_running_loop().call_later(self.first_s, self.tick, 0, usage, tokens)
 
-    def tick(self, sent: int, usage: bool) -> None:
+    def tick(self, sent: int, usage: bool, tokens: int) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         transport.write(chunk(TOKEN % time.monotonic_ns()))
         sent += 1
-        if sent < self.tokens:
-            self.timer = asyncio.get_running_loop().call_later(self.interval_s, self.tick, sent, usage)
+        if sent < tokens:
+            self.timer = asyncio.get_running_loop().call_later(self.interval_s, self.tick, sent, usage, tokens)
             return
         tail = (chunk(USAGE % (sent, sent + 8)) if usage else b"") + chunk(DONE) + b"0\r\n\r\n"
         transport.write(tail)
