@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from llmslo import conventions as c
+from slogen.yamlio import LineDict, load_documents
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"
@@ -104,17 +105,26 @@ class AutoscalingSpec:
 
 
 class _Node:
-    """One mapping of the spec with its location, for error messages."""
+    """One mapping of the spec with its location (file, line, field path), for error messages."""
 
-    def __init__(self, file: str, where: str, data: Any):
+    def __init__(self, file: str, where: str, data: Any, line: int | None = None):
         self.file, self.where = file, where
+        self.line = getattr(data, "line", None) or line
         if not isinstance(data, dict):
             raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
         self.data = data
 
-    def error(self, key: str, problem: str, fix: str) -> AutoscalingError:
+    def line_of(self, key: str) -> int | None:
+        return self.data.line_of(key) if key and isinstance(self.data, LineDict) else self.line
+
+    def origin(self, key: str = "") -> str:
+        """file:line: field, as error messages begin."""
+        line = self.line_of(key) if hasattr(self, "data") else self.line
         loc = f"{self.where}.{key}" if key and self.where else (key or self.where or "(top level)")
-        return AutoscalingError(f"{self.file}: {loc}: {problem}. Fix: {fix}.")
+        return f"{self.file}{f':{line}' if line else ''}: {loc}"
+
+    def error(self, key: str, problem: str, fix: str) -> AutoscalingError:
+        return AutoscalingError(f"{self.origin(key)}: {problem}. Fix: {fix}.")
 
     def keys(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
         for key in self.data:
@@ -127,7 +137,7 @@ class _Node:
                 raise self.error(key, "missing", f"add `{key}:`")
 
     def child(self, key: str) -> "_Node":
-        return _Node(self.file, f"{self.where}.{key}" if self.where else key, self.data[key])
+        return _Node(self.file, f"{self.where}.{key}" if self.where else key, self.data[key], self.line_of(key))
 
     def string(self, key: str, default: str | None = None, pattern: re.Pattern[str] | None = None,
                fix: str = "use a string") -> str:
@@ -224,14 +234,14 @@ def _pool(node: _Node) -> Pool:
         if "authentication_ref" in node.data else "",
         polling_interval_s=node.seconds("polling_interval", 15, 3600) or 15,
         cooldown_period_s=node.seconds("cooldown_period", 300, 86400),
-        scale_up=up, scale_down=down, origin=f"{node.file}: {node.where}",
+        scale_up=up, scale_down=down, origin=node.origin(),
     )
 
 
 def load_text(text: str, file: str) -> AutoscalingSpec:
     pools: list[Pool] = []
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = load_documents(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "somewhere"
@@ -244,7 +254,8 @@ def load_text(text: str, file: str) -> AutoscalingSpec:
         if not isinstance(top.data["pools"], list):
             raise top.error("pools", "expected a list", "write `pools:` followed by `- name: ...` items")
         for j, item in enumerate(top.data["pools"]):
-            pools.append(_pool(_Node(file, f"{top.where + '.' if top.where else ''}pools[{j}]", item)))
+            where = f"{top.where + '.' if top.where else ''}pools[{j}]"
+            pools.append(_pool(_Node(file, where, item, getattr(top.data["pools"], "line", None))))
     return AutoscalingSpec(tuple(pools))
 
 

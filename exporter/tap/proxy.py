@@ -240,6 +240,7 @@ class ClientConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None
         self._advancing = False
         self._reading_paused = False
+        self.writing_paused = False  # the client's socket buffer is full
         self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -274,10 +275,12 @@ class ClientConnection(asyncio.Protocol):
             exchange.client_lost()
 
     def pause_writing(self) -> None:
+        self.writing_paused = True
         if self.exchange is not None:
             self.exchange.pause_upstream()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         if self.exchange is not None:
             self.exchange.resume_upstream()
 
@@ -472,6 +475,8 @@ class Exchange:
         assert conn.transport is not None
         conn.transport.write(self.request)
         self.request = b""
+        if self.client.writing_paused:  # the previous response has not drained yet
+            self.pause_upstream()
 
     def _fail(self, text: str) -> None:
         """No response from the upstream: answer 502 ourselves."""

@@ -102,14 +102,6 @@ class RequestTiming:
         self.last_token_at = t
         self.output_events += 1
 
-    def on_payload(self, t: float, payload: Any) -> None:
-        """One parsed `data:` event of a stream (or a whole non-streamed body)."""
-        if carries_output(payload):
-            self.on_output_event(t)
-        n = completion_tokens(payload)
-        if n is not None:
-            self.usage_tokens = n
-
     def on_usage(self, n: int) -> None:
         self.usage_tokens = n
 

@@ -148,15 +148,17 @@ def test_empty_spec_writes_nothing(sample_slos):
     assert keda.keda_files([], sample_slos) == {}
 
 
-@pytest.mark.parametrize("change, field, words", [
-    ("ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}", "ttft_burn_rate.window", "not a short window"),
-    ("ttft_burn_rate: {slo: chat/nope, above: 2}", "ttft_burn_rate.slo", "no SLO 'chat/nope'"),
-    ("ttft_burn_rate: {slo: chat/tpot, above: 2}", "ttft_burn_rate.slo", "not a TTFT latency SLO"),
-    ("queue_depth: {per_replica: \"4\"}", "queue_depth.per_replica", "expected a number"),
-    ("queue_dept: {per_replica: 4}", "triggers.queue_dept", "did you mean 'queue_depth'"),
-    ("kv_cache_utilization: {per_replica: 85}", "kv_cache_utilization.per_replica", "between 0.05 and 1"),
+@pytest.mark.parametrize("change, field, words, line", [
+    # Found when building against the SLOs: the line is the pool's.
+    ("ttft_burn_rate: {slo: chat/nope, above: 2}", "ttft_burn_rate.slo", "no SLO 'chat/nope'", 4),
+    ("ttft_burn_rate: {slo: chat/tpot, above: 2}", "ttft_burn_rate.slo", "not a TTFT latency SLO", 4),
+    # Found when loading: the line is the field's.
+    ("ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}", "ttft_burn_rate.window", "not a short window", 10),
+    ("queue_depth: {per_replica: \"4\"}", "queue_depth.per_replica", "expected a number", 10),
+    ("queue_dept: {per_replica: 4}", "triggers.queue_dept", "did you mean 'queue_depth'", 10),
+    ("kv_cache_utilization: {per_replica: 85}", "kv_cache_utilization.per_replica", "between 0.05 and 1", 10),
 ])
-def test_bad_specs_name_file_field_and_fix(sample_slos, change, field, words):
+def test_bad_specs_name_file_line_field_and_fix(sample_slos, change, field, words, line):
     text = f"""
 version: "llmslo/autoscaling/v1"
 pools:
@@ -171,7 +173,7 @@ pools:
     with pytest.raises(AutoscalingError) as err:
         keda.keda_files(load_text(text, "autoscaling/bad.yaml").pools, sample_slos)
     message = str(err.value)
-    assert message.startswith("autoscaling/bad.yaml: pools[0].") and field in message, message
+    assert message.startswith(f"autoscaling/bad.yaml:{line}: pools[0].") and field in message, message
     assert words in message and "Fix:" in message, message
 
 

@@ -26,8 +26,8 @@ from llmslo import conventions as C
 N_REQUESTS = 2000
 CONCURRENCY = 64
 # Shares of requests that must agree within AGREEMENT_S. Measured on a 2-vCPU shared VM under
-# neighbours' load: TTFT 91-99%, TPOT 99.8-100% (a quiet machine: all of them).
-MIN_TTFT_SHARE_WITHIN = 0.90
+# neighbours' load: TTFT 99.7-99.95%, TPOT 100% (a quiet machine: all of them).
+MIN_TTFT_SHARE_WITHIN = 0.98
 MIN_TPOT_SHARE_WITHIN = 0.99
 AGREEMENT_S = 0.001
 

@@ -1,11 +1,25 @@
-"""The timing state machine, with made-up timestamps."""
+"""The timing state machine, with made-up timestamps, fed SSE events the way the proxy feeds it."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 import pytest
 
+from exporter.tap.relay import SseRelay
 from exporter.tap.timing import RequestTiming, carries_output, is_usage_only, within_objectives
 from llmslo.conventions import USAGE_SOURCE_CHUNKS, USAGE_SOURCE_ENGINE
+
+
+def events(t: RequestTiming) -> Callable[[float, object], None]:
+    """Feeds one event per call, as one read of the stream, through the relay the proxy uses."""
+    relay = SseRelay(t, strip=False)
+
+    def feed(ts: float, payload: object) -> None:
+        assert relay.feed(b"data: " + json.dumps(payload).encode() + b"\n\n", ts) is None  # relayed unchanged
+
+    return feed
 
 
 def chat(**delta: object) -> dict[str, object]:
@@ -44,12 +58,13 @@ def test_usage_only_chunk() -> None:
 def test_stream_with_usage() -> None:
     t = RequestTiming(arrival=10.0)
     t.on_headers(10.01)
-    t.on_payload(10.02, chat(role="assistant", content=""))  # role-only: not the first token
-    t.on_payload(10.25, chat(content="a"))
-    t.on_payload(10.30, chat(content="b"))
-    t.on_payload(10.45, chat(content="c"))
-    t.on_payload(10.46, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    t.on_payload(10.47, {"choices": [], "usage": {"completion_tokens": 5}})
+    feed = events(t)
+    feed(10.02, chat(role="assistant", content=""))  # role-only: not the first token
+    feed(10.25, chat(content="a"))
+    feed(10.30, chat(content="b"))
+    feed(10.45, chat(content="c"))
+    feed(10.46, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    feed(10.47, {"choices": [], "usage": {"completion_tokens": 5}})
     t.on_end(10.5)
     r = t.result()
     assert r.ttfb == pytest.approx(0.01)
@@ -61,8 +76,9 @@ def test_stream_with_usage() -> None:
 
 def test_stream_without_usage_counts_chunks() -> None:
     t = RequestTiming(arrival=0.0)
+    feed = events(t)
     for i, ts in enumerate((0.1, 0.2, 0.4)):
-        t.on_payload(ts, chat(content=f"t{i}"))
+        feed(ts, chat(content=f"t{i}"))
     t.on_end(0.5)
     r = t.result()
     assert r.n_out == 3 and r.usage_source == USAGE_SOURCE_CHUNKS
@@ -71,10 +87,10 @@ def test_stream_without_usage_counts_chunks() -> None:
 
 def test_single_token_has_zero_tpot_and_no_token_has_no_ttft() -> None:
     one = RequestTiming(arrival=0.0)
-    one.on_payload(0.3, chat(content="x"))
+    events(one)(0.3, chat(content="x"))
     assert one.result().tpot == 0.0 and one.result().ttft == pytest.approx(0.3)
     none = RequestTiming(arrival=0.0)
-    none.on_payload(0.3, chat(role="assistant"))
+    events(none)(0.3, chat(role="assistant"))
     none.on_end(0.4)
     r = none.result()
     assert r.ttft is None and r.tpot is None and r.n_out == 0 and r.e2e == pytest.approx(0.4)
@@ -91,8 +107,9 @@ def test_non_streamed_is_timed_as_e2e_only() -> None:
 
 def test_goodput_needs_both_objectives() -> None:
     t = RequestTiming(arrival=0.0)
-    t.on_payload(0.4, chat(content="a"))
-    t.on_payload(0.5, chat(content="b"))  # tpot 0.1
+    feed = events(t)
+    feed(0.4, chat(content="a"))
+    feed(0.5, chat(content="b"))  # tpot 0.1
     r = t.result()
     assert within_objectives(r, 0.5, 0.1)  # both on the edge: le semantics, like the histogram
     assert not within_objectives(r, 0.39, 0.1)
