@@ -18,6 +18,7 @@ import yaml
 from demo.procs import Child, Supervisor, free_port
 from llmslo import conventions as C
 from llmslo.files import write_atomic
+from slogen.durations import format_seconds
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
 PAGE_ROUTE = "page"
@@ -44,9 +45,6 @@ def find_binary(candidates: tuple[str, ...]) -> str:
                             "(Debian: apt-get install prometheus prometheus-alertmanager)")
 
 
-def _seconds(value: float) -> str:
-    return f"{int(value * 1000)}ms"
-
 
 def build_config(webhook_base: str, timers: AlertmanagerTimers) -> dict:
     """Alertmanager YAML as a dict: page and ticket routes on sloth_severity, one webhook URL each."""
@@ -58,8 +56,8 @@ def build_config(webhook_base: str, timers: AlertmanagerTimers) -> dict:
         "route": {
             "receiver": DEFAULT_ROUTE,
             "group_by": list(GROUP_BY),
-            "group_wait": _seconds(timers.group_wait_s),
-            "group_interval": _seconds(timers.group_interval_s),
+            "group_wait": format_seconds(timers.group_wait_s),
+            "group_interval": format_seconds(timers.group_interval_s),
             "repeat_interval": timers.repeat_interval,
             "routes": [
                 {"receiver": PAGE_ROUTE, "matchers": [f'{C.SLO.LABEL_SEVERITY}="page"']},

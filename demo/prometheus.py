@@ -18,6 +18,7 @@ import aiohttp
 from demo.alertmanager import find_binary, write_config
 from demo.procs import Child, Supervisor, free_port
 from llmslo import conventions as C
+from slogen.durations import format_seconds
 
 PROMETHEUS_BINARIES = ("/usr/bin/prometheus", "prometheus")
 EXPORTER_JOB = "llmslo-exporter"
@@ -30,17 +31,14 @@ class PrometheusTimers:
     resend_delay_s: float = 1.0  # how often a firing alert is re-sent to Alertmanager
 
 
-def _duration(seconds: float) -> str:
-    return f"{int(round(seconds * 1000))}ms"
-
 
 def build_config(exporter_hostport: str, rule_files: list[Path], alertmanager_hostport: str,
                  timers: PrometheusTimers, cluster: str) -> dict:
     return {
         "global": {
-            "scrape_interval": _duration(timers.scrape_interval_s),
-            "scrape_timeout": _duration(min(timers.scrape_interval_s, 10.0)),
-            "evaluation_interval": _duration(timers.evaluation_interval_s),
+            "scrape_interval": format_seconds(timers.scrape_interval_s),
+            "scrape_timeout": format_seconds(min(timers.scrape_interval_s, 10.0)),
+            "evaluation_interval": format_seconds(timers.evaluation_interval_s),
             "external_labels": {C.LABEL_CLUSTER: cluster},
         },
         "rule_files": [str(p) for p in rule_files],
@@ -69,7 +67,7 @@ async def start_prometheus(sup: Supervisor, workdir: Path, exporter_hostport: st
         f"--storage.tsdb.path={prom_dir / 'data'}",
         "--storage.tsdb.retention.time=1d",
         f"--web.listen-address=127.0.0.1:{port}",
-        f"--rules.alert.resend-delay={_duration(timers.resend_delay_s)}",
+        f"--rules.alert.resend-delay={format_seconds(timers.resend_delay_s)}",
         "--log.level=warn",
     ])
     await sup.wait_http(child, f"{url}/-/ready", timeout_s=60)

@@ -122,22 +122,41 @@ class ExporterConfig:
 # --------------------------------------------------------------------------------------
 # Small value parsers (each raises ValueError with a human message; callers add the location)
 # --------------------------------------------------------------------------------------
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
 
 
+def parse_go_duration(text: str) -> float:
+    """Seconds from a Go duration such as `1s`, `500ms`, `1m30s`, or `0` (as Prometheus' own files write them)."""
+    text = str(text).strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"{text!r} is not a Go duration (write e.g. 1s or 500ms)")
+    return total
+
+
 def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string like `500ms`, `5s`, `1m`."""
+    """Seconds from a number of seconds (`5`, `"2.5"`) or a Go duration (`500ms`, `5s`, `1m30s`); more than zero."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration, got {value!r}")
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise ValueError(f"{value!r} is not a duration")
-        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+        text = str(value).strip()
+        try:
+            seconds = float(text) if _NUMBER.match(text) else parse_go_duration(text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a duration") from None
     if seconds <= 0:
         raise ValueError(f"{value!r} must be more than zero")
     return seconds

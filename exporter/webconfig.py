@@ -30,7 +30,7 @@ from typing import Any
 import bcrypt
 import yaml
 
-from exporter.config import ConfigError
+from exporter.config import ConfigError, parse_go_duration
 
 CLIENT_AUTH_TYPES = {
     "NoClientCert": ssl.CERT_NONE,
@@ -53,8 +53,6 @@ _TLS_KEYS = (
     "cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file", "client_allowed_sans",
     "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences",
 )
-_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -99,22 +97,6 @@ class WebConfig:
 
 def _err(path: str, where: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {problem}. Fix: {fix}.")
-
-
-def parse_go_duration(text: str) -> float:
-    """Seconds from a Go duration such as `1s`, `500ms`, `1m30s`, or `0`."""
-    text = str(text).strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"{text!r} is not a Go duration (write e.g. 1s or 500ms)")
-    return total
 
 
 def _resolve(base: Path, file: str) -> str:

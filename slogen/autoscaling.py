@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from llmslo import conventions as c
+from slogen.durations import parse_duration
 from slogen.yamlio import LineDict, load_documents
 
 VERSION = "llmslo/autoscaling/v1"
@@ -42,7 +43,6 @@ SHORT_WINDOWS = ("1m", "2m", "5m", "10m")
 TARGET_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION = re.compile(r"^(\d+)(s|m|h)$")
 
 
 class AutoscalingError(ValueError):
@@ -162,10 +162,13 @@ class _Node:
         value = self.data.get(key)
         if value is None:
             return default
-        m = _DURATION.match(str(value))
-        if not m:
-            raise self.error(key, f"{value!r} is not a duration", "write e.g. 30s, 5m or 1h")
-        seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+        try:
+            ms = parse_duration(str(value))
+        except ValueError:
+            ms = -1
+        if ms < 0 or ms % 1000:
+            raise self.error(key, f"{value!r} is not a duration in whole seconds", "write e.g. 30s, 5m or 1h")
+        seconds = ms // 1000
         if not 0 <= seconds <= hi:
             raise self.error(key, f"{value!r} is out of range", f"use at most {hi}s")
         return seconds

@@ -47,6 +47,11 @@ def format_duration(ms: int) -> str:
     return "".join(out)
 
 
+def format_seconds(seconds: float) -> str:
+    """A duration given in (fractional) seconds, in Prometheus' spelling, to the millisecond."""
+    return format_duration(int(round(seconds * 1000)))
+
+
 def hours(ms: int) -> float:
     """Go's time.Duration.Hours(), bit for bit: whole hours plus the remainder as a fraction."""
     whole, rem = divmod(ms, HOUR)

@@ -219,6 +219,8 @@ class ChunkedDecoder:
                         raise BadMessage("chunk size line too long")
                     break
                 line = (self._line + data[pos:eol]).rstrip(b"\r")
+                if len(line) > MAX_CHUNK_LINE_BYTES:
+                    raise BadMessage("chunk size line too long")
                 self._line = b""
                 pos = eol + 1
                 if state == _TRAILER:

@@ -303,9 +303,10 @@ class ClientConnection(asyncio.Protocol):
 
     def _read_head(self) -> bool:
         end = self.buf.find(http1.HEAD_END)
+        if end > http1.MAX_HEAD_BYTES or (end < 0 and len(self.buf) > http1.MAX_HEAD_BYTES):
+            self.refuse(431, f"request head larger than {http1.MAX_HEAD_BYTES} bytes\n")
+            return False
         if end < 0:
-            if len(self.buf) > http1.MAX_HEAD_BYTES:
-                self.refuse(431, f"request head larger than {http1.MAX_HEAD_BYTES} bytes\n")
             return False
         head = http1.parse_request_head(self.buf[:end])
         self.buf = self.buf[end + 4 :]
@@ -499,11 +500,12 @@ class Exchange:
         rbuf = self.rbuf + data if self.rbuf else data
         while True:
             end = rbuf.find(http1.HEAD_END)
+            if end > http1.MAX_HEAD_BYTES or (end < 0 and len(rbuf) > http1.MAX_HEAD_BYTES):
+                self.reusable = False
+                self._fail("upstream response head too large\n")
+                return b""
             if end < 0:
                 self.rbuf = rbuf
-                if len(rbuf) > http1.MAX_HEAD_BYTES:
-                    self.reusable = False
-                    self._fail("upstream response head too large\n")
                 return b""
             try:
                 head = http1.parse_response_head(rbuf[:end])

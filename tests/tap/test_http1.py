@@ -1,0 +1,264 @@
+"""The tap's HTTP/1.1 framing (exporter.tap.http1): strict where leniency lets requests be smuggled,
+and exact about which bytes a chunked body consumed, since the tap relays them unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.tap import http1
+from exporter.tap.http1 import (
+    CHUNKED,
+    UNTIL_CLOSE,
+    BadMessage,
+    ChunkedDecoder,
+    RequestHead,
+    ResponseHead,
+    chunk,
+    connection_tokens,
+    parse_request_head,
+    parse_response_head,
+    request_body_length,
+    response_body_length,
+)
+
+# Several chunks: an extension, upper- and lower-case hex sizes, a trailer field.
+PAYLOAD = b"hello" + b"0123456789" + b"abcdefghijklmnopqrstuvwxyz" + b"!"
+BODY = (
+    b"5;ext=1\r\nhello\r\n"
+    b"A\r\n0123456789\r\n"
+    b"1a;name=\"quoted\"\r\nabcdefghijklmnopqrstuvwxyz\r\n"
+    b"1\r\n!\r\n"
+    b"0\r\nX-Trailer: 1\r\n\r\n"
+)
+
+
+def decode(pieces: list[bytes]) -> tuple[bytes, int, ChunkedDecoder]:
+    d = ChunkedDecoder()
+    out, used = [], 0
+    for piece in pieces:
+        payload, n = d.feed(piece)
+        assert 0 <= n <= len(piece)
+        out.append(payload)
+        used += n
+    return b"".join(out), used, d
+
+
+# -- ChunkedDecoder ----------------------------------------------------------------------------
+def test_chunked_body_fed_whole() -> None:
+    payload, used, d = decode([BODY])
+    assert payload == PAYLOAD and used == len(BODY) and d.done and d.at_boundary
+
+
+def test_chunked_body_fed_one_byte_at_a_time() -> None:
+    """Reads can end anywhere, including inside a size line or the CRLF after a chunk's data."""
+    payload, used, d = decode([BODY[i : i + 1] for i in range(len(BODY))])
+    assert payload == PAYLOAD and used == len(BODY) and d.done
+
+
+def test_chunked_body_split_at_every_point_gives_the_same_result() -> None:
+    for i in range(len(BODY) + 1):
+        payload, used, d = decode([BODY[:i], BODY[i:]])
+        assert (payload, used, d.done) == (PAYLOAD, len(BODY), True), f"split at {i}"
+
+
+def test_bytes_after_the_last_chunk_are_not_consumed() -> None:
+    """A pipelined request (or an out-of-step upstream's bytes) after the body must stay unread:
+    `used` is how the tap knows where the next message starts."""
+    payload, used, d = decode([BODY + b"EXTRA"])
+    assert payload == PAYLOAD and used == len(BODY) and d.done
+    for i in range(len(BODY) + 1):
+        payload, used, d = decode([BODY[:i], BODY[i:] + b"EXTRA"])
+        assert (payload, used, d.done) == (PAYLOAD, len(BODY), True), f"split at {i}"
+    # Once done, nothing more is taken.
+    assert d.feed(b"more") == (b"", 0)
+
+
+def test_at_boundary_only_between_whole_chunks() -> None:
+    """The tap relays bytes fed since the last boundary as they came only when they are whole chunks."""
+    d = ChunkedDecoder()
+    assert d.at_boundary
+    assert d.feed(b"5;ext=1\r\nhello\r\nA\r\n0123456789\r\n") == (b"hello0123456789", 31)
+    assert d.at_boundary
+    for partial, payload in [(b"1", b""), (b"a\r", b""), (b"\n", b""), (b"abcdefghijklmnopqrstuvwxy", b"abcdefghijklmnopqrstuvwxy"),
+                             (b"z", b"z"), (b"\r", b"")]:
+        assert d.feed(partial) == (payload, len(partial))
+        assert not d.at_boundary, partial
+    d.feed(b"\n")
+    assert d.at_boundary and not d.done
+    d.feed(b"0\r\n")
+    assert not d.at_boundary and not d.done  # the trailer section is still to come
+    d.feed(b"X-Trailer: 1\r\n")
+    assert not d.at_boundary and not d.done
+    d.feed(b"\r\n")
+    assert d.at_boundary and d.done
+
+
+def test_fast_path_for_exactly_one_whole_chunk() -> None:
+    d = ChunkedDecoder()
+    data = chunk(b"data: {}\n\n")
+    assert d.feed(data) == (b"data: {}\n\n", len(data))
+    assert d.at_boundary and not d.done
+    assert d.feed(b"3;x=y\r\nabc\r\n") == (b"abc", 12)
+    assert d.feed(http1.LAST_CHUNK) == (b"", 5) and d.done
+
+
+def test_chunk_round_trips() -> None:
+    assert chunk(b"hello") == b"5\r\nhello\r\n"
+    assert chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
+    payload, used, d = decode([chunk(b"a" * 300), chunk(b"b"), http1.LAST_CHUNK])
+    assert payload == b"a" * 300 + b"b" and d.done
+
+
+@pytest.mark.parametrize("size", [b"-5", b"0x10", b"1_0", b"zz", b"", b" ", b"1" * 17, b"+5", b"5 5"])
+def test_malformed_chunk_sizes_are_refused(size: bytes) -> None:
+    """int(x, 16) alone would take `0x10`, `1_0`, ` 5` or a sign; a proxy reading sizes differently
+    from the upstream is how chunked smuggling works."""
+    with pytest.raises(BadMessage):
+        ChunkedDecoder().feed(size + b"\r\n" + b"x" * 40 + b"\r\n0\r\n\r\n")
+    with pytest.raises(BadMessage):  # the same line arriving byte by byte
+        d = ChunkedDecoder()
+        for b in size + b"\r\n":
+            d.feed(bytes([b]))
+
+
+def test_sixteen_hex_digits_are_accepted() -> None:
+    d = ChunkedDecoder()
+    assert d.feed(b"0000000000000003\r\nabc\r\n") == (b"abc", 23)
+
+
+@pytest.mark.parametrize("pieces", [[b"5\r\nhelloXY"], [b"5\r\nhello\rX"], [b"5\r\nhello", b"X", b"Y"], [b"5\r\nhelloworld\r\n"]])
+def test_chunk_data_not_followed_by_crlf_is_refused(pieces: list[bytes]) -> None:
+    d = ChunkedDecoder()
+    with pytest.raises(BadMessage, match="CRLF"):
+        for piece in pieces:
+            d.feed(piece)
+
+
+def test_over_long_size_line_is_refused_while_it_arrives() -> None:
+    """The size line is buffered until its end: without a limit a client could grow it forever."""
+    d = ChunkedDecoder()
+    with pytest.raises(BadMessage, match="too long"):
+        for _ in range(10):
+            d.feed(b"5;" + b"x" * 1000)
+
+
+def test_over_long_size_line_is_refused_however_it_is_split() -> None:
+    """The same bytes must be accepted or refused whatever the read boundaries were; a limit that
+    only holds when a line is split across reads depends on TCP segmentation."""
+    line = b"5;ext=" + b"x" * (2 * http1.MAX_CHUNK_LINE_BYTES) + b"\r\nhello\r\n0\r\n\r\n"
+    with pytest.raises(BadMessage, match="too long"):
+        ChunkedDecoder().feed(line)
+
+
+# -- request heads -----------------------------------------------------------------------------
+def test_request_head_is_preserved_exactly() -> None:
+    head = parse_request_head(
+        b"POST /v1/a%2Fb/x?q=%20y&z=%C3%A9 HTTP/1.1\r\nHost: example\r\nX-MiXed-Case:  Value with  spaces \t\r\n"
+        b"content-length: 0\r\nX-Empty:"
+    )
+    assert head.method == b"POST" and head.version == b"1.1"
+    assert head.target == b"/v1/a%2Fb/x?q=%20y&z=%C3%A9" and head.path == b"/v1/a%2Fb/x"
+    assert head.fields == [
+        (b"Host", b"example"), (b"X-MiXed-Case", b"Value with  spaces"), (b"content-length", b"0"), (b"X-Empty", b""),
+    ]
+    assert head.get(b"x-mixed-case") == b"Value with  spaces" and head.get(b"absent") is None
+    assert parse_request_head(b"GET / HTTP/1.0").version == b"1.0"
+
+
+@pytest.mark.parametrize(
+    "head, why",
+    [
+        (b"GET / HTTP/1.1\r\nX-A: 1\r\n continued", "folding"),
+        (b"GET / HTTP/1.1\r\nX-A: 1\r\n\tcontinued", "folding"),
+        (b"GET / HTTP/1.1\r\nHost : h", "header line"),
+        (b"GET / HTTP/1.1\r\nHost\t: h", "header line"),
+        (b"GET / HTTP/1.1\r\nNoColonHere", "header line"),
+        (b"GET / HTTP/1.1\r\n: no name", "header line"),
+        (b"GET / HTTP/1.1\r\nX A: 1", "header line"),
+        (b"GET /", "request line"),
+        (b"GET  / HTTP/1.1", "request line"),
+        (b"GET / HTTP/1.1 extra", "request line"),
+        (b"G3T / HTTP/1.1", "request line"),
+        (b"", "request line"),
+        (b"GET / HTTP/2.0", "protocol"),
+        (b"GET / HTTP/0.9", "protocol"),
+        (b"GET / http/1.1", "protocol"),
+    ],
+)
+def test_malformed_request_heads_are_refused_with_a_reason(head: bytes, why: str) -> None:
+    with pytest.raises(BadMessage, match=why):
+        parse_request_head(head)
+
+
+def test_response_head() -> None:
+    head = parse_response_head(b"HTTP/1.1 404 Not Found Here\r\nContent-Length: 3")
+    assert (head.version, head.status, head.reason, head.fields) == (b"1.1", 404, b"Not Found Here", [(b"Content-Length", b"3")])
+    assert parse_response_head(b"HTTP/1.0 200").reason == b""
+    for bad in (b"HTTP/1.1 20 OK", b"HTTP/1.1 abc OK", b"ICY 200 OK", b"HTTP/1.1 200 OK\r\nBad Name: x"):
+        with pytest.raises(BadMessage):
+            parse_response_head(bad)
+
+
+# -- body lengths ------------------------------------------------------------------------------
+def req(*fields: tuple[bytes, bytes]) -> RequestHead:
+    return RequestHead(b"POST", b"/", b"1.1", list(fields))
+
+
+def test_request_body_length() -> None:
+    assert request_body_length(req()) == 0
+    assert request_body_length(req((b"Content-Length", b"42"))) == 42
+    assert request_body_length(req((b"content-length", b"7"), (b"Content-Length", b"7"))) == 7  # repeated, equal
+    assert request_body_length(req((b"Transfer-Encoding", b"chunked"))) is None
+    assert request_body_length(req((b"transfer-encoding", b"Chunked"))) is None
+
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ([(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"5")], "both"),
+        ([(b"Content-Length", b"5"), (b"transfer-encoding", b"chunked")], "both"),
+        ([(b"Content-Length", b"5"), (b"Content-Length", b"6")], "conflicting"),
+        ([(b"Content-Length", b"abc")], "not a number"),
+        ([(b"Content-Length", b"-1")], "not a number"),
+        ([(b"Content-Length", b"+5")], "not a number"),
+        ([(b"Content-Length", b"5, 5")], "not a number"),
+        ([(b"Transfer-Encoding", b"gzip")], "not supported"),
+        ([(b"Transfer-Encoding", b"gzip, chunked")], "not supported"),
+        ([(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")], "not supported"),
+    ],
+)
+def test_ambiguous_request_bodies_are_refused(fields: list[tuple[bytes, bytes]], why: str) -> None:
+    """The tap and the engine must agree on where a request ends, or one can hide a second request in the body."""
+    with pytest.raises(BadMessage, match=why):
+        request_body_length(req(*fields))
+
+
+def resp(status: int, *fields: tuple[bytes, bytes]) -> ResponseHead:
+    return ResponseHead(b"1.1", status, b"X", list(fields))
+
+
+def test_response_body_length() -> None:
+    cl = (b"Content-Length", b"42")
+    te = (b"Transfer-Encoding", b"chunked")
+    assert response_body_length(resp(200, cl), b"HEAD") == 0
+    assert response_body_length(resp(200, te), b"HEAD") == 0
+    for status in (100, 101, 103, 204, 304):
+        assert response_body_length(resp(status, cl), b"GET") == 0, status
+    assert response_body_length(resp(200, te), b"POST") == CHUNKED
+    assert response_body_length(resp(200, (b"transfer-encoding", b"gzip, Chunked")), b"GET") == CHUNKED
+    assert response_body_length(resp(200, te, cl), b"GET") == CHUNKED  # RFC 9112 6.3: chunked wins
+    assert response_body_length(resp(200, cl), b"GET") == 42
+    assert response_body_length(resp(404, (b"content-length", b"0")), b"GET") == 0
+    assert response_body_length(resp(200), b"GET") == UNTIL_CLOSE
+    assert response_body_length(resp(200, (b"Transfer-Encoding", b"gzip")), b"GET") == UNTIL_CLOSE
+    with pytest.raises(BadMessage):
+        response_body_length(resp(200, (b"Content-Length", b"x")), b"GET")
+
+
+def test_connection_tokens_from_every_connection_field() -> None:
+    fields = [
+        (b"Connection", b"Keep-Alive, X-Drop-Me"), (b"Host", b"h"), (b"connection", b" CLOSE ,, "),
+        (b"X-Connection", b"not-a-token"),
+    ]
+    assert connection_tokens(fields) == {b"keep-alive", b"x-drop-me", b"close"}
+    assert connection_tokens([]) == set()
