@@ -21,6 +21,7 @@ RUNBOOK_DIR = "docs/runbooks"
 SEVERITY = {"page": "critical", "ticket": "warning"}
 TIER_NO_DATA = "no-data"
 NO_DATA_SUFFIX = "NoData"
+HOUR_MS = 3_600_000
 
 
 def runbook_path(alert: str | Rule) -> str:
@@ -129,7 +130,21 @@ def no_data_selectors(ctx: SLOContext) -> list[str]:
     return [f"{C.sli_total_rate(base)}{flt}"]
 
 
+def no_data_scope(ctx: SLOContext) -> tuple[str, ...]:
+    """The labels an SLI is evaluated per (its `by`, e.g. cluster): each gets its own no-data arm."""
+    sli = ctx.slo.sli
+    return tuple(sli.by) if isinstance(sli, EventsSLI) and sli.by and not ctx.opts.disable_recordings else ()
+
+
+def no_data_lookback(ctx: SLOContext) -> int:
+    """How far back a scope (a cluster) must have reported to count as gone dark now (ms)."""
+    return max(HOUR_MS, 8 * ctx.base_window)
+
+
 def _no_data_alert(ctx: SLOContext) -> Rule:
+    """`absent()` of the sources, which fires only once they are gone everywhere; and, for an SLI
+    evaluated per cluster (its `by` labels), one arm per cluster that reported within the last
+    hour but stopped: in a fleet-wide ruler one dark cluster would otherwise go unnoticed."""
     slo = ctx.slo
     a = slo.alerting
     meta = a.ticket if not a.ticket.disable else a.page
@@ -138,12 +153,23 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
     labels = {C.LABEL_ALERT_SEVERITY: SEVERITY["ticket"], **meta.labels, **slo.id_labels,
               C.LABEL_SEVERITY: "ticket", C.LABEL_TIER: TIER_NO_DATA}
     wait = 2 * ctx.base_window
+    absents = [f"absent({s})" for s in selectors]
+    expr = "\nor\n".join(absents) + "\n"
+    scope = no_data_scope(ctx)
+    per_scope = ""
+    if scope:
+        by = ", ".join(scope)
+        recorded = f"{C.sli_total_rate(format_duration(ctx.base_window))}{label_filter(slo.id_labels)}"
+        lookback = format_duration(no_data_lookback(ctx))
+        expr += (f"or\n(\n  group by ({by}) (present_over_time({recorded}[{lookback}]))\n  unless\n"
+                 f"  group by ({by}) ({recorded})\n  unless on ()\n  ({' or '.join(absents)})\n)\n")
+        per_scope = (f" Per {by}: the SLI's recorded rate {recorded} stopped where it was reported within the last "
+                     f"{lookback} (the alert's labels name where), while the sources still report elsewhere.")
     ann = {
         "summary": f"{slo.service} {slo.name}: the SLI has no data, so its burn-rate alerts cannot fire.",
-        "description": (f"No samples for {format_duration(wait)} from: {', '.join(selectors)}. Check that the "
-                        f"exporter or tap is scraped and that the selectors match (for a latency SLI, that the "
+        "description": (f"No samples for {format_duration(wait)} from: {', '.join(selectors)}.{per_scope} Check that "
+                        f"the exporter or tap is scraped and that the selectors match (for a latency SLI, that the "
                         f"threshold is a bucket bound)."),
         "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
     }
-    expr = "\nor\n".join(f"absent({s})" for s in selectors) + "\n"
     return Rule(expr=expr, alert=name, for_=format_duration(wait), labels=labels, annotations=ann)

@@ -6,7 +6,8 @@ Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), three test
     enabled tier has fired, then recovery until all have resolved;
   * slow burn: a burn rate between the fastest ticket tier and the slowest page tier, so the
     ticket tiers fire and the page tiers must not;
-  * no data: no source series, so the no-data alert fires after its `for`.
+  * no data: no source series, so the no-data alert fires after its `for`; and, for an SLI
+    evaluated per cluster (its `by`), one cluster of two going dark fires it for that cluster only.
 Expectations come from generators/simulate.py, and each check is placed on both sides of a
 tier's transition at steps where no deciding ratio is within 5% of its threshold, so the tests
 pin the firing and resolving times to one evaluation interval without being brittle.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators import SLOResult
-from slogen.generators.alerts import no_data_alert_name, no_data_selectors
+from slogen.generators.alerts import no_data_alert_name, no_data_lookback, no_data_scope, no_data_selectors
 from slogen.generators.simulate import Simulation, simulate
 from slogen.gofmt import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
@@ -213,6 +214,7 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
     groups = [scenarios] if split and len(scenarios) > 1 else [[s] for s in scenarios]
     out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
     out.append(_no_data_group(r, step))
+    out += _scope_dark_groups(r, fixtures, step)
     return out
 
 
@@ -310,6 +312,57 @@ def _no_data_group(r: SLOResult, step: int) -> dict:
              "exp_alerts": [_expected(rule, labels) for labels in label_sets]},
         ],
     }
+
+
+LOOKBACK_DELTA_MS = 300_000  # Prometheus' default: how long an instant selector still sees a series after its last sample
+
+
+def _scope_dark_groups(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int) -> list[dict]:
+    """For an SLI evaluated per cluster (its first `by` label): two clusters report clean traffic
+    and one goes dark, so the no-data alert fires for that cluster only, after its recorded rate
+    lapses plus `for`; and both go dark, so it fires once, from `absent()`, not once per cluster."""
+    scope = no_data_scope(r.ctx)
+    if not scope or not all(label in f.labels for f in fixtures for label in scope):
+        return []
+    rule = next(x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) == "no-data")
+    label = scope[0]
+    others = {name: {f.labels[name] for f in fixtures} for name in scope[1:]}
+    if any(len(values) != 1 for values in others.values()):
+        return []
+    w = max(1, r.ctx.base_window // step)  # steps per base window
+    wait = -(-2 * r.ctx.base_window // step)  # the alert's `for`, in steps
+    stop = 2 * w + 2  # samples of a cluster that goes dark: enough for its recorded rate to exist
+    # Its recorded rate lapses within one base window of its last sample; then `for` runs.
+    quiet_until, firing_at = stop + wait - 1, stop + w + wait + 2
+    if (firing_at - stop + 1) * step >= no_data_lookback(r.ctx):
+        return []
+
+    def series(lengths: dict[str, int]) -> list[dict]:
+        return [_series(SeriesFixture(f.name, {**f.labels, label: value}, f.role, f.good_value, f.bad_value), [0.0] * n)
+                for value, n in lengths.items() for f in fixtures]
+
+    one_dark = {label: "dark", **{name: values.pop() for name, values in others.items()}}
+    # Both dark: absent() holds once the sources leave the instant lookback; then `for` runs.
+    absent_from = -(-((stop - 1) * step + LOOKBACK_DELTA_MS) // step) + 1
+    label_sets = []
+    for sel in no_data_selectors(r.ctx):
+        if (labels := _equality_labels(sel)) not in label_sets:
+            label_sets.append(labels)
+    return [
+        {"name": f"{r.slo.id}: one {label} of two goes dark, so the no-data alert fires for that {label} only",
+         "interval": format_duration(step),
+         "input_series": series({"lit": firing_at + 1, "dark": stop}),
+         "alert_rule_test": [
+             {"eval_time": format_duration(quiet_until * step), "alertname": rule.alert, "exp_alerts": []},
+             {"eval_time": format_duration(firing_at * step), "alertname": rule.alert,
+              "exp_alerts": [_expected(rule, one_dark)]}]},
+        {"name": f"{r.slo.id}: every {label} goes dark, so the no-data alert fires once, not once per {label}",
+         "interval": format_duration(step),
+         "input_series": series({"dark": stop, "also-dark": stop}),
+         "alert_rule_test": [
+             {"eval_time": format_duration((absent_from + wait + 1) * step), "alertname": rule.alert,
+              "exp_alerts": [_expected(rule, labels) for labels in label_sets]}]},
+    ]
 
 
 def _equality_labels(sel: str) -> dict[str, str]:
