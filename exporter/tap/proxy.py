@@ -202,8 +202,11 @@ class TapProxy:
             except Exception:  # an observer's bug must not break the relay
                 log.exception("event=tap_observer_failed")
 
-    def upstream_request(self, head: RequestHead, body: bytes, has_body: bool, timed: bool) -> bytes:
-        """The request as sent upstream: the client's fields minus connection-specific ones."""
+    def upstream_request(
+        self, head: RequestHead, body: bytes, has_body: bool, timed: bool, upgrade: bytes | None = None
+    ) -> bytes:
+        """The request as sent upstream: the client's fields minus connection-specific ones (but an
+        upgrade, e.g. to WebSocket, is asked for again: the tap relays it as a tunnel)."""
         drop = _DROP_REQUEST | http1.connection_tokens(head.fields)
         if timed:
             drop = drop | {b"accept-encoding"}
@@ -214,13 +217,15 @@ class TapProxy:
             lines.append(b"Accept-Encoding: identity\r\n")  # the tap must read the stream it times
         if has_body:
             lines.append(b"Content-Length: %d\r\n" % len(body))
+        if upgrade is not None:
+            lines.append(b"Connection: upgrade\r\nUpgrade: %s\r\n" % upgrade)
         lines.append(b"\r\n")
         lines.append(body)
         return b"".join(lines)
 
 
 # Client connection states.
-_HEAD, _BODY, _BUSY, _DRAIN = range(4)
+_HEAD, _BODY, _BUSY, _DRAIN, _TUNNEL = range(5)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -250,6 +255,10 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         state = self.state
+        if state == _TUNNEL:
+            if self.exchange is not None:
+                self.exchange.to_upstream(data)
+            return
         if state == _DRAIN:
             return
         if state == _HEAD and not self.buf:
@@ -363,6 +372,16 @@ class ClientConnection(asyncio.Protocol):
         self.exchange = Exchange(self.proxy, self, head, body, has_body, arrival)
         self.exchange.start()
 
+    def start_tunnel(self) -> None:
+        """The upstream switched protocols: from now on bytes pass both ways unparsed."""
+        self.state = _TUNNEL
+        buf, self.buf = self.buf, b""
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if buf and self.exchange is not None:
+            self.exchange.to_upstream(buf)
+
     def exchange_done(self, close: bool) -> None:
         """Called by the exchange once its response is complete (or could not be given)."""
         self.exchange = None
@@ -426,9 +445,10 @@ class Exchange:
         self.client = client
         self.head = head
         self.timing = RequestTiming(arrival)
-        timed = head.method == b"POST" and head.path in TIMED_PATHS
+        self.upgrade = head.get(b"upgrade") if b"upgrade" in http1.connection_tokens(head.fields) else None
+        timed = head.method == b"POST" and head.path in TIMED_PATHS and self.upgrade is None
         self.plan = proxy.plan(head, body) if timed else None
-        self.request = proxy.upstream_request(head, self.plan.body if self.plan else body, has_body, timed)
+        self.request = proxy.upstream_request(head, self.plan.body if self.plan else body, has_body, timed, self.upgrade)
         self.client_close = head.version == b"1.0" or b"close" in http1.connection_tokens(head.fields)
         self.conn: UpstreamConnection | None = None
         self.task: asyncio.Task[None] | None = None
@@ -446,7 +466,8 @@ class Exchange:
         self.mode = _RAW
         self.prefix = b""  # the response head, written with the first body bytes
         self.terminated = False  # the client already got the last-chunk marker
-        self.reusable = True
+        self.reusable = self.upgrade is None
+        self.tunnel = False  # switched protocols (101): bytes pass both ways unparsed
 
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
@@ -488,6 +509,9 @@ class Exchange:
 
     # -- upstream callbacks ----------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
+        if self.tunnel:
+            self.client.write(data)
+            return
         t = self.proxy.clock()
         if self.response is None:
             data = self._head(data, t)
@@ -514,6 +538,9 @@ class Exchange:
                 self.reusable = False
                 self._fail(f"upstream sent a malformed response: {e}\n")
                 return b""
+            if head.status == 101 and self.upgrade is not None:
+                self._open_tunnel(rbuf[: end + 4], rbuf[end + 4 :])
+                return b""
             rbuf = rbuf[end + 4 :]
             if head.status >= 200:
                 break  # 1xx interim responses are not relayed
@@ -523,6 +550,23 @@ class Exchange:
             self._end(t)
             return b""
         return rbuf
+
+    def _open_tunnel(self, head: bytes, rest: bytes) -> None:
+        """Relay the upstream's 101 as it came and join the two connections (e.g. a WebSocket)."""
+        self.tunnel, self.status, self.rbuf = True, 101, b""
+        self.client.write(head + rest)
+        self.client.start_tunnel()
+
+    def to_upstream(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.write(data)
+
+    def upstream_full(self, full: bool) -> None:
+        """Tunnel backpressure the other way: a full upstream socket stops reading from the client."""
+        transport = self.client.transport
+        if self.tunnel and transport is not None and not transport.is_closing():
+            transport.pause_reading() if full else transport.resume_reading()
 
     def _respond(self, head: ResponseHead, framing: int, t: float) -> None:
         self.response, self.status, self.framing = head, head.status, framing
@@ -624,7 +668,9 @@ class Exchange:
         self.conn = None
         if self.done:
             return
-        if self.response is None:
+        if self.tunnel:
+            self._finish(C.OUTCOME_OK, close=True)
+        elif self.response is None:
             self.reusable = False
             self._fail("upstream closed the connection before responding\n")
         elif self.framing == UNTIL_CLOSE:

@@ -26,6 +26,8 @@ class UpstreamUser(Protocol):
 
     def upstream_lost(self) -> None: ...
 
+    def upstream_full(self, full: bool) -> None: ...
+
 
 class UpstreamConnection(asyncio.Protocol):
     __slots__ = ("pool", "transport", "user", "idle_since", "closed")
@@ -50,6 +52,14 @@ class UpstreamConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         return False  # close; connection_lost tells the user
+
+    def pause_writing(self) -> None:
+        if self.user is not None:
+            self.user.upstream_full(True)
+
+    def resume_writing(self) -> None:
+        if self.user is not None:
+            self.user.upstream_full(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -16,6 +16,8 @@ token, optional usage chunk, `[DONE]`) and is steered per request by headers:
   x-test-usage-null      "1": when usage is asked for, add `"usage":null` to every other chunk (as OpenAI does)
   x-test-linger-ms       delay between `[DONE]` and the end of the body
 
+GET /ws is a WebSocket that echoes text messages prefixed with `echo:`.
+
 For each request it records the sha256 of every body byte it sent, and of the bytes a client
 gets when the usage event (sent only because usage was asked for) is left out, whether its
 handler saw the client go away, and how many bytes it had written.
@@ -43,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 ROOT = Path(__file__).resolve().parents[2]
 GZIP_BODY = gzip.compress(b"compressed by the engine " * 100, mtime=0)
@@ -113,7 +115,17 @@ class TestUpstream:
         app.router.add_get("/_records", self.dump)
         app.router.add_route("*", "/echo/{tail:.*}", self.echo)
         app.router.add_get("/gzip", self.gzipped)
+        app.router.add_get("/ws", self.websocket)
         return app
+
+    async def websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """Echoes text messages back prefixed with `echo:` (a protocol upgrade through the tap)."""
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                await ws.send_str("echo:" + msg.data)
+        return ws
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "chat-a", "object": "model"}]})

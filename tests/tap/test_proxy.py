@@ -244,6 +244,29 @@ def test_other_paths_pass_through_untouched(stack: Callable) -> None:
     run(go())
 
 
+def test_websocket_upgrade_is_relayed_as_a_tunnel(stack: Callable) -> None:
+    """Engines serve WebSocket endpoints too (vLLM's realtime API); a sidecar tap must not break them."""
+
+    async def go() -> None:
+        async with stack() as st:
+            async with aiohttp.ClientSession() as s, s.ws_connect(st.tap_url + "/ws", max_msg_size=0) as ws:
+                for i in range(3):
+                    await ws.send_str(f"m{i}")
+                    assert await ws.receive_str() == f"echo:m{i}"
+                big = "x" * 4_000_000  # more than any socket buffer: backpressure both ways
+                await ws.send_str(big)
+                assert await ws.receive_str() == "echo:" + big
+            assert st.records == [], "an upgraded connection is relayed, not timed"
+            pool = st.server.proxy.pool  # type: ignore[attr-defined]
+            for _ in range(100):  # the tunnel's upstream connection closes with the client's
+                if not pool.live:
+                    break
+                await asyncio.sleep(0.01)
+            assert not pool.live
+
+    run(go())
+
+
 def test_null_usage_removal_touches_only_a_trailing_top_level_member() -> None:
     from exporter.tap.relay import _without_null_usage
 
