@@ -53,6 +53,9 @@ class TapSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     inject_usage: bool = True
     connect_timeout_s: float = 10.0
+    # A client connection with no request in flight is closed after this long without a byte
+    # from it (nginx: keepalive_timeout 75s), so idle or stalled clients cannot pile up.
+    client_idle_timeout_s: float = 75.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,15 @@ class TapProxy:
     # -- shutdown --------------------------------------------------------------------------
     def busy(self) -> int:
         return sum(1 for c in self.connections if c.exchange is not None)
+
+    def close_idle(self) -> int:
+        """Close client connections that sent nothing for client_idle_timeout_s while no request of
+        theirs was in flight; returns how many. Run periodically (TapServer does)."""
+        cutoff = self.clock() - self.settings.client_idle_timeout_s
+        idle = [c for c in self.connections if c.exchange is None and c.last_activity < cutoff]
+        for conn in idle:
+            conn.close()
+        return len(idle)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking requests, let in-flight ones finish (up to timeout_s), then close everything."""
@@ -243,6 +255,7 @@ class ClientConnection(asyncio.Protocol):
         self.body_size = 0
         self.decoder: http1.ChunkedDecoder | None = None  # with a chunked body
         self.exchange: Exchange | None = None
+        self.last_activity = proxy.clock()
         self._advancing = False
         self._reading_paused = False
         self.writing_paused = False  # the client's socket buffer is full
@@ -261,8 +274,9 @@ class ClientConnection(asyncio.Protocol):
             return
         if state == _DRAIN:
             return
-        if state == _HEAD and not self.buf:
-            self.arrival = self.proxy.clock()
+        now = self.last_activity = self.proxy.clock()
+        if state != _BODY and not self.buf:
+            self.arrival = now  # the first bytes of a request (pipelined ones may come while busy)
         self.buf = self.buf + data if self.buf else data
         if state == _BUSY:
             # Pipelined bytes wait for the current response; a flood of them stops reading.
@@ -385,6 +399,7 @@ class ClientConnection(asyncio.Protocol):
     def exchange_done(self, close: bool) -> None:
         """Called by the exchange once its response is complete (or could not be given)."""
         self.exchange = None
+        self.last_activity = self.proxy.clock()
         transport = self.transport
         if transport is None or transport.is_closing():
             return

@@ -49,6 +49,7 @@ class TapServer:
         self.shutdown_timeout_s = shutdown_timeout_s
         self._runners: list[web.AppRunner] = []
         self._proxy_server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.proxy_address: BoundAddress | None = None
         self.metrics_address: BoundAddress | None = None
 
@@ -76,6 +77,7 @@ class TapServer:
             self._proxy_server = await loop.create_server(
                 self.proxy.protocol, listen[0], listen[1], reuse_address=True, backlog=1024
             )
+            self._sweeper = loop.create_task(self._sweep())
             addr = self._proxy_server.sockets[0].getsockname()
             self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
             self.metrics_address = await self._start_app(self._metrics_app(), *metrics_listen)
@@ -83,8 +85,17 @@ class TapServer:
             await self.stop()
             raise
 
+    async def _sweep(self) -> None:
+        period = min(10.0, self.proxy.settings.client_idle_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            self.proxy.close_idle()
+
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish (up to shutdown_timeout_s), close everything."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
         server, self._proxy_server = self._proxy_server, None
         if server is not None:
             server.close()

@@ -529,3 +529,25 @@ def test_idle_upstream_connections_expire(stack: Callable, monkeypatch: pytest.M
             c.close()
 
     asyncio.run(go())
+
+
+def test_idle_client_connections_are_closed_but_busy_ones_are_not(stack: Callable) -> None:
+    """Idle keep-alive clients (or ones stalled mid-head) must not pile up on a long-lived sidecar."""
+
+    async def go() -> None:
+        async with stack(client_idle_timeout_s=0.3) as st:
+            idle, stalled, busy = [await Client.open(st.tap_url) for _ in range(3)]
+            await idle.send(get(b"/v1/models"))
+            assert (await idle.response()).head.status == 200
+            await stalled.send(b"GET /v1/models HTTP/1.1\r\nHost: t")  # a head that never ends
+            # A stream that lasts longer than the idle timeout, while the client sends nothing.
+            await busy.send(post(CHAT, chat_body(), b"x-test-chunks: 8", b"x-test-delay-ms: 100"))
+            started = time.monotonic()
+            assert await idle.at_eof() and await stalled.at_eof()
+            assert time.monotonic() - started < 2.0
+            response = await busy.response(b"POST")
+            assert response.body.endswith(b"data: [DONE]\n\n") and await busy.still_open()
+            for c in (idle, stalled, busy):
+                c.close()
+
+    asyncio.run(go())
