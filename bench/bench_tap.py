@@ -11,8 +11,9 @@ per streamed chunk is the proxy process's (all nginx processes') CPU time over t
 delivered in the measured window.
 
 On a shared machine the neighbours' load drifts over seconds, by more than the sub-millisecond
-differences measured here; so the paths take turns in short rounds (in a rotating order) and
-each path's samples are pooled over all rounds, which spreads any drift over every path alike.
+differences measured here; so the paths take turns in short rounds (in a rotating order), each
+round's figures are taken against the direct path's of the same round, and the median over the
+rounds is reported, so drift falls on every path alike and one disturbed round decides nothing.
 Each stream's first response is cut short by a different amount, so that the streams' request
 turnovers are spread evenly over time instead of all falling in the same 100 ms every 3 s.
 """
@@ -25,6 +26,7 @@ import pwd
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -328,10 +330,22 @@ def _figures(samples: Samples, cpu_s: float, proxied: bool) -> PathFigures:
     )
 
 
-def _measure_turns(paths: dict[str, tuple[int, list[int]]], streams: int, upstream_pid: int) -> dict[str, PathFigures]:
-    """ROUNDS turns per path, in an order that rotates each round; samples pooled per path."""
-    pooled = {name: Samples() for name in paths}
+@dataclass
+class PathRuns:
+    """One path's figures for each turn, and its CPU per chunk over all turns."""
+
+    turns: list[PathFigures]
+    cpu_us_per_chunk: float | None
+
+    def median(self, attr: str) -> float:
+        return statistics.median(getattr(f, attr) for f in self.turns)
+
+
+def _measure_turns(paths: dict[str, tuple[int, list[int]]], streams: int, upstream_pid: int) -> dict[str, PathRuns]:
+    """ROUNDS turns per path, in an order that rotates each round."""
+    turns: dict[str, list[PathFigures]] = {name: [] for name in paths}
     cpu = dict.fromkeys(paths, 0.0)
+    chunks = dict.fromkeys(paths, 0)
     names = list(paths)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -339,50 +353,55 @@ def _measure_turns(paths: dict[str, tuple[int, list[int]]], streams: int, upstre
             with ahead_of_neighbours([upstream_pid, *pids]) as how:
                 SCHEDULING[0] = how
                 samples, cpu_s = asyncio.run(_drive(port, streams, pids))
-            pooled[name].ttft_ns += samples.ttft_ns
-            pooled[name].delay_ns += samples.delay_ns
+            turns[name].append(_figures(samples, cpu_s, bool(pids)))
             cpu[name] += cpu_s
-    return {name: _figures(pooled[name], cpu[name], bool(paths[name][1])) for name in names}
+            chunks[name] += len(samples.delay_ns)
+    return {name: PathRuns(turns[name], cpu[name] / chunks[name] * 1e6 if paths[name][1] else None) for name in names}
+
+
+def added(runs: dict[str, PathRuns], name: str, attr: str) -> float:
+    """The median over the rounds of (this path's figure - the direct path's in the same round):
+    a round disturbed by a neighbour weighs no more than any other."""
+    return statistics.median(
+        getattr(p, attr) - getattr(d, attr) for p, d in zip(runs[name].turns, runs["direct"].turns)
+    )
 
 
 def _ratio(ours: float, peer: float) -> str:
     return f"{ours / peer:.2f}x" if peer > 0 else "n/a (peer added nothing measurable)"
 
 
-def measure_all() -> dict[int, dict[str, PathFigures]]:
-    results: dict[int, dict[str, PathFigures]] = {}
+def measure_all() -> dict[int, dict[str, PathRuns]]:
+    results: dict[int, dict[str, PathRuns]] = {}
     with _upstream() as (upstream_port, upstream_pid), _tap(upstream_port) as tap, \
             _tap(upstream_port, "asyncio") as tap_asyncio, _nginx(upstream_port) as nginx:
         paths = {"direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx}
         for streams in STREAM_COUNTS:
-            results[streams] = figures = _measure_turns(paths, streams, upstream_pid)
-            for name, f in figures.items():
-                print(f"  {streams} streams, {name}: {f}", file=sys.stderr, flush=True)
+            results[streams] = runs = _measure_turns(paths, streams, upstream_pid)
+            for name, r in runs.items():
+                print(f"  {streams} streams, {name}: {r}", file=sys.stderr, flush=True)
     return results
 
 
-def rows_from(results: dict[int, dict[str, PathFigures]]) -> list[Row]:
+def rows_from(results: dict[int, dict[str, PathRuns]]) -> list[Row]:
     rows: list[Row] = []
-    for streams, f in results.items():
-        d, tap, ngx = f["direct"], f["tap"], f["nginx"]
+    for streams, runs in results.items():
         for label, attr in (
             ("TTFT p50", "ttft_p50_ms"), ("TTFT p99", "ttft_p99_ms"),
             ("per-chunk p50", "chunk_p50_ms"), ("per-chunk p99", "chunk_p99_ms"),
         ):
-            base = getattr(d, attr)
-            ours, peer = getattr(tap, attr) - base, getattr(ngx, attr) - base
-            rows.append(Row(SECTION, f"added {label}, {streams} streams (ms; direct {base:.3f})",
+            ours, peer = added(runs, "tap", attr), added(runs, "nginx", attr)
+            rows.append(Row(SECTION, f"added {label}, {streams} streams (ms; direct {runs['direct'].median(attr):.3f})",
                             f"{ours:.3f}", f"{peer:.3f}", _ratio(ours, peer), COMMAND))
-        slow = f["tap-asyncio"]
-        ours = slow.chunk_p99_ms - d.chunk_p99_ms
+        ours, peer = added(runs, "tap-asyncio", "chunk_p99_ms"), added(runs, "nginx", "chunk_p99_ms")
         rows.append(Row(SECTION, f"added per-chunk p99, {streams} streams, tap on asyncio's own loop (ms)",
-                        f"{ours:.3f}", f"{ngx.chunk_p99_ms - d.chunk_p99_ms:.3f}",
-                        _ratio(ours, ngx.chunk_p99_ms - d.chunk_p99_ms), COMMAND))
-        for name, t in (("", tap), (", tap on asyncio's own loop", slow)):
-            assert t.cpu_us_per_chunk is not None and ngx.cpu_us_per_chunk is not None
+                        f"{ours:.3f}", f"{peer:.3f}", _ratio(ours, peer), COMMAND))
+        ngx = runs["nginx"].cpu_us_per_chunk
+        for name, key in (("", "tap"), (", tap on asyncio's own loop", "tap-asyncio")):
+            cpu = runs[key].cpu_us_per_chunk
+            assert cpu is not None and ngx is not None
             rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams{name} (µs)",
-                            f"{t.cpu_us_per_chunk:.1f}", f"{ngx.cpu_us_per_chunk:.1f}",
-                            _ratio(t.cpu_us_per_chunk, ngx.cpu_us_per_chunk), COMMAND))
+                            f"{cpu:.1f}", f"{ngx:.1f}", _ratio(cpu, ngx), COMMAND))
     return rows
 
 
@@ -391,15 +410,14 @@ def run() -> list[Row]:
         raise RuntimeError(f"{NGINX} is missing: run scripts/install-system-deps.sh (Debian package nginx)")
     results = measure_all()
     top = results[max(STREAM_COUNTS)]
-    added_p99 = top["tap"].chunk_p99_ms - top["direct"].chunk_p99_ms
-    nginx_p99 = top["nginx"].chunk_p99_ms - top["direct"].chunk_p99_ms
+    added_p99, nginx_p99 = added(top, "tap", "chunk_p99_ms"), added(top, "nginx", "chunk_p99_ms")
     NOTES[SECTION] = (
-        f"Ours = the tap, peer = nginx; each added figure is the path's percentile minus the direct path's in the same run. "
-        f"Upstream: {TOKENS} chunks per response every {INTERVAL_MS:g} ms after a {FIRST_MS:g} ms first token, streams' "
-        f"phases spread over one response; the paths take {ROUNDS} turns each in rotating order ({WARMUP_S:g} s warm-up, "
-        f"{MEASURE_S:g} s measured per turn, samples pooled per path) so that drifting load on the shared machine "
-        f"falls on every path alike; the client, the "
-        f"upstream and the proxy ran with {SCHEDULING[0]} so that neighbours on a shared machine weigh less. "
+        f"Ours = the tap, peer = nginx. Upstream: {TOKENS} chunks per response every {INTERVAL_MS:g} ms after a "
+        f"{FIRST_MS:g} ms first token, streams' phases spread over one response. The paths take {ROUNDS} turns each in "
+        f"rotating order ({WARMUP_S:g} s warm-up, {MEASURE_S:g} s measured per turn); each added figure is the median "
+        f"over the rounds of the path's percentile minus the direct path's in the same round, so that drifting load "
+        f"on the shared machine falls on every path alike and one disturbed round does not decide a figure. The "
+        f"client, the upstream and the proxy ran with {SCHEDULING[0]} so that neighbours weigh less. "
         f"Both proxies run as one process on the same terms: the tap is one Python process, nginx one worker "
         f"(worker_processes 1; its CPU figure counts master and worker), so neither gets the second core to itself. "
         f"The client does not ask for usage, so the tap injects it and strips the extra event: its costliest path. "
