@@ -169,6 +169,8 @@ class TapProxy:
         while self.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         for conn in list(self.connections):
+            if conn.exchange is not None:
+                conn.exchange.cut()  # the user got a truncated answer: the tap's failure, not the client's
             conn.abort()
         self.pool.close()
         await asyncio.sleep(0)  # let connection_lost callbacks run
@@ -700,6 +702,12 @@ class Exchange:
         response for a complete one."""
         self.reusable = False
         self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
+
+    def cut(self) -> None:
+        """The tap is shutting down with this response unfinished: count it as aborted."""
+        if not self.done:
+            self.reusable = False
+            self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
 
     # -- client callbacks ------------------------------------------------------------------
     def client_lost(self) -> None:

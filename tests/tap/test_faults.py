@@ -277,3 +277,32 @@ def test_slow_client_gets_backpressure_not_buffering(stack: Callable) -> None:
             assert "event=tap_stopping" in err
 
     asyncio.run(go())
+
+
+def test_stop_lets_in_flight_streams_finish_refuses_new_ones_and_counts_cut_ones_as_aborted(stack: Callable) -> None:
+    """A rolling restart of the engine pod stops the tap; what it cut short must count against the SLO."""
+
+    async def go() -> None:
+        async with stack() as st:  # shutdown grace: 1 s
+            host, port = st.tap_url.rsplit("/", 1)[-1].split(":")
+            async with aiohttp.ClientSession() as s:
+                short = await s.post(st.tap_url + CHAT, data=body(),
+                                     headers={"x-request-id": "short", "x-test-chunks": "4", "x-test-delay-ms": "100"})
+                long = await s.post(st.tap_url + CHAT, data=body(),
+                                    headers={"x-request-id": "long", "x-test-chunks": "100", "x-test-delay-ms": "50"})
+                await short.content.readuntil(b"\n\n")
+                await long.content.readuntil(b"\n\n")
+                stopping = asyncio.create_task(st.server.stop())  # type: ignore[attr-defined]
+                await asyncio.sleep(0.05)
+                with pytest.raises(OSError):
+                    await asyncio.open_connection(host, int(port))
+                assert (await short.read()).endswith(b"data: [DONE]\n\n"), "an in-flight stream finishes"
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await long.read()  # still running after the grace period: cut, not ended cleanly
+                took = time.monotonic()
+                await stopping
+                assert time.monotonic() - took < 0.5
+        outcomes = {r.request_id: r.outcome for r in st.records}
+        assert outcomes == {"short": C.OUTCOME_OK, "long": C.OUTCOME_ABORTED}
+
+    asyncio.run(go())
