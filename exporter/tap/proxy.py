@@ -217,11 +217,13 @@ class TapProxy:
                 log.exception("event=tap_observer_failed")
 
     def upstream_request(
-        self, head: RequestHead, body: bytes, has_body: bool, timed: bool, upgrade: bytes | None = None
+        self, head: RequestHead, body: bytes, has_body: bool, timed: bool, connection: set[bytes],
+        upgrade: bytes | None = None,
     ) -> bytes:
-        """The request as sent upstream: the client's fields minus connection-specific ones (but an
-        upgrade, e.g. to WebSocket, is asked for again: the tap relays it as a tunnel)."""
-        drop = _DROP_REQUEST | http1.connection_tokens(head.fields)
+        """The request as sent upstream: the client's fields minus connection-specific ones (those
+        `connection`, the client's Connection options, names too; but an upgrade, e.g. to WebSocket,
+        is asked for again: the tap relays it as a tunnel)."""
+        drop = _DROP_REQUEST | connection
         if timed:
             drop = drop | {b"accept-encoding"}
         pool = self.pool
@@ -336,9 +338,8 @@ class ClientConnection(asyncio.Protocol):
         head = http1.parse_request_head(self.buf[:end])
         self.buf = self.buf[end + 4 :]
         length = http1.request_body_length(head)
-        limit = self.proxy.settings.max_body_bytes
-        if length is not None and length > limit:
-            self.refuse(413, f"request body larger than the tap's limit of {limit} bytes\n")
+        if length is not None and length > self.proxy.settings.max_body_bytes:
+            self._refuse_body()
             return False
         self.head = head
         self.body_parts, self.body_size = [], 0
@@ -361,7 +362,7 @@ class ClientConnection(asyncio.Protocol):
                 self.body_parts.append(payload)
                 self.body_size += len(payload)
             if self.body_size > self.proxy.settings.max_body_bytes:
-                self.refuse(413, f"request body larger than the tap's limit of {self.proxy.settings.max_body_bytes} bytes\n")
+                self._refuse_body()
                 return False
             if not self.decoder.done:
                 return False
@@ -415,6 +416,9 @@ class ClientConnection(asyncio.Protocol):
         if self.buf:
             self._advance()
 
+    def _refuse_body(self) -> None:
+        self.refuse(413, f"request body larger than the tap's limit of {self.proxy.settings.max_body_bytes} bytes\n")
+
     def refuse(self, status: int, text: str) -> None:
         """Answer with the tap's own error and close, draining what the client is still uploading.
 
@@ -462,11 +466,14 @@ class Exchange:
         self.client = client
         self.head = head
         self.timing = RequestTiming(arrival)
-        self.upgrade = head.get(b"upgrade") if b"upgrade" in http1.connection_tokens(head.fields) else None
+        connection = http1.connection_tokens(head.fields)
+        self.upgrade = head.get(b"upgrade") if b"upgrade" in connection else None
         timed = head.method == b"POST" and head.path in TIMED_PATHS and self.upgrade is None
         self.plan = proxy.plan(head, body) if timed else None
-        self.request = proxy.upstream_request(head, self.plan.body if self.plan else body, has_body, timed, self.upgrade)
-        self.client_close = head.version == b"1.0" or b"close" in http1.connection_tokens(head.fields)
+        self.request = proxy.upstream_request(
+            head, self.plan.body if self.plan else body, has_body, timed, connection, self.upgrade
+        )
+        self.client_close = head.version == b"1.0" or b"close" in connection
         self.conn: UpstreamConnection | None = None
         self.task: asyncio.Task[None] | None = None
         self.done = False
