@@ -15,6 +15,7 @@ from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import load_paths as load_autoscaling
 from slogen.generators.dashboards import dashboard_files
 from slogen.generators.deploy import deploy_files
+from slogen.generators.hpa import hpa_files
 from slogen.generators.keda import keda_files
 from slogen.generators.runbooks import runbook_files
 from slogen.generators.views import AlertView, alert_views, from_context
@@ -28,9 +29,11 @@ def runbooks(results: Sequence, extra_alerts: Sequence[AlertView] = ()) -> dict[
     return runbook_files([*alert_views(results), *extra_alerts])
 
 
-def keda(results: Sequence, root: Path) -> dict[str, str]:
+def autoscalers(results: Sequence, root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """KEDA ScaledObjects (listed in the generated kustomization) and their HPA v2 alternative (not listed)."""
     spec = load_autoscaling([root / AUTOSCALING_DIR])
-    return keda_files(spec.pools, [from_context(r.ctx) for r in results])
+    slos = [from_context(r.ctx) for r in results]
+    return keda_files(spec.pools, slos), hpa_files(spec.pools, slos)
 
 
 def _spec_files(results: Sequence, root: Path) -> dict[str, str]:
@@ -63,8 +66,9 @@ def all_artifacts(results: Sequence, root: Path, extra_alerts: Sequence[AlertVie
     does not record the windows the pools scale on).
     """
     out = {**dashboards(results), **runbooks(results, extra_alerts)}
-    scaling = keda(results, root) if autoscaling else {}
+    scaling, alternative = autoscalers(results, root) if autoscaling else ({}, {})
     out.update(scaling)
+    out.update(alternative)
     out.update(deploy_files([*_prometheus_rule_paths(results), *extra_rule_paths, *scaling], _spec_files(results, root)))
     return out
 

@@ -17,6 +17,7 @@ Why these triggers, and these shapes (docs/autoscaling.md has the long version):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -55,7 +56,8 @@ def burn_rate_query(slo: SLOView, window: str) -> str:
     return q.or_zero(f"{q.agg('max', q.finite(ratio))} / {slo.error_budget:g}")
 
 
-def _find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
+def find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
+    """The TTFT latency SLO a pool's burn-rate trigger names; AutoscalingError with the fix otherwise."""
     assert pool.ttft_burn_rate is not None
     ref = pool.ttft_burn_rate.slo
     service, _, name = ref.partition("/")
@@ -76,15 +78,48 @@ def _find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
                            f"Fix: use service/slo-name of a defined SLO (defined: {known}).")
 
 
-def _trigger(name: str, metric_type: str, pool: Pool, query: str, threshold: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Signal:
+    """One scaling signal of a pool, as KEDA's triggers and the HPA's external metrics both read it."""
+
+    name: str  # queue-depth, kv-cache-utilization, ttft-burn-rate
+    metric_type: str  # AverageValue (a per-replica quantity) or Value (a fleet-level ratio)
+    query: str  # exactly one sample; 0 when there is no traffic or no data
+    target: float
+    series: str  # a selector for the series the query reads (prometheus-adapter discovers metrics by it)
+
+
+def signals(pool: Pool, slos: Sequence[SLOView]) -> list[Signal]:
+    out = []
+    matchers = _pool_matchers(pool)
+    if pool.queue_depth:
+        out.append(Signal(TRIGGER_QUEUE, "AverageValue", queue_depth_query(pool), pool.queue_depth.per_replica,
+                          q.selector(c.REQUESTS_WAITING.name, matchers)))
+    if pool.kv_cache_utilization:
+        out.append(Signal(TRIGGER_KV, "AverageValue", kv_utilization_query(pool), pool.kv_cache_utilization.per_replica,
+                          q.selector(c.KV_CACHE_USAGE.name, matchers)))
+    if pool.ttft_burn_rate:
+        slo, window = find_slo(pool, slos), pool.ttft_burn_rate.window
+        out.append(Signal(TRIGGER_BURN, "Value", burn_rate_query(slo, window), pool.ttft_burn_rate.above,
+                          q.selector(c.SLO.sli_error_ratio(window), [q.eq(c.SLO.LABEL_ID, slo.slo_id)])))
+    return out
+
+
+def behavior(pool: Pool) -> dict[str, Any]:
+    """The HPA `behavior`: up by the larger of N pods and N percent a period, so small pools still
+    grow by whole pods; down one pod a period, after a quiet window."""
+    return {"scaleUp": scale_policy(pool.scale_up, "Max"), "scaleDown": scale_policy(pool.scale_down, "Min")}
+
+
+def _trigger(sig: Signal, pool: Pool) -> dict[str, Any]:
     trigger: dict[str, Any] = {
         "type": "prometheus",
-        "name": name,
-        "metricType": metric_type,
+        "name": sig.name,
+        "metricType": sig.metric_type,
         "metadata": {
             "serverAddress": pool.prometheus,
-            "query": query,
-            "threshold": _num(threshold),
+            "query": sig.query,
+            "threshold": _num(sig.target),
             "ignoreNullValues": "false",  # the queries answer 0 themselves; an empty result is a real error
         },
     }
@@ -94,7 +129,8 @@ def _trigger(name: str, metric_type: str, pool: Pool, query: str, threshold: flo
     return trigger
 
 
-def _policy(p: ScalePolicy, select: str) -> dict[str, Any]:
+def scale_policy(p: ScalePolicy, select: str) -> dict[str, Any]:
+    """One direction of an HPA `behavior` (KEDA passes it through to the HPA it creates)."""
     policies = [{"type": "Pods", "value": p.max_pods, "periodSeconds": p.period_s}]
     if p.max_percent:
         policies.append({"type": "Percent", "value": p.max_percent, "periodSeconds": p.period_s})
@@ -102,17 +138,7 @@ def _policy(p: ScalePolicy, select: str) -> dict[str, Any]:
 
 
 def scaled_object(pool: Pool, slos: Sequence[SLOView]) -> dict[str, Any]:
-    triggers = []
-    if pool.queue_depth:
-        triggers.append(_trigger(TRIGGER_QUEUE, "AverageValue", pool, queue_depth_query(pool),
-                                 pool.queue_depth.per_replica))
-    if pool.kv_cache_utilization:
-        triggers.append(_trigger(TRIGGER_KV, "AverageValue", pool, kv_utilization_query(pool),
-                                 pool.kv_cache_utilization.per_replica))
-    if pool.ttft_burn_rate:
-        slo = _find_slo(pool, slos)
-        triggers.append(_trigger(TRIGGER_BURN, "Value", pool, burn_rate_query(slo, pool.ttft_burn_rate.window),
-                                 pool.ttft_burn_rate.above))
+    triggers = [_trigger(sig, pool) for sig in signals(pool, slos)]
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": "ScaledObject",
@@ -128,23 +154,16 @@ def scaled_object(pool: Pool, slos: Sequence[SLOView]) -> dict[str, Any]:
             "maxReplicaCount": pool.max_replicas,
             "pollingInterval": pool.polling_interval_s,
             "cooldownPeriod": pool.cooldown_period_s,
-            "advanced": {
-                "horizontalPodAutoscalerConfig": {
-                    "behavior": {
-                        # Up: the larger of "N pods" and "N percent" a period, so small pools still
-                        # grow by whole pods; down: one pod a period, after a quiet window.
-                        "scaleUp": _policy(pool.scale_up, "Max"),
-                        "scaleDown": _policy(pool.scale_down, "Min"),
-                    },
-                },
-            },
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(pool)}},
             "triggers": triggers,
         },
     }
 
 
-def render(objects: Sequence[Mapping[str, Any]]) -> str:
-    header = ("# Generated by `slogen build` from the autoscaling specs (docs/autoscaling.md). Do not edit.\n")
+HEADER = "# Generated by `slogen build` from the autoscaling specs (docs/autoscaling.md). Do not edit.\n"
+
+
+def render(objects: Sequence[Mapping[str, Any]], header: str = HEADER) -> str:
     if not objects:
         return header + "# No pools are configured.\n"
     return header + "".join(

@@ -172,6 +172,8 @@ def test_generated_rules_and_autoscalers_are_included(built):
     for name, objects in built.items():
         assert find(objects, "PrometheusRule"), name
         assert find(objects, "ScaledObject"), name
+        # The HPA alternative (deploy/generated/hpa) is applied instead of KEDA, never next to it.
+        assert not find(objects, "HorizontalPodAutoscaler"), name
 
 
 def _tap_args(container: dict) -> argparse.Namespace:
