@@ -292,3 +292,35 @@ def test_an_event_too_large_to_follow_is_relayed_blindly_and_intact(stack: Calla
             assert st.records[0].outcome == C.OUTCOME_OK
 
     run(go())
+
+
+def test_the_official_openai_client_through_the_tap(stack: Callable, simulator_proc: Any) -> None:
+    """What users run: the openai SDK, streaming with and without usage and not streaming, via the tap."""
+    import openai
+
+    def use(base_url: str) -> dict[str, Any]:
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        model = client.models.list().data[0].id
+        messages = [{"role": "user", "content": "hello"}]
+        plain = list(client.chat.completions.create(model=model, messages=messages, stream=True, max_tokens=8))
+        asked = list(client.chat.completions.create(model=model, messages=messages, stream=True, max_tokens=8,
+                                                    stream_options={"include_usage": True}))
+        whole = client.completions.create(model=model, prompt="hello", max_tokens=5)
+        return {"plain": plain, "asked": asked, "whole": whole}
+
+    async def go() -> None:
+        async with stack(upstream_url=simulator_proc.url, slo=CLASSES) as st:
+            got = await asyncio.to_thread(use, st.tap_url)
+            records = {(r.path, r.usage_injected): r for r in st.records}
+        plain, asked, whole = got["plain"], got["asked"], got["whole"]
+        assert "".join(c.choices[0].delta.content or "" for c in plain if c.choices)
+        assert all(c.usage is None for c in plain), "the usage the tap asked for is not shown to this client"
+        assert asked[-1].usage is not None and asked[-1].choices == []
+        n_asked = asked[-1].usage.completion_tokens
+        assert whole.usage is not None and whole.choices[0].text
+        assert len(records) == 3 and all(r.outcome == C.OUTCOME_OK for r in records.values())
+        assert records[("/v1/chat/completions", False)].timings.n_out == n_asked
+        assert records[("/v1/chat/completions", True)].timings.usage_source == C.USAGE_SOURCE_ENGINE
+        assert records[("/v1/completions", False)].timings.n_out == whole.usage.completion_tokens
+
+    run(go())
