@@ -73,7 +73,7 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
                 for item in (doc if isinstance(doc, list) else [doc]):  # OpenSLO also allows a list of objects
                     docs.append((r, i, item))
     reporters: dict[str, Reporter] = {}
-    slis = {openslo.sli_name(d): d for _, _, d in docs if openslo.is_v1(d) and d.get("kind") == "SLI"}
+    refs = openslo.V1Refs.collect([d for _, _, d in docs])
     for r, i, doc in docs:
         reporters[r.file] = r
         if windows.is_spec(doc):
@@ -83,7 +83,7 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
             continue
         if windows_only:
             continue
-        result.slos += _load_doc(doc, r, i, slis)
+        result.slos += _load_doc(doc, r, i, refs)
     for r in reporters.values():
         result.errors += r.errors
         result.warnings += r.warnings
@@ -94,7 +94,7 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
     return result
 
 
-def _load_doc(doc: object, r: Reporter, i: int, slis: dict[str, dict]) -> list[SLO]:
+def _load_doc(doc: object, r: Reporter, i: int, refs: openslo.V1Refs) -> list[SLO]:
     if not isinstance(doc, dict):
         r.error(f"document {i + 1} is not a mapping", fix="each YAML document must be one spec object")
         return []
@@ -110,7 +110,7 @@ def _load_doc(doc: object, r: Reporter, i: int, slis: dict[str, dict]) -> list[S
     if openslo.is_v1alpha(doc):
         return openslo.load_v1alpha(doc, r, i)
     if openslo.is_v1(doc):
-        return openslo.load_v1(doc, r, i, slis)
+        return openslo.load_v1(doc, r, i, refs)
     r.error(f"document {i + 1} is not a spec slogen reads (apiVersion={doc.get('apiVersion')!r}, kind={doc.get('kind')!r})",
             fix='use version: "prometheus/v1", a sloth.slok.dev/v1 PrometheusServiceLevel or AlertWindows, '
                 "or an OpenSLO openslo/v1alpha or openslo/v1 SLO")

@@ -34,6 +34,11 @@ class Reporter:
         self.warnings.append(SpecError(self.file, message, field, slo, fix, line))
 
 
+def alert_name_for(who: str) -> str:
+    """A Prometheus alert name for an SLO id: `chat-ttft` -> `ChatTtftBudgetBurn`."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", who) if part) + "BudgetBurn"
+
+
 def line_of(node: Any, key: str | None = None) -> int | None:
     if isinstance(node, LineDict):
         return node.line_of(key) if key else node.line

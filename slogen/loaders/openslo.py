@@ -8,15 +8,23 @@ v1: `SLO` with an inline `indicator` or an `indicatorRef` to an `SLI` document (
 `ratioMetric` with `good` or `bad` over `total`, or `raw` (`rawType: success|failure`);
 `metricSource.type: Prometheus` queries must use `[{{.window}}]`; `timeWindow[0].duration`
 is the period (rolling windows only); budgeting `Occurrences` only. One objective gives
-the SLO `metadata.name`; several give `<name>-<i>`. Alerting policies are not mapped.
+the SLO `metadata.name`; several give `<name>-<i>`.
+
+v1 alert policies (inline `AlertPolicy` or `alertPolicyRef`, conditions inline or by
+`conditionRef`, from the same load) switch alerting on: slogen's multi-window multi-burn-rate
+tiers, page tiers for conditions of severity page or critical, ticket tiers for the others,
+labelled `openslo_alert_policy` for routing. A burn-rate condition's own threshold and windows
+are not single rules here, since the tiers already cover fast and slow burns; a warning says so.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from slogen.durations import DAY, parse_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
-from slogen.model import SLI, SLO, EventsSLI, Origin, RatioSLI, RawSLI
+from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RatioSLI, RawSLI
 
 V1ALPHA = "openslo/v1alpha"
 V1 = "openslo/v1"
@@ -108,12 +116,30 @@ def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
 # --------------------------------------------------------------------------------------
 
 
-def sli_name(doc: dict) -> str:
+def doc_name(doc: dict) -> str:
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     return str(meta.get("name", ""))
 
 
-def load_v1(doc: dict, r: Reporter, doc_index: int, slis: dict[str, dict]) -> list[SLO]:
+@dataclass
+class V1Refs:
+    """The documents an OpenSLO v1 SLO may name, by kind and then by name, from the same load."""
+
+    slis: dict[str, dict] = field(default_factory=dict)
+    policies: dict[str, dict] = field(default_factory=dict)
+    conditions: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def collect(cls, docs: list[object]) -> V1Refs:
+        refs = cls()
+        by_kind = {"SLI": refs.slis, "AlertPolicy": refs.policies, "AlertCondition": refs.conditions}
+        for d in docs:
+            if is_v1(d) and d.get("kind") in by_kind:  # type: ignore[union-attr]
+                by_kind[d["kind"]][doc_name(d)] = d  # type: ignore[index]
+        return refs
+
+
+def load_v1(doc: dict, r: Reporter, doc_index: int, refs: V1Refs) -> list[SLO]:
     kind = doc.get("kind")
     if kind == "SLI" or kind in V1_KINDS_IGNORED:
         return []  # SLIs are used through SLOs; the other kinds carry nothing slogen generates
@@ -134,8 +160,9 @@ def load_v1(doc: dict, r: Reporter, doc_index: int, slis: dict[str, dict]) -> li
                 line=f.line_of(spec, "budgetingMethod"),
                 fix="use Occurrences (for a time-based SLI, count good and bad time slices as events)")
     period = _v1_period(r, spec, who)
-    sli = _v1_indicator(r, spec, who, slis)
+    sli = _v1_indicator(r, spec, who, refs.slis)
     labels = _v1_labels(r, meta, who)
+    policies = _v1_alert_policies(r, spec, who, refs)
     objectives = spec.get("objectives")
     if not isinstance(objectives, list) or not objectives:
         r.error("at least one objective is required", "spec.objectives", slo=who, line=f.line_of(spec, "objectives"),
@@ -160,9 +187,91 @@ def load_v1(doc: dict, r: Reporter, doc_index: int, slis: dict[str, dict]) -> li
         out.append(SLO(
             id=slo_id, service=service, name=slo_name, objective=objective, sli=sli,
             description=f.string(r, spec, "description", "spec"), period=period, labels=labels,
+            alerting=_alerting(slo_id, *policies),
             origin=Origin(file=r.file, doc=doc_index, path=op, line=f.line_of(obj), spec=V1, mode="cli-gen-openslo"),
         ))
     return out
+
+
+PAGE_SEVERITIES = ("page", "critical")
+LABEL_ALERT_POLICY = "openslo_alert_policy"
+
+
+def _v1_alert_policies(r: Reporter, spec: dict, who: str, refs: V1Refs) -> tuple[list[str], list[str]]:
+    """The names of the SLO's alert policies that want page alerts, and of those that want tickets."""
+    items = spec.get("alertPolicies") or []
+    if not isinstance(items, list):
+        r.error("alertPolicies must be a list", "spec.alertPolicies", slo=who, line=f.line_of(spec, "alertPolicies"),
+                fix="write alertPolicies: [{alertPolicyRef: name}] or inline AlertPolicy objects")
+        return [], []
+    page: list[str] = []
+    ticket: list[str] = []
+    for i, item in enumerate(items):
+        p = f"spec.alertPolicies[{i}]"
+        policy = _resolve(r, item, "alertPolicyRef", "AlertPolicy", refs.policies, p, who)
+        if policy is None:
+            continue
+        name = doc_name(policy) or f"policy-{i}"
+        pspec = policy.get("spec") if isinstance(policy.get("spec"), dict) else {}
+        if pspec.get("alertWhenBreaching") is False:
+            r.warn(f"alert policy {name!r} does not alert when breaching, so it adds no alert", p, slo=who,
+                   line=f.line_of(item), fix="set alertWhenBreaching: true, or remove the policy")
+            continue
+        severities = []
+        for j, cond in enumerate(pspec.get("conditions") or []):
+            cp = f"{p}.spec.conditions[{j}]"
+            condition = _resolve(r, cond, "conditionRef", "AlertCondition", refs.conditions, cp, who)
+            if condition is None:
+                continue
+            cspec = condition.get("spec") if isinstance(condition.get("spec"), dict) else {}
+            c = cspec.get("condition") if isinstance(cspec.get("condition"), dict) else {}
+            if str(c.get("kind", "burnrate")).lower() != "burnrate":
+                r.error(f"condition kind {c.get('kind')!r} is not supported", f"{cp}.spec.condition.kind", slo=who,
+                        line=f.line_of(c, "kind"), fix="use kind: burnrate")
+                continue
+            severity = str(cspec.get("severity", "")).lower()
+            severities.append(severity)
+            r.warn(f"alert condition {doc_name(condition)!r} (burn rate {c.get('op', 'gt')} {c.get('threshold')} over "
+                   f"{c.get('lookbackWindow')}) is served by slogen's multi-window multi-burn-rate "
+                   f"{'page' if severity in PAGE_SEVERITIES else 'ticket'} tiers, not by a rule of its own",
+                   f"{cp}.spec.condition", slo=who, line=f.line_of(cond),
+                   fix="to change the tiers' windows and factors, load an AlertWindows catalog (--windows)")
+        if not severities or any(s in PAGE_SEVERITIES for s in severities):
+            page.append(name)
+        if not severities or any(s not in PAGE_SEVERITIES for s in severities):
+            ticket.append(name)
+    return page, ticket
+
+
+def _alerting(slo_id: str, page: list[str], ticket: list[str]) -> Alerting:
+    """Alerting for one SLO from its policies' names; off (as without policies) when there are none."""
+    if not page and not ticket:
+        return Alerting()
+    alert = f.alert_name_for(slo_id)
+
+    def meta(names: list[str]) -> AlertMeta:
+        if not names:
+            return AlertMeta(disable=True)
+        return AlertMeta(name=alert, labels={LABEL_ALERT_POLICY: ",".join(names)}, disable=False)
+
+    return Alerting(name=alert, page=meta(page), ticket=meta(ticket))
+
+
+def _resolve(r: Reporter, item: object, ref_key: str, kind: str, known: dict[str, dict], p: str, who: str) -> dict | None:
+    """An inline object of `kind`, or the document its `ref_key` names."""
+    if isinstance(item, dict) and ref_key in item:
+        ref = str(item[ref_key])
+        if ref not in known:
+            r.error(f"{ref_key} {ref!r} names no {kind} document in the loaded files", f"{p}.{ref_key}", slo=who,
+                    line=f.line_of(item, ref_key), fix=f"add an `apiVersion: openslo/v1, kind: {kind}` document named "
+                                                       f"{ref}, or inline the {kind}")
+            return None
+        return known[ref]
+    if isinstance(item, dict) and item.get("kind") == kind:
+        return item
+    r.error(f"expected an inline {kind} or a {ref_key}", p, slo=who, line=f.line_of(item) if isinstance(item, dict) else None,
+            fix=f"write {{{ref_key}: name}} or an object with kind: {kind}")
+    return None
 
 
 def _v1_period(r: Reporter, spec: dict, who: str) -> int | None:

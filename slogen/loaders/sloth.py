@@ -233,13 +233,10 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
         if not name:
             r.error(f"alerting.name is required while the {key} is enabled", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name") or f.line_of(node, "alerting"),
-                    fix=f"set alerting.name (e.g. {_suggest_alert_name(who)}) or set {key}: {{disable: true}}")
+                    fix=f"set alerting.name (e.g. {f.alert_name_for(who)}) or set {key}: {{disable: true}}")
         elif not ALERT_NAME_RE.match(name):
             r.error(f"alert name {name!r} is not a valid Prometheus alert name", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name"), fix="use letters, digits, '_' and ':' only, e.g. ChatTTFTBudgetBurn")
         metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False))
     return Alerting(name=name, page=metas[0], ticket=metas[1])
 
-
-def _suggest_alert_name(who: str) -> str:
-    return "".join(part.capitalize() for part in __import__("re").split(r"[^A-Za-z0-9]+", who) if part) + "BudgetBurn"
