@@ -618,8 +618,9 @@ class Exchange:
         elif strip or framing == UNTIL_CLOSE:
             self.mode, framing_field, keep_length = _CHUNKS, b"Transfer-Encoding: chunked\r\n", False
         else:
+            # A Content-Length next to Transfer-Encoding is dropped (RFC 9112 6.3): the chunks decide.
             chunked = framing == CHUNKED
-            self.mode, framing_field, keep_length = _RAW, b"Transfer-Encoding: chunked\r\n" if chunked else b"", True
+            self.mode, framing_field, keep_length = _RAW, b"Transfer-Encoding: chunked\r\n" if chunked else b"", not chunked
         drop = http1.HOP_BY_HOP | http1.connection_tokens(head.fields)
         if not keep_length:
             drop = drop | {b"content-length"}

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from exporter.tap.sse import EventTooLarge, SseSplitter
 from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, is_usage_only
 
 log = logging.getLogger("llmslo.tap")
 
-MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is relayed but not parsed
+MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is not kept whole to parse
+TAIL_BYTES = 64 * 1024  # of a larger body, what is kept to find its usage (engines write it last)
+_COMPLETION_TOKENS = re.compile(rb'"usage"\s*:\s*\{[^{}]*"completion_tokens"\s*:\s*(\d+)')
 _DONE = b"[DONE]"
 _USAGE_KEY = b'"usage"'
 _ERROR_KEY = b'"error"'
@@ -105,32 +108,45 @@ class SseRelay:
 
 
 class BodyRelay:
-    """A timed, non-streamed response: relayed as it comes, then read for usage (E2E only)."""
+    """A timed, non-streamed response: relayed as it comes, then read for usage (E2E only).
 
-    __slots__ = ("timing", "error_event", "_parts", "_kept")
+    A body up to MAX_PARSED_RESPONSE_BYTES is parsed whole; of a larger one only the last
+    TAIL_BYTES are kept, where engines write `usage`, and searched for its completion_tokens.
+    """
+
+    __slots__ = ("timing", "error_event", "_parts", "_kept", "_over")
 
     def __init__(self, timing: RequestTiming) -> None:
         self.timing = timing
         self.error_event = False
         self._parts: list[bytes] = []
-        self._kept = 0
+        self._kept = 0  # bytes in _parts
+        self._over = False  # the body passed MAX_PARSED_RESPONSE_BYTES: _parts holds its tail
 
     def feed(self, chunk: bytes, t: float) -> None:
-        if self._kept <= MAX_PARSED_RESPONSE_BYTES:
-            self._parts.append(chunk)
-            self._kept += len(chunk)
+        self._parts.append(chunk)
+        self._kept += len(chunk)
+        if self._kept > (2 * TAIL_BYTES if self._over else MAX_PARSED_RESPONSE_BYTES):
+            self._over = True
+            if self._kept > 2 * TAIL_BYTES:
+                tail = b"".join(self._parts)[-TAIL_BYTES:]
+                self._parts, self._kept = [tail], len(tail)
         return None
 
     def finish(self, t: float) -> bytes:
         self.timing.on_end(t)
-        if self._kept <= MAX_PARSED_RESPONSE_BYTES:
+        body = b"".join(self._parts)
+        self._parts = []
+        if not self._over:
             try:
-                n = completion_tokens(json.loads(b"".join(self._parts)))
+                n = completion_tokens(json.loads(body))
             except (ValueError, UnicodeDecodeError):
                 n = None
-            if n is not None:
-                self.timing.on_usage(n)
-        self._parts = []
+        else:
+            found = _COMPLETION_TOKENS.findall(body[-TAIL_BYTES:])
+            n = int(found[-1]) if found else None
+        if n is not None:
+            self.timing.on_usage(n)
         return b""
 
 
