@@ -71,6 +71,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="auto: uvloop when installed (less CPU and a shorter tail per relayed chunk), else asyncio's own",
     )
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
+    p.add_argument(
+        "--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
+        help="close a client connection with no request in flight after this long without a byte (default 75)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -163,7 +167,11 @@ def run(args: argparse.Namespace) -> int:
         prometheus_client.disable_created_metrics()  # *_created series are noise for a sidecar
     except AttributeError:
         pass
-    settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage)
+    if args.client_idle_timeout <= 0:
+        print("llmslo-exporter tap: --client-idle-timeout must be more than 0 seconds", file=sys.stderr)
+        return 2
+    settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage,
+                           client_idle_timeout_s=args.client_idle_timeout)
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)
     try:
         with _runner(args.event_loop) as runner:

@@ -60,3 +60,10 @@ def test_a_taken_port_exits_2_with_one_clear_line() -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("llmslo-exporter tap: error: cannot listen") and "Traceback" not in proc.stderr
+
+
+def test_client_idle_timeout_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--metrics-listen", "127.0.0.1:0",
+            "--client-idle-timeout", "0"]
+    assert cli.main(argv) == 2
+    assert "--client-idle-timeout" in capsys.readouterr().err
