@@ -48,7 +48,7 @@ class RequestHead:
 
     @property
     def path(self) -> bytes:
-        return self.target.split(b"?", 1)[0]
+        return origin_form(self.target).split(b"?", 1)[0]
 
 
 @dataclass(slots=True)
@@ -60,6 +60,16 @@ class ResponseHead:
 
     def get(self, name: bytes) -> bytes | None:
         return get_field(self.fields, name)
+
+
+def origin_form(target: bytes) -> bytes:
+    """The path and query of a request target: a client that treats the tap as a forward proxy
+    sends `http://host/path` (absolute form), which the engine behind it must not see."""
+    if target[:7].lower() == b"http://" or target[:8].lower() == b"https://":
+        path = target[target.index(b"//") + 2 :]
+        slash = path.find(b"/")
+        return path[slash:] if slash >= 0 else b"/"
+    return target
 
 
 def get_field(fields: Fields, name: bytes) -> bytes | None:

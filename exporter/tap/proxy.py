@@ -227,7 +227,8 @@ class TapProxy:
         if timed:
             drop = drop | {b"accept-encoding"}
         pool = self.pool
-        lines = [b"%s %s%s HTTP/1.1\r\nHost: %s\r\n" % (head.method, pool.path_prefix, head.target, pool.host_field)]
+        lines = [b"%s %s%s HTTP/1.1\r\nHost: %s\r\n" % (head.method, pool.path_prefix, http1.origin_form(head.target),
+                                                          pool.host_field)]
         lines.extend(k + b": " + v + b"\r\n" for k, v in head.fields if k.lower() not in drop)
         if timed:
             lines.append(b"Accept-Encoding: identity\r\n")  # the tap must read the stream it times

@@ -262,3 +262,16 @@ def test_connection_tokens_from_every_connection_field() -> None:
     ]
     assert connection_tokens(fields) == {b"keep-alive", b"x-drop-me", b"close"}
     assert connection_tokens([]) == set()
+
+
+@pytest.mark.parametrize("target, origin", [
+    (b"/v1/models?x=1", b"/v1/models?x=1"),
+    (b"http://engine:8000/v1/chat/completions", b"/v1/chat/completions"),
+    (b"HTTPS://engine/a%2Fb?q=1", b"/a%2Fb?q=1"),
+    (b"http://engine", b"/"),
+    (b"*", b"*"),
+])
+def test_absolute_form_targets_become_origin_form(target: bytes, origin: bytes) -> None:
+    """A client using the tap as a forward proxy sends absolute-form targets; the engine gets the path."""
+    assert http1.origin_form(target) == origin
+    assert http1.RequestHead(b"GET", target, b"1.1", []).path == origin.split(b"?")[0]
