@@ -86,10 +86,12 @@ class TapServer:
             raise
 
     async def _sweep(self) -> None:
-        period = min(10.0, self.proxy.settings.client_idle_timeout_s / 4)
+        """Idle clients and expired upstream connections, closed every few seconds."""
+        period = min(2.0, self.proxy.settings.client_idle_timeout_s / 4)
         while True:
             await asyncio.sleep(period)
             self.proxy.close_idle()
+            self.proxy.pool.close_expired()
 
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish (up to shutdown_timeout_s), close everything."""

@@ -63,7 +63,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.pool.live.discard(self)
+        self.pool.forget(self)
         user, self.user = self.user, None
         if user is not None:
             user.upstream_lost()
@@ -120,6 +120,23 @@ class UpstreamPool:
             self._idle.append(conn)
         elif conn.transport is not None:
             conn.transport.abort() if not reusable else conn.transport.close()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        """A connection closed (by either side): it is neither live nor waiting any more."""
+        self.live.discard(conn)
+        if conn.user is None and conn in self._idle:  # an idle one the engine closed
+            self._idle.remove(conn)
+
+    def close_expired(self) -> int:
+        """Close idle connections past IDLE_TIMEOUT_S, before the engine does; returns how many.
+        Reuse is most-recent first, so after a burst the least recent ones would otherwise wait."""
+        cutoff = time.monotonic() - IDLE_TIMEOUT_S
+        expired = [c for c in self._idle if c.idle_since < cutoff]
+        for conn in expired:
+            self._idle.remove(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+        return len(expired)
 
     def close(self) -> None:
         self._idle.clear()

@@ -551,3 +551,31 @@ def test_idle_client_connections_are_closed_but_busy_ones_are_not(stack: Callabl
                 c.close()
 
     asyncio.run(go())
+
+
+def test_idle_pool_sheds_connections_the_engine_closed_and_expires_the_rest(stack: Callable,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a burst, the least recently used idle connections must not linger dead in the pool: once it
+    held MAX_IDLE of them it would stop pooling and every request would pay a connect."""
+
+    async def go() -> None:
+        async with stack() as st:
+            pool = st.server.proxy.pool
+            clients = [await Client.open(st.tap_url) for _ in range(4)]
+            for c in clients:  # four requests in flight at once: four upstream connections
+                await c.send(get(b"/echo/burst"))
+            for c in clients:
+                assert (await c.response()).status == 200
+            await wait_for(lambda: len(pool._idle) == 4)
+            oldest = pool._idle[0]
+            assert oldest.transport is not None
+            oldest.transport.abort()  # the engine closes one idle connection
+            await wait_for(lambda: oldest not in pool._idle)
+            assert len(pool._idle) == 3 and oldest not in pool.live
+            monkeypatch.setattr(upstream, "IDLE_TIMEOUT_S", 0.0)
+            assert pool.close_expired() == 3 and pool._idle == []
+            await wait_for(lambda: not pool.live)
+            for c in clients:
+                c.close()
+
+    asyncio.run(go())
