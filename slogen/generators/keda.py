@@ -51,9 +51,16 @@ def kv_utilization_query(pool: Pool) -> str:
     return q.or_zero(q.agg("sum", q.selector(c.KV_CACHE_USAGE.name, _pool_matchers(pool))))
 
 
-def burn_rate_query(slo: SLOView, window: str) -> str:
-    ratio = q.selector(c.SLO.sli_error_ratio(window), [q.eq(c.SLO.LABEL_ID, slo.slo_id)])
-    return q.or_zero(f"{q.agg('max', q.finite(ratio))} / {slo.error_budget:g}")
+def burn_selector(slo: SLOView, window: str, pool: Pool) -> str:
+    """The SLO's recorded error ratio, narrowed by those of the pool's match labels the recording
+    keeps (its `by`, e.g. cluster); the others (namespace, model) are aggregated away in it."""
+    kept = [q.eq(label, pool.match[label]) for label in sorted(pool.match) if label in slo.by]
+    return q.selector(c.SLO.sli_error_ratio(window), [q.eq(c.SLO.LABEL_ID, slo.slo_id), *kept])
+
+
+def burn_rate_query(slo: SLOView, window: str, pool: Pool) -> str:
+    """The worst burn rate among the series left (e.g. per cluster when the pool names none)."""
+    return q.or_zero(f"{q.agg('max', q.finite(burn_selector(slo, window, pool)))} / {slo.error_budget:g}")
 
 
 def find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
@@ -100,8 +107,8 @@ def signals(pool: Pool, slos: Sequence[SLOView]) -> list[Signal]:
                           q.selector(c.KV_CACHE_USAGE.name, matchers)))
     if pool.ttft_burn_rate:
         slo, window = find_slo(pool, slos), pool.ttft_burn_rate.window
-        out.append(Signal(TRIGGER_BURN, "Value", burn_rate_query(slo, window), pool.ttft_burn_rate.above,
-                          q.selector(c.SLO.sli_error_ratio(window), [q.eq(c.SLO.LABEL_ID, slo.slo_id)])))
+        out.append(Signal(TRIGGER_BURN, "Value", burn_rate_query(slo, window, pool), pool.ttft_burn_rate.above,
+                          burn_selector(slo, window, pool)))
     return out
 
 

@@ -53,6 +53,7 @@ class SLOView:
     traffic_weighted: bool = True  # slo:sli_errors:rate<W> and slo:sli_total:rate<W> are recorded
     tiers: tuple[BurnTier, ...] = ()
     alert_name: str = ""  # "" when alerting is disabled
+    by: tuple[str, ...] = ()  # labels the recorded ratios keep (the SLI's `by`, e.g. cluster)
 
     @property
     def error_budget(self) -> float:
@@ -142,6 +143,7 @@ def from_context(ctx) -> SLOView:
         traffic_weighted=not ctx.opts.sloth_compat and not isinstance(sli, RawSLI),
         tiers=tiers,
         alert_name=slo.alerting.name if ctx.alerts_enabled else "",
+        by=tuple(sli.by) if isinstance(sli, EventsSLI) else (),
     )
 
 

@@ -188,3 +188,19 @@ def test_repository_autoscaling_specs_load():
     root = Path(__file__).resolve().parents[2]
     spec = load_paths([root / "autoscaling"])
     assert spec.pools, "autoscaling/ holds the example pool"
+
+
+def test_burn_rate_trigger_narrows_to_the_pools_cluster_when_the_slo_keeps_it(sample_slos):
+    """Against a fleet-wide Prometheus (Thanos, Mimir), a pool must scale on its own cluster's burn."""
+    import dataclasses
+
+    spec = SPEC.replace("match: {namespace: llm, model: llama-3-8b}", "match: {cluster: eu-1, namespace: llm, model: llama-3-8b}")
+    pools = load_text(spec, "autoscaling/pools.yaml").pools
+
+    def burn_query(slos) -> str:
+        objects = [o for o in yaml.safe_load_all(keda.keda_files(pools, slos)[keda.OUTPUT]) if o]
+        return next(t for o in objects for t in o["spec"]["triggers"] if t["name"] == keda.TRIGGER_BURN)["metadata"]["query"]
+
+    split = burn_query([dataclasses.replace(s, by=("cluster",)) for s in sample_slos])
+    assert 'cluster="eu-1"' in split and "namespace" not in split and "model" not in split, split
+    assert "cluster" not in burn_query(sample_slos), "an SLO recorded without cluster cannot be narrowed by it"
