@@ -89,6 +89,15 @@ def connection_tokens(fields: Fields) -> set[bytes]:
     return tokens
 
 
+def _split_lines(head: bytes) -> list[bytes]:
+    """The lines of a head. A CR or LF that is not part of a CRLF, or a NUL, is refused: passed on,
+    a bare LF is a line break to some servers and not to others, which is how requests are smuggled."""
+    crlf = head.count(CRLF)
+    if head.count(b"\r") != crlf or head.count(b"\n") != crlf or b"\x00" in head:
+        raise BadMessage("a bare CR, LF or NUL in the head")
+    return head.split(CRLF)
+
+
 def _fields(lines: list[bytes]) -> Fields:
     fields: Fields = []
     for line in lines:
@@ -103,7 +112,7 @@ def _fields(lines: list[bytes]) -> Fields:
 
 def parse_request_head(head: bytes) -> RequestHead:
     """`head` is everything before the blank line that ends it."""
-    lines = head.split(CRLF)
+    lines = _split_lines(head)
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
         raise BadMessage(f"malformed request line {lines[0][:60]!r}")
@@ -114,7 +123,7 @@ def parse_request_head(head: bytes) -> RequestHead:
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
-    lines = head.split(CRLF)
+    lines = _split_lines(head)
     proto, _, rest = lines[0].partition(b" ")
     code, _, reason = rest.partition(b" ")
     if not proto.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():

@@ -275,3 +275,17 @@ def test_absolute_form_targets_become_origin_form(target: bytes, origin: bytes) 
     """A client using the tap as a forward proxy sends absolute-form targets; the engine gets the path."""
     assert http1.origin_form(target) == origin
     assert http1.RequestHead(b"GET", target, b"1.1", []).path == origin.split(b"?")[0]
+
+
+@pytest.mark.parametrize("head", [
+    b"GET / HTTP/1.1\r\nX: a\nTransfer-Encoding: chunked",  # a bare LF: a header line to some servers
+    b"GET / HTTP/1.1\r\nX: a\rTransfer-Encoding: chunked",
+    b"GET / HTTP/1.1\r\nX: a\x00b",
+    b"GET /\n HTTP/1.1\r\nHost: t",
+])
+def test_bare_cr_lf_or_nul_in_a_head_is_refused(head: bytes) -> None:
+    """Forwarded as they are, such bytes let a request carry a header the tap never saw."""
+    with pytest.raises(BadMessage, match="bare CR, LF or NUL"):
+        http1.parse_request_head(head)
+    with pytest.raises(BadMessage, match="bare CR, LF or NUL"):
+        http1.parse_response_head(head.replace(head.split(b"\r\n", 1)[0].replace(b"\n", b""), b"HTTP/1.1 200 OK", 1))
