@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,15 @@ def host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def metrics_address(value: str) -> tuple[str, int] | str:
+    """HOST:PORT as for --listen, or unix:PATH (a unix socket; unix:@NAME is Linux's abstract
+    namespace, no file at all: what the workers of --workers serve their metrics on)."""
+    if value.startswith("unix:") and len(value) > 5:
+        path = value[5:]
+        return "\0" + path[1:] if path.startswith("@") else path
+    return host_port(value)
+
+
 def positive_int(value: str) -> int:
     try:
         n = int(value)
@@ -52,7 +62,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="where clients connect")
     p.add_argument("--upstream", required=True, metavar="URL", help="the engine's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
-        "--metrics-listen", type=host_port, required=True, metavar="HOST:PORT", help="where the tap serves its /metrics"
+        "--metrics-listen", type=metrics_address, required=True, metavar="HOST:PORT",
+        help="where the tap serves its /metrics (or unix:PATH)",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=1, metavar="N",
+        help="relay in N processes sharing the proxy port (one core each); /metrics sums them (default 1)",
+    )
+    p.add_argument(
+        "--reuse-port", action="store_true",
+        help="bind the proxy port with SO_REUSEPORT, so that several processes share it (--workers does this)",
     )
     p.add_argument(
         "--slo", action="extend", nargs="+", default=[], metavar="FILE",
@@ -122,14 +141,18 @@ async def _serve(args: argparse.Namespace, server: TapServer) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start(args.listen, args.metrics_listen)
+    await server.start(args.listen, args.metrics_listen, reuse_port=args.reuse_port)
     _tune_gc()
-    assert server.proxy_address is not None and server.metrics_address is not None
-    log.info(
-        "event=tap_listening proxy=%s metrics=%s/metrics upstream=%s classes=%s loop=%s",
-        server.proxy_address.url(), server.metrics_address.url(), args.upstream,
-        ",".join(server.proxy.slo.class_names), type(loop).__module__.split(".")[0],
-    )
+    assert server.proxy_address is not None
+    if server.metrics_address is None:  # a worker of `--workers N`: the parent serves the metrics
+        log.info("event=tap_worker_listening proxy=%s metrics=unix:%s pid=%d", server.proxy_address.url(),
+                 str(args.metrics_listen).replace("\0", "@"), os.getpid())
+    else:
+        log.info(
+            "event=tap_listening proxy=%s metrics=%s/metrics upstream=%s classes=%s loop=%s",
+            server.proxy_address.url(), server.metrics_address.url(), args.upstream,
+            ",".join(server.proxy.slo.class_names), type(loop).__module__.split(".")[0],
+        )
     try:
         await stop.wait()
     finally:
@@ -170,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
     if args.client_idle_timeout <= 0:
         print("llmslo-exporter tap: --client-idle-timeout must be more than 0 seconds", file=sys.stderr)
         return 2
+    if args.workers > 1:
+        from exporter.tap.workers import run_workers
+
+        return run_workers(args)
     settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage,
                            client_idle_timeout_s=args.client_idle_timeout)
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)

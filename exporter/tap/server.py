@@ -63,24 +63,33 @@ class TapServer:
         app.router.add_get("/metrics", metrics)
         return app
 
-    async def _start_app(self, app: web.Application, host: str, port: int) -> BoundAddress:
+    async def _start_app(self, app: web.Application, where: tuple[str, int] | str) -> BoundAddress | None:
+        """Serve `app` on HOST:PORT, or on a unix socket path (then there is no address to report)."""
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
         self._runners.append(runner)
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        if isinstance(where, str):
+            await web.UnixSite(runner, where).start()
+            return None
+        await web.TCPSite(runner, where[0], where[1], reuse_address=True).start()
         return _bound(runner)
 
-    async def start(self, listen: tuple[str, int], metrics_listen: tuple[str, int]) -> None:
-        """Bind both ports (port 0 = any free port; see proxy_address / metrics_address)."""
+    async def start(
+        self, listen: tuple[str, int], metrics_listen: tuple[str, int] | str, reuse_port: bool = False
+    ) -> None:
+        """Bind both ports (port 0 = any free port; see proxy_address / metrics_address). The metrics
+        may go to a unix socket path instead; `reuse_port` lets several worker processes share the
+        proxy port (SO_REUSEPORT: the kernel spreads connections over them)."""
         try:
             loop = asyncio.get_running_loop()
             self._proxy_server = await loop.create_server(
-                self.proxy.protocol, listen[0], listen[1], reuse_address=True, backlog=1024
+                self.proxy.protocol, listen[0], listen[1], reuse_address=True, reuse_port=reuse_port or None,
+                backlog=1024,
             )
             self._sweeper = loop.create_task(self._sweep())
             addr = self._proxy_server.sockets[0].getsockname()
             self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
-            self.metrics_address = await self._start_app(self._metrics_app(), *metrics_listen)
+            self.metrics_address = await self._start_app(self._metrics_app(), metrics_listen)
         except BaseException:
             await self.stop()
             raise

@@ -1,0 +1,219 @@
+"""`llmslo-exporter tap --workers N`: the tap in N processes on one port, for pods past one core.
+
+One tap process relays on one core (docs/scaling.md: roughly 17,000 chunks a second). With
+`--workers N` this parent process reserves the proxy port, starts N ordinary tap processes that
+all listen on it with SO_REUSEPORT (the kernel spreads new connections over them), and serves
+the one /metrics: on each scrape it reads every worker's metrics from the worker's abstract unix
+socket (nothing is written to the filesystem, which stays read-only) and sums them. Every tap
+series is a counter or a histogram, so the sum is exact. A worker that dies is started again;
+SIGTERM is passed on and each worker drains its own streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
+
+log = logging.getLogger("llmslo.tap")
+
+START_TIMEOUT_S = 20.0
+RESTART_DELAY_S = 1.0
+
+
+@dataclass
+class Worker:
+    index: int
+    socket_name: str  # abstract unix socket: "@name" on the command line, "\0name" to connect
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+
+    @property
+    def address(self) -> str:
+        return "\0" + self.socket_name[1:]
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
+    """The command line of one worker: this tap's settings, on the shared port, metrics on its socket."""
+    host = args.listen[0]
+    argv = [
+        sys.executable, "-m", "exporter.tap", "--upstream", args.upstream, "--listen", _host_port(host, port),
+        "--reuse-port", "--metrics-listen", f"unix:{w.socket_name}", "--max-body-bytes", str(args.max_body_bytes),
+        "--event-loop", args.event_loop, "--shutdown-grace", str(args.shutdown_grace),
+        "--client-idle-timeout", str(args.client_idle_timeout), "--log-level", args.log_level,
+    ]
+    if args.no_inject_usage:
+        argv.append("--no-inject-usage")
+    if args.slo:
+        argv += ["--slo", *args.slo]
+    return argv
+
+
+@dataclass
+class _Block:
+    """One family as the workers wrote it: its HELP/TYPE lines and its series, in first-seen order."""
+
+    header: list[str]
+    series: dict[str, float] = field(default_factory=dict)  # `name{labels}` -> summed value
+
+
+def merge_expositions(texts: Iterable[str]) -> str:
+    """The workers' expositions of the same counters and histograms, summed series by series.
+
+    All workers run the same code, so their pages have the same families in the same spelling;
+    the merge keeps that spelling (HELP and TYPE lines as written) and adds up each series, also
+    those only some workers have (a model only one of them has served). `*_created` families, a
+    timestamp per series that sums to nonsense, are left out (the tap disables them anyway).
+    """
+    blocks: dict[str, _Block] = {}
+    for text in texts:
+        block: _Block | None = None
+        for line in text.splitlines():
+            if line.startswith("# "):
+                parts = line.split(" ", 3)
+                if len(parts) < 3:
+                    continue
+                name = parts[2]
+                block = None if name.endswith("_created") else blocks.setdefault(name, _Block([]))
+                if block is not None and len(block.header) < 2 and line not in block.header:
+                    block.header.append(line)
+                continue
+            if block is None or not line.strip():
+                continue
+            key, _, value = line.rpartition(" ")
+            block.series[key] = block.series.get(key, 0.0) + float(value)
+    out: list[str] = []
+    for block in blocks.values():
+        out += block.header
+        out += [f"{key} {floatToGoString(value)}" for key, value in block.series.items()]
+    return "\n".join(out) + "\n" if out else ""
+
+
+class Parent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        prefix = f"@llmslo-tap-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+        self.workers = [Worker(i, f"{prefix}-{i}") for i in range(args.workers)]
+        self.port = 0
+        self.stopping = False
+
+    async def _spawn(self, w: Worker) -> None:
+        w.process = await asyncio.create_subprocess_exec(*worker_argv(self.args, self.port, w), stdin=asyncio.subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # ready once its metrics socket answers
+            try:
+                _, writer = await asyncio.open_unix_connection(w.address)
+                writer.close()
+                return
+            except OSError:
+                if w.process.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tap worker {w.index} did not start (exit status {w.process.returncode})")
+                await asyncio.sleep(0.05)
+
+    async def _supervise(self, w: Worker) -> None:
+        while not self.stopping:
+            assert w.process is not None
+            code = await w.process.wait()
+            if self.stopping:
+                return
+            w.restarts += 1
+            log.warning("event=tap_worker_exited worker=%d status=%s restarts=%d", w.index, code, w.restarts)
+            await asyncio.sleep(RESTART_DELAY_S)
+            try:
+                await self._spawn(w)
+            except RuntimeError as e:
+                if not self.stopping:  # else it was stopped while starting: nothing failed
+                    log.error("event=tap_worker_restart_failed worker=%d error=%s", w.index, e)
+
+    async def _scrape(self, w: Worker) -> str:
+        connector = aiohttp.UnixConnector(path=w.address)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=5)) as s:
+            async with s.get("http://worker/metrics") as r:
+                return await r.text()
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        texts = await asyncio.gather(*(self._scrape(w) for w in self.workers), return_exceptions=True)
+        for w, t in zip(self.workers, texts):
+            if isinstance(t, BaseException):
+                log.warning("event=tap_worker_scrape_failed worker=%d error=%s", w.index, type(t).__name__)
+        body = merge_expositions(t for t in texts if isinstance(t, str))
+        return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def run(self) -> int:
+        host, port = self.args.listen
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        hold = socket.socket(info[0], socket.SOCK_STREAM)  # holds the port; never listens
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        runner = web.AppRunner(web.Application(), access_log=None)
+        try:
+            hold.bind(info[4])
+            self.port = hold.getsockname()[1]
+            await asyncio.gather(*(self._spawn(w) for w in self.workers))
+            app = web.Application()
+            app.router.add_get("/metrics", self.metrics)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            where = self.args.metrics_listen
+            site = web.UnixSite(runner, where) if isinstance(where, str) else web.TCPSite(runner, *where, reuse_address=True)
+            await site.start()
+            metrics_port = runner.addresses[0][1] if not isinstance(where, str) else 0
+            log.info(
+                "event=tap_listening proxy=http://%s metrics=%s/metrics upstream=%s workers=%d",
+                _host_port(host, self.port),
+                f"unix:{where}" if isinstance(where, str) else f"http://{_host_port(where[0], metrics_port)}",
+                self.args.upstream, len(self.workers),
+            )
+            supervisors = [asyncio.create_task(self._supervise(w)) for w in self.workers]
+            await stop.wait()
+        except (OSError, RuntimeError) as e:
+            print(f"llmslo-exporter tap: error: {e} (fix: free the port or choose another with --listen / "
+                  "--metrics-listen)", file=sys.stderr)
+            await self._stop_workers()
+            return 2
+        finally:
+            hold.close()
+        log.info("event=tap_stopping grace_s=%s workers=%d", self.args.shutdown_grace, len(self.workers))
+        await self._stop_workers()
+        for task in supervisors:
+            task.cancel()
+        await runner.cleanup()
+        return 0
+
+    async def _stop_workers(self) -> None:
+        self.stopping = True
+        running = [w.process for w in self.workers if w.process is not None and w.process.returncode is None]
+        for p in running:
+            p.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), self.args.shutdown_grace + 5)
+        except asyncio.TimeoutError:
+            for p in running:
+                if p.returncode is None:
+                    p.kill()
+            await asyncio.gather(*(p.wait() for p in running))
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    """Run the parent until SIGTERM/SIGINT; exit status 2 when the workers cannot start."""
+    return asyncio.run(Parent(args).run())
