@@ -5,8 +5,10 @@ One tap process relays on one core (docs/scaling.md: roughly 17,000 chunks a sec
 all listen on it with SO_REUSEPORT (the kernel spreads new connections over them), and serves
 the one /metrics: on each scrape it reads every worker's metrics from the worker's abstract unix
 socket (nothing is written to the filesystem, which stays read-only) and sums them. Every tap
-series is a counter or a histogram, so the sum is exact. A worker that dies is started again;
-SIGTERM is passed on and each worker drains its own streams.
+series is a counter or a histogram, so the sum is exact. A worker that dies is started again,
+and what it had counted when last scraped stays in the sum, so the counters never go down
+(what it counted after that scrape is lost). SIGTERM is passed on and each worker drains its
+own streams.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Worker:
     socket_name: str  # abstract unix socket: "@name" on the command line, "\0name" to connect
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
+    last_page: str = ""  # its metrics as last scraped
 
     @property
     def address(self) -> str:
@@ -112,6 +115,9 @@ class Parent:
         self.workers = [Worker(i, f"{prefix}-{i}") for i in range(args.workers)]
         self.port = 0
         self.stopping = False
+        # What workers that died had counted when last scraped: kept in the sum, so that the
+        # summed counters never go down (Prometheus would take the drop for a reset of them all).
+        self.retired = ""
 
     async def _spawn(self, w: Worker) -> None:
         w.process = await asyncio.create_subprocess_exec(*worker_argv(self.args, self.port, w), stdin=asyncio.subprocess.DEVNULL)
@@ -133,6 +139,7 @@ class Parent:
             if self.stopping:
                 return
             w.restarts += 1
+            self.retired, w.last_page = merge_expositions([self.retired, w.last_page]), ""
             log.warning("event=tap_worker_exited worker=%d status=%s restarts=%d", w.index, code, w.restarts)
             await asyncio.sleep(RESTART_DELAY_S)
             try:
@@ -152,7 +159,9 @@ class Parent:
         for w, t in zip(self.workers, texts):
             if isinstance(t, BaseException):
                 log.warning("event=tap_worker_scrape_failed worker=%d error=%s", w.index, type(t).__name__)
-        body = merge_expositions(t for t in texts if isinstance(t, str))
+            else:
+                w.last_page = t
+        body = merge_expositions([self.retired, *(t for t in texts if isinstance(t, str))])
         return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def run(self) -> int:

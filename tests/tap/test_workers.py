@@ -133,6 +133,9 @@ def test_a_worker_that_dies_is_started_again(upstream_proc: Any) -> None:
     try:
         pids = [int(p) for p in re.findall(r"event=tap_worker_listening .* pid=(\d+)", "".join(lines))]
         assert len(pids) == 2
+        asyncio.run(_requests(proxy, 16))
+        before = asyncio.run(_total(metrics))  # the parent has now seen every worker's count
+        assert before == 16
         os.kill(pids[0], signal.SIGKILL)
         assert popen.stderr is not None
         deadline = time.monotonic() + 20
@@ -146,8 +149,9 @@ def test_a_worker_that_dies_is_started_again(upstream_proc: Any) -> None:
         assert any("event=tap_worker_exited" in x and "status=-9" in x for x in seen), seen
 
         async def go() -> None:
+            assert await _total(metrics) == 16, "the dead worker's counts stay in the sum: counters never go down"
             await _requests(proxy, 16)
-            assert await _total(metrics) == 16, "the new worker and the other count everything after the restart"
+            assert await _total(metrics) == 32
 
         asyncio.run(go())
     finally:
