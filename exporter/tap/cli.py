@@ -15,6 +15,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -72,6 +73,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reuse-port", action="store_true",
         help="bind the proxy port with SO_REUSEPORT, so that several processes share it (--workers does this)",
+    )
+    p.add_argument(
+        "--upstream-ca", default="", metavar="FILE",
+        help="PEM certificates to trust for an https:// upstream (default: the system's CAs)",
     )
     p.add_argument(
         "--slo", action="extend", nargs="+", default=[], metavar="FILE",
@@ -184,21 +189,28 @@ def run(args: argparse.Namespace) -> int:
     if not args.upstream.startswith(("http://", "https://")):
         print(f"llmslo-exporter tap: --upstream {args.upstream!r} must be an http:// or https:// URL", file=sys.stderr)
         return 2
-    try:
-        import prometheus_client
-
-        prometheus_client.disable_created_metrics()  # *_created series are noise for a sidecar
-    except AttributeError:
-        pass
     if args.client_idle_timeout <= 0:
         print("llmslo-exporter tap: --client-idle-timeout must be more than 0 seconds", file=sys.stderr)
         return 2
+    if args.upstream_ca:
+        try:
+            ssl.create_default_context(cafile=args.upstream_ca)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            print(f"llmslo-exporter tap: --upstream-ca {args.upstream_ca!r}: cannot load it: {e} (fix: give a "
+                  "readable PEM file of CA certificates)", file=sys.stderr)
+            return 2
     if args.workers > 1:
         from exporter.tap.workers import run_workers
 
         return run_workers(args)
+    try:
+        import prometheus_client
+
+        prometheus_client.disable_created_metrics()  # *_created series are noise for a sidecar (process-wide)
+    except AttributeError:
+        pass
     settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage,
-                           client_idle_timeout_s=args.client_idle_timeout)
+                           client_idle_timeout_s=args.client_idle_timeout, upstream_ca=args.upstream_ca)
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)
     try:
         with _runner(args.event_loop) as runner:

@@ -56,6 +56,7 @@ class TapSettings:
     # A client connection with no request in flight is closed after this long without a byte
     # from it (nginx: keepalive_timeout 75s), so idle or stalled clients cannot pile up.
     client_idle_timeout_s: float = 75.0
+    upstream_ca: str = ""  # PEM file of CAs to trust for an https:// upstream ("" = the system's)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class TapProxy:
         self.metrics = metrics
         self.observer = observer
         self.clock = clock
-        self.pool = UpstreamPool(settings.upstream, settings.connect_timeout_s)
+        self.pool = UpstreamPool(settings.upstream, settings.connect_timeout_s, settings.upstream_ca)
         self.connections: set[ClientConnection] = set()
         self.accepting = True
 

@@ -75,13 +75,16 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Connections to one upstream base URL (http or https), reused most-recent first."""
 
-    def __init__(self, base_url: str, connect_timeout_s: float) -> None:
+    def __init__(self, base_url: str, connect_timeout_s: float, ca_file: str = "") -> None:
+        """`ca_file`: PEM certificates to trust for an https:// upstream (default: the system's)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        self.ssl: ssl.SSLContext | None = (
+            ssl.create_default_context(cafile=ca_file or None) if parts.scheme == "https" else None
+        )
         self.host_field = parts.netloc.rsplit("@", 1)[-1].encode("idna")
         self.path_prefix = parts.path.rstrip("/").encode()
         self.connect_timeout_s = connect_timeout_s

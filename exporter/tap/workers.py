@@ -63,6 +63,8 @@ def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
     ]
     if args.no_inject_usage:
         argv.append("--no-inject-usage")
+    if args.upstream_ca:
+        argv += ["--upstream-ca", args.upstream_ca]
     if args.slo:
         argv += ["--slo", *args.slo]
     return argv

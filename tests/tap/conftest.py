@@ -459,6 +459,8 @@ if __name__ == "__main__":
 else:
     import pytest
 
+    from tests.exporter.conftest import certs  # noqa: F401  (a CA and a server certificate, made with openssl)
+
     @pytest.fixture
     def stack():  # type: ignore[no-untyped-def]
         """`async with stack(slo=..., **TapSettings) as st:` an upstream and a tap, in-process."""

@@ -67,3 +67,13 @@ def test_client_idle_timeout_must_be_positive(capsys: pytest.CaptureFixture[str]
             "--client-idle-timeout", "0"]
     assert cli.main(argv) == 2
     assert "--client-idle-timeout" in capsys.readouterr().err
+
+
+def test_an_unreadable_upstream_ca_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate")
+    argv = ["--listen", "127.0.0.1:0", "--upstream", "https://127.0.0.1:9", "--metrics-listen", "127.0.0.1:0",
+            "--upstream-ca", str(bad)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--upstream-ca" in err and str(bad) in err

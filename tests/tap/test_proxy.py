@@ -324,3 +324,32 @@ def test_the_official_openai_client_through_the_tap(stack: Callable, simulator_p
         assert records[("/v1/completions", False)].timings.n_out == whole.usage.completion_tokens
 
     run(go())
+
+
+def test_https_upstream_is_verified_against_the_ca_given(stack: Callable, certs: dict) -> None:
+    """An engine behind TLS with a private CA: trusted with --upstream-ca, refused (502) without it."""
+    import ssl
+
+    from aiohttp import web
+
+    from tests.tap.conftest import TestUpstream
+
+    async def go() -> None:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(certs["server_crt"], certs["server_key"])
+        runner = web.AppRunner(TestUpstream().app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx).start()
+        url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            async with stack(upstream_url=url, upstream_ca=str(certs["ca_crt"])) as st:
+                status, body, _ = await post(st.tap_url + "/v1/chat/completions", chat())
+                assert status == 200 and body.endswith(b"data: [DONE]\n\n")
+                assert st.records[0].outcome == C.OUTCOME_OK
+            async with stack(upstream_url=url) as st:  # the system's CAs do not know this one
+                status, body, _ = await post(st.tap_url + "/v1/chat/completions", chat())
+                assert status == 502 and b"SSLCertVerificationError" in body
+        finally:
+            await runner.cleanup()
+
+    run(go())
