@@ -1,6 +1,9 @@
 """Goodput tap: an in-line streaming proxy that times every completion and counts goodput.
 
-Modules: classes (SLO classes from the SLO YAML), sse (byte-preserving event splitter),
-timing (per-request state machine), metrics (Prometheus families), proxy (the relay),
-server (listeners), cli (`llmslo-exporter tap`).
+Modules: classes (SLO classes from the SLO YAML), http1 (HTTP/1.1 framing, no I/O), upstream
+(keep-alive connections to the engine), proxy (client connections and one exchange per request),
+relay (timing a response body and taking out the injected usage), sse (byte-preserving event
+splitter), timing (per-request state machine), metrics (Prometheus families), server
+(listeners), workers (`--workers N`: several processes, one summed /metrics), cli
+(`llmslo-exporter tap`).
 """
