@@ -29,6 +29,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
+from exporter.tap.cli import metrics_address
+
 log = logging.getLogger("llmslo.tap")
 
 START_TIMEOUT_S = 20.0
@@ -45,7 +47,9 @@ class Worker:
 
     @property
     def address(self) -> str:
-        return "\0" + self.socket_name[1:]
+        address = metrics_address(f"unix:{self.socket_name}")  # the path the worker itself serves on
+        assert isinstance(address, str)
+        return address
 
 
 def _host_port(host: str, port: int) -> str:

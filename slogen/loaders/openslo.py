@@ -44,13 +44,19 @@ def is_v1(doc: object) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
+def _identity(doc: dict, r: Reporter) -> tuple[dict, dict, str, str]:
+    """metadata, spec, metadata.name and spec.service of an SLO document (both versions), checked."""
     meta = f.mapping(r, doc, "metadata", "", required=True)
     spec = f.mapping(r, doc, "spec", "", required=True)
     name = f.string(r, meta, "name", "metadata")
     service = f.string(r, spec, "service", "spec")
     f.check_name(r, service, "service", "spec.service", line=f.line_of(spec, "service"))
     f.check_name(r, name, "SLO name", "metadata.name", line=f.line_of(meta, "name"))
+    return meta, spec, name, service
+
+
+def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
+    meta, spec, name, service = _identity(doc, r)
     period = None
     windows = spec.get("timeWindows") or []
     if isinstance(windows, list) and windows:
@@ -147,12 +153,7 @@ def load_v1(doc: dict, r: Reporter, doc_index: int, refs: V1Refs) -> list[SLO]:
         r.error(f"unsupported OpenSLO v1 kind {kind!r}", "kind", line=f.line_of(doc, "kind"),
                 fix="slogen reads SLO and SLI documents")
         return []
-    meta = f.mapping(r, doc, "metadata", "", required=True)
-    spec = f.mapping(r, doc, "spec", "", required=True)
-    name = f.string(r, meta, "name", "metadata")
-    service = f.string(r, spec, "service", "spec")
-    f.check_name(r, service, "service", "spec.service", line=f.line_of(spec, "service"))
-    f.check_name(r, name, "SLO name", "metadata.name", line=f.line_of(meta, "name"))
+    meta, spec, name, service = _identity(doc, r)
     who = f"{service}-{name}"
     method = spec.get("budgetingMethod", "Occurrences")
     if method != "Occurrences":
