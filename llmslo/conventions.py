@@ -48,13 +48,39 @@ LABEL_XID = "xid"
 LABEL_CLOCK_EVENT = "clock_event"  # dcgm-exporter's label on DCGM_EXP_CLOCK_EVENTS_COUNT, same value names
 GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID, LABEL_HOSTNAME)
 
-# Request outcomes counted by the tap.
-OUTCOME_OK = "ok"
-OUTCOME_UPSTREAM_ERROR = "upstream_error"
-OUTCOME_ABORTED = "aborted"  # upstream broke off mid-stream
-OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
+# Request outcomes counted by the tap (docs/metrics.md, "Outcomes", defines each precisely).
+OUTCOME_OK = "ok"  # complete: a stream ended with the engine's final event, a body with its framing
+OUTCOME_UPSTREAM_ERROR = "upstream_error"  # 5xx or 429 from the engine, or no response at all (502)
+OUTCOME_ABORTED = "aborted"  # upstream broke off mid-body, or sent an error event mid-stream
+OUTCOME_TRUNCATED = "truncated"  # the body ended cleanly but a stream lacked its final event ([DONE] / finish_reason)
+OUTCOME_UPSTREAM_TIMEOUT = "upstream_timeout"  # the tap's first-token, stall or response deadline passed
+OUTCOME_CLIENT_GAVE_UP = "client_gave_up"  # the client left after its objective could no longer be met
+OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"  # the client left while its request was still on time
 OUTCOME_CLIENT_ERROR = "client_error"  # upstream answered 4xx (not 429): the request was at fault, not the service
-OUTCOMES = (OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR)
+OUTCOMES = (
+    OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_TRUNCATED, OUTCOME_UPSTREAM_TIMEOUT,
+    OUTCOME_CLIENT_GAVE_UP, OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR,
+)
+# How the SLIs read outcomes. Bad: the service's failure (availability and goodput count them
+# as errors). Neutral: nobody's failure, left out of every total. Late: requests that never
+# completed because they were too late; latency SLIs count them as slower than any threshold.
+TAP_BAD_OUTCOMES = (
+    OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_TRUNCATED, OUTCOME_UPSTREAM_TIMEOUT, OUTCOME_CLIENT_GAVE_UP,
+)
+TAP_NEUTRAL_OUTCOMES = (OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR)
+TAP_LATE_OUTCOMES = (OUTCOME_UPSTREAM_TIMEOUT, OUTCOME_CLIENT_GAVE_UP)
+
+# Why the tap itself refused a connection or a request (LABEL_REASON of TAP_REFUSALS).
+REFUSED_CONNECTION_LIMIT = "connection_limit"  # --max-connections reached: 503 and close
+REFUSED_HEAD_TIMEOUT = "head_timeout"  # the request head did not arrive within --head-timeout: 408 and close
+REFUSED_HEAD_TOO_LARGE = "head_too_large"  # 431
+REFUSED_BODY_TOO_LARGE = "body_too_large"  # over --max-body-bytes: 413
+REFUSED_BODY_MEMORY = "body_memory"  # every buffered request body together over --max-buffered-body-bytes: 503
+REFUSED_MALFORMED = "malformed"  # 400
+REFUSED_REASONS = (
+    REFUSED_CONNECTION_LIMIT, REFUSED_HEAD_TIMEOUT, REFUSED_HEAD_TOO_LARGE, REFUSED_BODY_TOO_LARGE,
+    REFUSED_BODY_MEMORY, REFUSED_MALFORMED,
+)
 
 # Values of LABEL_USAGE_SOURCE on the tap's token counters.
 USAGE_SOURCE_ENGINE = "usage"  # usage.completion_tokens reported by the engine
@@ -160,7 +186,17 @@ GOODPUT_TOKENS = _m(
     "goodput_tokens_total", "counter", "Output tokens of requests within both the TTFT and TPOT objective.",
     TAP_LABELS + (LABEL_USAGE_SOURCE,),
 )
-TAP_METRICS = (TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS)
+# The tap's self-metrics: what it refused or ignored to protect itself and the signal.
+TAP_USAGE_REJECTED = _m(
+    "tap_usage_rejected_total", "counter",
+    "Engine-reported usage.completion_tokens ignored as implausible (over max_tokens or the stream's size); "
+    "the output events were counted instead.", TAP_LABELS,
+)
+TAP_REFUSALS = _m("tap_refusals_total", "counter", "Connections and requests the tap refused itself, by reason.", (LABEL_REASON,))
+TAP_METRICS = (
+    TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS,
+    TAP_USAGE_REJECTED, TAP_REFUSALS,
+)
 
 # --------------------------------------------------------------------------------------
 # GPU metrics (NVML collector; labels: GPU_IDENTITY_LABELS [+ MIG labels])
