@@ -32,9 +32,13 @@ class RecordingRule:
 class SeriesFixture:
     """How to synthesize one source series for generated promtool tests.
 
-    `role` says what the series counts: "total" (all events), "good" (good events, a subset
-    of total), "bad" (bad events, a subset of total) or "gauge" (a level sampled per step:
-    `good_value` when healthy, `bad_value` during an incident).
+    `role` says what the series counts: "total" (all completed events), "good" (good events, a
+    subset of total), "bad" (bad events, a subset of total), "gauge" (a level sampled per step:
+    `good_value` when healthy, `bad_value` during an incident) or "late" (requests that never
+    completed because they were too late, e.g. the tap's `upstream_timeout`: a series that
+    exists and grows only during a hang). A hang differs from an outage in its source series:
+    nothing completes, so "total" and "good" stop while "late" grows; the tests stage both.
+    `incident` names how a "late" series' requests end (its outcome), one hang scenario each.
     """
 
     name: str
@@ -42,6 +46,7 @@ class SeriesFixture:
     role: str
     good_value: float = 0.0
     bad_value: float = 0.0
+    incident: str = ""
 
 
 @dataclass(frozen=True)

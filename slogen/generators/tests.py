@@ -1,11 +1,16 @@
 """promtool unit tests for the generated rules, one file per service.
 
 For every SLO whose source series slogen can synthesize (the llmslo/* plugins, and simple
-Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), three test groups:
+Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), these scenarios:
   * full outage: clean traffic for the longest page window, then 100% bad events until every
     enabled tier has fired, then recovery until all have resolved;
   * slow burn: a burn rate between the fastest ticket tier and the slowest page tier, so the
     ticket tiers fire and the page tiers must not;
+  * engine hang (SLIs with "late" series, the tap's): the same clean history, then 2h in which
+    nothing completes (the latency histograms and goodput counters stop, `ok` stops) and every
+    request ends late instead, once per late outcome (upstream_timeout, client_gave_up): the
+    error ratio is 1 as in an outage, but it comes from other series, and a latency SLI that
+    reads only its histograms would never fire;
   * no data: no source series, so the no-data alert fires after its `for`; and, for an SLI
     evaluated per cluster (its `by`), one cluster of two going dark fires it for that cluster only.
 Expectations come from generators/simulate.py, and each check is placed on both sides of a
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
@@ -30,6 +35,7 @@ from slogen.plugins.llm import PluginError, parse_selector
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 STEPS_PER_BASE_WINDOW = 1
+HANG_MS = 2 * 3_600_000  # how long the engine hangs in the hang scenarios
 
 
 @dataclass
@@ -187,13 +193,7 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
                     recovery=longest_short * 2 + 10)
     if sim is not None:
         name = f"full outage after {format_duration(history * step)} of clean traffic"
-        pq = next((t for t in tiers if t.name == "page-quick"), None)
-        if pq is not None and sim.fire_steps(pq.name) and not gauge:
-            at = (sim.fire_steps(pq.name)[0] - history + 1) * step  # bad[history] is the step ending at history
-            textbook = pq.factor * float(ctx.error_budget) * pq.window.long_window
-            name += (f": page-quick fires {format_duration(at)} after it starts (SRE Workbook: "
-                     f"{format_duration(int(round(textbook / 1000)) * 1000)}, plus at most one {format_duration(step)} evaluation)")
-        scenarios.append(Scenario("outage", name, bad, sim))
+        scenarios.append(Scenario("outage", _named_page_quick(name, sim, tiers, ctx, history, step, gauge), bad, sim))
 
     # Slow burn: fast enough for every ticket tier, too slow for any page tier.
     ticket = [t.factor for t in tiers if t.severity == "ticket"]
@@ -212,6 +212,9 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
     sli = ctx.slo.sli
     split = sli.by[0] if isinstance(sli, EventsSLI) and sli.by and all(sli.by[0] in f.labels for f in fixtures) else ""
     groups = [scenarios] if split and len(scenarios) > 1 else [[s] for s in scenarios]
+    # Hangs get groups of their own, so the outage and slow-burn groups stay as they were.
+    hangs = _hang_scenarios(ctx, tiers, fixtures, step, history, recovery=longest_short * 2 + 10)
+    groups += [hangs] if split and len(hangs) > 1 else [[s] for s in hangs]
     out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
     out.append(_no_data_group(r, step))
     out += _scope_dark_groups(r, fixtures, step)
@@ -220,21 +223,55 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
 
 @dataclass
 class Scenario:
+    """One staged incident. `bad[k]` is the share of step k's requests that fail; a hang
+    (`incident` set: the outcome its requests end in) fails them by never completing them."""
+
     key: str
     name: str
     bad: list[float]
     sim: Simulation
+    incident: str = ""
+
+
+def _named_page_quick(name: str, sim: Simulation, tiers: list[Tier], ctx, history: int, step: int, gauge: bool) -> str:
+    """`name`, plus when page-quick fires after the incident starts and the SRE Workbook's figure for it."""
+    pq = next((t for t in tiers if t.name == "page-quick"), None)
+    if pq is None or not sim.fire_steps(pq.name) or gauge:
+        return name
+    at = (sim.fire_steps(pq.name)[0] - history + 1) * step  # bad[history] is the step ending at history
+    textbook = pq.factor * float(ctx.error_budget) * pq.window.long_window
+    return (f"{name}: page-quick fires {format_duration(at)} after it starts (SRE Workbook: "
+            f"{format_duration(int(round(textbook / 1000)) * 1000)}, plus at most one {format_duration(step)} evaluation)")
+
+
+def _hang_scenarios(ctx, tiers: list[Tier], fixtures: tuple[SeriesFixture, ...], step: int, history: int,
+                    recovery: int) -> list[Scenario]:
+    """One 2h engine hang per late outcome the SLI counts: the error ratio is 1 throughout, as in
+    a full outage, so the simulation is the outage's; the series that carry it differ (`_series`)."""
+    incidents = list(dict.fromkeys(f.incident for f in fixtures if f.role == "late"))
+    if not incidents:
+        return []
+    hang = -(-HANG_MS // step)
+    sim, bad = _run(ctx, tiers, step, False, history=history, level=1.0, max_burn=hang, recovery=recovery, fixed=True)
+    if sim is None:
+        return []
+    first = (f"engine hangs for {format_duration(hang * step)} after {format_duration(history * step)} of clean "
+             f"traffic, every request ending as {incidents[0]}")
+    names = [_named_page_quick(first, sim, tiers, ctx, history, step, False)]
+    names += [f"the same hang, every request ending as {incident}" for incident in incidents[1:]]
+    return [Scenario(f"hang-{incident}", name, list(bad), sim, incident) for incident, name in zip(incidents, names)]
 
 
 def _run(ctx, tiers: list[Tier], step: int, gauge: bool, *, history: int, level: float, max_burn: int,
-         recovery: int) -> tuple[Simulation | None, list[float]]:
-    """Burn until every tier that can fire has fired (+5 steps), then recover until all resolve."""
+         recovery: int, fixed: bool = False) -> tuple[Simulation | None, list[float]]:
+    """Burn until every tier that can fire has fired (+5 steps), or for exactly `max_burn` steps
+    when `fixed`, then recover until all resolve; None when no tier fires."""
     bad = _profile(history, level, max_burn, 0, gauge)
     sim = simulate(ctx, tiers, bad, step, gauge)
     fired = [sim.fire_steps(t.name)[0] for t in tiers if sim.fire_steps(t.name)]
     if not fired:
         return None, bad
-    burn = max(fired) - history + 5
+    burn = max_burn if fixed else max(fired) - history + 5
     bad = _profile(history, level, burn, recovery, gauge)
     sim = simulate(ctx, tiers, bad, step, gauge)
     last = max((s[-1] for t in tiers for s in [sim.resolve_steps(t.name)] if s), default=len(bad) - 1)
@@ -286,12 +323,21 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
     checks.append({"eval_time": format_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
     series = []
     for s in scenarios:
-        for f in fixtures:
-            fx = SeriesFixture(f.name, {**f.labels, split: s.key}, f.role, f.good_value, f.bad_value) if split else f
-            series.append(_series(fx, s.bad))
+        for f in _staged(fixtures, s.incident):
+            fx = replace(f, labels={**f.labels, split: s.key}) if split else f
+            series.append(_series(fx, s.bad, hang=bool(s.incident)))
     name = "; ".join(s.name for s in scenarios) + (f" (one {split} each)" if split and len(scenarios) > 1 else "")
     return {"name": f"{r.slo.id}: {name}", "interval": format_duration(step), "input_series": series,
             "alert_rule_test": checks}
+
+
+def _staged(fixtures: tuple[SeriesFixture, ...], incident: str) -> list[SeriesFixture]:
+    """The series a scenario writes: a "late" series only in the hang that ends in its outcome.
+
+    Left out elsewhere, as the tap leaves it out until its first such request: every other
+    scenario also proves that a missing late series costs the SLI nothing.
+    """
+    return [f for f in fixtures if f.role != "late" or (incident and f.incident == incident)]
 
 
 def _no_data_group(r: SLOResult, step: int) -> dict:
@@ -322,6 +368,7 @@ def _scope_dark_groups(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: 
     and one goes dark, so the no-data alert fires for that cluster only, after its recorded rate
     lapses plus `for`; and both go dark, so it fires once, from `absent()`, not once per cluster."""
     scope = no_data_scope(r.ctx)
+    fixtures = tuple(_staged(fixtures, ""))
     if not scope or not all(label in f.labels for f in fixtures for label in scope):
         return []
     rule = next(x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) == "no-data")
@@ -338,7 +385,7 @@ def _scope_dark_groups(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: 
         return []
 
     def series(lengths: dict[str, int]) -> list[dict]:
-        return [_series(SeriesFixture(f.name, {**f.labels, label: value}, f.role, f.good_value, f.bad_value), [0.0] * n)
+        return [_series(replace(f, labels={**f.labels, label: value}), [0.0] * n)
                 for value, n in lengths.items() for f in fixtures]
 
     one_dark = {label: "dark", **{name: values.pop() for name, values in others.items()}}
@@ -390,19 +437,38 @@ def _expected(rule: Rule, series_labels: dict[str, str]) -> dict:
             "exp_annotations": dict(sorted(rule.annotations.items()))}
 
 
-def _series(f: SeriesFixture, bad: list[float]) -> dict:
+# Growth of a counter per step, as a share of the step's requests, given its bad share b. In a
+# failure the requests complete and fail; in a hang they never complete ("total" and "good"
+# stop) and end late instead. A failure has no late series, a hang no completed bad ones.
+_GROWTH = {
+    False: {"total": lambda b: 1.0, "good": lambda b: 1.0 - b, "bad": lambda b: b, "late": lambda b: 0.0},
+    True: {"total": lambda b: 1.0 - b, "good": lambda b: 1.0 - b, "bad": lambda b: 0.0, "late": lambda b: b},
+}
+
+
+def _series(f: SeriesFixture, bad: list[float], hang: bool = False) -> dict:
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(f.labels.items()))
     name = f"{f.name}{{{labels}}}"
     if f.role == "gauge":
-        values = [f.bad_value if b >= 0.5 else f.good_value for b in bad]
-    else:
-        per_step = {"total": lambda b: 1.0, "bad": lambda b: b, "good": lambda b: 1.0 - b}[f.role]
-        values, acc = [], 0.0
-        for k, b in enumerate(bad):
-            if k:
-                acc += per_step(b) * UNITS_PER_STEP
-            values.append(round(acc, 6))
+        return {"series": name, "values": encode([f.bad_value if b >= 0.5 else f.good_value for b in bad])}
+    per_step = _GROWTH[hang][f.role]
+    values, acc = [], 0.0
+    for k, b in enumerate(bad):
+        if k:
+            acc += per_step(b) * UNITS_PER_STEP
+        values.append(round(acc, 6))
+    if f.role == "late":
+        return {"series": name, "values": _from_first_use(values)}
     return {"series": name, "values": encode(values)}
+
+
+def _from_first_use(values: list[float]) -> str:
+    """A counter the tap creates on its first use: absent (`_`) until the step before it first grows,
+    where it reads 0, so rate() over it is exact from the first late request on."""
+    first = next((k for k in range(1, len(values)) if values[k] > 0), len(values))
+    start = max(0, first - 1)
+    blanks = f"_x{start}" if start else ""
+    return " ".join(x for x in (blanks, encode(values[start:])) if x)
 
 
 def encode(values: list[float]) -> str:

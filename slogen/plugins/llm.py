@@ -36,10 +36,6 @@ LATENCY_METRICS = {
     "itl": (None, c.ITL),
 }
 
-# Tap outcomes that are the service's fault, and those that are nobody's (left out of the total).
-TAP_BAD_OUTCOMES = (c.OUTCOME_UPSTREAM_ERROR, c.OUTCOME_ABORTED)
-TAP_NEUTRAL_OUTCOMES = (c.OUTCOME_CLIENT_DISCONNECTED, c.OUTCOME_CLIENT_ERROR)
-
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -120,6 +116,28 @@ def aggregate(inner: str, by: tuple[str, ...]) -> str:
 
 def rate(sel: str) -> str:
     return f"rate({sel}[{{{{.window}}}}])"
+
+
+def any_of(values: tuple[str, ...]) -> str:
+    """A regex matching any of `values` (tap outcomes, finished reasons): `upstream_timeout|client_gave_up`."""
+    return "|".join(values)
+
+
+def late_selector(matchers: list[Matcher]) -> str:
+    """The tap's requests that ended late (conventions.TAP_LATE_OUTCOMES) among those `matchers` pick.
+
+    The tap's latency histograms observe completed requests only: one that hit the tap's deadline
+    or whose client gave up after its objective had passed has no latency sample, yet it is the
+    slowest request of all. A latency SLI over the tap adds these to its bad and total events.
+    """
+    late = (c.LABEL_OUTCOME, "=~", any_of(c.TAP_LATE_OUTCOMES))
+    return selector(c.TAP_REQUESTS.name, matchers + [late])
+
+
+def late_fixtures(metric: str, labels: dict[str, str]) -> tuple[SeriesFixture, ...]:
+    """One "late" test series per late outcome, so the generated tests stage a hang ending in each."""
+    return tuple(SeriesFixture(metric, {**labels, c.LABEL_OUTCOME: outcome}, "late", incident=outcome)
+                 for outcome in c.TAP_LATE_OUTCOMES)
 
 
 # --------------------------------------------------------------------------------------
@@ -216,7 +234,12 @@ def _model_matchers(opts: _Options) -> tuple[list[Matcher], dict[str, str]]:
 
 
 def latency(req: SLIPluginRequest) -> EventsSLI:
-    """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count."""
+    """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count.
+
+    Over the tap, requests that ended late (a deadline hit, a client that gave up) count as slower
+    than any threshold, so a hung engine burns the budget instead of silencing the SLI. The
+    engine's own histograms cannot see a hang (it never finishes the request): no such term.
+    """
     opts = _Options(LATENCY, req.options, ("metric", "threshold", "source", "slo_class") + COMMON)
     metric = opts.choice("metric", tuple(LATENCY_METRICS), "")
     source = opts.choice("source", (SOURCE_TAP, SOURCE_ENGINE), SOURCE_TAP)
@@ -242,8 +265,9 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     le = (c.LABEL_LE, "=~", promql_string(le_regex(threshold)))
     count_sel = selector(family.count(), matchers)
     bucket_sel = selector(family.bucket(), matchers + [le])
-    total = aggregate(rate(count_sel), by)
+    count = aggregate(rate(count_sel), by)
     good = aggregate(rate(bucket_sel), by)
+    error_query, total_query = f"{count}\n-\n{good}", count
     fixtures: tuple[SeriesFixture, ...] = ()
     labels = _fixture_labels(base, matchers, by)
     if labels is not None:
@@ -251,15 +275,34 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
             SeriesFixture(family.count(), labels, "total"),
             SeriesFixture(family.bucket(), {**labels, c.LABEL_LE: le_label(threshold)}, "good"),
         )
+    if source == SOURCE_TAP:
+        error_query, total_query = _with_late(count, good, aggregate(rate(late_selector(matchers)), by))
+        if labels is not None:
+            fixtures += late_fixtures(c.TAP_REQUESTS.name, labels)
     return EventsSLI(
-        error_query=f"{total}\n-\n{good}",
-        total_query=total,
+        error_query=error_query,
+        total_query=total_query,
         sources=(count_sel, bucket_sel),
         fixtures=fixtures,
         plugin=LATENCY,
         plugin_options=dict(opts.raw),
         by=by,
     )
+
+
+def _with_late(count: str, good: str, late: str) -> tuple[str, str]:
+    """Error and total queries of a tap latency SLI that counts late requests as too slow.
+
+    error = count - good + late, total = count + late, per `by` group. `late or 0 * count`
+    keeps a group whose late series the tap has not created yet (it creates an outcome's series
+    on first use); the trailing `or late` keeps a group with late requests only (a hung engine
+    completes nothing, so its histograms are flat or absent): its error ratio is then 1, not
+    empty, and every burn-rate tier sees the hang.
+    """
+    late_or_zero = f"({late}\nor\n0 * {count})"
+    error = f"{count}\n-\n{good}\n+\n{late_or_zero}\nor\n{late}"
+    total = f"{count}\n+\n{late_or_zero}\nor\n{late}"
+    return error, total
 
 
 def goodput(req: SLIPluginRequest) -> EventsSLI:
@@ -271,7 +314,9 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
     by = opts.by()
     model_l: dict[str, str] = {}  # `models` maps requests to this class in the tap; slo_class applies it here
     matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + opts.matchers()
-    neutral = "|".join(TAP_NEUTRAL_OUTCOMES)
+    # Every outcome but the neutral ones: the bad ones (a deadline hit, a client that gave up) count
+    # in the total and never as good, so a hung engine burns goodput at a ratio of 1.
+    neutral = any_of(c.TAP_NEUTRAL_OUTCOMES)
     total_sel = selector(c.TAP_REQUESTS.name, matchers + [(c.LABEL_OUTCOME, "!~", neutral)])
     good_sel = selector(c.GOODPUT_REQUESTS.name, matchers)
     total = aggregate(rate(total_sel), by)
@@ -282,7 +327,7 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
         fixtures = (
             SeriesFixture(c.TAP_REQUESTS.name, {**labels, c.LABEL_OUTCOME: c.OUTCOME_OK}, "total"),
             SeriesFixture(c.GOODPUT_REQUESTS.name, labels, "good"),
-        )
+        ) + late_fixtures(c.TAP_REQUESTS.name, labels)
     return EventsSLI(
         # `or 0 * total`: the tap may create the good counter only on the first good request.
         error_query=f"{total}\n-\n({good} or 0 * {total})",
@@ -306,14 +351,14 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
     if source == SOURCE_TAP:
         if opts.get("error_reasons"):
             raise PluginError("error_reasons applies to source: engine", "error_reasons",
-                              "remove it; the tap's bad outcomes are fixed: " + ", ".join(TAP_BAD_OUTCOMES))
+                              "remove it; the tap's bad outcomes are fixed: " + ", ".join(c.TAP_BAD_OUTCOMES))
         slo_class = opts.get("slo_class")
         if slo_class:
             matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
             base[c.LABEL_SLO_CLASS] = slo_class
         metric = c.TAP_REQUESTS.name
         label = c.LABEL_OUTCOME
-        bad, neutral = TAP_BAD_OUTCOMES, TAP_NEUTRAL_OUTCOMES
+        bad, neutral = c.TAP_BAD_OUTCOMES, c.TAP_NEUTRAL_OUTCOMES
         good_value = c.OUTCOME_OK
     else:
         if opts.get("slo_class"):
@@ -328,8 +373,8 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
         label = c.LABEL_REASON
         neutral = ()
         good_value = next(r for r in c.FINISHED_REASONS if r not in bad)
-    bad_sel = selector(metric, matchers + [(label, "=~", "|".join(bad))])
-    total_sel = selector(metric, matchers + ([(label, "!~", "|".join(neutral))] if neutral else []))
+    bad_sel = selector(metric, matchers + [(label, "=~", any_of(bad))])
+    total_sel = selector(metric, matchers + ([(label, "!~", any_of(neutral))] if neutral else []))
     fixtures: tuple[SeriesFixture, ...] = ()
     labels = _fixture_labels(base, opts.matchers(), by)
     if labels is not None:
@@ -337,6 +382,8 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
             SeriesFixture(metric, {**labels, label: good_value}, "good"),
             SeriesFixture(metric, {**labels, label: bad[0]}, "bad"),
         )
+        if source == SOURCE_TAP:
+            fixtures += late_fixtures(metric, labels)
     return EventsSLI(
         error_query=aggregate(rate(bad_sel), by),
         total_query=aggregate(rate(total_sel), by),

@@ -52,7 +52,52 @@ def test_models_filter_engine_series_but_not_tap_classes():
     assert "model" not in tap.total_query and 'slo_class="interactive"' in tap.total_query
     avail = resolve("llmslo/availability", source="tap")
     assert 'outcome!~"client_disconnected|client_error"' in avail.total_query
-    assert 'outcome=~"upstream_error|aborted"' in avail.error_query
+
+
+def outcome_set(query: str, op: str) -> set[str]:
+    """The outcomes one `outcome<op>"a|b"` matcher of `query` names (exactly one such matcher)."""
+    (alternatives,) = re.findall(rf'{c.LABEL_OUTCOME}{re.escape(op)}"([^"]*)"', query)
+    return set(alternatives.split("|"))
+
+
+def test_tap_outcome_sets_come_from_the_conventions():
+    """Availability's bad set, goodput's and availability's neutral set are conventions' own: an outcome
+    added there (a hang's upstream_timeout) is counted without touching the plugins."""
+    avail = resolve("llmslo/availability", source="tap", slo_class="interactive")
+    assert outcome_set(avail.error_query, "=~") == set(c.TAP_BAD_OUTCOMES)
+    assert outcome_set(avail.total_query, "!~") == set(c.TAP_NEUTRAL_OUTCOMES)
+    goodput = resolve("llmslo/goodput", slo_class="interactive", ttft="0.5", tpot="0.05")
+    assert outcome_set(goodput.total_query, "!~") == set(c.TAP_NEUTRAL_OUTCOMES)
+    assert set(c.TAP_LATE_OUTCOMES) <= set(c.TAP_BAD_OUTCOMES)  # so goodput's total counts a hang
+    assert not set(c.TAP_BAD_OUTCOMES) & set(c.TAP_NEUTRAL_OUTCOMES)
+
+
+@pytest.mark.parametrize("options,matchers", [
+    ({"metric": "ttft", "threshold": "0.5", "slo_class": "interactive"}, 'slo_class="interactive"'),
+    ({"metric": "tpot", "threshold": "0.05", "models": "llama-*", "selector": '{namespace="llm"}', "by": "cluster,region"},
+     'namespace="llm",model=~"llama-.*"'),
+])
+def test_tap_latency_counts_late_requests_as_too_slow(options, matchers):
+    """A hung engine completes nothing, so the histograms see nothing: the late outcomes, with the
+    SLI's own matchers and `by`, are added to both error and total, and guarded against absence."""
+    sli = resolve("llmslo/latency", **options)
+    by = ", ".join(sli.by)
+    late = (f'sum by ({by}) (rate({c.TAP_REQUESTS.name}{{{matchers},{c.LABEL_OUTCOME}=~"'
+            f'{"|".join(c.TAP_LATE_OUTCOMES)}"}}[{{{{.window}}}}]))')
+    count = sli.total_query.split("\n")[0]
+    for query in (sli.error_query, sli.total_query):
+        # late is 0 where the tap has not created its series yet; a group with late requests only stays
+        assert f"({late}\nor\n0 * {count})" in query and query.endswith(f"\nor\n{late}")
+    assert outcome_set(late, "=~") == set(c.TAP_LATE_OUTCOMES)
+    assert {f.incident for f in sli.fixtures if f.role == "late"} == set(c.TAP_LATE_OUTCOMES)
+
+
+def test_engine_latency_has_no_late_term():
+    """The engine cannot see a hang (it never finishes the request); its query stays count - bucket."""
+    sli = resolve("llmslo/latency", metric="ttft", threshold="0.5", source="engine")
+    assert c.TAP_REQUESTS.name not in sli.error_query + sli.total_query
+    assert sli.error_query == f"{sli.total_query}\n-\n" + sli.error_query.split("\n-\n")[1]
+    assert not [f for f in sli.fixtures if f.role == "late"]
 
 
 def test_kv_headroom_is_time_based_events_from_an_aux_rule():

@@ -1,5 +1,5 @@
 """Real promtool over every generated output: `check rules` on rule files and PrometheusRules,
-`test rules` on the generated unit tests (outage, slow burn, no data), run in parallel."""
+`test rules` on the generated unit tests (outage, slow burn, engine hang, no data), run in parallel."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from llmslo import conventions as c
 from slogen.durations import SECOND
 from slogen.generate import generate_file
 from slogen.generators import generate
@@ -56,6 +57,24 @@ def test_generated_unit_tests_pass(promtool):
     names = [g["name"] for g in doc["tests"]]
     assert any("full outage" in n and "slow burn" in n for n in names)  # both scenarios, one cluster each
     assert any("no source series" in n for n in names)
+
+
+def test_every_tap_slo_has_a_generated_hang_scenario_that_fires():
+    """A hung engine must burn every tap SLO: each one's committed tests stage a 2h hang per late outcome,
+    and expect its tiers to fire in both (the pages where the SLO pages); the engine's SLOs cannot see it."""
+    expected = {"chat": {"availability", "ttft", "tpot", "goodput"}, "batch": {"availability", "ttft", "tpot", "goodput"},
+                "fleet": set()}
+    for service, slos in expected.items():
+        doc = yaml.safe_load((REPO / "alerts" / f"{service}.test.yaml").read_text())
+        hangs = {g["name"].split(":")[0]: g for g in doc["tests"] if "engine hangs for 2h" in g["name"]}
+        assert set(hangs) == {f"{service}-{slo}" for slo in slos}
+        tiers = ("page-quick", "page-slow") if service == "chat" else ("ticket-quick",)
+        for slo_id, group in hangs.items():
+            fired = {(a["exp_labels"]["cluster"], a["exp_labels"]["slo_tier"])
+                     for check in group["alert_rule_test"] for a in check["exp_alerts"]}
+            assert {(f"hang-{o}", t) for o in c.TAP_LATE_OUTCOMES for t in tiers} <= fired, slo_id
+            late = [s["series"] for s in group["input_series"] if s["values"].startswith("_")]
+            assert len(late) == len(c.TAP_LATE_OUTCOMES), slo_id  # the late series appear with the hang
 
 
 AVAIL = """\
@@ -154,3 +173,69 @@ def test_latency_threshold_matches_both_le_spellings(promtool, tmp_path):
         """))
     proc = run([promtool, "test", "rules", "t.yaml"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_tap_latency_sli_counts_late_requests_per_cluster(promtool, tmp_path):
+    """Real evaluation of the generated latency rules, one cluster per case: a late series the tap has not
+    created yet costs nothing (a); a hang with the histograms flat (b) or never created (c) gives an
+    error ratio of 1, not an empty result; mixed traffic counts each late request as too slow (d)."""
+    spec = tmp_path / "svc.yaml"
+    spec.write_text(LATENCY)
+    results = generate(load_path(spec), GenOptions())
+    (tmp_path / "r.yaml").write_text(rule_file([g for r in results for g in r.rules.groups()]))
+    count, bucket = "llm_tap_time_to_first_token_seconds_count", "llm_tap_time_to_first_token_seconds_bucket"
+    late = "llm_tap_requests_total"
+    series = [
+        (f'{count}{{cluster="a",slo_class="interactive"}}', "0+100x20"),
+        (f'{bucket}{{cluster="a",slo_class="interactive",le="1.0"}}', "0+90x20"),
+        (f'{count}{{cluster="b",slo_class="interactive"}}', "0+0x20"),
+        (f'{bucket}{{cluster="b",slo_class="interactive",le="1.0"}}', "0+0x20"),
+        (f'{late}{{cluster="b",slo_class="interactive",outcome="upstream_timeout"}}', "0+50x20"),
+        (f'{late}{{cluster="c",slo_class="interactive",outcome="client_gave_up"}}', "0+20x20"),
+        (f'{count}{{cluster="d",slo_class="interactive"}}', "0+100x20"),
+        (f'{bucket}{{cluster="d",slo_class="interactive",le="1.0"}}', "0+90x20"),
+        (f'{late}{{cluster="d",slo_class="interactive",outcome="upstream_timeout"}}', "0+60x20"),
+        (f'{late}{{cluster="d",slo_class="interactive",outcome="client_gave_up"}}', "0+40x20"),
+        # neither late nor slow: left out of the latency SLI
+        (f'{late}{{cluster="d",slo_class="interactive",outcome="client_disconnected"}}', "0+1000x20"),
+    ]
+    expected = {"a": 0.1, "b": 1, "c": 1, "d": 0.55}  # d: (10 slow + 100 late) / (100 completed + 100 late)
+    labels = 'cluster="{}", sloth_id="svc-ttft", sloth_service="svc", sloth_slo="ttft", sloth_window="{}"'
+    tests = [{"expr": f'round(slo:sli_error:ratio_rate{w}{{sloth_id="svc-ttft"}}, 0.001)', "eval_time": "10m",
+              "exp_samples": [{"labels": "{" + labels.format(k, w) + "}", "value": v} for k, v in expected.items()]}
+             for w in ("5m", "30m")]
+    doc = {"rule_files": ["r.yaml"], "evaluation_interval": "1m",
+           "tests": [{"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                      "promql_expr_test": tests}]}
+    (tmp_path / "t.yaml").write_text(dump(doc))
+    proc = run([promtool, "test", "rules", "t.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hang_test_fails_against_latency_rules_that_ignore_late_requests(promtool, tmp_path, monkeypatch):
+    """The generated hang scenario pages; against the old latency rules (histograms only) it fails,
+    because a hung engine completes nothing and those rules see no events at all."""
+    from slogen.plugins import llm
+
+    spec = tmp_path / "svc.yaml"
+    spec.write_text(LATENCY.replace("alerting: {page_alert: {disable: true}, ticket_alert: {disable: true}}",
+                                    "alerting: {name: SvcTTFT}"))
+    results = generate(load_path(spec), GenOptions())
+    doc, skipped = service_tests(results, "svc.rules.yaml")
+    assert not skipped
+    hangs = [g for g in doc["tests"] if "engine hangs for 2h" in g["name"]]
+    assert len(hangs) == 1 and "every request ending as upstream_timeout" in hangs[0]["name"]
+    assert "the same hang, every request ending as client_gave_up (one cluster each)" in hangs[0]["name"]
+    paged = {(a["exp_labels"]["cluster"], a["exp_labels"]["slo_tier"])
+             for check in hangs[0]["alert_rule_test"] for a in check["exp_alerts"]}
+    assert {(f"hang-{o}", t) for o in c.TAP_LATE_OUTCOMES for t in ("page-quick", "page-slow")} <= paged
+    doc["tests"] = hangs
+    (tmp_path / "svc.test.yaml").write_text(dump(doc))
+    (tmp_path / "svc.rules.yaml").write_text(rule_file([g for r in results for g in r.rules.groups()]))
+    proc = run([promtool, "test", "rules", "svc.test.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    monkeypatch.setattr(llm, "_with_late", lambda count, good, late: (f"{count}\n-\n{good}", count))
+    old = generate(load_path(spec), GenOptions())
+    (tmp_path / "svc.rules.yaml").write_text(rule_file([g for r in old for g in r.rules.groups()]))
+    proc = run([promtool, "test", "rules", "svc.test.yaml"], cwd=tmp_path)
+    assert proc.returncode != 0 and "SvcTTFT" in proc.stdout + proc.stderr
