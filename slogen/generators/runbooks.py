@@ -120,6 +120,9 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "tap_ttft_p99": q.histogram_quantile(0.99, c.TAP_TTFT, tap, WINDOW, (c.LABEL_MODEL,)),
         "tap_tpot_p99": q.histogram_quantile(0.99, c.TAP_TPOT, tap, WINDOW, (c.LABEL_MODEL,)),
         "tap_outcomes": q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_MODEL, c.LABEL_OUTCOME)),
+        # Requests that never completed because they were too late: what a hung engine looks like at the tap.
+        "tap_late": q.sum_rate(c.TAP_REQUESTS.name, [*tap, q.regex(c.LABEL_OUTCOME, "|".join(c.TAP_LATE_OUTCOMES))],
+                               WINDOW, (c.LABEL_MODEL, c.LABEL_OUTCOME)),
         "goodput_by_class": q.ratio(q.sum_rate(c.GOODPUT_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,)),
                                     q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,))),
         "goodput_tokens": q.ratio(q.sum_rate(c.GOODPUT_TOKENS.name, tap, WINDOW, (c.LABEL_MODEL,)),

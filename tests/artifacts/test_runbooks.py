@@ -181,3 +181,21 @@ def test_latency_runbooks_match_bucket_edges_exactly_as_their_rules_do() -> None
             assert f'le=~"{le}"' in rules, (runbook.name, le)
             checked += 1
     assert checked >= 4
+
+
+def test_runbooks_explain_the_late_outcomes_of_a_hang(files):
+    """Tap SLOs' runbooks show the late requests (what a hung engine looks like at the tap) with the SLO's
+    class; engine-sourced ones say that they cannot see a hang; availability explains every outcome."""
+    late = f'{c.LABEL_OUTCOME}=~"{"|".join(c.TAP_LATE_OUTCOMES)}"'
+    for name in ("ChatTTFTBudgetBurn", "ChatE2EBudgetBurn", "ChatGoodputBudgetBurn"):
+        text = files[f"docs/runbooks/{name}.md"]
+        queries = [line for line in promql_lines(text) if late in line]
+        assert queries and all('slo_class="' in line for line in queries), name
+        assert all(f"`{o}`" in text for o in c.TAP_LATE_OUTCOMES) and "hung" in text, name
+    for name in ("ChatTPOTBudgetBurn", "ChatITLBudgetBurn"):  # source: engine
+        assert "This SLI cannot see a hang." in files[f"docs/runbooks/{name}.md"], name
+    assert "cannot see a hang" not in files["docs/runbooks/ChatTTFTBudgetBurn.md"]
+    availability = files["docs/runbooks/ChatAvailabilityBudgetBurn.md"]
+    assert all(f"`{o}`" in availability for o in c.OUTCOMES if o != c.OUTCOME_OK)
+    assert any(late in line for line in promql_lines(availability))
+    assert "cannot see a hung engine" in availability  # the sample's availability SLO reads the engine
