@@ -14,13 +14,19 @@ import asyncio
 import gc
 import logging
 import os
+import resource
 import signal
 import ssl
 import sys
 from collections.abc import Sequence
 
 from exporter.tap.classes import SloConfigError, load_slo_config
-from exporter.tap.proxy import DEFAULT_MAX_BODY_BYTES, TapSettings
+from exporter.tap.deadlines import (
+    FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S, DeadlineError, derive_deadlines,
+)
+from exporter.tap.proxy import (
+    DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES, TapSettings,
+)
 from exporter.tap.server import TapServer
 
 log = logging.getLogger("llmslo.tap")
@@ -59,7 +65,18 @@ def positive_int(value: str) -> int:
     return n
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
+def positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = 0.0
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return x
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Every tap option. `--workers` re-creates them for its worker processes from this list."""
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="where clients connect")
     p.add_argument("--upstream", required=True, metavar="URL", help="the engine's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
@@ -96,6 +113,41 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
     p.add_argument(
+        "--first-token-timeout", type=positive_float, default=None, metavar="SECONDS",
+        help=f"end a streamed completion with no output event after this long as upstream_timeout (504, or the "
+             f"stream broken off); default: {FIRST_TOKEN_FLOOR_S:g} s or {MULTIPLE:g}x the largest TTFT objective",
+    )
+    p.add_argument(
+        "--stall-timeout", type=positive_float, default=None, metavar="SECONDS",
+        help=f"end a completion whose response stops flowing for this long as upstream_timeout; default: "
+             f"{STALL_FLOOR_S:g} s or {MULTIPLE:g}x the largest TPOT objective",
+    )
+    p.add_argument(
+        "--response-timeout", type=positive_float, default=None, metavar="SECONDS",
+        help=f"answer 504 when any other request has no response head after this long; default: "
+             f"{RESPONSE_FLOOR_S:g} s or {MULTIPLE:g}x the largest TTFT or E2E objective",
+    )
+    p.add_argument(
+        "--trust-slo-headers", action="store_true",
+        help="honour the x-slo-class, x-slo-ttft-ms and x-slo-tpot-ms request headers (off by default: any "
+             "client could otherwise choose the objectives its own requests are judged by)",
+    )
+    p.add_argument(
+        "--max-connections", type=positive_int, default=None, metavar="N",
+        help="refuse client connections beyond N with 503 (default: half the open-file limit, which the tap "
+             "raises to its hard limit at start, less a reserve)",
+    )
+    p.add_argument(
+        "--head-timeout", type=positive_float, default=DEFAULT_HEAD_TIMEOUT_S, metavar="SECONDS",
+        help=f"a request head must arrive whole within this long; trickling bytes do not extend it "
+             f"(default {DEFAULT_HEAD_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--max-buffered-body-bytes", type=positive_int, default=DEFAULT_MAX_BUFFERED_BODY_BYTES, metavar="N",
+        help=f"answer 503 to a request whose body would take the bodies held by the tap over N bytes "
+             f"(default {DEFAULT_MAX_BUFFERED_BODY_BYTES})",
+    )
+    p.add_argument(
         "--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
         help="close a client connection with no request in flight after this long without a byte (default 75)",
     )
@@ -105,9 +157,31 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Register `tap` on a parent CLI; the parsed namespace's `func` is `run`."""
     p = subparsers.add_parser("tap", help="run the goodput tap (an in-line streaming proxy)", description=DESCRIPTION)
-    _add_arguments(p)
+    add_arguments(p)
     p.set_defaults(func=run)
     return p
+
+
+FD_RESERVE = 128  # descriptors kept for listeners, upstream connections being opened, logs
+
+
+def raise_fd_limit() -> int:
+    """Raise the open-file soft limit to the hard limit (each client connection is a descriptor,
+    and so is its upstream connection); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.warning("event=tap_fd_limit_not_raised soft=%d hard=%s error=%s", soft, hard, e)
+    return soft
+
+
+def default_max_connections(fd_limit: int) -> int:
+    """Half of what is left after the reserve: every client connection may need one upstream."""
+    return max(16, (fd_limit - FD_RESERVE) // 2)
 
 
 def _setup_logging(level: str) -> None:
@@ -199,6 +273,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"llmslo-exporter tap: --upstream-ca {args.upstream_ca!r}: cannot load it: {e} (fix: give a "
                   "readable PEM file of CA certificates)", file=sys.stderr)
             return 2
+    try:
+        derive_deadlines(slo, args.first_token_timeout, args.stall_timeout, args.response_timeout)
+    except DeadlineError as e:
+        print(f"llmslo-exporter tap: {e}", file=sys.stderr)
+        return 2
+    fd_limit = raise_fd_limit()
     if args.workers > 1:
         from exporter.tap.workers import run_workers
 
@@ -209,8 +289,14 @@ def run(args: argparse.Namespace) -> int:
         prometheus_client.disable_created_metrics()  # *_created series are noise for a sidecar (process-wide)
     except AttributeError:
         pass
-    settings = TapSettings(args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage,
-                           client_idle_timeout_s=args.client_idle_timeout, upstream_ca=args.upstream_ca)
+    settings = TapSettings(
+        args.upstream, args.max_body_bytes, inject_usage=not args.no_inject_usage,
+        client_idle_timeout_s=args.client_idle_timeout, upstream_ca=args.upstream_ca,
+        first_token_timeout_s=args.first_token_timeout, stall_timeout_s=args.stall_timeout,
+        response_timeout_s=args.response_timeout, trust_slo_headers=args.trust_slo_headers,
+        max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
+        max_buffered_body_bytes=args.max_buffered_body_bytes,
+    )
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)
     try:
         with _runner(args.event_loop) as runner:
@@ -225,5 +311,5 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmslo-exporter tap", description=DESCRIPTION)
-    _add_arguments(parser)
+    add_arguments(parser)
     return run(parser.parse_args(argv))

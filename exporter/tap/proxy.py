@@ -30,10 +30,12 @@ from typing import Any
 
 from exporter.tap import http1
 from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.deadlines import Deadlines, derive_deadlines
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, RequestHead, ResponseHead
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.relay import BodyRelay, Relay, SseRelay
-from exporter.tap.timing import RequestTiming, Timings, within_objectives
+from exporter.tap.request_fields import read_fields
+from exporter.tap.timing import RequestTiming, Timings, gave_up, plausible_usage, within_objectives
 from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
 
@@ -41,10 +43,23 @@ log = logging.getLogger("llmslo.tap")
 
 TIMED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+# Every request body being received or handed to the engine, together: 16 concurrent uploads of
+# 31 MB would otherwise hold half a gigabyte. Four such bodies fit at once; more wait for a 503.
+DEFAULT_MAX_BUFFERED_BODY_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 4096  # the CLI derives its default from the file-descriptor limit instead
+# A request head must arrive whole within this long (from the connection's accept, or from its first
+# byte on a kept-alive connection): trickling bytes do not extend it (slowloris). nginx: 60 s per read.
+DEFAULT_HEAD_TIMEOUT_S = 10.0
 LINGER_S = 2.0  # after refusing a request, how long unread upload bytes are drained before closing
+# Decoding a chunked body is Python work per chunk: 64 KiB of 1-byte chunks is about 11,000 of
+# them. Decoding more than this per turn of the loop would starve every stream the tap relays.
+BODY_SLICE_BYTES = 64 * 1024
 _DROP_REQUEST = http1.HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
-_REASONS = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+_REASONS = {
+    400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large",
+    502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,17 @@ class TapSettings:
     # from it (nginx: keepalive_timeout 75s), so idle or stalled clients cannot pile up.
     client_idle_timeout_s: float = 75.0
     upstream_ca: str = ""  # PEM file of CAs to trust for an https:// upstream ("" = the system's)
+    # Deadlines towards the engine (exporter.tap.deadlines); None = derived from the SLO files.
+    first_token_timeout_s: float | None = None
+    stall_timeout_s: float | None = None
+    response_timeout_s: float | None = None
+    # x-slo-class / x-slo-ttft-ms / x-slo-tpot-ms change what a request is held to, so any client
+    # could make its own requests good; honoured only when the operator says clients are trusted.
+    trust_slo_headers: bool = False
+    # Abuse limits: what one client controls is bounded, so no client can starve the others.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
+    max_buffered_body_bytes: int = DEFAULT_MAX_BUFFERED_BODY_BYTES
 
 
 @dataclass(frozen=True)
@@ -87,8 +113,10 @@ class _Plan:
     model: str
     streamed: bool
     inject_usage: bool
-    body: bytes
+    body: bytes | bytearray
     objective: Objective
+    max_tokens: int | None = None  # per choice, from the request
+    choices: int = 1  # the request's `n`
 
 
 def _outcome_for_status(status: int) -> str:
@@ -99,12 +127,12 @@ def _outcome_for_status(status: int) -> str:
     return C.OUTCOME_OK
 
 
-def _with_include_usage(body: bytes, doc: dict[str, Any]) -> bytes:
+def _with_include_usage(body: bytes | bytearray, doc: dict[str, Any]) -> bytes:
     """The request body asking for usage. When `stream_options` is absent the key is spliced in
     after the opening brace, leaving every other byte as the client wrote it."""
     if "stream_options" not in doc:
         brace = body.index(b"{")
-        return body[: brace + 1] + b'"stream_options":{"include_usage":true},' + body[brace + 1 :] if doc else (
+        return b"".join((body[: brace + 1], b'"stream_options":{"include_usage":true},', body[brace + 1 :])) if doc else (
             b'{"stream_options":{"include_usage":true}}'
         )
     opts = doc["stream_options"]
@@ -112,11 +140,14 @@ def _with_include_usage(body: bytes, doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _simple_response(status: int, text: str, close: bool) -> bytes:
+def _simple_response(status: int, text: str, close: bool, retry_after: int | None = None) -> bytes:
     body = text.encode()
+    extra = (b"Connection: close\r\n" if close else b"") + (
+        b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b""
+    )
     return (
         b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n"
-        % (status, _REASONS.get(status, "Error").encode(), len(body), b"Connection: close\r\n" if close else b"")
+        % (status, _REASONS.get(status, "Error").encode(), len(body), extra)
     ) + body
 
 
@@ -141,8 +172,39 @@ class TapProxy:
         self.observer = observer
         self.clock = clock
         self.pool = UpstreamPool(settings.upstream, settings.connect_timeout_s, settings.upstream_ca)
+        self.deadlines: Deadlines = derive_deadlines(
+            slo, settings.first_token_timeout_s, settings.stall_timeout_s, settings.response_timeout_s
+        )
         self.connections: set[ClientConnection] = set()
         self.accepting = True
+        self.buffered_body_bytes = 0  # request bodies held now, on every connection together
+        self._ticker: asyncio.TimerHandle | None = None
+        shortest = min(self.deadlines.first_token_s, self.deadlines.stall_s, settings.head_timeout_s)
+        self.tick_s = min(0.5, max(0.01, shortest / 5))  # how often deadlines are checked
+
+    # -- deadlines -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start checking deadlines (call on the running loop; TapServer does)."""
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(self.tick_s, self._tick)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    def _tick(self) -> None:
+        now = self.clock()
+        for conn in list(self.connections):
+            conn.check_deadlines(now)
+        self._ticker = asyncio.get_running_loop().call_later(self.tick_s, self._tick)
+
+    def refused(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.refused(reason)
+
+    def release_body(self, n: int) -> None:
+        self.buffered_body_bytes -= n
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -174,37 +236,41 @@ class TapProxy:
                 conn.exchange.cut()  # the user got a truncated answer: the tap's failure, not the client's
             conn.abort()
         self.pool.close()
+        self.stop()
         await asyncio.sleep(0)  # let connection_lost callbacks run
 
     # -- planning and accounting -----------------------------------------------------------
-    def plan(self, head: RequestHead, body: bytes) -> _Plan:
-        doc: Any = None
-        try:
-            doc = json.loads(body) if body else None
-        except (ValueError, UnicodeDecodeError):
-            pass
-        headers = {
-            k.lower().decode("latin-1"): v.decode("latin-1") for k, v in head.fields if k[:6].lower() == b"x-slo-"
-        }
-        if not isinstance(doc, dict):
+    def plan(self, head: RequestHead, body: bytes | bytearray) -> _Plan:
+        headers: dict[str, str] = {}
+        if self.settings.trust_slo_headers:
+            headers = {
+                k.lower().decode("latin-1"): v.decode("latin-1") for k, v in head.fields if k[:6].lower() == b"x-slo-"
+            }
+        f = read_fields(body)
+        if f.doc is None:
             return _Plan("", False, False, body, self.slo.resolve(headers, ""))
-        model = doc.get("model")
-        model = model if isinstance(model, str) else ""
-        streamed = doc.get("stream") is True
-        opts = doc.get("stream_options")
-        asked = isinstance(opts, dict) and opts.get("include_usage") is True
-        inject = streamed and self.settings.inject_usage and not asked
+        inject = f.stream and self.settings.inject_usage and not f.include_usage
         if inject:
-            body = _with_include_usage(body, doc)
-        return _Plan(model, streamed, inject, body, self.slo.resolve(headers, model))
+            body = _with_include_usage(body, f.doc)
+        n = f.doc.get("n")
+        choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+        return _Plan(f.model, f.stream, inject, body, self.slo.resolve(headers, f.model), f.max_tokens, choices)
 
     def account(
-        self, head: RequestHead, plan: _Plan, timing: RequestTiming, outcome: str, status: int, streamed: bool
+        self, head: RequestHead, plan: _Plan, timing: RequestTiming, outcome: str, status: int, streamed: bool,
+        body_bytes: int = 0,
     ) -> None:
-        t = timing.result(streamed=streamed)
         obj = plan.objective
-        good = outcome == C.OUTCOME_OK and within_objectives(t, obj.ttft, obj.tpot, streamed=streamed)
         model = self.metrics.model_label(plan.model) if self.metrics is not None else plan.model
+        n = timing.usage_tokens
+        if n is not None and not plausible_usage(n, plan.max_tokens, plan.choices, body_bytes):
+            timing.usage_tokens = None  # n_out falls back to the output events counted
+            log.warning("event=tap_usage_rejected completion_tokens=%d max_tokens=%s body_bytes=%d", n,
+                        plan.max_tokens, body_bytes)
+            if self.metrics is not None:
+                self.metrics.usage_rejected(model, obj.slo_class)
+        t = timing.result(streamed=streamed)
+        good = outcome == C.OUTCOME_OK and within_objectives(t, obj.ttft, obj.tpot, streamed=streamed)
         if self.metrics is not None:
             self.metrics.record(model, obj.slo_class, outcome, t, good)
         if self.observer is not None:
@@ -217,13 +283,13 @@ class TapProxy:
             except Exception:  # an observer's bug must not break the relay
                 log.exception("event=tap_observer_failed")
 
-    def upstream_request(
-        self, head: RequestHead, body: bytes, has_body: bool, timed: bool, connection: set[bytes],
+    def upstream_head(
+        self, head: RequestHead, body_length: int, has_body: bool, timed: bool, connection: set[bytes],
         upgrade: bytes | None = None,
     ) -> bytes:
-        """The request as sent upstream: the client's fields minus connection-specific ones (those
-        `connection`, the client's Connection options, names too; but an upgrade, e.g. to WebSocket,
-        is asked for again: the tap relays it as a tunnel)."""
+        """The request head as sent upstream: the client's fields minus connection-specific ones
+        (those `connection`, the client's Connection options, names too; but an upgrade, e.g. to
+        WebSocket, is asked for again: the tap relays it as a tunnel). The body follows it as it is."""
         drop = _DROP_REQUEST | connection
         if timed:
             drop = drop | {b"accept-encoding"}
@@ -234,11 +300,10 @@ class TapProxy:
         if timed:
             lines.append(b"Accept-Encoding: identity\r\n")  # the tap must read the stream it times
         if has_body:
-            lines.append(b"Content-Length: %d\r\n" % len(body))
+            lines.append(b"Content-Length: %d\r\n" % body_length)
         if upgrade is not None:
             lines.append(b"Connection: upgrade\r\nUpgrade: %s\r\n" % upgrade)
         lines.append(b"\r\n")
-        lines.append(body)
         return b"".join(lines)
 
 
@@ -257,20 +322,30 @@ class ClientConnection(asyncio.Protocol):
         self.arrival = 0.0
         self.head: RequestHead | None = None
         self.body_left = 0  # with a Content-Length body: bytes still to read
-        self.body_parts: list[bytes] = []
+        self.body = bytearray()
         self.body_size = 0
+        self.reserved = 0  # bytes of proxy.buffered_body_bytes this connection's body holds
         self.decoder: http1.ChunkedDecoder | None = None  # with a chunked body
         self.exchange: Exchange | None = None
         self.last_activity = proxy.clock()
+        # When the head of the request being received had to start arriving (None: idle between requests).
+        self.head_started: float | None = self.last_activity
         self._advancing = False
         self._reading_paused = False
+        self._slice_pending = False  # a chunked body is being decoded a slice per turn of the loop
         self.writing_paused = False  # the client's socket buffer is full
         self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.proxy.connections.add(self)
+        proxy = self.proxy
+        if len(proxy.connections) >= proxy.settings.max_connections:
+            proxy.refused(C.REFUSED_CONNECTION_LIMIT)
+            self.refuse(503, f"the tap is at its limit of {proxy.settings.max_connections} client connections; "
+                        "retry shortly\n", retry_after=1)
+            return
+        proxy.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         state = self.state
@@ -283,6 +358,8 @@ class ClientConnection(asyncio.Protocol):
         now = self.last_activity = self.proxy.clock()
         if state != _BODY and not self.buf:
             self.arrival = now  # the first bytes of a request (pipelined ones may come while busy)
+            if self.head_started is None and state == _HEAD:
+                self.head_started = now
         self.buf = self.buf + data if self.buf else data
         if state == _BUSY:
             # Pipelined bytes wait for the current response; a flood of them stops reading.
@@ -297,6 +374,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.proxy.connections.discard(self)
+        self._release_body()
         if self._linger is not None:
             self._linger.cancel()
         exchange, self.exchange = self.exchange, None
@@ -313,6 +391,15 @@ class ClientConnection(asyncio.Protocol):
         if self.exchange is not None:
             self.exchange.resume_upstream()
 
+    def check_deadlines(self, now: float) -> None:
+        """Called every tick: the head deadline here, the upstream deadlines in the exchange."""
+        if self.exchange is not None:
+            self.exchange.check_deadline(now)
+        elif self.state == _HEAD and self.head_started is not None:
+            if now - self.head_started > self.proxy.settings.head_timeout_s:
+                self.proxy.refused(C.REFUSED_HEAD_TIMEOUT)
+                self.refuse(408, f"the request head did not arrive within {self.proxy.settings.head_timeout_s:g} s\n")
+
     # -- requests --------------------------------------------------------------------------
     def _advance(self) -> None:
         """Parse as far as the buffered bytes allow; start the exchange for a complete request."""
@@ -320,12 +407,13 @@ class ClientConnection(asyncio.Protocol):
             return
         self._advancing = True
         try:
-            while self.state in (_HEAD, _BODY) and self.buf:
+            while self.state in (_HEAD, _BODY) and self.buf and not self._slice_pending:
                 if self.state == _HEAD and not self._read_head():
                     return
                 if self.state == _BODY and not self._read_body():
                     return
         except BadMessage as e:
+            self.proxy.refused(C.REFUSED_MALFORMED)
             self.refuse(400, f"malformed request: {e}\n")
         finally:
             self._advancing = False
@@ -333,6 +421,7 @@ class ClientConnection(asyncio.Protocol):
     def _read_head(self) -> bool:
         end = self.buf.find(http1.HEAD_END)
         if end > http1.MAX_HEAD_BYTES or (end < 0 and len(self.buf) > http1.MAX_HEAD_BYTES):
+            self.proxy.refused(C.REFUSED_HEAD_TOO_LARGE)
             self.refuse(431, f"request head larger than {http1.MAX_HEAD_BYTES} bytes\n")
             return False
         if end < 0:
@@ -343,8 +432,11 @@ class ClientConnection(asyncio.Protocol):
         if length is not None and length > self.proxy.settings.max_body_bytes:
             self._refuse_body()
             return False
+        if length and not self._reserve(length):
+            return False
         self.head = head
-        self.body_parts, self.body_size = [], 0
+        self.head_started = None
+        self.body, self.body_size = (bytearray(length) if length else bytearray()), 0
         self.body_left = length or 0
         self.decoder = http1.ChunkedDecoder() if length is None else None
         if (length is None or length > 0) and not self.buf and (head.get(b"expect") or b"").lower() == b"100-continue":
@@ -355,22 +447,46 @@ class ClientConnection(asyncio.Protocol):
             self._start()
         return True
 
+    def _reserve(self, n: int) -> bool:
+        """Count n more body bytes against the tap-wide cap; refuse the request (503) when over it."""
+        proxy = self.proxy
+        if proxy.buffered_body_bytes + n > proxy.settings.max_buffered_body_bytes:
+            proxy.refused(C.REFUSED_BODY_MEMORY)
+            self.refuse(503, "the tap holds too many request bodies right now; retry shortly\n", retry_after=1)
+            return False
+        proxy.buffered_body_bytes += n
+        self.reserved += n
+        return True
+
+    def _release_body(self) -> None:
+        if self.reserved:
+            self.proxy.release_body(self.reserved)
+            self.reserved = 0
+        self.body = bytearray()
+
     def _read_body(self) -> bool:
         buf = self.buf
         if self.decoder is not None:
-            payload, used = self.decoder.feed(buf)
+            piece = buf if len(buf) <= BODY_SLICE_BYTES else buf[:BODY_SLICE_BYTES]
+            payload, used = self.decoder.feed(piece)
             self.buf = buf[used:]
             if payload:
-                self.body_parts.append(payload)
+                if self.body_size + len(payload) > self.proxy.settings.max_body_bytes:
+                    self._refuse_body()
+                    return False
+                if not self._reserve(len(payload)):
+                    return False
+                self.body += payload
                 self.body_size += len(payload)
-            if self.body_size > self.proxy.settings.max_body_bytes:
-                self._refuse_body()
-                return False
             if not self.decoder.done:
+                if self.buf:
+                    self._yield_slice()
                 return False
         else:
             take = min(self.body_left, len(buf))
-            self.body_parts.append(buf[:take])
+            pos = self.body_size
+            self.body[pos : pos + take] = buf if take == len(buf) else buf[:take]
+            self.body_size += take
             self.buf = buf[take:]
             self.body_left -= take
             if self.body_left:
@@ -378,17 +494,37 @@ class ClientConnection(asyncio.Protocol):
         self._start()
         return True
 
+    def _yield_slice(self) -> None:
+        """Let the loop relay other streams before the next slice of this body is decoded."""
+        self._slice_pending = True
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._next_slice)
+
+    def _next_slice(self) -> None:
+        self._slice_pending = False
+        if self.state != _BODY:
+            return
+        self._advance()
+        transport = self.transport
+        if not self._slice_pending and self.state == _BODY and self._reading_paused and transport is not None:
+            self._reading_paused = False
+            if not transport.is_closing():
+                transport.resume_reading()
+
     def _start(self) -> None:
         head = self.head
         assert head is not None
-        body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
+        body = self.body if self.body_size == len(self.body) else self.body[: self.body_size]
         has_body = self.decoder is not None or head.get(b"content-length") is not None
-        self.head, self.body_parts = None, []
+        self.head, self.body = None, bytearray()
+        reserved, self.reserved = self.reserved, 0  # the exchange holds the body now
         self.state = _BUSY
         arrival = self.arrival
         if self.buf:
             self.arrival = self.proxy.clock()  # a pipelined request that is already here
-        self.exchange = Exchange(self.proxy, self, head, body, has_body, arrival)
+        self.exchange = Exchange(self.proxy, self, head, body, has_body, arrival, reserved)
         self.exchange.start()
 
     def start_tunnel(self) -> None:
@@ -412,6 +548,7 @@ class ClientConnection(asyncio.Protocol):
             transport.close()
             return
         self.state = _HEAD
+        self.head_started = self.last_activity if self.buf else None  # a pipelined head is already arriving
         if self._reading_paused:
             self._reading_paused = False
             transport.resume_reading()
@@ -419,9 +556,10 @@ class ClientConnection(asyncio.Protocol):
             self._advance()
 
     def _refuse_body(self) -> None:
+        self.proxy.refused(C.REFUSED_BODY_TOO_LARGE)
         self.refuse(413, f"request body larger than the tap's limit of {self.proxy.settings.max_body_bytes} bytes\n")
 
-    def refuse(self, status: int, text: str) -> None:
+    def refuse(self, status: int, text: str, retry_after: int | None = None) -> None:
         """Answer with the tap's own error and close, draining what the client is still uploading.
 
         Closing a socket with unread bytes makes the kernel send a reset, which can destroy the
@@ -429,9 +567,13 @@ class ClientConnection(asyncio.Protocol):
         """
         transport = self.transport
         self.state, self.buf = _DRAIN, b""
+        self._release_body()
+        if self._reading_paused and transport is not None and not transport.is_closing():
+            self._reading_paused = False
+            transport.resume_reading()  # discard what the client still sends, rather than leave it unread
         if transport is None or transport.is_closing():
             return
-        transport.write(_simple_response(status, text, close=True))
+        transport.write(_simple_response(status, text, close=True, retry_after=retry_after))
         if transport.can_write_eof():
             transport.write_eof()
             self._linger = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
@@ -462,20 +604,25 @@ class Exchange:
     """One request forwarded upstream and its response relayed back, with its timing."""
 
     def __init__(
-        self, proxy: TapProxy, client: ClientConnection, head: RequestHead, body: bytes, has_body: bool, arrival: float
+        self, proxy: TapProxy, client: ClientConnection, head: RequestHead, body: bytes | bytearray, has_body: bool,
+        arrival: float, reserved: int = 0,
     ) -> None:
         self.proxy = proxy
         self.client = client
         self.head = head
         self.timing = RequestTiming(arrival)
+        self.reserved = reserved  # body bytes counted against the tap-wide cap until the engine has them
         connection = http1.connection_tokens(head.fields)
         self.upgrade = head.get(b"upgrade") if b"upgrade" in connection else None
         timed = head.method == b"POST" and head.path in TIMED_PATHS and self.upgrade is None
         self.plan = proxy.plan(head, body) if timed else None
-        self.request = proxy.upstream_request(
-            head, self.plan.body if self.plan else body, has_body, timed, connection, self.upgrade
-        )
+        if self.plan is not None:
+            body, self.plan.body = self.plan.body, b""  # one reference to the body: it is freed once sent
+        self.request_head = proxy.upstream_head(head, len(body), has_body, timed, connection, self.upgrade)
+        self.request_body = body
         self.client_close = head.version == b"1.0" or b"close" in connection
+        self.last_read = arrival  # when the upstream last sent bytes (or the client last made room for them)
+        self.body_bytes = 0  # decoded response body bytes
         self.conn: UpstreamConnection | None = None
         self.task: asyncio.Task[None] | None = None
         self.done = False
@@ -521,24 +668,63 @@ class Exchange:
         self.conn = conn
         conn.user = self
         assert conn.transport is not None
-        conn.transport.write(self.request)
-        self.request = b""
+        conn.transport.write(self.request_head)
+        if self.request_body:
+            conn.transport.write(self.request_body)
+        self.request_head, self.request_body = b"", b""
         if self.client.writing_paused:  # the previous response has not drained yet
             self.pause_upstream()
 
-    def _fail(self, text: str) -> None:
-        """No response from the upstream: answer 502 ourselves."""
+    def _release_body(self) -> None:
+        if self.reserved:
+            self.proxy.release_body(self.reserved)
+            self.reserved = 0
+
+    def _fail(self, text: str, status: int = 502, outcome: str = C.OUTCOME_UPSTREAM_ERROR) -> None:
+        """No response from the upstream: answer with the tap's own error (502, or 504 for a deadline)."""
         self.timing.on_end(self.proxy.clock())
-        self.status = 502
-        self.client.write(_simple_response(502, text, close=self.client_close))
-        self._finish(C.OUTCOME_UPSTREAM_ERROR, close=self.client_close)
+        self.status = status
+        self.client.write(_simple_response(status, text, close=self.client_close))
+        self._finish(outcome, close=self.client_close)
+
+    def check_deadline(self, now: float) -> None:
+        """End the request as `upstream_timeout` once the engine kept it waiting past a deadline."""
+        if self.done or self.tunnel:
+            return
+        if self.client.writing_paused:
+            self.last_read = now  # the client is not reading: the engine is not the one stalling
+            return
+        d = self.proxy.deadlines
+        plan = self.plan
+        if plan is not None and plan.streamed and self.timing.first_token_at is None:
+            limit, since, what = max(d.first_token_s, plan.objective.ttft or 0.0), self.timing.arrival, "first token"
+        elif self.response is None:
+            limit, since, what = d.response_s, self.timing.arrival, "response"
+        elif plan is not None:
+            limit, since, what = d.stall_s, self.last_read, "next bytes of the response"
+        else:
+            return  # an untimed body (e.g. a long poll) once it has started: the client decides
+        if now - since > limit:
+            self._timeout(what, limit)
+
+    def _timeout(self, what: str, limit: float) -> None:
+        self.reusable = False  # closing the upstream connection is how the engine learns of the abandon
+        log.warning("event=tap_upstream_timeout waited_for=%s limit_s=%g path=%s", what.replace(" ", "_"), limit,
+                    _text(self.head.path))
+        if self.response is None or self.prefix:  # the client has had nothing: answer 504
+            self._fail(f"the engine sent no {what} within {limit:g} s\n", 504, C.OUTCOME_UPSTREAM_TIMEOUT)
+        else:  # the response has started: break it off, as for an upstream break
+            self.timing.on_end(self.proxy.clock())
+            self._finish(C.OUTCOME_UPSTREAM_TIMEOUT, close=True, abort=True)
 
     # -- upstream callbacks ----------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
         if self.tunnel:
             self.client.write(data)
             return
-        t = self.proxy.clock()
+        t = self.last_read = self.proxy.clock()
+        if self.reserved:
+            self._release_body()  # the engine answers: it has read the request
         if self.response is None:
             data = self._head(data, t)
             if not data or self.done:
@@ -656,6 +842,7 @@ class Exchange:
             boundary_before, used, raw, payload, finished = True, len(data), data, data, False
         if used < len(data):
             self.reusable = False  # bytes past the end of the response: the connection is out of step
+        self.body_bytes += len(payload)
         relay = self.relay
         out = relay.feed(payload, t) if relay is not None and payload else None
         mode = self.mode
@@ -687,8 +874,19 @@ class Exchange:
         if send:
             self.client.write(send)
         self.prefix = b""
-        outcome = C.OUTCOME_ABORTED if relay is not None and relay.error_event else self.outcome
-        self._finish(outcome, close=self.client_close or self.mode == _PLAIN)
+        self._finish(self._ended_outcome(relay), close=self.client_close or self.mode == _PLAIN)
+
+    def _ended_outcome(self, relay: Relay | None) -> str:
+        """The outcome of a body that ended by its framing (or by a close, for a close-delimited one)."""
+        if relay is not None and relay.error_event:
+            return C.OUTCOME_ABORTED
+        if self.outcome != C.OUTCOME_OK:
+            return self.outcome
+        if isinstance(relay, SseRelay) and not self.timing.complete:
+            return C.OUTCOME_TRUNCATED  # no [DONE] nor finish_reason: the client did not get the whole answer
+        if isinstance(relay, BodyRelay) and self.framing == UNTIL_CLOSE and not relay.parsed:
+            return C.OUTCOME_TRUNCATED  # cut by a close: only a complete JSON body tells it ended
+        return C.OUTCOME_OK
 
     def upstream_lost(self) -> None:
         """The upstream connection closed (or was reset)."""
@@ -723,10 +921,20 @@ class Exchange:
     def client_lost(self) -> None:
         if self.done:
             return
-        # A client that leaves after `[DONE]` (as real clients do) got the whole answer.
-        outcome = self.outcome if self.timing.delivered else C.OUTCOME_CLIENT_DISCONNECTED
         self.reusable = False  # closing the upstream connection is how the engine learns of the abort
-        self._finish(outcome, close=True)
+        self._finish(self._left_outcome(self.proxy.clock()), close=True)
+
+    def _left_outcome(self, now: float) -> str:
+        """The outcome of a request whose client went away before its response ended."""
+        if self.timing.complete or (self.response is not None and self.outcome != C.OUTCOME_OK):
+            return self.outcome  # it got the whole answer (real clients close after [DONE]), or an error
+        plan = self.plan
+        if plan is not None:
+            obj = plan.objective
+            limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
+            if gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit):
+                return C.OUTCOME_CLIENT_GAVE_UP  # it stopped waiting only once the objective was lost
+        return C.OUTCOME_CLIENT_DISCONNECTED
 
     def pause_upstream(self) -> None:
         conn = self.conn
@@ -734,6 +942,7 @@ class Exchange:
             conn.transport.pause_reading()
 
     def resume_upstream(self) -> None:
+        self.last_read = self.proxy.clock()
         conn = self.conn
         if conn is not None and conn.transport is not None and not conn.transport.is_closing():
             conn.transport.resume_reading()
@@ -743,12 +952,14 @@ class Exchange:
         if self.done:
             return
         self.done = True
+        self._release_body()
+        self.request_head, self.request_body = b"", b""
         conn, self.conn = self.conn, None
         if conn is not None:
             complete = self.response is not None and self.rbuf == b"" and self.framing != UNTIL_CLOSE
             self.proxy.pool.release(conn, reusable=self.reusable and complete)
         if self.plan is not None:
-            self.proxy.account(self.head, self.plan, self.timing, outcome, self.status, self.streamed)
+            self.proxy.account(self.head, self.plan, self.timing, outcome, self.status, self.streamed, self.body_bytes)
         if abort:
             self.client.abort()
         self.client.exchange_done(close=close)

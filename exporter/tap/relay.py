@@ -14,7 +14,7 @@ import logging
 import re
 
 from exporter.tap.sse import EventTooLarge, SseSplitter
-from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, is_usage_only
+from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, has_finish_reason, is_usage_only
 
 log = logging.getLogger("llmslo.tap")
 
@@ -24,6 +24,7 @@ _COMPLETION_TOKENS = re.compile(rb'"usage"\s*:\s*\{[^{}]*"completion_tokens"\s*:
 _DONE = b"[DONE]"
 _USAGE_KEY = b'"usage"'
 _ERROR_KEY = b'"error"'
+_FINISH_KEYS = (b'"finish_reason":"', b'"finish_reason": "')  # a finish_reason that is a string, not null
 
 
 class SseRelay:
@@ -44,7 +45,11 @@ class SseRelay:
 
     def feed(self, chunk: bytes, t: float) -> bytes | None:
         splitter = self._splitter
-        if splitter is None:  # gave up following the stream: relay blindly
+        if splitter is None:  # gave up following the stream: relay blindly, watching for its end only
+            if _DONE in chunk:
+                self.timing.delivered = True
+            elif _has_finish(chunk):
+                self.timing.finished = True
             return None
         timing = self.timing
         held = splitter.pending()  # fed earlier, not let out yet (with strip)
@@ -54,6 +59,8 @@ class SseRelay:
             if data is not None:  # the common read: one token, nothing to parse or strip
                 if _looks_like_output(data):
                     timing.on_output_event(t)
+                if _has_finish(data):
+                    timing.finished = True
                 return None
         try:
             events = splitter.feed(chunk)
@@ -79,6 +86,8 @@ class SseRelay:
                     if isinstance(payload, dict):
                         if carries_output(payload):
                             timing.on_output_event(t)
+                        if has_finish_reason(payload):
+                            timing.finished = True
                         n = completion_tokens(payload)
                         if n is not None:
                             timing.on_usage(n)
@@ -87,8 +96,11 @@ class SseRelay:
                                 continue  # the injected usage event: not for the client
                         if payload.get("error"):
                             self.error_event = True
-                elif _looks_like_output(data):
-                    timing.on_output_event(t)
+                else:
+                    if _looks_like_output(data):
+                        timing.on_output_event(t)
+                    if _has_finish(data):
+                        timing.finished = True
             if strip:
                 raw = _without_null_usage(ev.raw)
                 changed = changed or raw is not ev.raw
@@ -114,11 +126,12 @@ class BodyRelay:
     TAIL_BYTES are kept, where engines write `usage`, and searched for its completion_tokens.
     """
 
-    __slots__ = ("timing", "error_event", "_parts", "_kept", "_over")
+    __slots__ = ("timing", "error_event", "parsed", "_parts", "_kept", "_over")
 
     def __init__(self, timing: RequestTiming) -> None:
         self.timing = timing
         self.error_event = False
+        self.parsed = False  # the whole body was JSON (a body cut short by a close is not)
         self._parts: list[bytes] = []
         self._kept = 0  # bytes in _parts
         self._over = False  # the body passed MAX_PARSED_RESPONSE_BYTES: _parts holds its tail
@@ -140,11 +153,13 @@ class BodyRelay:
         if not self._over:
             try:
                 n = completion_tokens(json.loads(body))
-            except (ValueError, UnicodeDecodeError):
+                self.parsed = True
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 n = None
         else:
             found = _COMPLETION_TOKENS.findall(body[-TAIL_BYTES:])
             n = int(found[-1]) if found else None
+            self.parsed = n is not None  # too large to parse: a usage member at its end tells it is whole
         if n is not None:
             self.timing.on_usage(n)
         return b""
@@ -208,3 +223,8 @@ def _looks_like_output(data: bytes) -> bool:
         except (ValueError, UnicodeDecodeError):
             return False
     return False
+
+
+def _has_finish(data: bytes) -> bool:
+    """Cheap test for an event whose choice carries a finish_reason (the stream's last content event)."""
+    return b'"finish_reason"' in data and (_FINISH_KEYS[0] in data or _FINISH_KEYS[1] in data)

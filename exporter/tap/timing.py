@@ -12,6 +12,10 @@ same code is exercised by unit tests with made-up timestamps. Definitions (docs/
 - n_out: `usage.completion_tokens` when the stream reports it, else the number of output
   events (usage_source "chunks").
 - E2E: arrival -> end of the response body.
+- complete: the stream ended with the engine's final event (`[DONE]`, or a `finish_reason`
+  for engines that send no `[DONE]`); a stream without it is `truncated`, never `ok`.
+- n_out is checked: a usage count above what the request allowed (max_tokens x n) or above the
+  bytes the response carried is not believed (`plausible_usage`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ def carries_output(payload: Any) -> bool:
         if isinstance(text, str) and text:
             return True
     return False
+
+
+def has_finish_reason(payload: dict[str, Any]) -> bool:
+    """True when a chunk's choice carries a finish_reason: the engine's last event for it."""
+    choices = payload.get("choices")
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
 
 
 def completion_tokens(payload: Any) -> int | None:
@@ -90,6 +100,12 @@ class RequestTiming:
     # The stream's `[DONE]` reached the client: the response is complete from the client's point of
     # view, so a client closing the connection afterwards (as real clients do) is not a disconnect.
     delivered: bool = False
+    finished: bool = False  # an event carried a finish_reason (engines that send no `[DONE]` end so)
+
+    @property
+    def complete(self) -> bool:
+        """The stream carried the engine's final event: nothing the client was owed is missing."""
+        return self.delivered or self.finished
 
     def on_headers(self, t: float) -> None:
         if self.headers_at is None:
@@ -139,3 +155,44 @@ def within_objectives(t: Timings, ttft_max: float | None, tpot_max: float | None
     if ttft_max is None:
         return True  # no TTFT objective: the deadline is unbounded
     return t.e2e <= ttft_max + (t.n_out - 1) * (tpot_max or 0.0)
+
+
+def plausible_usage(n: int, max_tokens: int | None, choices: int, body_bytes: int) -> bool:
+    """Whether an engine-reported completion_tokens count can be true.
+
+    It cannot exceed what the request allowed (max_tokens per choice, `n` choices) nor the
+    bytes of the response that carried it: every output token costs a streamed event (or at
+    least a byte of text) on the wire, so more tokens than bytes means a broken or lying
+    upstream (e.g. `"completion_tokens": 1e23`), whose count would inflate goodput tokens.
+    """
+    if max_tokens is not None and n > max_tokens * max(choices, 1):
+        return False
+    return n <= max(body_bytes, 1)
+
+
+def gave_up(t: RequestTiming, now: float, ttft_max: float | None, tpot_max: float | None, streamed: bool,
+            max_tokens: int | None) -> bool:
+    """Whether a client that left at `now` left only after its objective could no longer be met.
+
+    Such a client was failed by the service (it usually stopped waiting for a hung or far too
+    slow engine), so it counts against the SLIs; one that left while still on time did not.
+
+    Streamed: no output yet and the TTFT objective has passed; or the first token came after
+    it; or the stream as the client saw it was slower than the TPOT objective: with k output
+    events delivered, (now - first token) / k > TPOT objective (the next token could not have
+    come before `now`). Not streamed: the response could no longer arrive by the time a good
+    one must (`within_objectives`): now - arrival > TTFT + (max_tokens - 1) x TPOT; without
+    max_tokens and with a TPOT objective, that time is unbounded, so never.
+    """
+    waited = now - t.arrival
+    if streamed:
+        if t.first_token_at is None:
+            return ttft_max is not None and waited > ttft_max
+        if ttft_max is not None and t.first_token_at - t.arrival > ttft_max:
+            return True
+        return tpot_max is not None and (now - t.first_token_at) / max(t.output_events, 1) > tpot_max
+    if ttft_max is None:
+        return False
+    if not tpot_max:
+        return waited > ttft_max
+    return max_tokens is not None and waited > ttft_max + (max_tokens - 1) * tpot_max

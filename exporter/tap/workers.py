@@ -29,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from exporter.tap.cli import metrics_address
+from exporter.tap.cli import add_arguments, metrics_address
 
 log = logging.getLogger("llmslo.tap")
 
@@ -56,21 +56,35 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# Options each worker gets its own value for; every other option is passed on as the parent got it.
+_PER_WORKER = frozenset({"listen", "metrics_listen", "workers", "reuse_port"})
+
+
 def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
-    """The command line of one worker: this tap's settings, on the shared port, metrics on its socket."""
+    """The command line of one worker: this tap's settings, on the shared port, metrics on its socket.
+
+    Generic over the tap's option list (exporter.tap.cli.add_arguments), so an option added
+    there reaches the workers without being named here."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
     host = args.listen[0]
     argv = [
-        sys.executable, "-m", "exporter.tap", "--upstream", args.upstream, "--listen", _host_port(host, port),
-        "--reuse-port", "--metrics-listen", f"unix:{w.socket_name}", "--max-body-bytes", str(args.max_body_bytes),
-        "--event-loop", args.event_loop, "--shutdown-grace", str(args.shutdown_grace),
-        "--client-idle-timeout", str(args.client_idle_timeout), "--log-level", args.log_level,
+        sys.executable, "-m", "exporter.tap", "--listen", _host_port(host, port), "--reuse-port",
+        "--metrics-listen", f"unix:{w.socket_name}",
     ]
-    if args.no_inject_usage:
-        argv.append("--no-inject-usage")
-    if args.upstream_ca:
-        argv += ["--upstream-ca", args.upstream_ca]
-    if args.slo:
-        argv += ["--slo", *args.slo]
+    for action in parser._actions:
+        if not action.option_strings or action.dest in _PER_WORKER:
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default and not action.required:
+            continue
+        flag = next(o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
     return argv
 
 

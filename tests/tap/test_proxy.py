@@ -142,7 +142,7 @@ def test_non_streamed_completion_is_timed_as_e2e_only(stack: Callable) -> None:
 
 def test_goodput_needs_both_ttft_and_tpot_within_the_class_objectives(stack: Callable) -> None:
     async def go() -> None:
-        async with stack(slo=CLASSES) as st:
+        async with stack(slo=CLASSES, trust_slo_headers=True) as st:
             url = st.tap_url + "/v1/chat/completions"
             cases = {
                 "fast": {"x-test-first-ms": "5", "x-test-delay-ms": "2"},
@@ -165,11 +165,30 @@ def test_goodput_needs_both_ttft_and_tpot_within_the_class_objectives(stack: Cal
 
 def test_model_and_header_pick_the_class(stack: Callable) -> None:
     async def go() -> None:
-        async with stack(slo=CLASSES) as st:
+        async with stack(slo=CLASSES, trust_slo_headers=True) as st:
             url = st.tap_url + "/v1/chat/completions"
             await post(url, chat(model="llama"), **{"x-request-id": "1"})
             await post(url, chat(model="chat-z", stream=True), **{"x-request-id": "2", "x-slo-class": "default"})
-            assert [(r.model, r.slo_class) for r in st.records] == [("llama", "default"), ("chat-z", "default")]
+            # "llama" is neither served by the upstream nor matched by a class's globs: not a label value.
+            assert [(r.model, r.slo_class) for r in st.records] == [("__other__", "default"), ("chat-z", "default")]
+
+    run(go())
+
+
+def test_slo_headers_are_ignored_unless_the_operator_trusts_clients(stack: Callable) -> None:
+    """A client cannot make its own slow requests good (or move them to a laxer class) by default."""
+
+    async def go() -> None:
+        async with stack(slo=CLASSES) as st:
+            url = st.tap_url + "/v1/chat/completions"
+            forged = {"x-test-first-ms": "150", "x-slo-ttft-ms": "1e12", "x-slo-tpot-ms": "1e12"}
+            await asyncio.gather(*(post(url, chat(), **{"x-request-id": f"f{i}", **forged}) for i in range(20)))
+            await post(url, chat(), **{"x-request-id": "c", "x-test-first-ms": "150", "x-slo-class": "default"})
+            assert len(st.records) == 21
+            assert not any(r.good for r in st.records)
+            assert {r.slo_class for r in st.records} == {"interactive"}
+            assert {(r.objective.ttft, r.objective.tpot) for r in st.records} == {(0.08, 0.02)}
+            assert st.value(C.GOODPUT_REQUESTS.name) == 0
 
     run(go())
 

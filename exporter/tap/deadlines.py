@@ -1,0 +1,74 @@
+"""How long the tap waits for the engine, derived from the objectives it measures.
+
+Without a deadline a hung engine never ends a request: clients give up one by one and, if
+the tap counted that as the client's choice, every SLI would stay quiet through the outage.
+The tap therefore ends a timed request itself (outcome `upstream_timeout`, bad for every SLI)
+when the engine keeps it waiting far beyond any objective:
+
+- first token: a streamed completion has produced no output event;
+- stall: a response body that had started flowing sends nothing more;
+- response: any other request (not streamed, or not a completion) has no response head.
+
+Defaults: FLOOR seconds, or MULTIPLE times the largest objective of that kind configured in
+the SLO files, whichever is longer. Long enough that the tap does not become a stricter
+timeout than the clients' own for any healthy request (a 10x miss of an objective is an
+outage already, counted as bad by the latency SLIs either way); short enough that a hang
+turns into bad events within a minute, inside the fastest page windows. A deadline set by
+flag shorter than the objective it guards is refused: it would cut requests that were still
+on time and call them the engine's failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.tap.classes import SloConfig
+
+MULTIPLE = 10.0
+FIRST_TOKEN_FLOOR_S = 60.0
+STALL_FLOOR_S = 30.0
+RESPONSE_FLOOR_S = 600.0
+
+
+class DeadlineError(ValueError):
+    """A deadline flag shorter than an objective it must never cut; the message names both and the fix."""
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    first_token_s: float
+    stall_s: float
+    response_s: float
+
+
+def _largest(values: tuple[float, ...]) -> float:
+    return max(values, default=0.0)
+
+
+def derive_deadlines(
+    slo: SloConfig, first_token_s: float | None = None, stall_s: float | None = None, response_s: float | None = None
+) -> Deadlines:
+    """The deadlines to use: the flags' values where given (checked), else derived from `slo`."""
+    ttft = _largest(slo.thresholds.get("ttft", ()))
+    tpot = _largest(slo.thresholds.get("tpot", ()))
+    e2e = _largest(slo.thresholds.get("e2e", ()))
+    checks = (
+        ("--first-token-timeout", first_token_s, ttft, "the largest TTFT objective", FIRST_TOKEN_FLOOR_S),
+        ("--stall-timeout", stall_s, tpot, "the largest TPOT objective", STALL_FLOOR_S),
+        ("--response-timeout", response_s, max(ttft, e2e), "the largest TTFT or E2E objective", RESPONSE_FLOOR_S),
+    )
+    out: list[float] = []
+    for flag, given, objective, what, floor in checks:
+        if given is None:
+            out.append(max(floor, MULTIPLE * objective))
+            continue
+        if not given > 0:
+            raise DeadlineError(f"{flag} {given}: must be more than 0 seconds")
+        if given <= objective:
+            raise DeadlineError(
+                f"{flag} {given}: not longer than {what} ({objective:g} s) in the SLO files, so it would cut requests "
+                f"that are still on time; set it above {objective:g} s, or leave it out for the default "
+                f"({max(floor, MULTIPLE * objective):g} s)"
+            )
+        out.append(float(given))
+    return Deadlines(*out)
