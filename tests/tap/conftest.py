@@ -15,6 +15,9 @@ token, optional usage chunk, `[DONE]`) and is steered per request by headers:
   x-test-error-event     send an error event after this many output chunks
   x-test-usage-null      "1": when usage is asked for, add `"usage":null` to every other chunk (as OpenAI does)
   x-test-linger-ms       delay between `[DONE]` and the end of the body
+  x-test-no-done         "1": end the stream after the finish_reason (and usage) without `[DONE]`
+  x-test-end-after       end the body cleanly after this many output chunks: no finish_reason, usage or `[DONE]`
+  x-test-usage-tokens    the completion_tokens the usage reports (default: chunks x tokens per chunk)
 
 GET /ws is a WebSocket that echoes text messages prefixed with `echo:`.
 
@@ -163,6 +166,8 @@ class TestUpstream:
         size = int(h.get("x-test-chunk-bytes", "0"))
         reset_after = int(h.get("x-test-reset-after", "-1"))
         error_after = int(h.get("x-test-error-event", "-1"))
+        end_after = int(h.get("x-test-end-after", "-1"))
+        usage_tokens = int(h["x-test-usage-tokens"]) if "x-test-usage-tokens" in h else n * tpc
         try:
             if "x-test-hang-ms" in h:
                 await asyncio.sleep(float(h["x-test-hang-ms"]) / 1000)
@@ -179,7 +184,7 @@ class TestUpstream:
                 content = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
                 body = json.dumps(
                     {"id": f"cmpl-{rid}", "model": model, "choices": [{"index": 0, **content, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 7, "completion_tokens": n * tpc, "total_tokens": 7 + n * tpc}}
+                     "usage": {"prompt_tokens": 7, "completion_tokens": usage_tokens, "total_tokens": 7 + usage_tokens}}
                 ).encode()
                 rec._all.update(body)  # type: ignore[attr-defined]
                 rec._client.update(body)  # type: ignore[attr-defined]
@@ -211,14 +216,19 @@ class TestUpstream:
                 if i == error_after:
                     await send(b'data: {"error":{"message":"engine died","code":500}}\n\n')
                     break
+                if i == end_after:
+                    await resp.write_eof()
+                    rec.finished = True
+                    return resp
                 text = "x" * size if size else f"tok{i} "
                 rec.last_output_at = time.perf_counter()
                 if rec.first_output_at is None:
                     rec.first_output_at = rec.last_output_at
                 await send(_chunk(rid, model, chat, text, "stop" if i == n - 1 else None))
             if rec.include_usage:
-                await send(_usage_chunk(rid, model, chat, n * tpc), usage=True)
-            await send(b"data: [DONE]\n\n")
+                await send(_usage_chunk(rid, model, chat, usage_tokens), usage=True)
+            if h.get("x-test-no-done") != "1":
+                await send(b"data: [DONE]\n\n")
             if "x-test-linger-ms" in h:
                 await asyncio.sleep(float(h["x-test-linger-ms"]) / 1000)
             await resp.write_eof()
@@ -269,13 +279,21 @@ class Stack:
 
 
 @asynccontextmanager
-async def tap_stack(slo: object = None, upstream_url: str | None = None, **settings: object) -> AsyncIterator[Stack]:
+async def tap_stack(
+    slo: object = None, upstream_url: str | None = None, models_refresh_s: float | None = None, **settings: object
+) -> AsyncIterator[Stack]:
+    """`models_refresh_s`: how often the tap reads the upstream's /v1/models; by default as the CLI
+    does with this module's upstream (which lists chat-a), and never with an upstream of the test's
+    own (its recorded connections and requests would show the tap's reads)."""
     from exporter.tap.classes import SloConfig
+    from exporter.tap.models import DEFAULT_REFRESH_S
     from exporter.tap.proxy import TapSettings
     from exporter.tap.server import TapServer
 
     upstream = TestUpstream()
     runner = None
+    if models_refresh_s is None:
+        models_refresh_s = DEFAULT_REFRESH_S if upstream_url is None else 0.0
     if upstream_url is None:
         runner, upstream_url = await start_app(upstream.app())
     records: list = []
@@ -284,6 +302,7 @@ async def tap_stack(slo: object = None, upstream_url: str | None = None, **setti
         slo if slo is not None else SloConfig((), {}),  # type: ignore[arg-type]
         observer=records.append,
         shutdown_timeout_s=1.0,
+        models_refresh_s=models_refresh_s,
     )
     await server.start(("127.0.0.1", 0), ("127.0.0.1", 0))
     try:
