@@ -7,13 +7,14 @@ be a bucket edge for `bucket{le=threshold} / count` to be an exact SLI. This rea
 plugin options (slogen owns the full loader); errors name the file, the SLO and the field.
 
 How a request maps to a class (first rule that applies):
-1. header `x-slo-class` naming a configured class;
+1. header `x-slo-class` naming a configured class (only when the operator trusts clients'
+   `x-slo-*` headers: the proxy passes none otherwise);
 2. the first class (in file order) whose `models` globs match the request's `model`;
 3. the class named `default`, if configured;
 4. the first configured class; with no classes configured at all, an implicit `default`
    class without objectives.
 Headers `x-slo-ttft-ms` / `x-slo-tpot-ms` (positive numbers, milliseconds) replace the
-class's thresholds for that one request. Unknown class names and malformed numbers are
+class's thresholds for that one request, under the same trust. Unknown class names and malformed numbers are
 ignored, so a client cannot create label values or break accounting.
 """
 
