@@ -16,11 +16,18 @@ round's figures are taken against the direct path's of the same round, and the m
 rounds is reported, so drift falls on every path alike and one disturbed round decides nothing.
 Each stream's first response is cut short by a different amount, so that the streams' request
 turnovers are spread evenly over time instead of all falling in the same 100 ms every 3 s.
+
+Scrapes: three more paths measure what serving /metrics costs the relay. A tap process with 64
+models x 2 classes in its metrics (bench.tap_process: every series changes between two scrapes,
+so every scrape renders the whole page, about 1.3 MB) is measured unscraped, and scraped every
+SCRAPE_MS by a separate process (bench.scraper); a second such process renders the page as the
+tap did before (prometheus_client.generate_latest, in one go, on the relaying loop), scraped alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pwd
 import re
@@ -50,6 +57,8 @@ ROUNDS = 6  # turns each path takes, per stream count
 WARMUP_S = 1.0  # per turn, before measuring
 MEASURE_S = 2.0  # measured per turn: ROUNDS * MEASURE_S per path in all
 COMMAND = "python -m bench tap"
+SCRAPE_MS = 100.0
+SCRAPED_MODELS = 64
 
 NOTES: dict[str, str] = {}
 
@@ -235,6 +244,45 @@ def _tap(upstream_port: int, event_loop: str = "auto") -> Iterator[tuple[int, li
         proc.wait(timeout=15)
 
 
+@contextmanager
+def _tap_process(upstream_port: int, render: str) -> Iterator[tuple[int, list[int], str]]:
+    """bench.tap_process: the tap with SCRAPED_MODELS models' series; (proxy port, [pid], metrics URL)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.tap_process", "--upstream", f"http://127.0.0.1:{upstream_port}",
+         "--models", str(SCRAPED_MODELS), "--render", render],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)", line)
+            if m:
+                break
+        else:
+            raise RuntimeError("bench.tap_process exited before listening")
+        yield int(m.group(1)), [proc.pid], m.group(2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+@contextmanager
+def _scraping(url: str | None) -> Iterator[tuple[list[int], dict[str, float]]]:
+    """bench.scraper on `url` while the block runs (nothing when None); yields its pids and, once
+    the block is over, its figures."""
+    figures: dict[str, float] = {}
+    if url is None:
+        yield [], figures
+        return
+    proc = subprocess.Popen([sys.executable, "-m", "bench.scraper", url, str(SCRAPE_MS)], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield [proc.pid], figures
+    finally:
+        out, _ = proc.communicate(input="", timeout=30)  # closing its stdin stops it
+        figures.update(json.loads(out.strip().splitlines()[-1]))
+
+
 NGINX_CONF = """\
 {user}worker_processes 1;
 daemon off;
@@ -332,31 +380,49 @@ def _figures(samples: Samples, cpu_s: float, proxied: bool) -> PathFigures:
 
 @dataclass
 class PathRuns:
-    """One path's figures for each turn, and its CPU per chunk over all turns."""
+    """One path's figures for each turn, its CPU per chunk over all turns, and its scraper's figures per turn."""
 
     turns: list[PathFigures]
     cpu_us_per_chunk: float | None
+    scrapes: list[dict[str, float]] = field(default_factory=list)
 
     def median(self, attr: str) -> float:
         return statistics.median(getattr(f, attr) for f in self.turns)
 
+    def scrape_median(self, key: str) -> float:
+        return statistics.median(s[key] for s in self.scrapes)
 
-def _measure_turns(paths: dict[str, tuple[int, list[int]]], streams: int, upstream_pid: int) -> dict[str, PathRuns]:
-    """ROUNDS turns per path, in an order that rotates each round."""
+
+Path_ = tuple[int, list[int]]  # a path's port and the pids of its proxy processes ([] for direct)
+
+
+def _measure_turns(
+    paths: dict[str, Path_], streams: int, upstream_pid: int, scraped: dict[str, str] | None = None,
+) -> dict[str, PathRuns]:
+    """ROUNDS turns per path, in an order that rotates each round; the paths in `scraped` have
+    their /metrics (the URL given) scraped every SCRAPE_MS during their turns."""
+    scraped = scraped or {}
     turns: dict[str, list[PathFigures]] = {name: [] for name in paths}
+    scrapes: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
     cpu = dict.fromkeys(paths, 0.0)
     chunks = dict.fromkeys(paths, 0)
     names = list(paths)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             port, pids = paths[name]
-            with ahead_of_neighbours([upstream_pid, *pids]) as how:
-                SCHEDULING[0] = how
-                samples, cpu_s = asyncio.run(_drive(port, streams, pids))
+            with _scraping(scraped.get(name)) as (scraper, figures):
+                with ahead_of_neighbours([upstream_pid, *pids, *scraper]) as how:
+                    SCHEDULING[0] = how
+                    samples, cpu_s = asyncio.run(_drive(port, streams, pids))
+            if figures:
+                scrapes[name].append(figures)
             turns[name].append(_figures(samples, cpu_s, bool(pids)))
             cpu[name] += cpu_s
             chunks[name] += len(samples.delay_ns)
-    return {name: PathRuns(turns[name], cpu[name] / chunks[name] * 1e6 if paths[name][1] else None) for name in names}
+    return {
+        name: PathRuns(turns[name], cpu[name] / chunks[name] * 1e6 if paths[name][1] else None, scrapes[name])
+        for name in names
+    }
 
 
 def added(runs: dict[str, PathRuns], name: str, attr: str) -> float:
@@ -374,10 +440,16 @@ def _ratio(ours: float, peer: float) -> str:
 def measure_all() -> dict[int, dict[str, PathRuns]]:
     results: dict[int, dict[str, PathRuns]] = {}
     with _upstream() as (upstream_port, upstream_pid), _tap(upstream_port) as tap, \
-            _tap(upstream_port, "asyncio") as tap_asyncio, _nginx(upstream_port) as nginx:
-        paths = {"direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx}
+            _tap(upstream_port, "asyncio") as tap_asyncio, _nginx(upstream_port) as nginx, \
+            _tap_process(upstream_port, "sliced") as (port64, pids64, url64), \
+            _tap_process(upstream_port, "onloop") as (port_old, pids_old, url_old):
+        paths: dict[str, Path_] = {
+            "direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx,
+            "tap-64": (port64, pids64), "tap-64-scraped": (port64, pids64), "tap-64-onloop-scraped": (port_old, pids_old),
+        }
+        scraped = {"tap-64-scraped": url64, "tap-64-onloop-scraped": url_old}
         for streams in STREAM_COUNTS:
-            results[streams] = runs = _measure_turns(paths, streams, upstream_pid)
+            results[streams] = runs = _measure_turns(paths, streams, upstream_pid, scraped)
             for name, r in runs.items():
                 print(f"  {streams} streams, {name}: {r}", file=sys.stderr, flush=True)
     return results
@@ -402,12 +474,87 @@ def rows_from(results: dict[int, dict[str, PathRuns]]) -> list[Row]:
             assert cpu is not None and ngx is not None
             rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams{name} (µs)",
                             f"{cpu:.1f}", f"{ngx:.1f}", _ratio(cpu, ngx), COMMAND))
+        rows += _scrape_rows(streams, runs)
+    return rows
+
+
+SCRAPE_PATHS = (
+    ("tap-64", f"{SCRAPED_MODELS} models' series, not scraped"),
+    ("tap-64-scraped", f"{SCRAPED_MODELS} models' series, /metrics scraped every {SCRAPE_MS:g} ms"),
+    ("tap-64-onloop-scraped", f"{SCRAPED_MODELS} models' series, scraped every {SCRAPE_MS:g} ms, page rendered "
+                              "in one go on the loop as before (prometheus_client)"),
+)
+
+
+def _scrape_rows(streams: int, runs: dict[str, PathRuns]) -> list[Row]:
+    """What scraping costs the relay: the 64-model taps against nginx, and the scrapes as seen by the scraper."""
+    rows: list[Row] = []
+    ngx_cpu = runs["nginx"].cpu_us_per_chunk
+    assert ngx_cpu is not None
+    for key, what in SCRAPE_PATHS:
+        for label, attr in (("TTFT p99", "ttft_p99_ms"), ("per-chunk p99", "chunk_p99_ms")):
+            ours, peer = added(runs, key, attr), added(runs, "nginx", attr)
+            rows.append(Row(SECTION, f"added {label}, {streams} streams, {what} (ms)", f"{ours:.3f}", f"{peer:.3f}",
+                            _ratio(ours, peer), COMMAND))
+        cpu = runs[key].cpu_us_per_chunk
+        assert cpu is not None
+        rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams, {what} (µs)", f"{cpu:.1f}",
+                        f"{ngx_cpu:.1f}", _ratio(cpu, ngx_cpu), COMMAND))
+    new, old = runs["tap-64-scraped"], runs["tap-64-onloop-scraped"]
+    for label, k in (("p50", "p50_ms"), ("p99", "p99_ms")):
+        ours, peer = new.scrape_median(k), old.scrape_median(k)
+        rows.append(Row(SECTION, f"/metrics scrape duration {label} while relaying {streams} streams (ms; ours: "
+                                 f"sliced, peer: in one go as before; page {new.scrape_median('bytes') / 1e6:.2f} MB)",
+                        f"{ours:.1f}", f"{peer:.1f}", _ratio(ours, peer), COMMAND))
+    scrapes = [s["scrapes"] for s in new.scrapes], [s["scrapes"] for s in old.scrapes]
+    rows.append(Row(SECTION, f"/metrics scrapes per measured turn, {streams} streams (ours: sliced, peer: as before; "
+                             f"{WARMUP_S + MEASURE_S:g} s at one per {SCRAPE_MS:g} ms is about "
+                             f"{(WARMUP_S + MEASURE_S) * 1000 / SCRAPE_MS:.0f})",
+                    f"{statistics.median(scrapes[0]):.0f}", f"{statistics.median(scrapes[1]):.0f}",
+                    _ratio(statistics.median(scrapes[0]), statistics.median(scrapes[1])), COMMAND))
+    return rows
+
+
+LAG_PEERS = (
+    ("none", "an empty page: the floor of the machine and the loop"),
+    ("sliced-onebuffer", "the same slices, the page written as one buffer"),
+    ("thread-ours", "the same renderer in a thread"),
+    ("thread-prom", "prometheus_client.generate_latest in a thread"),
+    ("onloop", "prometheus_client.generate_latest on the loop, as before"),
+)
+
+
+def measure_render_lag() -> dict[str, dict[str, float]]:
+    """bench.tap_render_lag in each mode, one after another, ahead of the neighbours (its scraper,
+    started by it, inherits the scheduling)."""
+    out: dict[str, dict[str, float]] = {}
+    for mode in ("sliced", *(m for m, _ in LAG_PEERS)):
+        with ahead_of_neighbours([]):
+            proc = subprocess.run([sys.executable, "-m", "bench.tap_render_lag", mode], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120, check=True)
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"  render lag {mode}: {out[mode]}", file=sys.stderr, flush=True)
+    return out
+
+
+def lag_rows(lag: dict[str, dict[str, float]]) -> list[Row]:
+    ours = lag["sliced"]
+    rows = []
+    for mode, what in LAG_PEERS:
+        peer = lag[mode]
+        rows.append(Row(
+            SECTION, f"event-loop delay p99 / p99.9 of a 1 ms timer in a tap with {SCRAPED_MODELS} models' series, "
+                     f"/metrics scraped every {SCRAPE_MS:g} ms (ms; ours: sliced, peer: {what}; ratio of p99.9)",
+            f"{ours['p99_ms']:.2f} / {ours['p999_ms']:.2f}", f"{peer['p99_ms']:.2f} / {peer['p999_ms']:.2f}",
+            _ratio(ours["p999_ms"], peer["p999_ms"]), COMMAND,
+        ))
     return rows
 
 
 def run() -> list[Row]:
     if not Path(NGINX).exists():
         raise RuntimeError(f"{NGINX} is missing: run scripts/install-system-deps.sh (Debian package nginx)")
+    lag = measure_render_lag()
     results = measure_all()
     top = results[max(STREAM_COUNTS)]
     added_p99, nginx_p99 = added(top, "tap", "chunk_p99_ms"), added(top, "nginx", "chunk_p99_ms")
@@ -424,9 +571,20 @@ def run() -> list[Row]:
         f"The tap runs on uvloop (its default when installed); rows marked so use asyncio's own loop. Targets at "
         f"{max(STREAM_COUNTS)} streams: added per-chunk p99 under 1 ms (measured {added_p99:.3f} ms: "
         f"{'met' if added_p99 < 1.0 else 'NOT met'}) and within 2x nginx's ({nginx_p99:.3f} ms: "
-        f"{'met' if added_p99 <= 2 * max(nginx_p99, 0.0) else 'NOT met'})."
+        f"{'met' if added_p99 <= 2 * max(nginx_p99, 0.0) else 'NOT met'}). "
+        f"Scrapes: the rows naming {SCRAPED_MODELS} models' series are a tap process (bench.tap_process) whose "
+        f"metrics hold {SCRAPED_MODELS} models x 2 classes, each series changed between two scrapes (so every "
+        f"scrape renders the whole page), measured unscraped and scraped every {SCRAPE_MS:g} ms by a separate "
+        f"process (bench.scraper), and the same with the page rendered as before this change "
+        f"(prometheus_client.generate_latest in one go on the relaying loop). At {max(STREAM_COUNTS)} streams, "
+        f"scraped: added per-chunk p99 {added(top, 'tap-64-scraped', 'chunk_p99_ms'):.3f} ms, unscraped "
+        f"{added(top, 'tap-64', 'chunk_p99_ms'):.3f} ms, rendered as before "
+        f"{added(top, 'tap-64-onloop-scraped', 'chunk_p99_ms'):.3f} ms. The event-loop delay rows "
+        f"(bench.tap_render_lag) compare ways of rendering that page in one tap process, by how late a 1 ms timer "
+        f"on its loop runs while it is scraped: a thread does not take the rendering off the loop's path, since "
+        f"the thread holds the GIL while it formats (up to the 5 ms switch interval at a time)."
     )
-    return rows_from(results)
+    return rows_from(results) + lag_rows(lag)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ on stdout once listening; stops on SIGTERM or when stdin closes.
 
 Request: POST any path with a JSON body; `stream_options.include_usage` adds the usage chunk,
 `"max_tokens":N` makes this response N chunks long instead of --tokens (clients use it to
-spread their streams' phases).
+spread their streams' phases). `GET /v1/models` lists the one model, `bench`, as an engine
+does (the tap reads it to know which model names may be label values).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ ROLE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choic
 TOKEN = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"t":%d}\n\n'
 USAGE = b'data: {"id":"b","object":"chat.completion.chunk","model":"bench","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":%d,"total_tokens":%d}}\n\n'
 DONE = b"data: [DONE]\n\n"
+MODELS = b'{"object":"list","data":[{"id":"bench","object":"model","owned_by":"bench"}]}'
+MODELS_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(MODELS), MODELS)
 _MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
 
 
@@ -64,6 +67,10 @@ class StreamProtocol(asyncio.Protocol):
             return
         body = self.buf[end + 4 : end + 4 + length]
         self.buf = self.buf[end + 4 + length :]
+        assert self.transport is not None
+        if head.startswith(b"get /v1/models "):
+            self.transport.write(MODELS_RESPONSE)
+            return
         usage = b'"include_usage":true' in body.replace(b" ", b"")
         m = _MAX_TOKENS.search(body)
         tokens = max(1, int(m.group(1))) if m else self.tokens

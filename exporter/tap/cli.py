@@ -24,6 +24,7 @@ from exporter.tap.classes import SloConfigError, load_slo_config
 from exporter.tap.deadlines import (
     FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S, DeadlineError, derive_deadlines,
 )
+from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
 from exporter.tap.proxy import (
     DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES, TapSettings,
 )
@@ -106,6 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-inject-usage", action="store_true",
         help="never add stream_options.include_usage upstream; n_out then counts chunks (usage_source=chunks)",
+    )
+    p.add_argument(
+        "--models-refresh", type=refresh_seconds, default=DEFAULT_REFRESH_S, metavar="SECONDS",
+        help="read the upstream's GET /v1/models this often: only the names it lists, or that a class's model "
+        f"globs match, become model label values (0: never read it, globs only; default {DEFAULT_REFRESH_S:g})",
     )
     p.add_argument(
         "--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
@@ -297,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
         max_buffered_body_bytes=args.max_buffered_body_bytes,
     )
-    server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace)
+    server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh)
     try:
         with _runner(args.event_loop) as runner:
             runner.run(_serve(args, server))

@@ -1,21 +1,31 @@
-"""The tap's Prometheus metrics: names from llmslo.conventions, bucket edges that include every threshold.
+"""The tap's metrics: names from llmslo.conventions, bucket edges that include every threshold.
 
 A latency SLI computed as `bucket{le=threshold} / count` is exact only when the threshold
 is a bucket edge, so each histogram's edges are a default ladder united with every threshold
 configured for it (goodput classes and `llmslo/latency` SLIs with `source: tap`), as the
 exact floats parsed from the SLO files. Latency histograms describe requests that completed
 (`outcome="ok"`); the outcome counter covers every request.
+
+The values live in plain Python objects, one `Series` per (model, slo_class), rather than in
+prometheus_client's metric objects: recording is a few list and dict updates with no locks,
+and the page is rendered by exporter.tap.exposition in slices that never hold the event loop
+for long (prometheus_client renders a whole registry in one call: up to 80 ms for 64 models,
+during which no relayed chunk moves). `registry` still offers the same families to
+prometheus_client (tests, tools) through a collector over these values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from exporter.tap.classes import SloConfig
+from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
 
@@ -29,8 +39,13 @@ TPOT_LADDER = (
     0.5, 1.0, 2.5,
 )
 
-OVERFLOW_MODEL = "__other__"  # model label value once MAX_MODELS distinct models have been seen
-MAX_MODELS = 64
+OVERFLOW_MODEL = "__other__"  # the model label of every request whose model may not be a label value
+MAX_MODELS = 64  # distinct model label values at most, the last guard behind exporter.tap.models
+
+# The histogram families, in page order, and the SLO thresholds each must have as bucket edges.
+HISTOGRAMS: tuple[tuple[C.MetricDef, str], ...] = (
+    (C.TAP_TTFT, "ttft"), (C.TAP_TPOT, "tpot"), (C.TAP_E2E, "e2e"), (C.TAP_TTFB, "ttfb"),
+)
 
 
 def bucket_edges(ladder: Iterable[float], thresholds: Iterable[float]) -> tuple[float, ...]:
@@ -43,23 +58,69 @@ def le_label(seconds: float) -> str:
     return floatToGoString(seconds)
 
 
-@dataclass(frozen=True)
-class _Series:
-    """The label children of one (model, slo_class), resolved once and reused."""
+class Histogram:
+    """One histogram series: per-bucket (not cumulative) counts, the last one for +Inf."""
 
-    ttft: Histogram
-    tpot: Histogram
-    e2e: Histogram
-    ttfb: Histogram
-    goodput_requests: Counter
+    __slots__ = ("edges", "counts", "sum", "count")
+
+    def __init__(self, edges: tuple[float, ...]) -> None:
+        self.edges = edges
+        self.counts = [0] * (len(edges) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        # bisect_left: the first edge >= value, i.e. the bucket whose `le` the value is within.
+        self.counts[bisect_left(self.edges, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[int]:
+        out, total = [], 0
+        for n in self.counts:
+            total += n
+            out.append(total)
+        return out
+
+
+class Series:
+    """Everything counted for one (model, slo_class).
+
+    `changes` goes up on every update; the renderer keeps this series' rendered lines with the
+    `changes` they were rendered at and renders again only when it moved, so a scrape costs in
+    proportion to the series that changed since the last one.
+    """
+
+    __slots__ = (
+        "model", "slo_class", "histograms", "goodput", "requests", "tokens", "good_tokens", "usage_rejected",
+        "changes", "rendered", "rendered_at",
+    )
+
+    def __init__(self, model: str, slo_class: str) -> None:
+        self.model = model
+        self.slo_class = slo_class
+        # ttft, tpot, e2e, ttfb (HISTOGRAMS order): created with the first completed request, as is goodput.
+        self.histograms: tuple[Histogram, ...] = ()
+        self.goodput = 0
+        self.requests: dict[str, int] = {}  # outcome -> requests
+        self.tokens: dict[str, int] = {}  # usage_source -> output tokens
+        self.good_tokens: dict[str, int] = {}
+        self.usage_rejected: int | None = None  # None: never counted, so no series yet
+        self.changes = 0
+        self.rendered: Any = None  # the renderer's cache (exporter.tap.exposition)
+        self.rendered_at = -1
 
 
 class TapMetrics:
-    """Registers the tap families on a registry and records one finished request at a time."""
+    """The tap's counters and histograms, one request at a time, plus its self-metrics."""
 
-    def __init__(self, slo: SloConfig, registry: CollectorRegistry | None = None, max_models: int = MAX_MODELS) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    def __init__(
+        self, slo: SloConfig, registry: CollectorRegistry | None = None, max_models: int = MAX_MODELS,
+        names: ModelNames | None = None,
+    ) -> None:
+        """`names` decides which models may be label values (default: only the classes' model globs)."""
         self.max_models = max_models
+        self.names = names if names is not None else ModelNames(slo)
         th = slo.thresholds
         self.edges = {
             "ttft": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
@@ -68,71 +129,107 @@ class TapMetrics:
             # TTFB bounds TTFT from below; TTFT thresholds are the edges worth reading it at.
             "ttfb": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
         }
-        r = self.registry
-
-        def hist(d: C.MetricDef, key: str) -> Histogram:
-            return Histogram(d.name, d.help, d.labels, registry=r, buckets=self.edges[key])
-
-        self._ttft = hist(C.TAP_TTFT, "ttft")
-        self._tpot = hist(C.TAP_TPOT, "tpot")
-        self._e2e = hist(C.TAP_E2E, "e2e")
-        self._ttfb = hist(C.TAP_TTFB, "ttfb")
-        self._requests = Counter(C.TAP_REQUESTS.name, C.TAP_REQUESTS.help, C.TAP_REQUESTS.labels, registry=r)
-        self._goodput = Counter(C.GOODPUT_REQUESTS.name, C.GOODPUT_REQUESTS.help, C.GOODPUT_REQUESTS.labels, registry=r)
-        self._tokens = Counter(C.OUTPUT_TOKENS.name, C.OUTPUT_TOKENS.help, C.OUTPUT_TOKENS.labels, registry=r)
-        self._good_tokens = Counter(C.GOODPUT_TOKENS.name, C.GOODPUT_TOKENS.help, C.GOODPUT_TOKENS.labels, registry=r)
-        self._series: dict[tuple[str, str], _Series] = {}
-        # Label children of the counters with a third label, resolved once each: `labels()`
-        # validates and hashes its arguments under a lock on every call.
-        self._requests_by: dict[tuple[str, str, str], Counter] = {}
-        self._tokens_by: dict[tuple[str, str, str], Counter] = {}
-        self._good_tokens_by: dict[tuple[str, str, str], Counter] = {}
+        self._hist_edges = tuple(self.edges[key] for _, key in HISTOGRAMS)
+        self.series: dict[tuple[str, str], Series] = {}
+        self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
         self._models: set[str] = set()
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.registry.register(_Collector(self))
 
+    # -- label values ------------------------------------------------------------------------
     def model_label(self, model: str) -> str:
-        """The request's model, or OVERFLOW_MODEL once too many distinct ones were seen (clients choose it)."""
+        """The request's model as a label value, or OVERFLOW_MODEL: a name the upstream does not serve
+        and no class glob matches, a name too long, or one past max_models (clients choose it)."""
+        if len(model) > MAX_LABEL_CHARS:  # before hashing it: a client may send megabytes
+            return OVERFLOW_MODEL
         if model in self._models:
             return model
-        if len(self._models) >= self.max_models:
+        if len(self._models) >= self.max_models or not self.names.admits(model):
             return OVERFLOW_MODEL
         self._models.add(model)
         return model
 
-    def _for(self, model: str, slo_class: str) -> _Series:
+    def _for(self, model: str, slo_class: str) -> Series:
         key = (model, slo_class)
-        s = self._series.get(key)
+        s = self.series.get(key)
         if s is None:
-            s = _Series(
-                self._ttft.labels(model, slo_class),
-                self._tpot.labels(model, slo_class),
-                self._e2e.labels(model, slo_class),
-                self._ttfb.labels(model, slo_class),
-                self._goodput.labels(model, slo_class),
-            )
-            self._series[key] = s
+            s = self.series[key] = Series(model, slo_class)
         return s
 
+    # -- recording ---------------------------------------------------------------------------
     def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
         """Count one finished request; `model` should already have passed through model_label()."""
-        _child(self._requests, self._requests_by, (model, slo_class, outcome)).inc()
-        if t.n_out:
-            _child(self._tokens, self._tokens_by, (model, slo_class, t.usage_source)).inc(t.n_out)
+        s = self._for(model, slo_class)
+        s.changes += 1
+        s.requests[outcome] = s.requests.get(outcome, 0) + 1
+        n_out = t.n_out
+        if n_out:
+            s.tokens[t.usage_source] = s.tokens.get(t.usage_source, 0) + n_out
         if outcome != C.OUTCOME_OK:
             return
-        s = self._for(model, slo_class)
-        for hist, value in ((s.ttfb, t.ttfb), (s.ttft, t.ttft), (s.tpot, t.tpot), (s.e2e, t.e2e)):
-            if value is not None:
-                hist.observe(value)
+        hists = s.histograms
+        if not hists:
+            hists = s.histograms = tuple(Histogram(edges) for edges in self._hist_edges)
+        ttft, tpot, e2e, ttfb = hists
+        if t.ttft is not None:
+            ttft.observe(t.ttft)
+        if t.tpot is not None:
+            tpot.observe(t.tpot)
+        if t.e2e is not None:
+            e2e.observe(t.e2e)
+        if t.ttfb is not None:
+            ttfb.observe(t.ttfb)
         if good:
-            s.goodput_requests.inc()
-            if t.n_out:
-                _child(self._good_tokens, self._good_tokens_by, (model, slo_class, t.usage_source)).inc(t.n_out)
+            s.goodput += 1
+            if n_out:
+                s.good_tokens[t.usage_source] = s.good_tokens.get(t.usage_source, 0) + n_out
+
+    def usage_rejected(self, model: str, slo_class: str) -> None:
+        """The engine's usage.completion_tokens was ignored as implausible for one request. `model`
+        may be the request's own (it goes through model_label() here) or a label it returned."""
+        s = self._for(self.model_label(model), slo_class)
+        s.changes += 1
+        s.usage_rejected = (s.usage_rejected or 0) + 1
+
+    def refused(self, reason: str) -> None:
+        """The tap refused a connection or a request itself; `reason` is one of conventions.REFUSED_REASONS."""
+        if reason not in self.refusals:
+            raise ValueError(f"{reason!r} is not one of conventions.REFUSED_REASONS")
+        self.refusals[reason] += 1
 
 
-def _child(counter: Counter, cache: dict[tuple[str, str, str], Counter], key: tuple[str, str, str]) -> Counter:
-    """`counter.labels(*key)`, looked up once per distinct key (the model label is bounded by
-    MAX_MODELS, classes and outcomes are few, so the cache stays small)."""
-    child = cache.get(key)
-    if child is None:
-        child = cache[key] = counter.labels(*key)
-    return child
+class _Collector:
+    """The same values as prometheus_client families, for `generate_latest(metrics.registry)`
+    (tests and tools; the tap serves its page through exporter.tap.exposition instead)."""
+
+    def __init__(self, metrics: TapMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        series = list(self.m.series.values())
+        for (d, _), i in zip(HISTOGRAMS, range(len(HISTOGRAMS))):
+            fam = HistogramMetricFamily(d.name, d.help, labels=d.labels)
+            for s in series:
+                if s.histograms:
+                    h = s.histograms[i]
+                    les = [le_label(e) for e in h.edges] + ["+Inf"]
+                    fam.add_metric([s.model, s.slo_class], list(zip(les, h.cumulative())), h.sum)
+            yield fam
+        yield self._counter(C.TAP_REQUESTS, ((s, (o,), n) for s in series for o, n in s.requests.items()))
+        yield self._counter(C.GOODPUT_REQUESTS, ((s, (), s.goodput) for s in series if s.histograms))
+        yield self._counter(C.OUTPUT_TOKENS, ((s, (u,), n) for s in series for u, n in s.tokens.items()))
+        yield self._counter(C.GOODPUT_TOKENS, ((s, (u,), n) for s in series for u, n in s.good_tokens.items()))
+        yield self._counter(
+            C.TAP_USAGE_REJECTED, ((s, (), s.usage_rejected) for s in series if s.usage_rejected is not None)
+        )
+        fam = CounterMetricFamily(C.TAP_REFUSALS.name, C.TAP_REFUSALS.help, labels=C.TAP_REFUSALS.labels)
+        for reason, n in self.m.refusals.items():
+            fam.add_metric([reason], n)
+        yield fam
+
+    @staticmethod
+    def _counter(d: C.MetricDef, values: Iterable[tuple[Series, tuple[str, ...], int]]) -> Metric:
+        fam = CounterMetricFamily(d.name, d.help, labels=d.labels)
+        for s, extra, n in values:
+            fam.add_metric([s.model, s.slo_class, *extra], n)
+        return fam

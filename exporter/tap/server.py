@@ -2,8 +2,10 @@
 
 The metrics get their own port so that the engine's /metrics behind the tap stays reachable
 through the proxy port unchanged. Usable in-process (tests, benchmarks) or from the CLI.
-The proxy listens on a bare asyncio server (exporter.tap.proxy); the metrics endpoint, off
-the hot path, is a small aiohttp app.
+The proxy listens on a bare asyncio server (exporter.tap.proxy); the metrics endpoint is a
+small aiohttp app on the same event loop, whose page is rendered in slices between relayed
+chunks (exporter.tap.exposition). The server also keeps the upstream's model list fresh
+(exporter.tap.models), which decides the values of the `model` label.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from exporter.tap.classes import SloConfig
+from exporter.tap.exposition import CONTENT_TYPE, PageRenderer
 from exporter.tap.metrics import TapMetrics
+from exporter.tap.models import DEFAULT_REFRESH_S, ModelNames, ServedModels
 from exporter.tap.proxy import Observer, TapProxy, TapSettings
 
 
@@ -43,8 +46,13 @@ class TapServer:
         slo: SloConfig,
         observer: Observer | None = None,
         shutdown_timeout_s: float = 10.0,
+        models_refresh_s: float = DEFAULT_REFRESH_S,
     ) -> None:
-        self.metrics = TapMetrics(slo)
+        """`models_refresh_s`: how often the upstream's GET /v1/models is read (0: never; then only
+        the classes' model globs admit model names as label values)."""
+        self.served = ServedModels(settings.upstream, settings.upstream_ca, models_refresh_s)
+        self.metrics = TapMetrics(slo, names=ModelNames(slo, self.served))
+        self.renderer = PageRenderer(self.metrics)
         self.proxy = TapProxy(settings, slo, self.metrics, observer)
         self.shutdown_timeout_s = shutdown_timeout_s
         self._runners: list[web.AppRunner] = []
@@ -54,10 +62,20 @@ class TapServer:
         self.metrics_address: BoundAddress | None = None
 
     def _metrics_app(self) -> web.Application:
-        registry = self.metrics.registry
+        renderer = self.renderer
 
-        async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        async def metrics(request: web.Request) -> web.StreamResponse:
+            # Written a piece at a time: a megabyte in one write is one long copy through the
+            # kernel (on loopback, into the reader's socket too) while no chunk moves.
+            pieces = await renderer.render_pieces()
+            response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+            response.content_length = sum(len(p) for p in pieces)
+            await response.prepare(request)
+            for piece in pieces:
+                await response.write(piece)
+                await asyncio.sleep(0)
+            await response.write_eof()
+            return response
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
@@ -86,10 +104,12 @@ class TapServer:
                 self.proxy.protocol, listen[0], listen[1], reuse_address=True, reuse_port=reuse_port or None,
                 backlog=1024,
             )
+            self.proxy.start()
             self._sweeper = loop.create_task(self._sweep())
             addr = self._proxy_server.sockets[0].getsockname()
             self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
             self.metrics_address = await self._start_app(self._metrics_app(), metrics_listen)
+            await self.served.start()
         except BaseException:
             await self.stop()
             raise
@@ -107,6 +127,7 @@ class TapServer:
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.cancel()
+        await self.served.stop()
         server, self._proxy_server = self._proxy_server, None
         if server is not None:
             server.close()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.metrics import LATENCY_LADDER, OVERFLOW_MODEL, TapMetrics, le_label
+from exporter.tap.models import MAX_LABEL_CHARS, ModelNames, ServedModels
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
 
@@ -79,11 +81,62 @@ def test_counters_by_outcome_goodput_and_tokens() -> None:
     assert s[(C.TAP_TTFT.count(), base)] == 2
 
 
-def test_model_label_values_are_bounded() -> None:
-    m = TapMetrics(CONFIG, max_models=3)
+def _served(*names: str) -> ServedModels:
+    """A model list as if read from the upstream (never fetched: refresh_s=0)."""
+    served = ServedModels("http://127.0.0.1:1", refresh_s=0)
+    served.names = frozenset(names)
+    return served
+
+
+def test_model_label_admits_served_names_and_class_globs_only() -> None:
+    m = TapMetrics(CONFIG, names=ModelNames(CONFIG, _served("llama-3-8b", "sql-lora")))
+    assert [m.model_label(x) for x in ("llama-3-8b", "sql-lora", "chat-x", "made-up", "")] == [
+        "llama-3-8b", "sql-lora", "chat-x", OVERFLOW_MODEL, OVERFLOW_MODEL,
+    ]
+    # A glob match, but too long, or with characters that would corrupt the page.
+    assert m.model_label("chat-" + "x" * MAX_LABEL_CHARS) == OVERFLOW_MODEL
+    assert m.model_label("chat-" + "x" * (MAX_LABEL_CHARS - 5)) == "chat-" + "x" * (MAX_LABEL_CHARS - 5)
+    assert m.model_label('chat-"a\\b') == 'chat-"a\\b'  # printable: the page escapes it
+    assert [m.model_label(x) for x in ("chat-a\n", "chat-\ud800", "chat-\x00", "x" * (1 << 20))] == [OVERFLOW_MODEL] * 4
+
+
+def test_without_a_model_list_only_class_globs_are_admitted() -> None:
+    m = TapMetrics(CONFIG)  # as before the first successful read of /v1/models
+    assert (m.model_label("chat-a"), m.model_label("llama-3-8b")) == ("chat-a", OVERFLOW_MODEL)
+
+
+def test_model_label_values_are_bounded_even_among_served_names() -> None:
+    m = TapMetrics(CONFIG, max_models=3, names=ModelNames(CONFIG, _served(*(f"m{i}" for i in range(10)))))
     labels = [m.model_label(f"m{i}") for i in range(10)]
     assert labels[:3] == ["m0", "m1", "m2"] and set(labels[3:]) == {OVERFLOW_MODEL}
     assert m.model_label("m1") == "m1"
+
+
+def test_refusals_exist_from_the_start_and_count_by_reason() -> None:
+    m = TapMetrics(CONFIG)
+    s = samples(m)
+    assert {dict(k[1])["reason"]: v for k, v in s.items() if k[0] == C.TAP_REFUSALS.name} == dict.fromkeys(
+        C.REFUSED_REASONS, 0.0
+    )
+    m.refused(C.REFUSED_BODY_TOO_LARGE)
+    m.refused(C.REFUSED_BODY_TOO_LARGE)
+    m.refused(C.REFUSED_MALFORMED)
+    s = samples(m)
+    got = {dict(k[1])["reason"]: v for k, v in s.items() if k[0] == C.TAP_REFUSALS.name}
+    assert got == {**dict.fromkeys(C.REFUSED_REASONS, 0.0), C.REFUSED_BODY_TOO_LARGE: 2.0, C.REFUSED_MALFORMED: 1.0}
+    with pytest.raises(ValueError):
+        m.refused("made_up")
+
+
+def test_usage_rejected_counts_per_model_and_class_under_a_bounded_label() -> None:
+    m = TapMetrics(CONFIG)
+    assert not [k for k in samples(m) if k[0] == C.TAP_USAGE_REJECTED.name], "no series before the first"
+    m.usage_rejected("chat-a", "interactive")
+    m.usage_rejected(m.model_label("chat-a"), "interactive")
+    m.usage_rejected("x" * 10_000, "batch")  # a request's own name goes through model_label()
+    s = samples(m)
+    assert s[(C.TAP_USAGE_REJECTED.name, (("model", "chat-a"), ("slo_class", "interactive")))] == 2
+    assert s[(C.TAP_USAGE_REJECTED.name, (("model", OVERFLOW_MODEL), ("slo_class", "batch")))] == 1
 
 
 def test_families_are_the_conventions_tap_metrics() -> None:
@@ -91,4 +144,4 @@ def test_families_are_the_conventions_tap_metrics() -> None:
     m.record("x", "batch", C.OUTCOME_OK, ok(0.1, 0.01), True)
     names = {fam.name for fam in text_string_to_metric_families(generate_latest(m.registry).decode())}
     expected = {d.name.removesuffix("_total") for d in C.TAP_METRICS}
-    assert expected <= names
+    assert expected == names

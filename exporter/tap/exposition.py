@@ -1,0 +1,145 @@
+"""The tap's /metrics page in the Prometheus text format (0.0.4), rendered without stalling the relay.
+
+The page is rendered on the event loop that relays the streams, so its cost is paid by every
+chunk due while it runs. Rendering it in one go, as prometheus_client.generate_latest does,
+held the loop 1.4 ms per scrape with one model, 7 ms with 8 and 80 ms with 64 (14,000 lines);
+scraped every 50 ms, that added about 20 ms to clients' TTFT. A render thread does not help:
+formatting is pure Python, so the thread holds the GIL and the loop waits for it up to the
+5 ms switch interval at a time (measured in BENCHMARKS.md's tap section). So:
+
+- each (model, slo_class) series keeps its rendered lines with the count of updates they
+  show (exporter.tap.metrics.Series.changes) and is rendered again only once it changed: a
+  scrape costs in proportion to the series that changed since the last one;
+- the series that did change are rendered one by one, and after SLICE_S of work the renderer
+  yields to the loop, so a relayed chunk waits at most about one slice;
+- one series is always rendered whole in one slice, so its buckets, sum, count, requests and
+  goodput agree with each other; different series may be read a few milliseconds apart, as
+  with any scrape of a live process.
+
+Counts are written as integers, sums and bucket edges as prometheus_client writes them
+(floatToGoString); the `--workers` parent sums the workers' pages by parsing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client.utils import floatToGoString
+
+from exporter.tap.metrics import HISTOGRAMS, Series, TapMetrics, le_label
+from llmslo import conventions as C
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SLICE_S = 0.0003  # rendering work between two turns of the event loop
+PIECE_BYTES = 64 * 1024  # the page is handed to the socket this much at a time, a turn of the loop apart
+
+# The families rendered per series, in page order (all of conventions.TAP_METRICS but the refusals).
+SERIES_FAMILIES: tuple[C.MetricDef, ...] = (
+    *(d for d, _ in HISTOGRAMS), C.TAP_REQUESTS, C.GOODPUT_REQUESTS, C.OUTPUT_TOKENS, C.GOODPUT_TOKENS,
+    C.TAP_USAGE_REJECTED,
+)
+assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS} == set(C.TAP_METRICS)
+
+
+def escape_label_value(value: str) -> str:
+    """Backslash, double quote and line feed escaped as the text format requires; characters that
+    UTF-8 cannot encode (unpaired surrogates) spelled as backslash escapes rather than breaking the page."""
+    value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _header(d: C.MetricDef) -> bytes:
+    help_text = d.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {d.name} {help_text}\n# TYPE {d.name} {d.kind}\n".encode()
+
+
+class PageRenderer:
+    """Renders one TapMetrics' page; keep one per TapMetrics (it caches per-series lines on them)."""
+
+    def __init__(self, metrics: TapMetrics) -> None:
+        self.metrics = metrics
+        self._headers = [_header(d) for d in SERIES_FAMILIES]
+        self._refusals_header = _header(C.TAP_REFUSALS)
+        # Per histogram family: each bucket line's tail after the series' labels: `,le="0.5"} `.
+        self._bucket_tails = [
+            [f',le="{le_label(e)}"}} ' for e in metrics.edges[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
+        ]
+        self._labels: dict[tuple[str, str], str] = {}
+
+    def _render_series(self, s: Series) -> None:
+        """Every family's lines of one series, stored on it with the update count they show."""
+        labels = self._labels.get((s.model, s.slo_class))
+        if labels is None:
+            labels = self._labels[(s.model, s.slo_class)] = (
+                f'model="{escape_label_value(s.model)}",slo_class="{escape_label_value(s.slo_class)}"'
+            )
+        parts: list[bytes] = []
+        if s.histograms:
+            for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails):
+                bucket = f"{d.name}_bucket{{{labels}"
+                lines, total = [], 0
+                for tail, n in zip(tails, h.counts):
+                    total += n
+                    lines.append(f"{bucket}{tail}{total}\n")
+                lines.append(f"{d.name}_sum{{{labels}}} {floatToGoString(h.sum)}\n{d.name}_count{{{labels}}} {h.count}\n")
+                parts.append("".join(lines).encode())
+        else:
+            parts += [b""] * len(HISTOGRAMS)
+        name = C.TAP_REQUESTS.name
+        parts.append("".join(f'{name}{{{labels},outcome="{o}"}} {n}\n' for o, n in s.requests.items()).encode())
+        parts.append(f"{C.GOODPUT_REQUESTS.name}{{{labels}}} {s.goodput}\n".encode() if s.histograms else b"")
+        for d, by in ((C.OUTPUT_TOKENS, s.tokens), (C.GOODPUT_TOKENS, s.good_tokens)):
+            parts.append("".join(f'{d.name}{{{labels},usage_source="{u}"}} {n}\n' for u, n in by.items()).encode())
+        rejected = s.usage_rejected
+        parts.append(f"{C.TAP_USAGE_REJECTED.name}{{{labels}}} {rejected}\n".encode() if rejected is not None else b"")
+        s.rendered = parts
+
+    def _refresh(self, s: Series) -> None:
+        at = s.changes
+        self._render_series(s)
+        s.rendered_at = at
+
+    def _pieces(self, series: list[Series]) -> list[bytes]:
+        """The page as pieces of about PIECE_BYTES, in order (one big buffer would be one long copy)."""
+        pieces: list[bytes] = []
+        group: list[bytes] = []
+        size = 0
+        for i, header in enumerate(self._headers):
+            for part in (header, *(s.rendered[i] for s in series)):
+                group.append(part)
+                size += len(part)
+                if size >= PIECE_BYTES:
+                    pieces.append(b"".join(group))
+                    group, size = [], 0
+        name = C.TAP_REFUSALS.name
+        group.append(self._refusals_header)
+        group.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.refusals.items()).encode())
+        pieces.append(b"".join(group))
+        return pieces
+
+    async def render_pieces(self) -> list[bytes]:
+        """The page in pieces to write one at a time, yielding to the event loop after every SLICE_S
+        of rendering."""
+        series = list(self.metrics.series.values())
+        clock = time.perf_counter
+        started = clock()
+        for s in series:
+            if s.rendered_at != s.changes:
+                self._refresh(s)
+                if clock() - started > SLICE_S:
+                    await asyncio.sleep(0)
+                    started = clock()
+        return self._pieces(series)
+
+    async def render(self) -> bytes:
+        """The page as one buffer (render_pieces(), joined)."""
+        return b"".join(await self.render_pieces())
+
+    def render_now(self) -> bytes:
+        """The page in one go (tests, tools; on a relaying loop use render_pieces())."""
+        series = list(self.metrics.series.values())
+        for s in series:
+            if s.rendered_at != s.changes:
+                self._refresh(s)
+        return b"".join(self._pieces(series))
