@@ -266,7 +266,7 @@ class TapProxy:
         n = timing.usage_tokens
         if n is not None and not plausible_usage(n, plan.max_tokens, plan.choices, body_bytes):
             timing.usage_tokens = None  # n_out falls back to the output events counted
-            log.warning("event=tap_usage_rejected completion_tokens=%d max_tokens=%s body_bytes=%d", n,
+            log.debug("event=tap_usage_rejected completion_tokens=%d max_tokens=%s body_bytes=%d", n,
                         plan.max_tokens, body_bytes)
             if self.metrics is not None:
                 self.metrics.usage_rejected(model, obj.slo_class)
@@ -710,7 +710,7 @@ class Exchange:
 
     def _timeout(self, what: str, limit: float) -> None:
         self.reusable = False  # closing the upstream connection is how the engine learns of the abandon
-        log.warning("event=tap_upstream_timeout waited_for=%s limit_s=%g path=%s", what.replace(" ", "_"), limit,
+        log.debug("event=tap_upstream_timeout waited_for=%s limit_s=%g path=%s", what.replace(" ", "_"), limit,
                     _text(self.head.path))
         if self.response is None or self.prefix:  # the client has had nothing: answer 504
             self._fail(f"the engine sent no {what} within {limit:g} s\n", 504, C.OUTCOME_UPSTREAM_TIMEOUT)
