@@ -81,6 +81,9 @@ REFUSED_REASONS = (
     REFUSED_CONNECTION_LIMIT, REFUSED_HEAD_TIMEOUT, REFUSED_HEAD_TOO_LARGE, REFUSED_BODY_TOO_LARGE,
     REFUSED_BODY_MEMORY, REFUSED_MALFORMED,
 )
+# The refusals that are the tap's own capacity running out (legitimate clients get 503s, which no SLO
+# counts); the rest are a client's fault. HEALTH.TAP_REFUSING_REQUESTS fires on these.
+REFUSED_CAPACITY_REASONS = (REFUSED_CONNECTION_LIMIT, REFUSED_BODY_MEMORY)
 
 # Values of LABEL_USAGE_SOURCE on the tap's token counters.
 USAGE_SOURCE_ENGINE = "usage"  # usage.completion_tokens reported by the engine
@@ -366,7 +369,9 @@ class HEALTH:
     ENGINE_TARGET_DOWN = "LLMEngineTargetDown"
     KV_CACHE_SATURATED = "LLMKVCacheSaturated"
     PREEMPTION_STORM = "LLMPreemptionStorm"
-    ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM)
+    TAP_REFUSING_REQUESTS = "LLMTapRefusingRequests"
+    ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
+              TAP_REFUSING_REQUESTS)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects
 
 

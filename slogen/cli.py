@@ -138,6 +138,14 @@ def _health_args(p: argparse.ArgumentParser) -> None:
                    help=f"LLMPreemptionStorm: rate window (default {format_duration(d.preemption_window)})")
     h.add_argument("--preemption-for", type=_duration, default=d.preemption_for, metavar="DURATION",
                    help=f"LLMPreemptionStorm: how long before it fires (default {format_duration(d.preemption_for)})")
+    h.add_argument("--tap-refusal-rate", type=float, default=d.tap_refusal_rate, metavar="PER_SECOND",
+                   help=f"LLMTapRefusingRequests: refusals per second per tap at its connection or body-memory limit "
+                        f"(default {d.tap_refusal_rate:g}: any)")
+    h.add_argument("--tap-refusal-window", type=_duration, default=d.tap_refusal_window, metavar="WINDOW",
+                   help=f"LLMTapRefusingRequests: rate window (default {format_duration(d.tap_refusal_window)})")
+    h.add_argument("--tap-refusal-for", type=_duration, default=d.tap_refusal_for, metavar="DURATION",
+                   help=f"LLMTapRefusingRequests: how long before it fires, longer than the window "
+                        f"(default {format_duration(d.tap_refusal_for)})")
 
 
 def _health_options(args: argparse.Namespace) -> HealthOptions:
@@ -145,7 +153,9 @@ def _health_options(args: argparse.Namespace) -> HealthOptions:
         enabled=args.health_alerts, gpu_lost_for=args.gpu_lost_for, gpu_error_window=args.gpu_error_window,
         target_down_for=args.target_down_for, kv_usage_threshold=args.kv_usage_threshold,
         kv_saturated_for=args.kv_saturated_for, preemption_rate=args.preemption_rate,
-        preemption_window=args.preemption_window, preemption_for=args.preemption_for)
+        preemption_window=args.preemption_window, preemption_for=args.preemption_for,
+        tap_refusal_rate=args.tap_refusal_rate, tap_refusal_window=args.tap_refusal_window,
+        tap_refusal_for=args.tap_refusal_for)
 
 
 # ------------------------------------------------------------------------------- validate

@@ -2,7 +2,8 @@
 
 Why: burn-rate alerts say users are hurting; these say why, or warn before they do. A lost GPU,
 fresh XID or uncorrected ECC errors, an engine the exporter cannot read, a KV cache with no
-seats left while requests queue, a preemption storm. They are not SLOs (no budget, no tiers),
+seats left while requests queue, a preemption storm, a goodput tap refusing requests because its
+own limits are reached (503s that never reach the engine, so no SLO counts them). They are not SLOs (no budget, no tiers),
 so they get their own rule group and file, but the same labels and annotations as the SLO
 alerts: kube-prometheus `severity`, `summary`, `description` and a `runbook_url` following
 `runbook_path()`.
@@ -33,6 +34,7 @@ XID_HISTORY = "1h"  # an XID series absent over the hour before the window is a 
 TOPIC_GPU_HEALTH = "gpu_health"
 TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_TARGET_DOWN = "target_down"
+TOPIC_TAP_REFUSALS = "tap_refusals"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class HealthOptions:
     preemption_rate: float = 1.0  # preemptions per second per engine, over preemption_window
     preemption_window: int = 5 * MINUTE
     preemption_for: int = 10 * MINUTE
+    # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
+    tap_refusal_rate: float = 0.0  # refusals per second per tap and reason, over tap_refusal_window
+    tap_refusal_window: int = 5 * MINUTE
+    tap_refusal_for: int = 10 * MINUTE  # longer than the window, so one burst of refusals does not fire it
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
@@ -56,11 +62,18 @@ class HealthOptions:
             out.append(("kv_usage_threshold", f"is {self.kv_usage_threshold:g}; write a ratio between 0 and 1, e.g. 0.95"))
         if not self.preemption_rate > 0:
             out.append(("preemption_rate", f"is {self.preemption_rate:g}; write a positive rate per second, e.g. 1"))
-        for name in ("gpu_lost_for", "gpu_error_window", "target_down_for", "kv_saturated_for",
-                     "preemption_window", "preemption_for"):
+        if not self.tap_refusal_rate >= 0:
+            out.append(("tap_refusal_rate", f"is {self.tap_refusal_rate:g}; write a rate per second, 0 (any refusal) or more"))
+        durations = ("gpu_lost_for", "gpu_error_window", "target_down_for", "kv_saturated_for",
+                     "preemption_window", "preemption_for", "tap_refusal_window", "tap_refusal_for")
+        for name in durations:
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
                 out.append((name, f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+        if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
+            out.append(("tap_refusal_for", f"is {format_duration(self.tap_refusal_for)}, not longer than "
+                        f"tap_refusal_window ({format_duration(self.tap_refusal_window)}), so one burst of refusals "
+                        "would fire it; write a longer duration, e.g. twice the window"))
         return out
 
 
@@ -103,6 +116,12 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
     kv_thr = go_g(opts.kv_usage_threshold)
     rate_thr = go_g(opts.preemption_rate)
     pre_window = format_duration(opts.preemption_window)
+    tap = f"Goodput tap {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)}"
+    refusals = f'{c.TAP_REFUSALS.name}{{{c.LABEL_REASON}=~"{"|".join(c.REFUSED_CAPACITY_REASONS)}"}}'
+    ref_window, ref_for = format_duration(opts.tap_refusal_window), format_duration(opts.tap_refusal_for)
+    ref_thr = go_g(opts.tap_refusal_rate)
+    ref_how = (f"in every {ref_window} window" if opts.tap_refusal_rate == 0
+               else f"at more than {ref_thr} per second (over {ref_window})")
     return [
         _alert(H.GPU_LOST, f"{c.GPU_UP.name} == 0\n", opts.gpu_lost_for, CRITICAL,
                f"{gpu} is lost.",
@@ -146,6 +165,18 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                "TPOT and throughput suffer for every request on it.",
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
+               base_url, extra),
+        _alert(H.TAP_REFUSING_REQUESTS, f"rate({refusals}[{ref_window}]) > {ref_thr}\n", opts.tap_refusal_for, WARNING,
+               f"{tap} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
+               f"The tap has refused requests (reason {_l(c.LABEL_REASON)}) {ref_how} for the last {ref_for} "
+               f"({c.REFUSED_CONNECTION_LIMIT}: --max-connections reached; {c.REFUSED_BODY_MEMORY}: the request bodies "
+               "it holds are at --max-buffered-body-bytes). Clients get 503s that never reach the engine and that "
+               "no SLO counts, so the SLOs can look healthy meanwhile. Raise --max-connections or "
+               "--max-buffered-body-bytes, add tap --workers or engine replicas, or find the client holding "
+               "connections or sending huge bodies (docs/metrics.md, Relaying, \"Abuse limits\").",
+               TOPIC_TAP_REFUSALS,
+               "A goodput tap refuses requests because its own connection or body-memory limit is reached: clients "
+               "get 503s that never reach the engine, and no SLO counts them.",
                base_url, extra),
     ]
 

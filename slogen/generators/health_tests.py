@@ -1,15 +1,17 @@
 """promtool unit tests for the health alerts: each condition staged, on one-minute steps.
 
 Every test starts healthy, then breaks one series (a GPU lost, an XID, a KV cache filling
-while requests queue, ...) next to a healthy or almost-broken neighbour that must stay quiet.
-It asserts: nothing fires before the condition holds, nothing fires one step before the
-alert's `for` has passed, and then exactly the broken series fires, with all its labels
-(including `cluster`) and the annotations expanded for it; the GPU-error alerts also resolve.
+while requests queue, a tap refusing requests at its own limits, ...) next to a healthy or
+almost-broken neighbour that must stay quiet. It asserts: nothing fires before the condition
+holds, nothing fires one step before the alert's `for` has passed, and then exactly the broken
+series fires, with all its labels (including `cluster`) and the annotations expanded for it;
+the GPU-error and tap-refusal alerts also resolve.
 Thresholds come from the options, so the tests follow any `--kv-saturation-threshold` etc.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llmslo import conventions as c
@@ -26,6 +28,8 @@ GPU_LABELS = {c.LABEL_GPU: "0", c.LABEL_UUID: "GPU-5f0e2b1c-0000-4000-8000-00000
 ENGINE_LABELS = {c.LABEL_ENGINE: "vllm", c.LABEL_MODEL: "llama-3-8b", c.LABEL_POD: "vllm-0",
                  c.LABEL_NAMESPACE: "llm", c.LABEL_NODE: "gpu-node-a", c.LABEL_CLUSTER: CLUSTER}
 TARGET_LABELS = {c.LABEL_TARGET: "llm/vllm-0:8000", c.LABEL_ENGINE: "vllm", c.LABEL_CLUSTER: CLUSTER}
+# A tap sidecar's series as the node exporter passes them through (engine="tap", the pod's identity).
+TAP_LABELS = {**ENGINE_LABELS, c.LABEL_ENGINE: "tap"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,18 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
     # 2x the threshold from minute 10: the 5m rate crosses it once three increments are in the window.
     per_step = go_g(round(2 * opts.preemption_rate * 60, 6))
     onset = 10 + 2
+    # Tap refusals: one step's worth over the window is already twice the threshold (1 a minute at the
+    # default threshold 0), so the rate crosses it at the first refusal and stays over it.
+    ref_window, ref_for = _m(opts.tap_refusal_window), _m(opts.tap_refusal_for)
+    # Whole numbers, so that promtool's running sums are exact and the counter stays flat once refusals stop.
+    ref_step = max(1, math.ceil(2 * opts.tap_refusal_rate * opts.tap_refusal_window / 1000))
+    ref, ref_last = str(ref_step), str(ref_step * (ref_for + 5))  # refusing from 10m to 14m + for, then none
+    ref_stop = 14 + ref_for
+    ref_end = ref_stop + ref_window + 5  # the last minute of every refusal series
+    capacity = {**TAP_LABELS, c.LABEL_REASON: c.REFUSED_CONNECTION_LIMIT}
+    clients = tuple((c.TAP_REFUSALS.name, {**TAP_LABELS, c.LABEL_REASON: reason}, f"0+{10 * ref_step}x{ref_end}")
+                    for reason in c.REFUSED_REASONS if reason not in c.REFUSED_CAPACITY_REASONS)
+    blip = {**TAP_LABELS, c.LABEL_POD: "vllm-1", c.LABEL_REASON: c.REFUSED_BODY_MEMORY}
     return {
         H.GPU_LOST: Scenario(
             f"GPU 0 lost at 5m fires after {lost}m; GPU 1 stays up",
@@ -91,6 +107,14 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
             ((c.PREEMPTIONS.name, ENGINE_LABELS, f"0x9 {per_step}+{per_step}x{pre_for + 10}"),
              (c.PREEMPTIONS.name, pod1, f"0+1x{pre_for + 20}")),
             ENGINE_LABELS, quiet=(onset - 1, onset + pre_for - 1), firing=(onset + pre_for,)),
+        H.TAP_REFUSING_REQUESTS: Scenario(
+            f"refusing at the connection limit from 10m fires after {ref_for}m and resolves once refusals stop; "
+            "clients' malformed, slow, oversized requests do not; one burst at the body-memory cap on another tap does not",
+            ((c.TAP_REFUSALS.name, capacity, f"0x9 {ref}+{ref}x{ref_stop - 10} {ref_last}x{ref_end - ref_stop - 1}"),
+             *clients,
+             (c.TAP_REFUSALS.name, blip, f"0x9 {ref}x{ref_end - 10}")),
+            capacity, quiet=(9, 10 + ref_for - 1, ref_stop + ref_window + 1),
+            firing=(10 + ref_for, ref_stop)),
     }
 
 

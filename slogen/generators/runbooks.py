@@ -38,8 +38,9 @@ TOPIC_NO_DATA = "no_data"
 TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_GPU_HEALTH = "gpu_health"
 TOPIC_TARGET_DOWN = "target_down"  # the exporter cannot read an engine
+TOPIC_TAP_REFUSALS = "tap_refusals"  # a goodput tap refuses requests at its own limits
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
-          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN)
+          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class EngineDiscovery:
 def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_NO_DATA:
         return TOPIC_NO_DATA
-    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN):
+    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -125,6 +126,15 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
                                WINDOW, (c.LABEL_MODEL, c.LABEL_OUTCOME)),
         "goodput_by_class": q.ratio(q.sum_rate(c.GOODPUT_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,)),
                                     q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,))),
+        # The tap's own refusals (never request outcomes), next to the requests it did relay, per tap.
+        "tap_refusals": q.sum_rate(c.TAP_REFUSALS.name, [], WINDOW, (*per_engine, c.LABEL_REASON)),
+        "tap_capacity_refusals": q.sum_rate(
+            c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))], WINDOW, per_engine),
+        "tap_requests": q.sum_rate(c.TAP_REQUESTS.name, [], WINDOW, per_engine),
+        "tap_refused_share": "({refused}) / ({refused} + {relayed})".format(
+            refused=q.sum_rate(c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))],
+                               WINDOW, per_engine),
+            relayed=q.sum_rate(c.TAP_REQUESTS.name, [], WINDOW, per_engine)),
         "goodput_tokens": q.ratio(q.sum_rate(c.GOODPUT_TOKENS.name, tap, WINDOW, (c.LABEL_MODEL,)),
                                   q.sum_rate(c.OUTPUT_TOKENS.name, tap, WINDOW, (c.LABEL_MODEL,))),
         "gpu_up": f"{q.selector(c.GPU_UP.name)} == 0",

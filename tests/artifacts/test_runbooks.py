@@ -50,9 +50,10 @@ def test_sections_in_order_and_not_empty(files):
 def test_every_topic_template_renders(sample_alerts):
     rendered = {rb.topic(a) for a in sample_alerts} | {rb.topic(AlertView("KV", rb.TOPIC_KV_SATURATION)),
                                                         rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH)),
-                                                        rb.topic(AlertView("DOWN", rb.TOPIC_TARGET_DOWN))}
+                                                        rb.topic(AlertView("DOWN", rb.TOPIC_TARGET_DOWN)),
+                                                        rb.topic(AlertView("TAP", rb.TOPIC_TAP_REFUSALS))}
     assert rendered == set(rb.TOPICS)
-    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN):
+    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN, rb.TOPIC_TAP_REFUSALS):
         text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
         assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
 
@@ -158,12 +159,16 @@ def test_health_runbooks_look_at_their_signals(health_files):
     kv = {c.KV_CACHE_USAGE.name, c.KV_BLOCKS_FREE.name, c.PREEMPTIONS.name, c.REQUESTS_WAITING.name}
     for name, expected in ((c.HEALTH.GPU_LOST, gpu), (c.HEALTH.GPU_XID_ERRORS, gpu), (c.HEALTH.GPU_ECC_UNCORRECTED, gpu),
                            (c.HEALTH.KV_CACHE_SATURATED, kv), (c.HEALTH.PREEMPTION_STORM, kv),
-                           (c.HEALTH.ENGINE_TARGET_DOWN, {c.EXPORTER_TARGET_UP.name, c.EXPORTER_LAST_ERROR.name, c.GPU_UP.name})):
+                           (c.HEALTH.ENGINE_TARGET_DOWN, {c.EXPORTER_TARGET_UP.name, c.EXPORTER_LAST_ERROR.name, c.GPU_UP.name}),
+                           (c.HEALTH.TAP_REFUSING_REQUESTS, {c.TAP_REFUSALS.name, c.TAP_REQUESTS.name, c.REQUESTS_WAITING.name})):
         text = health_files[f"docs/runbooks/{name}.md"]
         assert expected <= _names(text), (name, expected - _names(text))
     assert "kubectl cordon" in health_files[f"docs/runbooks/{c.HEALTH.GPU_LOST}.md"]
     assert "--gpu-memory-utilization" in health_files[f"docs/runbooks/{c.HEALTH.KV_CACHE_SATURATED}.md"]
     assert "kubectl -n \"$NS\" logs" in health_files[f"docs/runbooks/{c.HEALTH.ENGINE_TARGET_DOWN}.md"]
+    tap = health_files[f"docs/runbooks/{c.HEALTH.TAP_REFUSING_REQUESTS}.md"]
+    assert all(f in tap for f in ("--max-connections", "--max-buffered-body-bytes", "--workers", "../metrics.md#relaying"))
+    assert 'reason=~"connection_limit|body_memory"' in tap
 
 
 def test_latency_runbooks_match_bucket_edges_exactly_as_their_rules_do() -> None:

@@ -57,7 +57,9 @@ def test_every_dashboard_panel_and_keda_query_returns_data(tmp_path):
     health_rules = REPO / "alerts" / f"{c.HEALTH.GROUP}.rules.yaml"
     health_operands = [f"{c.KV_CACHE_USAGE.name} >= 0 and {c.REQUESTS_WAITING.name} >= 0",
                        f"rate({c.PREEMPTIONS.name}[{RATE_INTERVAL}]) >= 0", c.GPU_UP.name, c.EXPORTER_TARGET_UP.name,
-                       f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{c.HEALTH.ECC_UNCORRECTED}"}}']
+                       f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{c.HEALTH.ECC_UNCORRECTED}"}}',
+                       f'rate({c.TAP_REFUSALS.name}{{{c.LABEL_REASON}=~"{"|".join(c.REFUSED_CAPACITY_REASONS)}"}}'
+                       f'[{RATE_INTERVAL}]) >= 0']
 
     async def run() -> tuple[list[str], list[str]]:
         settings = StackSettings.fast(prebuilt_rules=(rules, health_rules), workdir=tmp_path / "stack")
