@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import logging
+import math
 import re
 import ssl
 import time
@@ -157,8 +157,8 @@ class ServedModels:
     ) -> None:
         self.url = upstream.rstrip("/") + "/v1/models"
         # As exporter.tap.upstream.UpstreamPool builds it, so both trust the same CAs.
-        self.ssl: ssl.SSLContext | bool = (
-            ssl.create_default_context(cafile=ca_file or None) if upstream.startswith("https://") else False
+        self.ssl: ssl.SSLContext | None = (
+            ssl.create_default_context(cafile=ca_file or None) if upstream.startswith("https://") else None
         )
         self.refresh_s = refresh_s
         self.timeout_s = timeout_s
@@ -198,7 +198,8 @@ class ServedModels:
 
     async def _fetch(self) -> str:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(ssl=self.ssl, force_close=True)  # one request every refresh_s
+        # A connection per read: one request every refresh_s is not worth keeping one open.
+        connector = aiohttp.TCPConnector(ssl=self.ssl or True, force_close=True)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
             async with session.get(self.url, headers={"Accept": "application/json", "Accept-Encoding": "identity"},
                                    allow_redirects=False) as resp:
