@@ -3,7 +3,9 @@
 Modules: classes (SLO classes from the SLO YAML), http1 (HTTP/1.1 framing, no I/O), upstream
 (keep-alive connections to the engine), proxy (client connections and one exchange per request),
 relay (timing a response body and taking out the injected usage), sse (byte-preserving event
-splitter), timing (per-request state machine), metrics (the counters and histograms),
+splitter), timing (per-request state machine, the gave-up rule, usage plausibility), deadlines
+(how long the engine may keep a request waiting), request_fields (the request body's few fields
+the tap reads), metrics (the counters and histograms),
 exposition (the /metrics page, rendered in slices between relayed chunks), models (which model
 names may be label values: the upstream's /v1/models and the class globs), server
 (listeners), workers (`--workers N`: several processes, one summed /metrics), cli

@@ -41,6 +41,9 @@ HEADER_TPOT_MS = "x-slo-tpot-ms"
 
 DEFAULT_CLASS = "default"
 _MODEL_CACHE_LIMIT = 4096
+# Only names no longer than this are cached: clients choose `model`, and 4,096 cached 1 MiB names
+# would hold 4 GiB (the same bound as a model label value, exporter.tap.models).
+_MODEL_CACHE_MAX_CHARS = 200
 
 
 class SloConfigError(ValueError):
@@ -95,7 +98,7 @@ class SloConfig:
         if cached is not None:
             return cached
         found = next((c for c in self.classes if c.models and c.matches(model)), self._fallback)
-        if len(self._model_cache) < _MODEL_CACHE_LIMIT:
+        if len(self._model_cache) < _MODEL_CACHE_LIMIT and len(model) <= _MODEL_CACHE_MAX_CHARS:
             self._model_cache[model] = found
         return found
 

@@ -215,3 +215,14 @@ def test_model_globs_select_the_same_models_as_slogens_promql_matchers() -> None
         promql = re.fullmatch(glob_regex(",".join(globs)), model) is not None
         assert cls.matches(model) == promql, model
     assert cls.matches("chat-[x]") and not cls.matches("chat-x")
+
+
+def test_long_client_chosen_model_names_are_not_cached() -> None:
+    """Clients choose `model`: caching 1 MiB names would let them fill the tap's memory."""
+    from exporter.tap.classes import SloClass, SloConfig
+
+    cfg = SloConfig((SloClass("interactive", 0.5, 0.05, ("chat-*",)),), {})
+    for i in range(50):
+        assert cfg.class_for_model("x" * 1_000_000 + str(i)).name == "interactive"
+    assert cfg.class_for_model("chat-a").name == "interactive"
+    assert len(cfg._model_cache) == 1 and max(map(len, cfg._model_cache)) <= 200
