@@ -1,0 +1,915 @@
+"""The goodput tap under abuse: slowloris, a body of 1-byte chunks, many large uploads at once.
+
+Every scenario runs the tap as a real process (`python -m exporter.tap`, default settings unless a
+row says otherwise) in front of an engine stand-in that streams SSE token chunks at a steady pace,
+each carrying its write time (bench.tap_stream_server's chunks; this module's upstream reads
+request bodies of any size without copying them). Ours = the tap of this tree; peer = the tap at
+OLD_COMMIT, the commit before the abuse limits (extracted with `git archive` into a temporary
+directory and run from there), under the same load in the same run.
+
+1. Slowloris: TRICKLERS connections each send a request head one byte every 0.5-1 s (the head never
+   ends) and reconnect whenever the tap closes them, while LEGIT_REQUESTS legitimate streamed requests
+   start at an even pace over LEGIT_SPREAD_S, each on a new connection, each given LEGIT_TIMEOUT_S to
+   arrive whole (status 200, every token, `[DONE]`, the chunked end). The old tap runs with an
+   open-file soft limit of 1,024 (the issue's reproduction); the new one with its defaults and, again,
+   with that 1,024 soft limit (it raises the limit to the hard limit itself).
+2. 1-byte chunks: STREAMS keep-alive streams are relayed (a chunk every INTERVAL_MS each), and
+   CONTROL_STREAMS go straight to the upstream (a stall of the whole machine shows on them). ROUNDS
+   rounds, each: BASE_S the streams alone, then UPLOAD_WINDOW_S while one client uploads a chunked
+   body (of up to UPLOAD_BODY_BYTES) as `1\\r\\nX\\r\\n` chunks, cut at the window's end. A chunk's delay
+   is its arrival at the client minus its write time at the upstream; chunks are attributed to a
+   phase by their write time, so a chunk held up by the upload counts against the upload even if it
+   arrives after the window. The rise is taken per round (upload p99 minus the same round's p99
+   alone) and the median of the rounds reported, so that a neighbour's burst on the shared machine
+   decides no figure alone.
+3. Memory: BIG_UPLOADS concurrent uploads of BIG_BODY_BYTES each (Content-Length, a JSON chat request
+   with one large string, `stream: true`, so the tap parses the body and splices usage into it);
+   the tap process's peak RSS is its VmHWM (and VmRSS polled every 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.report import Row
+from bench.tap_stream_server import DONE, HEAD, ROLE, TOKEN, USAGE, StreamProtocol, chunk
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "Tap under abuse"
+COMMAND = "python -m bench tap-abuse"
+OLD_COMMIT = "9090d4d"  # the tap before the abuse limits (connection cap, head deadline, sliced decoding, body cap)
+OLD_NOFILE = 1024  # the issue's reproduction: the tap's open-file soft limit
+
+INTERVAL_MS = 100.0  # upstream: between two chunks of one stream
+FIRST_MS = 20.0  # upstream: before the first token
+
+# 1. Slowloris
+TRICKLERS = 1000
+TRICKLE_GAP_S = (0.5, 1.0)  # between two bytes of one trickling head
+LEGIT_REQUESTS = 300
+LEGIT_TOKENS = 10  # about 1 s per legitimate stream
+LEGIT_START_S = 3.0  # after the tricklers started
+LEGIT_SPREAD_S = 20.0  # the legitimate requests start evenly over this long (the head timeout is 10 s)
+LEGIT_TIMEOUT_S = 10.0
+# 2. 1-byte chunks
+STREAMS = 64
+STREAM_TOKENS = 30
+CONTROL_STREAMS = 8  # straight to the upstream: a stall of the whole machine shows on them too, the tap's does not
+WARMUP_S = 1.0
+ROUNDS = 5  # each: the streams alone, then with the upload (a neighbour's burst decides no figure alone)
+BASE_S = 2.0
+UPLOAD_WINDOW_S = 3.0
+SETTLE_S = 0.5  # after a round
+UPLOAD_BODY_BYTES = 30_000_000
+CATCH_UP_S = 20.0  # after the window: how long late chunks of the window are waited for
+# 3. Memory
+BIG_UPLOADS = 16
+BIG_BODY_BYTES = 31 * 1024 * 1024  # under the tap's default --max-body-bytes (32 MiB)
+RSS_TARGET_MB = 400
+
+NOTES: dict[str, str] = {}
+
+
+# ----------------------------------------------------------------------------------------
+# Upstream: tap_stream_server's stream, reading request bodies of any size in passing
+# ----------------------------------------------------------------------------------------
+_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
+_MODELS = b'{"object":"list","data":[{"id":"bench","object":"model"}]}'
+
+
+class Upstream(StreamProtocol):
+    """Keeps only a request body's first 4 KiB (where the bench puts max_tokens), counts the rest."""
+
+    def __init__(self, interval_s: float, first_s: float, tokens: int) -> None:
+        super().__init__(interval_s, first_s, tokens)
+        self.left = -1  # body bytes still to come; -1 while reading a head
+        self.start = b""
+        self.get = False
+
+    def data_received(self, data: bytes) -> None:
+        while data:
+            if self.left < 0:
+                self.buf += data
+                end = self.buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head, data, self.buf = self.buf[:end].lower(), self.buf[end + 4 :], b""
+                self.get = head.startswith(b"get ")
+                self.left, self.start = 0, b""
+                for line in head.split(b"\r\n"):
+                    if line.startswith(b"content-length:"):
+                        self.left = int(line.split(b":")[1])
+            take = min(self.left, len(data))
+            if len(self.start) < 4096:
+                self.start += data[: min(take, 4096 - len(self.start))]
+            self.left -= take
+            data = data[take:]
+            if self.left == 0:
+                self.left = -1
+                self._respond()
+
+    def _respond(self) -> None:
+        assert self.transport is not None
+        if self.get:  # the tap reads GET /v1/models for its model label
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(_MODELS), _MODELS))
+            return
+        usage = b'"include_usage":true' in self.start.replace(b" ", b"")
+        m = _MAX_TOKENS.search(self.start)
+        tokens = max(1, int(m.group(1))) if m else self.tokens
+        self.transport.write(HEAD + chunk(ROLE))
+        self.timer = asyncio.get_running_loop().call_later(self.first_s, self.tick, 0, usage, tokens)
+
+
+assert TOKEN and USAGE and DONE  # the chunks Upstream.tick (StreamProtocol's) writes
+
+
+async def _serve_upstream(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: Upstream(args.interval_ms / 1000, args.first_ms / 1000, 10), "127.0.0.1", 0, backlog=4096
+    )
+    print(server.sockets[0].getsockname()[1], flush=True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(sys.stdin.fileno(), stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+
+
+# ----------------------------------------------------------------------------------------
+# Processes
+# ----------------------------------------------------------------------------------------
+def _raise_own_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < TRICKLERS + LEGIT_REQUESTS + 200:
+        raise RuntimeError(f"the open-file limit ({resource.getrlimit(resource.RLIMIT_NOFILE)}) is too low for "
+                           f"{TRICKLERS} trickling connections: raise the hard limit (ulimit -Hn)")
+
+
+@contextmanager
+def _upstream() -> Iterator[tuple[int, int]]:
+    """The upstream's port and pid."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.bench_tap_abuse", "upstream", "--interval-ms", str(INTERVAL_MS),
+         "--first-ms", str(FIRST_MS)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline()), proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def _old_tree() -> Iterator[Path]:
+    """The tap's packages at OLD_COMMIT, in a temporary directory."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tap-old-"))
+    try:
+        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Tap:
+    popen: subprocess.Popen[str]
+    port: int
+    metrics_port: int
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def status(self, key: str) -> int:
+        """A /proc/PID/status figure in bytes (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def fds(self) -> int:
+        try:
+            return len(os.listdir(f"/proc/{self.pid}/fd"))
+        except OSError:
+            return -1
+
+    def nofile(self) -> str:
+        for line in Path(f"/proc/{self.pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                return line.split()[3]
+        return "?"
+
+    def refusals(self) -> dict[str, float]:
+        """llm_tap_refusals_total by reason, from the tap's /metrics ({} when it has none: the old tap)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {m.group(1): float(m.group(2))
+                for m in re.finditer(r'^llm_tap_refusals_total\{reason="([^"]+)"\} (\S+)$', text, re.M)}
+
+
+@contextmanager
+def _tap(upstream_port: int, old: Path | None = None, nofile_soft: int | None = None) -> Iterator[Tap]:
+    """A tap process, default settings. `old`: run the tree there instead of this one. `nofile_soft`:
+    start it with that open-file soft limit."""
+    env = dict(os.environ)
+    cwd = ROOT
+    if old is not None:
+        env["PYTHONPATH"] = str(old)  # and cwd: `python -m` puts the working directory first on sys.path
+        cwd = old
+
+    def limit() -> None:
+        if nofile_soft is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile_soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--upstream", f"http://127.0.0.1:{upstream_port}"],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=limit,
+    )
+    ports: list[int] = []
+    listening = threading.Event()
+
+    def drain() -> None:  # always read its stderr: a tap blocked on a full pipe would measure nothing
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = None if listening.is_set() else re.search(
+                r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                ports.extend((int(m.group(1)), int(m.group(2))))
+                listening.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if not listening.wait(30):
+            raise RuntimeError("the tap did not start listening")
+        yield Tap(proc, ports[0], ports[1])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+
+
+def _runner() -> asyncio.Runner:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)  # the client's own CPU weighs less on 2 cores
+
+
+def _request(max_tokens: int, extra: bytes = b"") -> bytes:
+    body = b'{"model":"bench","max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"hi"}]}' % max_tokens
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n%s"
+            b"Content-Length: %d\r\n\r\n%s" % (extra, len(body), body))
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# ----------------------------------------------------------------------------------------
+# 1. Slowloris
+# ----------------------------------------------------------------------------------------
+_TRICKLE = b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n" + b"X-Trickle: 1\r\n" * 4096  # never ends
+
+
+class Trickle(asyncio.Protocol):
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.transport: asyncio.Transport | None = None
+        self.pos = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.answered = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.fleet.live.add(self)
+        self._next()
+
+    def _next(self) -> None:
+        self.timer = asyncio.get_running_loop().call_later(self.fleet.rng.uniform(*TRICKLE_GAP_S), self._tick)
+
+    def _tick(self) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        t.write(_TRICKLE[self.pos : self.pos + 1])
+        self.pos += 1
+        self.fleet.bytes_sent += 1
+        self._next()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.answered:
+            self.answered = True
+            self.fleet.answers[data[9:12].decode(errors="replace")] += 1
+            self.fleet.bytes_before_answer.append(self.pos)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too, as a client does
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.fleet.live.discard(self)
+        self.fleet.closed += 1
+        self.fleet.reopen()
+
+
+@dataclass
+class Fleet:
+    port: int
+    rng: random.Random = field(default_factory=lambda: random.Random(1))
+    live: set[Trickle] = field(default_factory=set)
+    running: bool = True
+    opened: int = 0
+    closed: int = 0
+    connect_errors: int = 0
+    bytes_sent: int = 0
+    answers: collections.Counter[str] = field(default_factory=collections.Counter)
+    bytes_before_answer: list[int] = field(default_factory=list)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def open_one(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.running:
+            try:
+                await loop.create_connection(lambda: Trickle(self), "127.0.0.1", self.port)
+                self.opened += 1
+                return
+            except OSError:
+                self.connect_errors += 1
+                await asyncio.sleep(0.2)
+
+    def reopen(self) -> None:
+        if self.running:
+            task = asyncio.get_running_loop().create_task(self._reopen())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _reopen(self) -> None:
+        await asyncio.sleep(0.05)
+        await self.open_one()
+
+    def stop(self) -> None:
+        self.running = False
+        for t in list(self.live):
+            if t.transport is not None:
+                t.transport.abort()
+        for task in self.tasks:
+            task.cancel()
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")  # no trailers from this upstream
+            return bytes(body)
+        body += (await reader.readexactly(size + 2))[:-2]
+
+
+async def _legit(port: int) -> tuple[str, float]:
+    """One legitimate streamed request on a new connection: ("ok", seconds) or (why it failed, seconds)."""
+    t0 = time.monotonic()
+    writer = None
+    try:
+        async with asyncio.timeout(LEGIT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_request(LEGIT_TOKENS))
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = head.split(b" ", 2)[1].decode()
+            if status != "200":
+                m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                text = (await reader.readexactly(int(m.group(1)))).decode(errors="replace") if m else ""
+                why = text.strip().split(":")[0][:60]  # the tap's own errors say why in their first words
+                return f"status {status}" + (f" ({why})" if why else ""), time.monotonic() - t0
+            body = await _read_chunked(reader)
+            tokens = body.count(b'"t":')
+            if tokens != LEGIT_TOKENS or b"data: [DONE]" not in body:
+                return f"incomplete ({tokens} tokens)", time.monotonic() - t0
+            return "ok", time.monotonic() - t0
+    except TimeoutError:
+        return "no whole answer within the timeout", time.monotonic() - t0
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
+        return f"connection failed ({type(e).__name__})", time.monotonic() - t0
+    finally:
+        if writer is not None:
+            writer.transport.abort()
+
+
+@dataclass
+class SlowlorisResult:
+    ok: int
+    failures: collections.Counter[str]
+    ok_seconds: list[float]
+    fleet: Fleet
+    refusals: dict[str, float]
+    tap_fds_peak: int
+    nofile: str
+    wall_s: float
+
+    def completed(self) -> str:
+        return f"{self.ok}/{LEGIT_REQUESTS} ({100 * self.ok / LEGIT_REQUESTS:.1f}%)"
+
+
+async def _slowloris_run(tap: Tap) -> SlowlorisResult:
+    t0 = time.monotonic()
+    fleet = Fleet(tap.port)
+    peak_fds = 0
+    for i in range(0, TRICKLERS, 100):
+        await asyncio.gather(*(fleet.open_one() for _ in range(min(100, TRICKLERS - i))))
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(LEGIT_START_S - (time.monotonic() - t0))
+    tasks = []
+    start = time.monotonic()
+    for i in range(LEGIT_REQUESTS):
+        await asyncio.sleep(max(0.0, start + i * LEGIT_SPREAD_S / LEGIT_REQUESTS - time.monotonic()))
+        tasks.append(asyncio.ensure_future(_legit(tap.port)))
+        if i % 15 == 0:
+            peak_fds = max(peak_fds, tap.fds())
+    results = await asyncio.gather(*tasks)
+    refusals = await asyncio.to_thread(tap.refusals)
+    fleet.stop()
+    ok = [s for why, s in results if why == "ok"]
+    failures = collections.Counter(why for why, _ in results if why != "ok")
+    return SlowlorisResult(len(ok), failures, ok, fleet, refusals, peak_fds, tap.nofile(),
+                           time.monotonic() - t0)
+
+
+def slowloris(upstream_port: int, old: Path | None, nofile_soft: int | None) -> SlowlorisResult:
+    with _tap(upstream_port, old, nofile_soft) as tap, _runner() as runner:
+        r = runner.run(_slowloris_run(tap))
+    print(f"  slowloris {'old' if old else 'new'} nofile={nofile_soft}: {r.completed()} ok, failures {dict(r.failures)}, "
+          f"trickle answers {dict(r.fleet.answers)}, reopened {r.fleet.opened - TRICKLERS}, refusals {r.refusals}, "
+          f"tap fds peak {r.tap_fds_peak} (limit {r.nofile}), {r.wall_s:.1f} s",
+          file=sys.stderr, flush=True)
+    return r
+
+
+# ----------------------------------------------------------------------------------------
+# 2. A body of 1-byte chunks next to relayed streams
+# ----------------------------------------------------------------------------------------
+_T_RE = re.compile(rb'"t":(\d+)')
+
+
+@dataclass
+class Phases:
+    """Chunk delays by the phase their write time falls in (the upstream's clock, CLOCK_MONOTONIC)."""
+
+    bounds: list[tuple[str, int, int]] = field(default_factory=list)  # (name, from ns, to ns)
+    delays_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    latest_t: int = 0
+
+    worst: str = ""
+    worst_ms: float = 0.0
+
+    def add(self, t: int, now: int) -> None:
+        self.latest_t = max(self.latest_t, t)
+        for name, lo, hi in self.bounds:
+            if lo <= t < hi:
+                ms = (now - t) / 1e6
+                self.delays_ms[name].append(ms)
+                if name.startswith("upload") and ms > self.worst_ms:
+                    self.worst_ms, self.worst = ms, f"{name}, {(t - lo) / 1e9:.2f} s in"
+                return
+
+
+class Stream(asyncio.Protocol):
+    """A keep-alive stream: one request after another, each chunk's delay recorded."""
+
+    def __init__(self, phases: Phases, stop: asyncio.Event, first_tokens: int) -> None:
+        self.phases, self.stop = phases, stop
+        self.first_tokens = first_tokens
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.body = b""
+        self.in_body = False
+        self.left = -1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._send()
+
+    def _send(self) -> None:
+        assert self.transport is not None
+        if self.stop.is_set():
+            self.transport.close()
+            return
+        self.buf, self.body, self.in_body, self.left = b"", b"", False, -1
+        self.transport.write(_request(self.first_tokens or STREAM_TOKENS))
+        self.first_tokens = 0
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        self.buf += data
+        if not self.in_body:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self.buf = self.buf[end + 4 :]
+            self.in_body = True
+        while True:
+            if self.left < 0:
+                eol = self.buf.find(b"\r\n")
+                if eol < 0:
+                    return
+                size = int(self.buf[:eol], 16)
+                if size == 0:
+                    self._send()
+                    return
+                self.buf = self.buf[eol + 2 :]
+                self.left = size
+            if len(self.buf) < self.left + 2:
+                return
+            self.body += self.buf[: self.left]
+            self.buf = self.buf[self.left + 2 :]
+            self.left = -1
+            *events, self.body = self.body.split(b"\n\n")
+            for event in events:
+                m = _T_RE.search(event)
+                if m is not None:
+                    self.phases.add(int(m.group(1)), now)
+
+
+async def _chunk_upload(port: int, stop: asyncio.Event, sent: list[int]) -> str:
+    """Upload a body of UPLOAD_BODY_BYTES as 1-byte chunks until done or `stop`; the answer's status or why none."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    prefix = b'{"model":"bench","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"'
+    suffix = b'"}]}'
+    writer.write(b"".join(b"1\r\n%c\r\n" % c for c in prefix))
+    block = b"1\r\nX\r\n" * 10_000  # 10,000 body bytes, 60,000 wire bytes
+    payload = len(prefix)
+    answer = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
+    try:
+        while not stop.is_set() and not answer.done():
+            n = min(10_000, UPLOAD_BODY_BYTES - len(suffix) - payload)
+            if n <= 0:
+                writer.write(b"".join(b"1\r\n%c\r\n" % c for c in suffix) + b"0\r\n\r\n")
+                await writer.drain()
+                break
+            writer.write(block if n == 10_000 else block[: 6 * n])
+            payload += n
+            sent[0] = payload
+            await writer.drain()
+        if answer.done() or not stop.is_set():
+            head = await asyncio.wait_for(answer, 30)
+            return head.split(b" ", 2)[1].decode()
+        return "none yet (cut at the window's end)"
+    except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+        return f"connection failed ({type(e).__name__})"
+    finally:
+        answer.cancel()
+        writer.transport.abort()
+
+
+@dataclass
+class ChunksResult:
+    """Per round: the streams' per-chunk p99 alone and during the upload (ms); pooled figures over all rounds;
+    the control streams' p99 and the neighbours' CPU share in each upload window."""
+
+    base_p99s: list[float]
+    up_p99s: list[float]
+    base_p99: float
+    up_p99: float
+    up_p50: float
+    up_max: float
+    worst_at: str  # where in its phase the worst upload-phase chunk was written
+    uploaded: int  # body bytes written by the uploads, all rounds
+    statuses: list[str]
+    caught_up: bool
+    cpu_s: float  # the tap's, from each upload's start until the streams caught up, all rounds
+    others: list[float]  # the machine's CPU time used by processes other than the bench's, each upload window (%)
+    control_p99s: list[float]  # the control streams' (no tap) per-chunk p99 during each upload window
+
+    @property
+    def rises(self) -> list[float]:
+        return [u - b for b, u in zip(self.base_p99s, self.up_p99s)]
+
+    @property
+    def added_p99(self) -> float:
+        return statistics.median(self.rises)
+
+
+def _ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _cpu_s(pid: int) -> float:
+    return _ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def _others_ticks(pids: list[int]) -> tuple[int, int]:
+    """(CPU ticks used by every process but `pids`, all CPU ticks) of the whole machine so far."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    total = sum(v[:8])  # guest time is already counted in user
+    return total - v[3] - v[4] - sum(_ticks(p) for p in pids), total
+
+
+def _pct_of(a: tuple[int, int], b: tuple[int, int]) -> float:
+    return 100 * (b[0] - a[0]) / max(1, b[1] - a[1])
+
+
+async def _chunks_run(tap: Tap, upstream: tuple[int, int]) -> ChunksResult:
+    ours = [tap.pid, upstream[1], os.getpid()]
+    loop = asyncio.get_running_loop()
+    phases, stop = Phases(), asyncio.Event()
+    control = Phases(bounds=phases.bounds)  # streams straight to the upstream, in the same phases
+    streams = []
+    for i in range(STREAMS + CONTROL_STREAMS):
+        first = 1 + i * STREAM_TOKENS // STREAMS % STREAM_TOKENS  # request turnovers spread over one response
+        to, port = (phases, tap.port) if i < STREAMS else (control, upstream[0])
+        _, s = await loop.create_connection(lambda: Stream(to, stop, first), "127.0.0.1", port)
+        streams.append(s)
+        await asyncio.sleep(INTERVAL_MS / 1000 / STREAMS)
+    await asyncio.sleep(WARMUP_S)
+    uploaded, statuses, cpu_s, caught_up, others = 0, [], 0.0, True, []
+    for r in range(ROUNDS):
+        t = time.monotonic_ns()
+        phases.bounds.append((f"base{r}", t, t + int(BASE_S * 1e9)))
+        await asyncio.sleep(BASE_S)
+        up_stop, sent = asyncio.Event(), [0]
+        t = time.monotonic_ns()
+        cpu0, ticks0 = _cpu_s(tap.pid), _others_ticks(ours)
+        phases.bounds.append((f"upload{r}", t, t + int(UPLOAD_WINDOW_S * 1e9)))
+        upload = asyncio.ensure_future(_chunk_upload(tap.port, up_stop, sent))
+        await asyncio.sleep(UPLOAD_WINDOW_S)
+        end = time.monotonic_ns()
+        others.append(_pct_of(ticks0, _others_ticks(ours)))
+        uploaded += sent[0]
+        up_stop.set()
+        statuses.append(await upload)
+        # Chunks written in the window may still be on their way (held up by the upload): wait for them.
+        deadline = time.monotonic() + CATCH_UP_S
+        while phases.latest_t < end and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        caught_up = caught_up and phases.latest_t >= end
+        cpu_s += _cpu_s(tap.pid) - cpu0
+        await asyncio.sleep(SETTLE_S)
+    stop.set()
+    for s in streams:
+        if s.transport is not None:
+            s.transport.abort()
+    d, c = phases.delays_ms, control.delays_ms
+    base = [x for r in range(ROUNDS) for x in d[f"base{r}"]]
+    up = [x for r in range(ROUNDS) for x in d[f"upload{r}"]]
+    return ChunksResult(
+        [_pct(d[f"base{r}"], 0.99) for r in range(ROUNDS)], [_pct(d[f"upload{r}"], 0.99) for r in range(ROUNDS)],
+        _pct(base, 0.99), _pct(up, 0.99), _pct(up, 0.5), max(up, default=float("nan")), phases.worst,
+        uploaded, statuses, caught_up, cpu_s, others, [_pct(c[f"upload{r}"], 0.99) for r in range(ROUNDS)],
+    )
+
+
+def one_byte_chunks(upstream: tuple[int, int], old: Path | None) -> ChunksResult:
+    with _tap(upstream[0], old) as tap, _runner() as runner:
+        r = runner.run(_chunks_run(tap, upstream))
+    print(f"  1-byte chunks {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
+    return r
+
+
+# ----------------------------------------------------------------------------------------
+# 3. Many large uploads at once
+# ----------------------------------------------------------------------------------------
+def _big_body() -> bytes:
+    prefix = b'{"model":"bench","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"'
+    suffix = b'"}]}'
+    return prefix + b"A" * (BIG_BODY_BYTES - len(prefix) - len(suffix)) + suffix
+
+
+async def _big_upload(port: int, body: bytes) -> str:
+    """Upload `body` (Content-Length); the answer's status, once the whole answer has arrived."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def answer() -> str:
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1].decode()
+        m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        if m:
+            await reader.readexactly(int(m.group(1)))
+        elif b"chunked" in head.lower():
+            await _read_chunked(reader)
+        return status
+
+    got = asyncio.ensure_future(answer())
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        view = memoryview(body)
+        for off in range(0, len(body), 256 * 1024):
+            if got.done():
+                break  # answered before the body was sent: a refusal
+            writer.write(view[off : off + 256 * 1024])
+            await writer.drain()
+    except OSError:
+        pass  # the answer says why
+    try:
+        return await asyncio.wait_for(got, 60)
+    except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+        return f"connection failed ({type(e).__name__})"
+    finally:
+        writer.transport.abort()
+
+
+@dataclass
+class MemoryResult:
+    rss_before: int
+    peak_polled: int
+    hwm: int
+    statuses: collections.Counter[str]
+    wall_s: float
+
+
+async def _memory_run(tap: Tap) -> MemoryResult:
+    body = _big_body()
+    before = tap.status("VmRSS")
+    peak = [before]
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tap.status("VmRSS"))
+            await asyncio.sleep(0.02)
+
+    poller = asyncio.ensure_future(poll())
+    t0 = time.monotonic()
+    statuses = await asyncio.gather(*(_big_upload(tap.port, body) for _ in range(BIG_UPLOADS)))
+    wall = time.monotonic() - t0
+    await asyncio.sleep(0.3)
+    done.set()
+    await poller
+    return MemoryResult(before, peak[0], tap.status("VmHWM"), collections.Counter(statuses), wall)
+
+
+def memory(upstream_port: int, old: Path | None) -> MemoryResult:
+    with _tap(upstream_port, old) as tap, _runner() as runner:
+        r = runner.run(_memory_run(tap))
+    print(f"  memory {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
+    return r
+
+
+# ----------------------------------------------------------------------------------------
+# Rows
+# ----------------------------------------------------------------------------------------
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def _statuses(c: collections.Counter[str]) -> str:
+    return ", ".join(f"{n} x {s}" for s, n in sorted(c.items()))
+
+
+def _failures(r: SlowlorisResult) -> str:
+    return "" if not r.failures else " (failed: " + "; ".join(f"{n} {why}" for why, n in r.failures.most_common()) + ")"
+
+
+def _list(values: list[float], digits: int = 1) -> str:
+    return ", ".join(f"{v:,.{digits}f}" for v in values)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def run() -> list[Row]:
+    _raise_own_fd_limit()
+    t0 = time.monotonic()
+    with _upstream() as (up, up_pid), _old_tree() as old:
+        sl_new = slowloris(up, None, None)
+        sl_new_1024 = slowloris(up, None, OLD_NOFILE)
+        sl_old = slowloris(up, old, OLD_NOFILE)
+        ch_new = one_byte_chunks((up, up_pid), None)
+        ch_old = one_byte_chunks((up, up_pid), old)
+        mem_new = memory(up, None)
+        mem_old = memory(up, old)
+    wall = time.monotonic() - t0
+    need = -(-LEGIT_REQUESTS * 99 // 100)
+    rows = [
+        Row(SECTION, f"slowloris: legitimate streams arrived whole, {TRICKLERS:,} trickling connections (target at least "
+            f"99%: {need} of {LEGIT_REQUESTS}); ours with default settings, peer with a {OLD_NOFILE:,}-fd soft limit",
+            sl_new.completed() + _failures(sl_new), sl_old.completed() + _failures(sl_old),
+            f"target {_met(sl_new.ok >= need)}", COMMAND),
+        Row(SECTION, f"slowloris: the same, both started with a {OLD_NOFILE:,}-fd soft limit (ours raises it to the hard "
+            f"limit, {sl_new_1024.nofile}, and had {sl_new_1024.tap_fds_peak:,} descriptors open at peak)",
+            sl_new_1024.completed() + _failures(sl_new_1024), sl_old.completed() + _failures(sl_old),
+            f"target {_met(sl_new_1024.ok >= need)}", COMMAND),
+        Row(SECTION, "slowloris: legitimate stream's whole time p50 / p99, the completed ones (s; the stream itself "
+            f"takes {(FIRST_MS + (LEGIT_TOKENS - 1) * INTERVAL_MS) / 1000:.2f})",
+            f"{_pct(sl_new.ok_seconds, 0.5):.2f} / {_pct(sl_new.ok_seconds, 0.99):.2f}",
+            f"{_pct(sl_old.ok_seconds, 0.5):.2f} / {_pct(sl_old.ok_seconds, 0.99):.2f}" if sl_old.ok else "none completed",
+            "n/a", COMMAND),
+        Row(SECTION, "slowloris: what the trickling connections got (answers; reconnections; the tap's own count); "
+            "the tap's open descriptors at peak",
+            f"{_statuses(sl_new.fleet.answers)}; {sl_new.fleet.opened - TRICKLERS:,} reconnections; "
+            f"llm_tap_refusals_total{{reason=\"head_timeout\"}} {sl_new.refusals.get('head_timeout', 0):,.0f}; "
+            f"{sl_new.tap_fds_peak:,} of {sl_new.nofile}",
+            f"{_statuses(sl_old.fleet.answers) or 'no answer (held open)'}; {sl_old.fleet.opened - TRICKLERS:,} "
+            f"reconnections; no such metric; {sl_old.tap_fds_peak:,} of {sl_old.nofile}",
+            "n/a", COMMAND),
+        Row(SECTION, f"1-byte chunks: the upload's rise of the {STREAMS} relayed streams' per-chunk delay p99, median "
+            f"of {ROUNDS} rounds (target under 50 ms; each round's rise in brackets)",
+            f"{ch_new.added_p99:.1f} ms ({_list(ch_new.rises)})", f"{ch_old.added_p99:,.1f} ms ({_list(ch_old.rises)})",
+            f"target {_met(ch_new.added_p99 < 50)}", COMMAND),
+        Row(SECTION, f"1-byte chunks, control: per-chunk delay p99 of {CONTROL_STREAMS} streams straight to the upstream "
+            "(no tap) during each round's upload window (ms; a stall of the whole machine shows here too)",
+            _list(ch_new.control_p99s), _list(ch_old.control_p99s), "n/a", COMMAND),
+        Row(SECTION, f"1-byte chunks: share of the machine's {os.cpu_count()} cores that other processes (the "
+            "neighbours on the shared machine) used during each round's upload window (%)",
+            _list(ch_new.others, 0), _list(ch_old.others, 0), "n/a", COMMAND),
+        Row(SECTION, f"1-byte chunks: per-chunk delay p99, streams alone / during the upload, all {ROUNDS} rounds pooled "
+            f"(ms)",
+            f"{ch_new.base_p99:.1f} / {ch_new.up_p99:.1f}", f"{ch_old.base_p99:.1f} / {ch_old.up_p99:,.1f}",
+            f"{ch_old.up_p99 / ch_new.up_p99:,.0f}x less during the upload", COMMAND),
+        Row(SECTION, "1-byte chunks: per-chunk delay during the upload, p50 / worst (ms)",
+            f"{ch_new.up_p50:.1f} / {ch_new.up_max:,.1f}", f"{ch_old.up_p50:,.1f} / {ch_old.up_max:,.1f}", "n/a", COMMAND),
+        Row(SECTION, f"1-byte chunks: body bytes the uploads wrote in {ROUNDS} windows of {UPLOAD_WINDOW_S:g} s (socket "
+            f"buffers included; 6 wire bytes each); the tap's CPU seconds from each upload's start until the streams "
+            f"caught up",
+            f"{_mb(ch_new.uploaded)}; {ch_new.cpu_s:.1f} s", f"{_mb(ch_old.uploaded)}; {ch_old.cpu_s:.1f} s", "n/a",
+            COMMAND),
+        Row(SECTION, f"memory: the tap's peak RSS (VmHWM), {BIG_UPLOADS} concurrent uploads of "
+            f"{BIG_BODY_BYTES / 2**20:g} MiB (target under {RSS_TARGET_MB} MB)",
+            f"{_mb(mem_new.hwm)} (before: {_mb(mem_new.rss_before)})", f"{_mb(mem_old.hwm)} (before: {_mb(mem_old.rss_before)})",
+            f"{mem_old.hwm / mem_new.hwm:.1f}x less; target {_met(mem_new.hwm < RSS_TARGET_MB * 1e6)}", COMMAND),
+        Row(SECTION, "memory: the uploads' answers", _statuses(mem_new.statuses), _statuses(mem_old.statuses), "n/a",
+            COMMAND),
+    ]
+    full_s = UPLOAD_BODY_BYTES / max(1.0, ch_new.uploaded / (ROUNDS * UPLOAD_WINDOW_S))
+    NOTES[SECTION] = (
+        f"Ours = the tap of this tree, peer = the tap at {OLD_COMMIT} (before the connection cap, the head deadline, "
+        f"sliced chunked-body decoding and the body-memory cap), each a `python -m exporter.tap` process with default "
+        f"settings unless a row says otherwise, in front of an upstream streaming a token chunk every "
+        f"{INTERVAL_MS:g} ms (after {FIRST_MS:g} ms). *Slowloris*: {TRICKLERS:,} connections each send a never-ending "
+        f"request head one byte every {TRICKLE_GAP_S[0]:g}-{TRICKLE_GAP_S[1]:g} s and reconnect when closed; "
+        f"{LEGIT_REQUESTS} legitimate streamed requests ({LEGIT_TOKENS} tokens, a new connection each) start evenly "
+        f"over {LEGIT_SPREAD_S:g} s, each given {LEGIT_TIMEOUT_S:g} s to arrive whole (200, every token, `[DONE]`, the "
+        f"chunked end). *1-byte chunks*: {STREAMS} keep-alive streams through the tap ({STREAM_TOKENS} tokens per "
+        f"response) and {CONTROL_STREAMS} straight to the upstream as a control; {ROUNDS} rounds of {BASE_S:g} s "
+        f"alone, then {UPLOAD_WINDOW_S:g} s while one client uploads a body of up to {UPLOAD_BODY_BYTES / 1e6:g} MB as "
+        f"`1\\r\\nX\\r\\n` chunks as fast as the tap takes them, cut at the window's end (at the rate measured, the "
+        f"whole body would take the tap about {full_s:.0f} s). A chunk's delay is from the upstream's write to the "
+        f"client's read, attributed to the phase of its write time, so a chunk held up by the upload counts even when "
+        f"it arrives after the window; the rise is each round's upload p99 minus the same round's p99 alone, and the "
+        f"median over the rounds is the figure, so that a neighbour's burst on the shared machine decides nothing "
+        f"alone (every round is listed, with the control and the neighbours' CPU share). *Memory*: {BIG_UPLOADS} "
+        f"concurrent Content-Length uploads of a {BIG_BODY_BYTES / 2**20:g} MiB JSON chat request (`stream: true`, "
+        f"one large string), peak RSS is the tap's VmHWM. Default scheduling on {os.cpu_count()} cores shared with "
+        f"other work: real-time priority (bench.scheduling) would be throttled by the kernel for 50 ms of every "
+        f"second once the tap decoding the upload keeps a core busy, which is a stall of its own. The whole run "
+        f"took {wall:.0f} s."
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["upstream"]:
+        p = argparse.ArgumentParser()
+        p.add_argument("what")
+        p.add_argument("--interval-ms", type=float, default=INTERVAL_MS)
+        p.add_argument("--first-ms", type=float, default=FIRST_MS)
+        asyncio.run(_serve_upstream(p.parse_args()))
+    else:
+        for row in run():
+            print(row)
+        print(NOTES[SECTION])

@@ -1,0 +1,226 @@
+"""Slowloris at scale against the real tap process (`python -m exporter.tap --head-timeout 1`).
+
+1,000 connections trickle never-ending request heads, a byte every 0.2-0.4 s, and reconnect
+whenever the tap closes them; meanwhile 300 legitimate streamed requests, each on a new
+connection, must arrive whole. The trickling connections never pause as long as the head
+timeout, so only a deadline on the whole head (not one per read) can close them: each must get
+its 408, and the tap must count them in llm_tap_refusals_total{reason="head_timeout"}.
+The benchmark's version (default settings, old tap alongside): `python -m bench tap-abuse`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.tap.conftest import Proc  # the upstream_proc fixture's type
+
+ROOT = Path(__file__).resolve().parents[2]
+TRICKLERS = 1000
+LEGIT = 300
+LEGIT_SPREAD_S = 3.0  # the legitimate requests start evenly over this long
+HEAD_TIMEOUT_S = 1.0
+TRICKLE_GAP_S = (0.2, 0.4)  # well under the head timeout: an idle timeout would never fire
+GUARD_S = 30.0  # against hangs only; nothing is asserted about time
+TRICKLE_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n" + b"X-Trickle: 1\r\n" * 2000  # never ends
+BODY = b'{"model":"chat-a","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nx-test-chunks: 3\r\n"
+    b"x-test-delay-ms: 10\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+)
+
+
+class Trickle(asyncio.Protocol):
+    def __init__(self, fleet: Fleet, slot: int) -> None:
+        self.fleet, self.slot = fleet, slot
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.pos = 0
+        self.answered = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.fleet.live.add(self)
+        self._next()
+
+    def _next(self) -> None:
+        self.timer = asyncio.get_running_loop().call_later(self.fleet.rng.uniform(*TRICKLE_GAP_S), self._tick)
+
+    def _tick(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(TRICKLE_HEAD[self.pos : self.pos + 1])
+        self.pos += 1
+        self._next()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.answered:
+            self.answered = True
+            status = data[9:12].decode(errors="replace")
+            self.fleet.answers[status] += 1
+            self.fleet.bytes_before_answer.append(self.pos)
+            if status == "408":
+                self.fleet.slots_answered.add(self.slot)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.fleet.live.discard(self)
+        if self.fleet.running:
+            task = asyncio.get_running_loop().create_task(self.fleet.open(self.slot))
+            self.fleet.tasks.add(task)
+            task.add_done_callback(self.fleet.tasks.discard)
+
+
+class Fleet:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.rng = random.Random(7)
+        self.live: set[Trickle] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.running = True
+        self.answers: collections.Counter[str] = collections.Counter()
+        self.bytes_before_answer: list[int] = []
+        self.slots_answered: set[int] = set()
+
+    async def open(self, slot: int) -> None:
+        loop = asyncio.get_running_loop()
+        while self.running:
+            try:
+                await loop.create_connection(lambda: Trickle(self, slot), "127.0.0.1", self.port)
+                return
+            except OSError:
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        self.running = False
+        for t in list(self.live):
+            if t.transport is not None:
+                t.transport.abort()
+        for task in self.tasks:
+            task.cancel()
+
+
+async def _legit(port: int) -> str:
+    """One streamed request on a new connection: "ok" when the whole stream arrived, else what went wrong."""
+    writer = None
+    try:
+        async with asyncio.timeout(GUARD_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(REQUEST)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = head.split(b" ", 2)[1].decode()
+            if status != "200":
+                return f"status {status}"
+            body = bytearray()
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")
+                    break
+                body += (await reader.readexactly(size + 2))[:-2]
+            tokens = re.findall(rb'"content":"(tok\d) "', bytes(body))
+            if tokens != [b"tok0", b"tok1", b"tok2"] or not body.endswith(b"data: [DONE]\n\n"):
+                return f"incomplete stream: {tokens}"
+            return "ok"
+    except TimeoutError:
+        return "hung"
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
+        return type(e).__name__
+    finally:
+        if writer is not None:
+            writer.transport.abort()
+
+
+def _refusals(metrics_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^llm_tap_refusals_total\{reason="([^"]+)"\} (\S+)$', text, re.M)}
+
+
+async def _scenario(port: int, metrics_url: str) -> tuple[collections.Counter[str], Fleet, int, dict[str, float],
+                                                          dict[str, float]]:
+    before = await asyncio.to_thread(_refusals, metrics_url)
+    fleet = Fleet(port)
+    for first in range(0, TRICKLERS, 100):
+        await asyncio.gather(*(fleet.open(slot) for slot in range(first, first + 100)))
+    tasks = []
+    start = time.monotonic()
+    for i in range(LEGIT):
+        await asyncio.sleep(max(0.0, start + i * LEGIT_SPREAD_S / LEGIT - time.monotonic()))
+        tasks.append(asyncio.ensure_future(_legit(port)))
+    results = collections.Counter(await asyncio.gather(*tasks))
+    # Every trickling connection has been open for longer than the head timeout by now; wait for the last answers.
+    deadline = time.monotonic() + GUARD_S
+    while len(fleet.slots_answered) < TRICKLERS and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    answered = sum(fleet.answers.values())  # each counted by the tap before it was sent
+    after = await asyncio.to_thread(_refusals, metrics_url)
+    fleet.stop()
+    return results, fleet, answered, before, after
+
+
+def _spawn_tap(upstream_url: str) -> tuple[subprocess.Popen[str], int, str]:
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--upstream", upstream_url, "--head-timeout", str(HEAD_TIMEOUT_S)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    assert popen.stderr is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = popen.stderr.readline()
+        m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)", line)
+        if m:
+            threading.Thread(target=popen.stderr.read, daemon=True).start()  # a full pipe would block the tap
+            return popen, int(m.group(1)), m.group(2)
+        if not line and popen.poll() is not None:
+            break
+    popen.kill()
+    raise AssertionError(f"tap did not start: {popen.stderr.read()}")
+
+
+def test_slowloris_does_not_starve_legitimate_streams(upstream_proc: Proc) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"open-file hard limit {hard}: this test holds {TRICKLERS} connections at each end")
+    if soft != resource.RLIM_INFINITY and soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536) if hard != resource.RLIM_INFINITY else 65536, hard))
+    popen, port, metrics_url = _spawn_tap(upstream_proc.url)
+    try:
+        results, fleet, answered, before, after = asyncio.run(_scenario(port, metrics_url))
+    finally:
+        popen.terminate()
+        try:
+            popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    # The legitimate streams arrived whole (at least 99% of them).
+    assert results["ok"] >= LEGIT * 99 // 100, results
+    # Every trickling connection was answered 408, although none ever paused as long as the head timeout ...
+    assert len(fleet.slots_answered) == TRICKLERS
+    assert set(fleet.answers) == {"408"}, fleet.answers
+    assert min(fleet.bytes_before_answer) >= 1  # ... and each had been sending bytes (trickling, not idle)
+    # ... and the tap counted each of those refusals by its reason.
+    grown = after["head_timeout"] - before["head_timeout"]
+    assert grown >= answered >= TRICKLERS, (before, after, answered)
+    assert after["connection_limit"] == before["connection_limit"]
