@@ -26,7 +26,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from exporter.tap import http1
 from exporter.tap.classes import Objective, SloConfig
@@ -34,7 +33,7 @@ from exporter.tap.deadlines import Deadlines, derive_deadlines
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, RequestHead, ResponseHead
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.relay import BodyRelay, Relay, SseRelay
-from exporter.tap.request_fields import read_fields
+from exporter.tap.request_fields import RequestFields, read_fields
 from exporter.tap.timing import RequestTiming, Timings, gave_up, plausible_usage, within_objectives
 from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
@@ -128,16 +127,20 @@ def _outcome_for_status(status: int) -> str:
     return C.OUTCOME_OK
 
 
-def _with_include_usage(body: bytes | bytearray, doc: dict[str, Any]) -> bytes:
+def _with_include_usage(body: bytes | bytearray, f: RequestFields) -> bytes:
     """The request body asking for usage. When `stream_options` is absent the key is spliced in
-    after the opening brace, leaving every other byte as the client wrote it."""
-    if "stream_options" not in doc:
+    after the opening brace, leaving every other byte as the client wrote it (one copy of the
+    body: the tail is joined from a view). Otherwise the body is parsed again and rewritten with
+    `include_usage` merged into the client's options (rare: a client setting stream options
+    without asking for usage)."""
+    if f.empty:
+        return b'{"stream_options":{"include_usage":true}}'
+    if not f.has_stream_options:
         brace = body.index(b"{")
-        return b"".join((body[: brace + 1], b'"stream_options":{"include_usage":true},', body[brace + 1 :])) if doc else (
-            b'{"stream_options":{"include_usage":true}}'
-        )
+        return b"".join((body[: brace + 1], b'"stream_options":{"include_usage":true},', memoryview(body)[brace + 1 :]))
+    doc = json.loads(body)
     opts = doc["stream_options"]
-    doc = dict(doc, stream_options={**(opts if isinstance(opts, dict) else {}), "include_usage": True})
+    doc["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -248,14 +251,12 @@ class TapProxy:
                 k.lower().decode("latin-1"): v.decode("latin-1") for k, v in head.fields if k[:6].lower() == b"x-slo-"
             }
         f = read_fields(body)
-        if f.doc is None:
+        if not f.is_object:
             return _Plan("", False, False, body, self.slo.resolve(headers, ""))
         inject = f.stream and self.settings.inject_usage and not f.include_usage
         if inject:
-            body = _with_include_usage(body, f.doc)
-        n = f.doc.get("n")
-        choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-        return _Plan(f.model, f.stream, inject, body, self.slo.resolve(headers, f.model), f.max_tokens, choices)
+            body = _with_include_usage(body, f)
+        return _Plan(f.model, f.stream, inject, body, self.slo.resolve(headers, f.model), f.max_tokens, f.choices)
 
     def account(
         self, head: RequestHead, plan: _Plan, timing: RequestTiming, outcome: str, status: int, streamed: bool,
@@ -469,6 +470,7 @@ class ClientConnection(asyncio.Protocol):
         buf = self.buf
         if self.decoder is not None:
             piece = buf if len(buf) <= BODY_SLICE_BYTES else buf[:BODY_SLICE_BYTES]
+            began = time.perf_counter()
             payload, used = self.decoder.feed(piece)
             self.buf = buf[used:]
             if payload:
@@ -481,7 +483,7 @@ class ClientConnection(asyncio.Protocol):
                 self.body_size += len(payload)
             if not self.decoder.done:
                 if self.buf:
-                    self._yield_slice()
+                    self._yield_slice(time.perf_counter() - began)
                 return False
         else:
             take = min(self.body_left, len(buf))
@@ -495,13 +497,16 @@ class ClientConnection(asyncio.Protocol):
         self._start()
         return True
 
-    def _yield_slice(self) -> None:
-        """Let the loop relay other streams before the next slice of this body is decoded."""
+    def _yield_slice(self, spent: float) -> None:
+        """Let the loop relay other streams before the next slice of this body is decoded: after
+        as long again as this slice took, so one body's decoding takes at most half of the tap's
+        core however its client frames it (measured: 1-byte chunks otherwise take a whole core,
+        and the streams wait whenever the machine's other cores are busy)."""
         self._slice_pending = True
         if not self._reading_paused and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._next_slice)
+        asyncio.get_running_loop().call_later(spent, self._next_slice)
 
     def _next_slice(self) -> None:
         self._slice_pending = False

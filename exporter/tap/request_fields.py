@@ -16,13 +16,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class RequestFields:
-    """What the tap read from a request body; `doc` is the parsed object, kept only while planning."""
+    """What the tap read from a request body. The parsed object itself is not kept: for a large
+    body it is as big as the body, and the tap holds at most one copy of each body."""
 
+    is_object: bool = False  # the body is a JSON object (else nothing below was read)
     model: str = ""
     stream: bool = False
+    has_stream_options: bool = False
     include_usage: bool = False
     max_tokens: int | None = None  # max_completion_tokens or max_tokens, when a positive whole number
-    doc: dict[str, Any] | None = None
+    choices: int = 1  # `n`, when a positive whole number
+    empty: bool = False  # the object has no members
 
 
 def read_fields(body: bytes | bytearray) -> RequestFields:
@@ -35,11 +39,17 @@ def read_fields(body: bytes | bytearray) -> RequestFields:
         return RequestFields()
     model = doc.get("model")
     opts = doc.get("stream_options")
-    limit = doc.get("max_completion_tokens", doc.get("max_tokens"))
     return RequestFields(
+        is_object=True,
         model=model if isinstance(model, str) else "",
         stream=doc.get("stream") is True,
+        has_stream_options="stream_options" in doc,
         include_usage=isinstance(opts, dict) and opts.get("include_usage") is True,
-        max_tokens=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
-        doc=doc,
+        max_tokens=_positive_int(doc.get("max_completion_tokens", doc.get("max_tokens"))),
+        choices=_positive_int(doc.get("n")) or 1,
+        empty=not doc,
     )
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
