@@ -14,12 +14,10 @@ import aiohttp
 
 from exporter.tap.cli import default_max_connections, raise_fd_limit
 from llmslo import conventions as C
+from tests.tap.test_faults import body
 
 CHAT = "/v1/chat/completions"
 
-
-def body(stream: bool = True, **extra: Any) -> bytes:
-    return json.dumps({"model": "chat-a", "stream": stream, "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
 
 
 def hostport(url: str) -> tuple[str, int]:

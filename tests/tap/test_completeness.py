@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,20 +13,11 @@ import pytest
 
 from exporter.tap.timing import plausible_usage
 from llmslo import conventions as C
+from tests.tap.test_faults import body, wait_for
 
 CHAT = "/v1/chat/completions"
 
 
-def body(stream: bool = True, **extra: Any) -> bytes:
-    return json.dumps({"model": "chat-a", "stream": stream, "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize(("headers", "outcome"), [

@@ -4,7 +4,6 @@ gave up on a late request in `client_gave_up`, and only a client leaving while o
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,21 +15,12 @@ from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.deadlines import DeadlineError, derive_deadlines
 from exporter.tap.timing import RequestTiming, gave_up
 from llmslo import conventions as C
+from tests.tap.test_faults import body, wait_for
 
 CHAT = "/v1/chat/completions"
 CLASSES = SloConfig((SloClass("interactive", 0.5, 0.05, ("chat-*",)),), {"ttft": (0.5,), "tpot": (0.05,), "e2e": ()})
 
 
-def body(stream: bool = True, **extra: Any) -> bytes:
-    return json.dumps({"model": "chat-a", "stream": stream, "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.01)
 
 
 # -- deadlines derived from the objectives -------------------------------------------------------

@@ -28,7 +28,7 @@ def body(stream: bool = True, **extra: Any) -> bytes:
     return json.dumps({"model": "chat-a", "stream": stream, "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 3.0) -> float:
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> float:
     """Seconds until predicate() held; fails the test after timeout."""
     start = time.monotonic()
     while not predicate():
