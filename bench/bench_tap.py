@@ -39,12 +39,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.report import Row
 from bench.scheduling import ahead_of_neighbours
+from bench.stream_client import KeepAliveStream
+from bench.tap_stream_server import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Goodput tap: latency added to a stream, vs nginx"
@@ -66,7 +68,6 @@ NOTES: dict[str, str] = {}
 # ----------------------------------------------------------------------------------------
 # Client: one keep-alive connection per stream, timed in data_received
 # ----------------------------------------------------------------------------------------
-_T_RE = re.compile(rb'"t":(\d+)')
 REQUEST_BODY = b'{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]%s}'
 
 
@@ -88,79 +89,34 @@ class Samples:
     delay_ns: list[int] = field(default_factory=list)
 
 
-class StreamClient(asyncio.Protocol):
+class StreamClient(KeepAliveStream):
     """Sends a request, decodes the chunked SSE reply, records TTFT and per-chunk delay, repeats."""
 
     def __init__(self, samples: Samples, stop: asyncio.Event, first_tokens: int) -> None:
-        self.samples, self.stop = samples, stop
+        super().__init__(stop)
+        self.samples = samples
         self.first_request = _request(first_tokens)
-        self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.body = b""
-        self.in_body = False
-        self.left = -1
         self.sent_ns = 0
         self.first_seen = False
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self._send()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
 
-    def _send(self) -> None:
-        assert self.transport is not None
-        if self.stop.is_set():
-            self.transport.close()
-            return
-        self.buf, self.body, self.in_body, self.left, self.first_seen = b"", b"", False, -1, False
+    def request(self) -> bytes:
+        self.first_seen = False
+        request, self.first_request = self.first_request or REQUEST, b""
         self.sent_ns = time.monotonic_ns()
-        self.transport.write(self.first_request or REQUEST)
-        self.first_request = b""
+        return request
 
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic_ns()
-        self.buf += data
-        if not self.in_body:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            self.buf = self.buf[end + 4 :]
-            self.in_body = True
-        while True:
-            if self.left < 0:
-                eol = self.buf.find(b"\r\n")
-                if eol < 0:
-                    return
-                size = int(self.buf[:eol], 16)
-                if size == 0:
-                    self._events(now)
-                    self._send()
-                    return
-                self.buf = self.buf[eol + 2 :]
-                self.left = size
-            if len(self.buf) < self.left + 2:
-                return
-            self.body += self.buf[: self.left]
-            self.buf = self.buf[self.left + 2 :]
-            self.left = -1
-            self._events(now)
-
-    def _events(self, now: int) -> None:
-        *events, self.body = self.body.split(b"\n\n")
+    def timed(self, t: int, now: int) -> None:
         s = self.samples
-        for event in events:
-            m = _T_RE.search(event)
-            if m is None:
-                continue
-            if s.measuring:
-                s.delay_ns.append(now - int(m.group(1)))
-                if not self.first_seen:
-                    s.ttft_ns.append(now - self.sent_ns)
-            self.first_seen = True
+        if s.measuring:
+            s.delay_ns.append(now - t)
+            if not self.first_seen:
+                s.ttft_ns.append(now - self.sent_ns)
+        self.first_seen = True
 
 
 def _cpu_ticks(pids: list[int]) -> int:
@@ -208,19 +164,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextmanager
-def _upstream() -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.tap_stream_server", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS),
-         "--tokens", str(TOKENS)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline()), proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def _upstream() -> AbstractContextManager[tuple[int, int]]:
+    return spawn("bench.tap_stream_server", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS),
+                 "--tokens", str(TOKENS))
 
 
 @contextmanager

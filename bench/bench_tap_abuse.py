@@ -37,21 +37,21 @@ import random
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.report import Row
-from bench.tap_stream_server import DONE, HEAD, ROLE, TOKEN, USAGE, StreamProtocol, chunk
+from bench.slowloris import Fleet, read_chunked, refusals
+from bench.stream_client import KeepAliveStream
+from bench.tap_stream_server import StreamProtocol, serve, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Tap under abuse"
@@ -92,7 +92,6 @@ NOTES: dict[str, str] = {}
 # ----------------------------------------------------------------------------------------
 # Upstream: tap_stream_server's stream, reading request bodies of any size in passing
 # ----------------------------------------------------------------------------------------
-_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
 _MODELS = b'{"object":"list","data":[{"id":"bench","object":"model"}]}'
 
 
@@ -133,29 +132,11 @@ class Upstream(StreamProtocol):
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                                  % (len(_MODELS), _MODELS))
             return
-        usage = b'"include_usage":true' in self.start.replace(b" ", b"")
-        m = _MAX_TOKENS.search(self.start)
-        tokens = max(1, int(m.group(1))) if m else self.tokens
-        self.transport.write(HEAD + chunk(ROLE))
-        self.timer = asyncio.get_running_loop().call_later(self.first_s, self.tick, 0, usage, tokens)
-
-
-assert TOKEN and USAGE and DONE  # the chunks Upstream.tick (StreamProtocol's) writes
+        self.stream(self.start)
 
 
 async def _serve_upstream(args: argparse.Namespace) -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: Upstream(args.interval_ms / 1000, args.first_ms / 1000, 10), "127.0.0.1", 0, backlog=4096
-    )
-    print(server.sockets[0].getsockname()[1], flush=True)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_reader(sys.stdin.fileno(), stop.set)
-    try:
-        await stop.wait()
-    finally:
-        server.close()
+    await serve(lambda: Upstream(args.interval_ms / 1000, args.first_ms / 1000, 10), 4096)
 
 
 # ----------------------------------------------------------------------------------------
@@ -171,20 +152,9 @@ def _raise_own_fd_limit() -> None:
                            f"{TRICKLERS} trickling connections: raise the hard limit (ulimit -Hn)")
 
 
-@contextmanager
-def _upstream() -> Iterator[tuple[int, int]]:
+def _upstream() -> AbstractContextManager[tuple[int, int]]:
     """The upstream's port and pid."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_tap_abuse", "upstream", "--interval-ms", str(INTERVAL_MS),
-         "--first-ms", str(FIRST_MS)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline()), proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    return spawn("bench.bench_tap_abuse", "upstream", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS))
 
 
 @contextmanager
@@ -231,10 +201,7 @@ class Tap:
 
     def refusals(self) -> dict[str, float]:
         """llm_tap_refusals_total by reason, from the tap's /metrics ({} when it has none: the old tap)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        return {m.group(1): float(m.group(2))
-                for m in re.finditer(r'^llm_tap_refusals_total\{reason="([^"]+)"\} (\S+)$', text, re.M)}
+        return refusals(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
 
 @contextmanager
@@ -312,102 +279,6 @@ def _pct(values: list[float], q: float) -> float:
 _TRICKLE = b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n" + b"X-Trickle: 1\r\n" * 4096  # never ends
 
 
-class Trickle(asyncio.Protocol):
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.transport: asyncio.Transport | None = None
-        self.pos = 0
-        self.timer: asyncio.TimerHandle | None = None
-        self.answered = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.fleet.live.add(self)
-        self._next()
-
-    def _next(self) -> None:
-        self.timer = asyncio.get_running_loop().call_later(self.fleet.rng.uniform(*TRICKLE_GAP_S), self._tick)
-
-    def _tick(self) -> None:
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        t.write(_TRICKLE[self.pos : self.pos + 1])
-        self.pos += 1
-        self.fleet.bytes_sent += 1
-        self._next()
-
-    def data_received(self, data: bytes) -> None:
-        if not self.answered:
-            self.answered = True
-            self.fleet.answers[data[9:12].decode(errors="replace")] += 1
-            self.fleet.bytes_before_answer.append(self.pos)
-
-    def eof_received(self) -> bool:
-        return False  # close our side too, as a client does
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.fleet.live.discard(self)
-        self.fleet.closed += 1
-        self.fleet.reopen()
-
-
-@dataclass
-class Fleet:
-    port: int
-    rng: random.Random = field(default_factory=lambda: random.Random(1))
-    live: set[Trickle] = field(default_factory=set)
-    running: bool = True
-    opened: int = 0
-    closed: int = 0
-    connect_errors: int = 0
-    bytes_sent: int = 0
-    answers: collections.Counter[str] = field(default_factory=collections.Counter)
-    bytes_before_answer: list[int] = field(default_factory=list)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    async def open_one(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.running:
-            try:
-                await loop.create_connection(lambda: Trickle(self), "127.0.0.1", self.port)
-                self.opened += 1
-                return
-            except OSError:
-                self.connect_errors += 1
-                await asyncio.sleep(0.2)
-
-    def reopen(self) -> None:
-        if self.running:
-            task = asyncio.get_running_loop().create_task(self._reopen())
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-    async def _reopen(self) -> None:
-        await asyncio.sleep(0.05)
-        await self.open_one()
-
-    def stop(self) -> None:
-        self.running = False
-        for t in list(self.live):
-            if t.transport is not None:
-                t.transport.abort()
-        for task in self.tasks:
-            task.cancel()
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")  # no trailers from this upstream
-            return bytes(body)
-        body += (await reader.readexactly(size + 2))[:-2]
-
-
 async def _legit(port: int) -> tuple[str, float]:
     """One legitimate streamed request on a new connection: ("ok", seconds) or (why it failed, seconds)."""
     t0 = time.monotonic()
@@ -423,7 +294,7 @@ async def _legit(port: int) -> tuple[str, float]:
                 text = (await reader.readexactly(int(m.group(1)))).decode(errors="replace") if m else ""
                 why = text.strip().split(":")[0][:60]  # the tap's own errors say why in their first words
                 return f"status {status}" + (f" ({why})" if why else ""), time.monotonic() - t0
-            body = await _read_chunked(reader)
+            body = await read_chunked(reader)
             tokens = body.count(b'"t":')
             if tokens != LEGIT_TOKENS or b"data: [DONE]" not in body:
                 return f"incomplete ({tokens} tokens)", time.monotonic() - t0
@@ -454,10 +325,10 @@ class SlowlorisResult:
 
 async def _slowloris_run(tap: Tap) -> SlowlorisResult:
     t0 = time.monotonic()
-    fleet = Fleet(tap.port)
+    fleet = Fleet(tap.port, _TRICKLE, TRICKLE_GAP_S, random.Random(1), reopen_s=0.05, retry_s=0.2)
     peak_fds = 0
     for i in range(0, TRICKLERS, 100):
-        await asyncio.gather(*(fleet.open_one() for _ in range(min(100, TRICKLERS - i))))
+        await asyncio.gather(*(fleet.open(slot) for slot in range(i, min(i + 100, TRICKLERS))))
         await asyncio.sleep(0.05)
     await asyncio.sleep(LEGIT_START_S - (time.monotonic() - t0))
     tasks = []
@@ -489,9 +360,6 @@ def slowloris(upstream_port: int, old: Path | None, nofile_soft: int | None) -> 
 # ----------------------------------------------------------------------------------------
 # 2. A body of 1-byte chunks next to relayed streams
 # ----------------------------------------------------------------------------------------
-_T_RE = re.compile(rb'"t":(\d+)')
-
-
 @dataclass
 class Phases:
     """Chunk delays by the phase their write time falls in (the upstream's clock, CLOCK_MONOTONIC)."""
@@ -514,61 +382,21 @@ class Phases:
                 return
 
 
-class Stream(asyncio.Protocol):
+class Stream(KeepAliveStream):
     """A keep-alive stream: one request after another, each chunk's delay recorded."""
 
     def __init__(self, phases: Phases, stop: asyncio.Event, first_tokens: int) -> None:
-        self.phases, self.stop = phases, stop
+        super().__init__(stop)
+        self.phases = phases
         self.first_tokens = first_tokens
-        self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.body = b""
-        self.in_body = False
-        self.left = -1
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self._send()
-
-    def _send(self) -> None:
-        assert self.transport is not None
-        if self.stop.is_set():
-            self.transport.close()
-            return
-        self.buf, self.body, self.in_body, self.left = b"", b"", False, -1
-        self.transport.write(_request(self.first_tokens or STREAM_TOKENS))
+    def request(self) -> bytes:
+        request = _request(self.first_tokens or STREAM_TOKENS)
         self.first_tokens = 0
+        return request
 
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic_ns()
-        self.buf += data
-        if not self.in_body:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            self.buf = self.buf[end + 4 :]
-            self.in_body = True
-        while True:
-            if self.left < 0:
-                eol = self.buf.find(b"\r\n")
-                if eol < 0:
-                    return
-                size = int(self.buf[:eol], 16)
-                if size == 0:
-                    self._send()
-                    return
-                self.buf = self.buf[eol + 2 :]
-                self.left = size
-            if len(self.buf) < self.left + 2:
-                return
-            self.body += self.buf[: self.left]
-            self.buf = self.buf[self.left + 2 :]
-            self.left = -1
-            *events, self.body = self.body.split(b"\n\n")
-            for event in events:
-                m = _T_RE.search(event)
-                if m is not None:
-                    self.phases.add(int(m.group(1)), now)
+    def timed(self, t: int, now: int) -> None:
+        self.phases.add(t, now)
 
 
 async def _chunk_upload(port: int, stop: asyncio.Event, sent: list[int]) -> str:
@@ -729,7 +557,7 @@ async def _big_upload(port: int, body: bytes) -> str:
         if m:
             await reader.readexactly(int(m.group(1)))
         elif b"chunked" in head.lower():
-            await _read_chunked(reader)
+            await read_chunked(reader)
         return status
 
     got = asyncio.ensure_future(answer())

@@ -19,8 +19,14 @@ import argparse
 import asyncio
 import re
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -71,6 +77,10 @@ class StreamProtocol(asyncio.Protocol):
         if head.startswith(b"get /v1/models "):
             self.transport.write(MODELS_RESPONSE)
             return
+        self.stream(body)
+
+    def stream(self, body: bytes) -> None:
+        """Start the answer to a request with this body (or its start, where max_tokens and include_usage are)."""
         usage = b'"include_usage":true' in body.replace(b" ", b"")
         m = _MAX_TOKENS.search(body)
         tokens = max(1, int(m.group(1))) if m else self.tokens
@@ -92,11 +102,10 @@ class StreamProtocol(asyncio.Protocol):
         self.timer = None
 
 
-async def main(args: argparse.Namespace) -> None:
+async def serve(protocol: Callable[[], asyncio.Protocol], backlog: int) -> None:
+    """Serves `protocol` on a loopback port, prints the port on stdout, stops on SIGTERM or when stdin closes."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: StreamProtocol(args.interval_ms / 1000, args.first_ms / 1000, args.tokens), "127.0.0.1", 0, backlog=1024
-    )
+    server = await loop.create_server(protocol, "127.0.0.1", 0, backlog=backlog)
     print(server.sockets[0].getsockname()[1], flush=True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -105,6 +114,24 @@ async def main(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         server.close()
+
+
+async def main(args: argparse.Namespace) -> None:
+    await serve(lambda: StreamProtocol(args.interval_ms / 1000, args.first_ms / 1000, args.tokens), 1024)
+
+
+@contextmanager
+def spawn(module: str, *args: str) -> Iterator[tuple[int, int]]:
+    """`python -m MODULE ARGS` from the checkout, a server that prints its port as `serve` does: (port, pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline()), proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from bench.slowloris import Fleet, read_chunked, refusals
 
 if TYPE_CHECKING:
     from tests.tap.conftest import Proc  # the upstream_proc fixture's type
@@ -43,80 +44,6 @@ REQUEST = (
 )
 
 
-class Trickle(asyncio.Protocol):
-    def __init__(self, fleet: Fleet, slot: int) -> None:
-        self.fleet, self.slot = fleet, slot
-        self.transport: asyncio.Transport | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.pos = 0
-        self.answered = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.fleet.live.add(self)
-        self._next()
-
-    def _next(self) -> None:
-        self.timer = asyncio.get_running_loop().call_later(self.fleet.rng.uniform(*TRICKLE_GAP_S), self._tick)
-
-    def _tick(self) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        self.transport.write(TRICKLE_HEAD[self.pos : self.pos + 1])
-        self.pos += 1
-        self._next()
-
-    def data_received(self, data: bytes) -> None:
-        if not self.answered:
-            self.answered = True
-            status = data[9:12].decode(errors="replace")
-            self.fleet.answers[status] += 1
-            self.fleet.bytes_before_answer.append(self.pos)
-            if status == "408":
-                self.fleet.slots_answered.add(self.slot)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.fleet.live.discard(self)
-        if self.fleet.running:
-            task = asyncio.get_running_loop().create_task(self.fleet.open(self.slot))
-            self.fleet.tasks.add(task)
-            task.add_done_callback(self.fleet.tasks.discard)
-
-
-class Fleet:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.rng = random.Random(7)
-        self.live: set[Trickle] = set()
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.running = True
-        self.answers: collections.Counter[str] = collections.Counter()
-        self.bytes_before_answer: list[int] = []
-        self.slots_answered: set[int] = set()
-
-    async def open(self, slot: int) -> None:
-        loop = asyncio.get_running_loop()
-        while self.running:
-            try:
-                await loop.create_connection(lambda: Trickle(self, slot), "127.0.0.1", self.port)
-                return
-            except OSError:
-                await asyncio.sleep(0.1)
-
-    def stop(self) -> None:
-        self.running = False
-        for t in list(self.live):
-            if t.transport is not None:
-                t.transport.abort()
-        for task in self.tasks:
-            task.cancel()
-
-
 async def _legit(port: int) -> str:
     """One streamed request on a new connection: "ok" when the whole stream arrived, else what went wrong."""
     writer = None
@@ -128,14 +55,8 @@ async def _legit(port: int) -> str:
             status = head.split(b" ", 2)[1].decode()
             if status != "200":
                 return f"status {status}"
-            body = bytearray()
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                if size == 0:
-                    await reader.readuntil(b"\r\n")
-                    break
-                body += (await reader.readexactly(size + 2))[:-2]
-            tokens = re.findall(rb'"content":"(tok\d) "', bytes(body))
+            body = await read_chunked(reader)
+            tokens = re.findall(rb'"content":"(tok\d) "', body)
             if tokens != [b"tok0", b"tok1", b"tok2"] or not body.endswith(b"data: [DONE]\n\n"):
                 return f"incomplete stream: {tokens}"
             return "ok"
@@ -148,17 +69,10 @@ async def _legit(port: int) -> str:
             writer.transport.abort()
 
 
-def _refusals(metrics_url: str) -> dict[str, float]:
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    return {m.group(1): float(m.group(2))
-            for m in re.finditer(r'^llm_tap_refusals_total\{reason="([^"]+)"\} (\S+)$', text, re.M)}
-
-
 async def _scenario(port: int, metrics_url: str) -> tuple[collections.Counter[str], Fleet, int, dict[str, float],
                                                           dict[str, float]]:
-    before = await asyncio.to_thread(_refusals, metrics_url)
-    fleet = Fleet(port)
+    before = await asyncio.to_thread(refusals, metrics_url)
+    fleet = Fleet(port, TRICKLE_HEAD, TRICKLE_GAP_S, random.Random(7))
     for first in range(0, TRICKLERS, 100):
         await asyncio.gather(*(fleet.open(slot) for slot in range(first, first + 100)))
     tasks = []
@@ -172,7 +86,7 @@ async def _scenario(port: int, metrics_url: str) -> tuple[collections.Counter[st
     while len(fleet.slots_answered) < TRICKLERS and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     answered = sum(fleet.answers.values())  # each counted by the tap before it was sent
-    after = await asyncio.to_thread(_refusals, metrics_url)
+    after = await asyncio.to_thread(refusals, metrics_url)
     fleet.stop()
     return results, fleet, answered, before, after
 
