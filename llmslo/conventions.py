@@ -18,6 +18,7 @@ PREFIX = "llm_"
 # Labels
 # --------------------------------------------------------------------------------------
 LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | tap
+# Each engine kind's latency histogram bucket edges, per version: llmslo/bucket_edges.py (ROWS, one table).
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
 LABEL_NAMESPACE = "namespace"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from slogen import plugins
 from slogen.generators.alerts import alert_rules
+from slogen.generators.bucket_alerts import bucket_edge_groups
 from slogen.generators.metadata import meta_rules
 from slogen.generators.options import GenOptions, SLOContext
 from slogen.generators.sli import sli_rules
@@ -43,6 +44,7 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
         rules.sli.rules = sli_rules(ctx).rules
         rules.meta.rules = meta_rules(ctx).rules
         rules.alerts.rules = alert_rules(ctx).rules
+        rules.extra += bucket_edge_groups(ctx)  # engine latency SLIs: series lacking the threshold's bucket
     for plugin in post:
         plugin(slo, rules)
     rules.sli.name = rules.sli.name or f"sloth-slo-sli-recordings-{slo.id}"

@@ -21,7 +21,7 @@ from slogen.generators.alerts import runbook_path  # docs/runbooks/<alertname>.m
 from slogen.generators.dashboards import FLEET_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
 from slogen.generators.views import (
-    ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
+    ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
 )
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"
@@ -39,8 +39,9 @@ TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_GPU_HEALTH = "gpu_health"
 TOPIC_TARGET_DOWN = "target_down"  # the exporter cannot read an engine
 TOPIC_TAP_REFUSALS = "tap_refusals"  # a goodput tap refuses requests at its own limits
+TOPIC_BUCKET_EDGE = "bucket_edge"  # engines whose latency histogram lacks an SLI's threshold (bucket_alerts.py)
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
-          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS)
+          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_BUCKET_EDGE)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class EngineDiscovery:
 def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_NO_DATA:
         return TOPIC_NO_DATA
+    if alert.kind == ALERT_BUCKET_EDGE:
+        return TOPIC_BUCKET_EDGE
     if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS):
         return alert.kind
     slo = alert.slo

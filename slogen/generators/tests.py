@@ -28,6 +28,7 @@ from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators import SLOResult
 from slogen.generators.alerts import no_data_alert_name, no_data_lookback, no_data_scope, no_data_selectors
+from slogen.generators.bucket_alerts import bucket_edge_tests
 from slogen.generators.simulate import Simulation, simulate
 from slogen.gofmt import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
@@ -78,6 +79,7 @@ def service_tests(results: list[SLOResult], rule_file: str, step: int | None = N
             skipped.append(SkippedSLO(r.slo.id, reason))
             continue
         tests += _slo_tests(r, fixtures, step, history)
+        tests += bucket_edge_tests(r, step)  # generators/bucket_alerts.py: a cluster without the threshold's bucket
     if not tests:
         return None, skipped
     # Evaluate groups in file order (SLI, metadata, alerts per SLO), so alerts see the ratios

@@ -78,10 +78,12 @@ class AlertView:
     summary: str = ""
     condition: str = ""  # the alert's expression on one line, for alerts without an SLO (health alerts)
     for_: str = ""  # how long the condition must hold before the alert fires ("" = at once)
+    details: dict = field(default_factory=dict)  # what a kind's runbook template shows (bucket edge: queries, edges)
 
 
 ALERT_BURN = "burn"
 ALERT_NO_DATA = "no_data"
+ALERT_BUCKET_EDGE = "bucket_edge"  # series lack a latency threshold's bucket (generators/bucket_alerts.py)
 
 
 def window_seconds(window: str) -> int:
@@ -154,6 +156,7 @@ def alert_views(results) -> list[AlertView]:
     runbook, whatever names, tiers or modes produced it. `results` are `SLOResult`s.
     """
     from llmslo.conventions import SLO as C
+    from slogen.generators import bucket_alerts
 
     by_name: dict[str, AlertView] = {}
     for result in results:
@@ -161,6 +164,13 @@ def alert_views(results) -> list[AlertView]:
         for group in result.rules.groups():
             for rule in group.rules:
                 if not rule.alert:
+                    continue
+                if rule.labels.get(C.LABEL_TIER) == bucket_alerts.TIER:
+                    by_name[rule.alert] = AlertView(
+                        name=rule.alert, kind=ALERT_BUCKET_EDGE, slo=slo,
+                        labels={k: v for k, v in rule.labels.items() if "{{" not in v},
+                        summary=rule.annotations.get("summary", ""), condition=" ".join(rule.expr.split()),
+                        for_=rule.for_, details=bucket_alerts.runbook_details_for(result.ctx))
                     continue
                 no_data = rule.labels.get(C.LABEL_TIER) == "no-data"
                 tiers = tuple(t for t in slo.tiers if t.name == rule.labels.get(C.LABEL_TIER)) or (

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.globs import glob_regex
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture
@@ -27,6 +28,11 @@ KV_HEADROOM = "llmslo/kv-headroom"
 
 SOURCE_TAP = "tap"
 SOURCE_ENGINE = "engine"
+
+# threshold_rounding (source: engine): measure at the nearest bucket edge that every selected engine has.
+ROUND_DOWN = "down"  # the edge below: a stricter objective than written
+ROUND_UP = "up"  # the edge above: a looser one
+ROUNDINGS = (ROUND_DOWN, ROUND_UP)
 
 LATENCY_METRICS = {
     # option value: (tap family, engine family)
@@ -229,6 +235,120 @@ def _model_matchers(opts: _Options) -> tuple[list[Matcher], dict[str, str]]:
 
 
 # --------------------------------------------------------------------------------------
+# Measurable thresholds (source: engine): the threshold must be a bucket edge of every engine
+# the SLI may select (llmslo/bucket_edges.py), or the SLI is blind where it is not
+# --------------------------------------------------------------------------------------
+
+
+def _unquote(value: str) -> str:
+    """A matcher value as written between PromQL's double quotes, unescaped (a doubled backslash becomes one)."""
+    return re.sub(r"\\(.)", r"\1", value)
+
+
+def _matches_kind(op: str, value: str, kind: str) -> bool:
+    literal = _unquote(value)
+    if op == "=":
+        return kind == literal
+    if op == "!=":
+        return kind != literal
+    try:
+        hit = re.fullmatch(literal, kind) is not None
+    except re.error:
+        return True  # a regex Python cannot read: the kind may be selected (the check stays on the safe side)
+    return hit if op == "=~" else not hit
+
+
+def engine_kinds(matchers: list[Matcher]) -> tuple[str, ...]:
+    """The engine kinds (the exporter's `engine` label values) that the SLI's `engine` matchers let through."""
+    engine = [(op, value) for name, op, value in matchers if name == c.LABEL_ENGINE]
+    return tuple(k for k in be.ENGINE_KINDS if all(_matches_kind(op, value, k) for op, value in engine))
+
+
+def _where(edges: tuple[float, ...], threshold: float) -> str:
+    if not edges:
+        return "no finite edge (count and sum only)"
+    lo, hi = be.nearest(edges, threshold)
+    t = be.edge_text(threshold)
+    if lo is None:
+        return f"{t} < {be.edge_text(hi)}, its first edge"
+    if hi is None:
+        return f"{be.edge_text(lo)}, its last edge, < {t}"
+    return f"{be.edge_text(lo)} < {t} < {be.edge_text(hi)}"
+
+
+def _pin_example(kinds: tuple[str, ...]) -> str:
+    inner = f'engine="{kinds[0]}"' if len(kinds) == 1 else f'engine=~"{"|".join(kinds)}"'
+    return f"selector: '{{{inner}}}'"
+
+
+def measurable_threshold(metric: str, threshold: float, matchers: list[Matcher], rounding: str) -> float:
+    """The threshold an engine-sourced latency SLI measures: `threshold` itself when it is a bucket edge
+    of every engine kind and version (llmslo/bucket_edges.py) the SLI's selector may pick, else the
+    common edge `rounding` names; PluginError naming the nearest edges and the fixes otherwise."""
+    kinds = engine_kinds(matchers)
+    if not kinds:
+        raise PluginError(f"the selector's engine matchers pick no engine kind the exporter knows "
+                          f"({', '.join(be.ENGINE_KINDS)}), so the SLI would measure nothing", "selector",
+                          "match the engine label against those kind names, e.g. " + _pin_example((be.VLLM,)))
+    selected = be.rows(kinds, metric)
+    if not selected:
+        exporters = tuple(dict.fromkeys(r.kind for r in be.rows(metric=metric)))
+        raise PluginError(f"no engine kind this SLI selects ({', '.join(kinds)}) exports a {metric} histogram",
+                          "metric", f"select an engine that does ({_pin_example(exporters)}), or use source: \"tap\"")
+    off = [r for r in selected if not r.has_edge(metric, threshold)]
+    if not off:
+        return threshold
+    common = be.common_edges(selected, metric)
+    down, up = be.nearest(common, threshold)
+    if rounding == ROUND_DOWN and down is not None:
+        return down
+    if rounding == ROUND_UP and up is not None:
+        return up
+    t = be.edge_text(threshold)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in off:
+        groups.setdefault((r.kind, _where(r.edges[metric], threshold)), []).append(r.versions)
+    where = "; ".join(f"{kind}{' ' + ', '.join(v for v in versions if v) if any(versions) else ''}: {text}"
+                      for (kind, text), versions in groups.items())
+    scope = (f"engine kind{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}, as the selector picks them"
+             if any(name == c.LABEL_ENGINE for name, _, _ in matchers)
+             else "every engine kind, as the selector has no engine matcher")
+    message = (f"threshold {t} s is not a bucket edge of the {metric} histogram of every engine this SLI may "
+               f"select ({scope}); "
+               f"where it is not, the exporter has no bucket le={t}, so the SLI is blind there (its burn alerts "
+               f"cannot fire) or counts every request as too slow. Nearest edges: {where}")
+    if rounding:
+        message += (f". threshold_rounding: {rounding} finds no edge {'below' if rounding == ROUND_DOWN else 'above'} "
+                    f"{t} that every selected engine has")
+    fixes = []
+    if down is not None or up is not None:
+        choices = " or ".join(be.edge_text(e) for e in (down, up) if e is not None)
+        fixes.append(f"write threshold {choices} (an edge every selected engine has)")
+    on_edge = tuple(k for k in kinds if be.rows([k], metric) and all(r.has_edge(metric, threshold)
+                                                                       for r in be.rows([k], metric)))
+    if on_edge:
+        fixes.append(f"select only the engines where {t} is an edge ({_pin_example(on_edge)})")
+    elif len(kinds) > 1:
+        fixes.append(f"select fewer engine kinds (e.g. {_pin_example((off[0].kind,))}) and choose among their edges")
+    if down is not None:
+        fixes.append(f'set threshold_rounding: "down" to measure le={be.edge_text(down)} instead (a stricter objective)')
+    if up is not None:
+        fixes.append(f'set threshold_rounding: "up" to measure le={be.edge_text(up)} instead (a looser objective)')
+    raise PluginError(message, "threshold_rounding" if rounding else "threshold", "; or ".join(fixes))
+
+
+def engine_latency_selectors(sli: EventsSLI) -> tuple[str, str, str] | None:
+    """(count, bucket at the threshold, bucket of any `le`) selectors of an engine-sourced llmslo/latency SLI;
+    None for any other SLI. The first two are the SLI's `sources`, as `latency` builds them."""
+    if sli.plugin != LATENCY or sli.plugin_options.get("source") != SOURCE_ENGINE or len(sli.sources) != 2:
+        return None
+    count_sel, bucket_sel = sli.sources
+    name, brace, _ = bucket_sel.partition("{")
+    kept = [m for m in parse_selector(brace + _) if m[0] != c.LABEL_LE] if brace else []
+    return count_sel, bucket_sel, selector(name, kept)
+
+
+# --------------------------------------------------------------------------------------
 # The plugins
 # --------------------------------------------------------------------------------------
 
@@ -239,11 +359,22 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     Over the tap, requests that ended late (a deadline hit, a client that gave up) count as slower
     than any threshold, so a hung engine burns the budget instead of silencing the SLI. The
     engine's own histograms cannot see a hang (it never finishes the request): no such term.
+
+    Over the engine, the threshold must be a bucket edge of every engine kind and version the
+    selector may pick (`measurable_threshold`), or `threshold_rounding` must name the common edge
+    to measure instead; the tap makes every threshold an edge, so it needs no check.
     """
-    opts = _Options(LATENCY, req.options, ("metric", "threshold", "source", "slo_class") + COMMON)
+    opts = _Options(LATENCY, req.options, ("metric", "threshold", "source", "slo_class", "threshold_rounding") + COMMON)
     metric = opts.choice("metric", tuple(LATENCY_METRICS), "")
     source = opts.choice("source", (SOURCE_TAP, SOURCE_ENGINE), SOURCE_TAP)
     threshold = opts.number("threshold", lo=0)
+    rounding = opts.get("threshold_rounding")
+    if rounding and rounding not in ROUNDINGS:
+        raise PluginError(f"option 'threshold_rounding' is {rounding!r}, not one of {', '.join(ROUNDINGS)}",
+                          "threshold_rounding", 'write threshold_rounding: "down" or "up", or leave it out')
+    if rounding and source != SOURCE_ENGINE:
+        raise PluginError("threshold_rounding applies to source: engine only", "threshold_rounding",
+                          "remove it: the tap adds every threshold it reads to its histograms' edges")
     tap_family, engine_family = LATENCY_METRICS[metric]
     family = tap_family if source == SOURCE_TAP else engine_family
     if family is None:
@@ -262,6 +393,12 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
         base[c.LABEL_SLO_CLASS] = slo_class
     matchers = matchers + model_m
+    plugin_options = dict(opts.raw)
+    if source == SOURCE_ENGINE:
+        measured = measurable_threshold(metric, threshold, matchers, rounding)
+        if measured != threshold:  # rounded: everything downstream (runbooks, dashboards) shows what is measured
+            plugin_options.update(threshold=be.edge_text(measured), threshold_as_written=opts.get("threshold"))
+            threshold = measured
     le = (c.LABEL_LE, "=~", promql_string(le_regex(threshold)))
     count_sel = selector(family.count(), matchers)
     bucket_sel = selector(family.bucket(), matchers + [le])
@@ -285,7 +422,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         sources=(count_sel, bucket_sel),
         fixtures=fixtures,
         plugin=LATENCY,
-        plugin_options=dict(opts.raw),
+        plugin_options=plugin_options,
         by=by,
     )
 

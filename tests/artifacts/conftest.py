@@ -13,7 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from slogen.generators.views import ALERT_BURN, ALERT_NO_DATA, AlertView, BurnTier, SLOView
+from slogen.generators.bucket_alerts import runbook_details
+from slogen.generators.views import ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, AlertView, BurnTier, SLOView
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,8 +63,14 @@ def sample_slos() -> list[SLOView]:
 
 def sample_alerts() -> list[AlertView]:
     slos = sample_slos()
+    tpot = 'llm_time_per_output_token_seconds_bucket{engine="vllm"'
+    edges = runbook_details("tpot", "0.05", 'llm_time_per_output_token_seconds_count{engine="vllm"}',
+                            tpot + ',le=~"0\\\\.050*"}', tpot + "}", ("cluster", "engine"), ("vllm",))
     return ([AlertView(s.alert_name, ALERT_BURN, s, s.tiers) for s in slos]
-            + [AlertView("SLOSourceAbsent", ALERT_NO_DATA, slos[0])])
+            + [AlertView("SLOSourceAbsent", ALERT_NO_DATA, slos[0]),
+               AlertView("ChatTPOTBudgetBurnThresholdNotABucketEdge", ALERT_BUCKET_EDGE, slos[1], details=edges,
+                         summary="chat tpot: 0.05 s is not a tpot bucket edge of the engines in one cluster.",
+                         condition="count by (cluster, engine) (...)", for_="10m")])
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,7 @@ slos:
     sli:
       plugin:
         id: "llmslo/latency"
-        options: {metric: "tpot", threshold: "0.05", source: "engine"}
+        options: {metric: "tpot", threshold: "0.05", source: "engine", selector: '{engine="vllm"}'}
     alerting: {name: ChatTPOTBudgetBurn, page_alert: {}, ticket_alert: {}}
   - name: "goodput-interactive"
     objective: 95

@@ -22,7 +22,8 @@ def test_queries_use_only_convention_names():
     known = set(c.by_name()) | {m.bucket() for m in c.ALL_METRICS} | {m.count() for m in c.ALL_METRICS} | {c.SLO.KV_SATURATED}
     slis = [
         resolve("llmslo/latency", metric="ttft", threshold="0.5", slo_class="interactive"),
-        resolve("llmslo/latency", metric="itl", threshold="0.02", source="engine", models="llama-*"),
+        resolve("llmslo/latency", metric="itl", threshold="0.02", source="engine", models="llama-*",
+                selector='{engine="sglang"}'),
         resolve("llmslo/goodput", slo_class="batch", ttft="5", tpot="0.15"),
         resolve("llmslo/availability", source="engine"),
         resolve("llmslo/availability", slo_class="interactive"),
@@ -46,7 +47,8 @@ def test_le_regex_matches_both_spellings():
 
 
 def test_models_filter_engine_series_but_not_tap_classes():
-    engine = resolve("llmslo/latency", metric="ttft", threshold="0.5", source="engine", models="llama-3-8b,chat-*")
+    engine = resolve("llmslo/latency", metric="ttft", threshold="0.5", source="engine", models="llama-3-8b,chat-*",
+                     selector='{engine="vllm"}')
     assert 'model=~"llama-3-8b|chat-.*"' in engine.total_query
     tap = resolve("llmslo/goodput", slo_class="interactive", ttft="0.5", tpot="0.05", models="chat-*")
     assert "model" not in tap.total_query and 'slo_class="interactive"' in tap.total_query
@@ -94,7 +96,7 @@ def test_tap_latency_counts_late_requests_as_too_slow(options, matchers):
 
 def test_engine_latency_has_no_late_term():
     """The engine cannot see a hang (it never finishes the request); its query stays count - bucket."""
-    sli = resolve("llmslo/latency", metric="ttft", threshold="0.5", source="engine")
+    sli = resolve("llmslo/latency", metric="ttft", threshold="0.5", source="engine", selector='{engine="vllm"}')
     assert c.TAP_REQUESTS.name not in sli.error_query + sli.total_query
     assert sli.error_query == f"{sli.total_query}\n-\n" + sli.error_query.split("\n-\n")[1]
     assert not [f for f in sli.fixtures if f.role == "late"]
