@@ -19,7 +19,8 @@ from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.generators import generate
 from slogen.generators.health import HealthOptions
-from slogen.generators.options import DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL, UNREACHABLE_RESCALE, GenOptions
+from slogen.generators.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
+                                       UNREACHABLE_RESCALE, GenOptions)
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
 from slogen.loaders.windows import BUILTIN, merge
@@ -36,6 +37,16 @@ def _duration(text: str) -> int:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -61,6 +72,10 @@ def _gen_args(p: argparse.ArgumentParser, *, compat_default: bool = False) -> No
                    help="an alert tier that can never fire: fail (default) or rescale it to fire at a 90%% error ratio")
     p.add_argument("--derive-above", type=_duration, default=None, metavar="WINDOW",
                    help="windows longer than this derive from the base-window rates (default: the longest page window)")
+    p.add_argument("--page-min-bad-events", type=_count, default=DEFAULT_PAGE_MIN_BAD_EVENTS, metavar="N",
+                   help="low-traffic guard: a page tier pages only with at least N bad events in its long window, "
+                        f"else it tickets (default {DEFAULT_PAGE_MIN_BAD_EVENTS}; 0: off; an SLO's "
+                        "page_min_bad_events wins)")
 
 
 def _gen_options(args: argparse.Namespace, windows: dict | None = None) -> GenOptions:
@@ -68,6 +83,7 @@ def _gen_options(args: argparse.Namespace, windows: dict | None = None) -> GenOp
         sloth_compat=args.sloth_compat, default_period=args.default_slo_period,
         windows=windows if windows is not None else dict(BUILTIN), extra_labels=_labels(args.extra_labels),
         unreachable_tiers=args.unreachable_tiers, derive_above=args.derive_above,
+        page_min_bad_events=args.page_min_bad_events,
         disable_alerts=getattr(args, "disable_alerts", False), disable_recordings=getattr(args, "disable_recordings", False),
         runbook_base_url=getattr(args, "runbook_base_url", DEFAULT_RUNBOOK_BASE_URL),
         period_override=getattr(args, "override_period", None),

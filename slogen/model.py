@@ -62,6 +62,9 @@ class EventsSLI:
     plugin: str = ""  # built-in plugin id this SLI came from, if any
     plugin_options: dict[str, str] = field(default_factory=dict)  # the plugin's options, as written
     by: tuple[str, ...] = ()  # labels the queries keep through aggregation (e.g. cluster)
+    # Events are rule-evaluation samples (a time-based SLI such as llmslo/kv-headroom), not requests:
+    # the error query counts samples per window, and traffic never runs low, so no low-traffic guard.
+    time_based: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,9 @@ class SLO:
     alerting: Alerting = field(default_factory=Alerting)
     plugins: tuple[SLOPluginRef, ...] = ()
     override_plugins: bool = False
+    # Low-traffic guard: a page tier pages only with at least this many bad events in its long
+    # window (below it, it tickets); None = the build's default (--page-min-bad-events), 0 = off.
+    page_min_bad_events: int | None = None
     origin: Origin = field(default_factory=lambda: Origin(file="<memory>"))
 
     @property

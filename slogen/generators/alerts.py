@@ -6,21 +6,32 @@ Default mode: every tier is its own rule (same alert name), told apart by `slo_t
 `summary`, `description` and `runbook_url` annotations. Aggregations use
 `max without (sloth_window)`, so labels like `cluster` pass through to the alert.
 `--sloth-compat` emits Sloth's two rules (page, ticket), each an `or` of its two tiers.
+
+Low-traffic guard (tiers.page_min_bad_events): a page tier also needs at least N bad events in
+its long window (`slo:sli_errors:rate<long> * <long seconds> > N - 0.5`: events are whole, so
+the half keeps the comparison off the float ties of rate arithmetic); its ticket twin
+`<tier>-low-traffic` fires on the same burn `unless` that count is met. Exactly one of the two
+fires for a burn, per cluster: every arm keeps the same labels (`max without (sloth_window)`).
 """
 
 from __future__ import annotations
 
+import re
+
+from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators.options import SLOContext, dec
+from slogen.generators.tiers import page_min_bad_events
 from slogen.gofmt import go_g, label_filter
-from slogen.model import AlertMeta, EventsSLI, RawSLI, Rule, RuleGroup, Tier
+from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
 
 GROUP_PREFIX = "sloth-slo-alerts-"
 RUNBOOK_DIR = "docs/runbooks"
 SEVERITY = {"page": "critical", "ticket": "warning"}
 TIER_NO_DATA = "no-data"
 NO_DATA_SUFFIX = "NoData"
+LOW_TRAFFIC_SUFFIX = "-low-traffic"
 HOUR_MS = 3_600_000
 
 
@@ -38,6 +49,11 @@ def no_data_alert_name(alert_name: str) -> str:
     return alert_name + NO_DATA_SUFFIX
 
 
+def low_traffic_tier(tier: str) -> str:
+    """The `slo_tier` of a page tier's ticket twin: the same burn with too few bad events to page."""
+    return tier + LOW_TRAFFIC_SUFFIX
+
+
 def alert_rules(ctx: SLOContext) -> RuleGroup:
     group = RuleGroup(GROUP_PREFIX + ctx.slo.id)
     if ctx.opts.disable_alerts:
@@ -49,10 +65,15 @@ def alert_rules(ctx: SLOContext) -> RuleGroup:
             if not meta.disable:
                 group.rules.append(_sloth_alert(ctx, meta, tiers[quick], tiers[slow]))
         return group
+    need = page_min_bad_events(ctx)
     for tier in ctx.tiers:
         meta = a.page if tier.severity == "page" else a.ticket
-        if not meta.disable:
-            group.rules.append(_tier_alert(ctx, meta, tier))
+        if meta.disable:
+            continue
+        guarded = need if tier.severity == "page" else 0
+        group.rules.append(_tier_alert(ctx, meta, tier, guarded))
+        if guarded and not a.ticket.disable:
+            group.rules.append(_low_traffic_ticket(ctx, a.ticket, tier, need))
     if group.rules:
         group.rules.append(_no_data_alert(ctx))
     return group
@@ -87,15 +108,28 @@ def threshold(ctx: SLOContext, tier: Tier) -> str:
     return f"({go_g(tier.factor)} * {dec(ctx.error_budget)})"
 
 
-def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier) -> Rule:
-    slo = ctx.slo
-    flt = label_filter(slo.id_labels)
+def _burn(ctx: SLOContext, tier: Tier) -> str:
+    """Both windows' error ratios above the tier's threshold, per series (e.g. cluster)."""
+    flt = label_filter(ctx.slo.id_labels)
     thr = threshold(ctx, tier)
 
     def cond(window: int) -> str:
         return f"max without ({C.LABEL_WINDOW}) ({C.sli_error_ratio(format_duration(window))}{flt} > {thr})"
 
-    expr = f"{cond(tier.window.short_window)}\nand\n{cond(tier.window.long_window)}\n"
+    return f"{cond(tier.window.short_window)}\nand\n{cond(tier.window.long_window)}\n"
+
+
+def guard(ctx: SLOContext, tier: Tier, need: int) -> str:
+    """At least `need` bad events in the tier's long window: rate x seconds, with half an event's slack."""
+    seconds = tier.window.long_window / 1000
+    rate = C.sli_errors_rate(format_duration(tier.window.long_window))
+    return (f"max without ({C.LABEL_WINDOW}) ({rate}{label_filter(ctx.slo.id_labels)} * {go_g(seconds)} "
+            f"> {go_g(need - 0.5)})\n")
+
+
+def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> Rule:
+    slo = ctx.slo
+    expr = _burn(ctx, tier) + (f"and\n{guard(ctx, tier, need)}" if need else "")
     labels = {C.LABEL_ALERT_SEVERITY: SEVERITY[tier.severity], **meta.labels,
               C.LABEL_SEVERITY: tier.severity, C.LABEL_TIER: tier.name,
               C.LABEL_LONG_WINDOW: tier.long, C.LABEL_SHORT_WINDOW: tier.short}
@@ -119,6 +153,31 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier) -> Rule:
     return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann)
 
 
+def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int) -> Rule:
+    """The page tier's burn with fewer than `need` bad events in its long window: a ticket, not a page.
+    Its annotations are the tier's (with the ticket alert's own), summary and description aside."""
+    slo = ctx.slo
+    labels = {C.LABEL_ALERT_SEVERITY: SEVERITY["ticket"], **meta.labels,
+              C.LABEL_SEVERITY: "ticket", C.LABEL_TIER: low_traffic_tier(tier.name),
+              C.LABEL_LONG_WINDOW: tier.long, C.LABEL_SHORT_WINDOW: tier.short}
+    factor = go_g(round(tier.factor, 4))
+    ann = {
+        **_tier_alert(ctx, meta, tier).annotations,
+        "summary": (f"{slo.service} {slo.name}: error budget burning {factor}x too fast ({tier.name}), "
+                    f"but with under {need} bad events in {tier.long}: a ticket, not a page (low traffic)."),
+        "description": (
+            f"The error ratio of SLO {slo.id} ({dec(slo.objective)}% over {format_duration(ctx.period)}) is above "
+            f"{factor}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}, "
+            f"but fewer than {need} bad events happened in the last {tier.long}: at low traffic a single failed "
+            f"request crosses the threshold, so the {tier.name} tier tickets until there are {need} "
+            f"(page_min_bad_events), then pages." + (f" {slo.description}" if slo.description else "")
+        ),
+        **meta.annotations,
+    }
+    expr = _burn(ctx, tier) + f"unless\n{guard(ctx, tier, need)}"
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann)
+
+
 def no_data_selectors(ctx: SLOContext) -> list[str]:
     sli = ctx.slo.sli
     if isinstance(sli, EventsSLI) and sli.sources:
@@ -130,10 +189,65 @@ def no_data_selectors(ctx: SLOContext) -> list[str]:
     return [f"{C.sli_total_rate(base)}{flt}"]
 
 
-def no_data_scope(ctx: SLOContext) -> tuple[str, ...]:
-    """The labels an SLI is evaluated per (its `by`, e.g. cluster): each gets its own no-data arm."""
+def sli_by(sli) -> tuple[str, ...]:
+    """The labels an SLI's queries keep through aggregation: a plugin's `by`, or, for a query written
+    by hand, the labels of its `by (...)` clauses when every aggregation in it names the same ones."""
+    if isinstance(sli, EventsSLI):
+        return tuple(sli.by) or kept_labels(sli.total_query)
+    if isinstance(sli, RatioSLI):
+        return kept_labels(sli.total_query)
+    return kept_labels(sli.error_ratio_query)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_AGGREGATION_CLAUSE = re.compile(r"\b(by|without)\s*\(([^()]*)\)")
+_WINDOW_SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^{}]*\})?\s*\[\{\{\s*\.window\s*\}\}\]")
+
+
+def kept_labels(query: str) -> tuple[str, ...]:
+    """`sum by (cluster) (rate(...))`, `sum(rate(...)) by (cluster)` -> ("cluster",); () when the query
+    aggregates everything away (`sum(...)`), uses `without`, or mixes different `by` lists."""
+    clauses = _AGGREGATION_CLAUSE.findall(_STRING.sub('""', query))
+    if not clauses or any(kind != "by" for kind, _ in clauses):
+        return ()
+    lists = {tuple(x.strip() for x in labels.split(",") if x.strip()) for _, labels in clauses}
+    return lists.pop() if len(lists) == 1 else ()
+
+
+def source_selectors(ctx: SLOContext) -> list[str]:
+    """The SLI's source series: a plugin's own selectors, or those a hand-written query reads over `{{.window}}`."""
     sli = ctx.slo.sli
-    return tuple(sli.by) if isinstance(sli, EventsSLI) and sli.by and not ctx.opts.disable_recordings else ()
+    if isinstance(sli, EventsSLI) and sli.sources:
+        return list(sli.sources)
+    query = sli.error_ratio_query if isinstance(sli, RawSLI) else sli.total_query
+    return list(dict.fromkeys(name + (matchers or "") for name, matchers in _WINDOW_SELECTOR.findall(query)))
+
+
+def _recorded(ctx: SLOContext) -> str:
+    """The base-window series the SLI records per scope: its total event rate, or a raw SLI's ratio."""
+    base = format_duration(ctx.base_window)
+    series = C.sli_error_ratio(base) if isinstance(ctx.slo.sli, RawSLI) else C.sli_total_rate(base)
+    return f"{series}{label_filter(ctx.slo.id_labels)}"
+
+
+def no_data_scope(ctx: SLOContext) -> tuple[str, ...]:
+    """The labels the no-data alert has one arm per: the SLI's `by` (e.g. cluster), watched on its
+    recorded rate; or, when the SLI aggregates them away (`sum(rate(...))`), `cluster`, watched on its
+    source series (no_data_watched). () when neither is possible."""
+    if ctx.opts.disable_recordings:
+        return ()
+    by = sli_by(ctx.slo.sli)
+    if by:
+        return by
+    return (LABEL_CLUSTER,) if source_selectors(ctx) else ()
+
+
+def no_data_watched(ctx: SLOContext) -> list[str]:
+    """The series whose lapse in one scope fires that scope's arm: the recorded rate when it keeps the
+    scope's labels, else the SLI's source selectors (which carry `cluster` in a fleet-wide ruler)."""
+    if not no_data_scope(ctx):
+        return []
+    return [_recorded(ctx)] if sli_by(ctx.slo.sli) else source_selectors(ctx)
 
 
 def no_data_lookback(ctx: SLOContext) -> int:
@@ -159,12 +273,18 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
     per_scope = ""
     if scope:
         by = ", ".join(scope)
-        recorded = f"{C.sli_total_rate(format_duration(ctx.base_window))}{label_filter(slo.id_labels)}"
+        watched = no_data_watched(ctx)
         lookback = format_duration(no_data_lookback(ctx))
-        expr += (f"or\n(\n  group by ({by}) (present_over_time({recorded}[{lookback}]))\n  unless\n"
-                 f"  group by ({by}) ({recorded})\n  unless on ()\n  ({' or '.join(absents)})\n)\n")
-        per_scope = (f" Per {by}: the SLI's recorded rate {recorded} stopped where it was reported within the last "
-                     f"{lookback} (the alert's labels name where), while the sources still report elsewhere.")
+        present = " or ".join(f"present_over_time({w}[{lookback}])" for w in watched)
+        expr += (f"or\n(\n  group by ({by}) ({present})\n  unless\n"
+                 f"  group by ({by}) ({' or '.join(watched)})\n  unless on ()\n  ({' or '.join(absents)})\n)\n")
+        if sli_by(slo.sli):
+            per_scope = (f" Per {by}: the SLI's recorded rate {watched[0]} stopped where it was reported within the "
+                         f"last {lookback} (the alert's labels name where), while the sources still report elsewhere.")
+        else:
+            per_scope = (f" Per {by}: the SLI's sources ({', '.join(watched)}) stopped in a {by} where they reported "
+                         f"within the last {lookback} (the alert's labels name where), while the SLI, summed over every "
+                         f"{by}, goes on without it.")
     ann = {
         "summary": f"{slo.service} {slo.name}: the SLI has no data, so its burn-rate alerts cannot fire.",
         "description": (f"No samples for {format_duration(wait)} from: {', '.join(selectors)}.{per_scope} Check that "

@@ -16,6 +16,9 @@ UNREACHABLE_FAIL = "fail"
 UNREACHABLE_RESCALE = "rescale"
 # Rescaled tiers fire when this share of events fails (a threshold must stay below 1 to be reachable).
 RESCALE_CEILING = 0.9
+# Low-traffic guard: a page needs at least this many bad events in its tier's long window, else it
+# tickets (docs/slogen.md, "Low traffic": one failed request, or one and its retry, must not page).
+DEFAULT_PAGE_MIN_BAD_EVENTS = 3
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class GenOptions:
     runbook_base_url: str = DEFAULT_RUNBOOK_BASE_URL
     unreachable_tiers: str = UNREACHABLE_FAIL
     derive_above: int | None = None  # windows longer than this come from the base-window rates; None = longest page window
+    page_min_bad_events: int = DEFAULT_PAGE_MIN_BAD_EVENTS  # for SLOs that set none; 0 turns the guard off
     version: str = VERSION_LABEL
 
 

@@ -96,6 +96,10 @@ def _slo_queries(slo: SLOView) -> dict[str, str]:
                                                           q.eq(c.LABEL_ALERTSTATE, c.ALERTSTATE_FIRING)]),
                         (c.LABEL_ALERTNAME, c.SLO.LABEL_TIER, c.SLO.LABEL_ALERT_SEVERITY)),
     }
+    if slo.page_min_bad_events:  # the low-traffic guard's count: bad events in each page tier's long window
+        longs = sorted({t.long_window for t in slo.tiers if t.severity == "page"}, key=window_seconds)
+        out["bad_events"] = "\n".join(
+            f"{q.selector(c.SLO.sli_errors_rate(w), m)} * {window_seconds(w)}   # {w}" for w in longs)
     return out
 
 

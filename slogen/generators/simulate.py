@@ -6,17 +6,25 @@ tier's state at each evaluation. It mirrors the rules exactly for the inputs the
 feed: counters that start at 0 on the evaluation grid (so `rate()` needs no extrapolation
 and equals increase / window), range selectors [t - W, t], one sample per step, and
 sum_over_time over the recorded base-window rates for derived windows.
+
+It models the low-traffic guard too: a guarded page tier fires only when its long window holds
+more than N - 0.5 bad events (`rate x seconds`; avg_over_time of the base rate where that window
+is derived), and its ticket twin (`<tier>-low-traffic`) fires on the same burn with fewer. Traffic
+is uniform by default; the low-traffic scenarios pass the requests of each step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slogen.generators.alerts import low_traffic_tier
 from slogen.generators.options import SLOContext
 from slogen.generators.sli import windows as sli_windows
+from slogen.generators.tiers import page_min_bad_events
 from slogen.model import Tier
 
 ROBUST_MARGIN = 0.05  # a checkpoint is robust when no deciding ratio is within 5% of its threshold
+ROBUST_EVENTS = 0.25  # ... and no guard's count of bad events within a quarter event of its N - 0.5
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,13 @@ class Simulation:
         return [k for k in range(1, len(s)) if not s[k].firing and s[k - 1].firing]
 
 
-def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool) -> Simulation:
-    """Evaluate every enabled tier at each step 0..len(bad)-1.
+def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool,
+             traffic: list[float] | None = None, units: float = 1.0) -> Simulation:
+    """Evaluate every enabled tier (and each guarded page tier's ticket twin) at each step 0..len(bad)-1.
 
-    Request SLIs: step k adds one unit of traffic, `bad[k]` of it bad (step 0 is the counters'
-    first sample, so bad[0] is ignored). Gauge SLIs: bad[k] is 1 while saturated.
+    Request SLIs: step k adds `traffic[k]` units of traffic (1 when not given), `bad[k]` of it bad
+    (step 0 is the counters' first sample, so bad[0] is ignored); a unit is `units` events, which
+    only the low-traffic guard's counts read. Gauge SLIs: bad[k] is 1 while saturated.
     """
     n = len(bad)
     base = ctx.base_window
@@ -58,8 +68,12 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
             lo = max(0, k - steps)  # samples j in [k - steps, k]
             return E[k] - (E[lo - 1] if lo > 0 else 0.0), T[k] - (T[lo - 1] if lo > 0 else 0.0)
     else:
-        E = _cumsum([0.0] + [bad[k] for k in range(1, n)])
-        T = _cumsum([0.0] + [1.0] * (n - 1))
+        if traffic is None:
+            E = _cumsum([0.0] + [bad[k] for k in range(1, n)])
+            T = _cumsum([0.0] + [1.0] * (n - 1))
+        else:
+            E = _cumsum([0.0] + [bad[k] * traffic[k] for k in range(1, n)])
+            T = _cumsum([0.0] + [traffic[k] for k in range(1, n)])
 
         def window(k: int, steps: int) -> tuple[float, float]:
             lo = max(0, k - steps)
@@ -81,8 +95,21 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
             t = PT[k] - (PT[lo - 1] if lo > 0 else 0.0)
         return e / t if t > 0 else None
 
+    def bad_events(k: int, w: int) -> float | None:
+        """What the guard reads: the recorded bad-event rate over w, times w in seconds."""
+        steps = w // step
+        if w == base or w <= ctx.derive_above:
+            e, t = window(k, steps)
+            return e * units if k >= 1 else None
+        first = max(1, k - steps)  # avg_over_time over the base rate's samples in [t - w, t] (from step 1 on)
+        if k < first:
+            return None
+        return (PE[k] - PE[first - 1]) * (w / base) / (k - first + 1) * units
+
     thresholds = {t.name: t.factor * float(ctx.error_budget) for t in tiers}
+    need = page_min_bad_events(ctx) if not gauge else 0
     states: dict[str, list[TierState]] = {t.name: [] for t in tiers}
+    states.update({low_traffic_tier(t.name): [] for t in tiers if need and t.severity == "page"})
     for k in range(n):
         for t in tiers:
             thr = thresholds[t.name]
@@ -93,7 +120,18 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
                 robust = all(mg >= ROBUST_MARGIN for mg in margins)
             else:
                 robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
-            states[t.name].append(TierState(firing, robust))
+            if not (need and t.severity == "page"):
+                states[t.name].append(TierState(firing, robust))
+                continue
+            # Guarded: the page needs the count, its ticket twin fires on the same burn without it.
+            count = bad_events(k, t.window.long_window)
+            enough = count is not None and count > need - 0.5
+            sure = count is None or abs(count - (need - 0.5)) >= ROBUST_EVENTS
+            states[t.name].append(TierState(firing and enough, (robust and sure) if firing and enough else
+                                            ((not firing and robust) or (not enough and sure))))
+            states[low_traffic_tier(t.name)].append(TierState(
+                firing and not enough, (robust and sure) if firing and not enough else
+                ((not firing and robust) or (enough and sure))))
     return Simulation(step, bad, states)
 
 

@@ -9,7 +9,11 @@ Default (traffic-weighted) mode, for event SLIs:
     every event is weighted once, however uneven the traffic, at the cost of reading two
     recorded series instead of every raw series over days. Within the window, each event
     weighs exactly 1 when the evaluation interval divides B; only the B-long ramps at the two
-    window edges weigh events partially (see docs/slogen.md for the bound).
+    window edges weigh events partially (see docs/slogen.md for the bound);
+  * a guarded page tier's long window W (1h, 6h; tiers.guard_windows) records its error and
+    total event rates too, `slo:sli_errors:rate<W>` / `slo:sli_total:rate<W>`, and its ratio from
+    them: rate x W seconds is the bad events the low-traffic guard counts (a derived W records
+    the errors' average base rate instead).
 `--sloth-compat` emits Sloth's rules instead: raw ratios for every alert window and the
 period as the average of 5m ratios (`sum_over_time(ratio) / count_over_time(ratio)`).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators.options import SLOContext
+from slogen.generators.tiers import guard_windows
 from slogen.gofmt import label_filter
 from slogen.loaders.common import WINDOW_TPL_RE
 from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup
@@ -109,14 +114,27 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
         Rule(expr=f"{tot_b}\n", record=total, labels=_labels(ctx, base)),
         Rule(expr=f"{errors}{flt}\n/\n{total}{flt}\n", record=C.sli_error_ratio(b), labels=_labels(ctx, base)),
     ]
+    guarded = set(guard_windows(ctx))
     for window in windows(ctx):
         if window == base:
             continue
         w = format_duration(window)
-        if window <= ctx.derive_above:
+        labels = _labels(ctx, window)
+        if window <= ctx.derive_above and window in guarded:
+            # A guarded page window records its event rates as the base window does: the low-traffic
+            # guard counts the errors (rate x seconds), the ratio divides the two (no query runs twice).
+            errors_w, total_w = C.sli_errors_rate(w), C.sli_total_rate(w)
+            rules += [Rule(expr=render(f"{err_q}\n" if complete else f"({err_q})\nor\n0 * ({tot_q})\n", window),
+                           record=errors_w, labels=labels),
+                      Rule(expr=render(f"{tot_q}\n", window), record=total_w, labels=dict(labels))]
+            expr = f"{errors_w}{flt}\n/\n{total_w}{flt}\n"
+        elif window <= ctx.derive_above:
             err_w = err_q if complete else f"({err_q})\nor\n0 * ({tot_q})"  # as the base window: no errors is 0
             expr = render(f"({err_w})\n/\n({tot_q})\n", window)
         else:
+            if window in guarded:  # the guard's count from the base rate: avg over the window, x its seconds
+                rules.append(Rule(expr=f"avg_over_time({errors}{flt}[{w}])\n", record=C.sli_errors_rate(w),
+                                  labels=labels))
             expr = f"sum_over_time({errors}{flt}[{w}])\n/\nsum_over_time({total}{flt}[{w}])\n"
-        rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=_labels(ctx, window)))
+        rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=dict(labels)))
     return rules

@@ -11,8 +11,13 @@ Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), these scen
     request ends late instead, once per late outcome (upstream_timeout, client_gave_up): the
     error ratio is 1 as in an outage, but it comes from other series, and a latency SLI that
     reads only its histograms would never fire;
-  * no data: no source series, so the no-data alert fires after its `for`; and, for an SLI
-    evaluated per cluster (its `by`), one cluster of two going dark fires it for that cluster only.
+  * low traffic (SLOs whose pages the low-traffic guard covers): 6 requests an hour, one every
+    10 minutes; one failed request fires the guarded page tiers' ticket twins (and whichever
+    ticket tiers it crosses) but no page; a full outage at that traffic still pages, once its
+    long window holds page_min_bad_events failed requests;
+  * no data: no source series, so the no-data alert fires after its `for`; and, per cluster
+    (the SLI's `by`, or the `cluster` of its sources when it sums them), one cluster of two going
+    dark fires it for that cluster only.
 Expectations come from generators/simulate.py, and each check is placed on both sides of a
 tier's transition at steps where no deciding ratio is within 5% of its threshold, so the tests
 pin the firing and resolving times to one evaluation interval without being brittle.
@@ -27,14 +32,17 @@ from dataclasses import dataclass, replace
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators import SLOResult
-from slogen.generators.alerts import no_data_alert_name, no_data_lookback, no_data_scope, no_data_selectors
+from slogen.generators.alerts import (kept_labels, low_traffic_tier, no_data_alert_name, no_data_lookback,
+                                     no_data_scope, no_data_selectors, sli_by)
 from slogen.generators.bucket_alerts import bucket_edge_tests
 from slogen.generators.simulate import Simulation, simulate
+from slogen.generators.tiers import page_min_bad_events
 from slogen.gofmt import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from slogen.plugins.llm import PluginError, parse_selector
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
+LOW_TRAFFIC_PER_HOUR = 6  # requests an hour in the low-traffic scenarios: one every 10 minutes
 STEPS_PER_BASE_WINDOW = 1
 HANG_MS = 2 * 3_600_000  # how long the engine hangs in the hang scenarios
 
@@ -126,8 +134,10 @@ def infer_fixtures(sli: EventsSLI) -> tuple[SeriesFixture, ...]:
     errs, tots = _RATE_SEL.findall(sli.error_query), _RATE_SEL.findall(sli.total_query)
     if len(errs) != 1 or len(tots) != 1 or errs[0][0] != tots[0][0]:
         return ()
-    if re.search(r"\b(by|without)\s*\(", sli.total_query + sli.error_query):
-        return ()
+    by = kept_labels(sli.total_query)
+    if re.search(r"\b(by|without)\s*\(", sli.total_query + sli.error_query) and not (
+            by and kept_labels(sli.error_query) == by):
+        return ()  # it keeps labels we cannot name, or the two queries keep different ones
     try:
         em, tm = parse_selector(errs[0][1] or ""), parse_selector(tots[0][1] or "")
     except PluginError:
@@ -144,7 +154,8 @@ def infer_fixtures(sli: EventsSLI) -> tuple[SeriesFixture, ...]:
     if bad is None or good is None:
         return ()
     metric = tots[0][0]
-    return (SeriesFixture(metric, good, "good"), SeriesFixture(metric, bad, "bad"))
+    scope = {label: f"{label}-a" for label in by}
+    return (SeriesFixture(metric, {**good, **scope}, "good"), SeriesFixture(metric, {**bad, **scope}, "bad"))
 
 
 def _matches(op: str, pattern: str, value: str) -> bool:
@@ -212,11 +223,14 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
                                       f"the budget rate: tickets, no page", bad2, sim2))
 
     sli = ctx.slo.sli
-    split = sli.by[0] if isinstance(sli, EventsSLI) and sli.by and all(sli.by[0] in f.labels for f in fixtures) else ""
+    by = sli_by(sli)
+    split = by[0] if by and all(by[0] in f.labels for f in fixtures) else ""
     groups = [scenarios] if split and len(scenarios) > 1 else [[s] for s in scenarios]
     # Hangs get groups of their own, so the outage and slow-burn groups stay as they were.
     hangs = _hang_scenarios(ctx, tiers, fixtures, step, history, recovery=longest_short * 2 + 10)
     groups += [hangs] if split and len(hangs) > 1 else [[s] for s in hangs]
+    quiet = _low_traffic_scenarios(ctx, tiers, step, gauge, history, recovery=longest_short * 2 + 10)
+    groups += [quiet] if split and len(quiet) > 1 else [[s] for s in quiet]
     out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
     out.append(_no_data_group(r, step))
     out += _scope_dark_groups(r, fixtures, step)
@@ -233,6 +247,7 @@ class Scenario:
     bad: list[float]
     sim: Simulation
     incident: str = ""
+    per_hour: int = 0  # requests an hour, one at a time; 0: UNITS_PER_STEP events every step
 
 
 def _named_page_quick(name: str, sim: Simulation, tiers: list[Tier], ctx, history: int, step: int, gauge: bool) -> str:
@@ -267,18 +282,85 @@ def _hang_scenarios(ctx, tiers: list[Tier], fixtures: tuple[SeriesFixture, ...],
 def _run(ctx, tiers: list[Tier], step: int, gauge: bool, *, history: int, level: float, max_burn: int,
          recovery: int, fixed: bool = False) -> tuple[Simulation | None, list[float]]:
     """Burn until every tier that can fire has fired (+5 steps), or for exactly `max_burn` steps
-    when `fixed`, then recover until all resolve; None when no tier fires."""
+    when `fixed`, then recover until all resolve (the guard's ticket twins too); None when no tier fires."""
     bad = _profile(history, level, max_burn, 0, gauge)
-    sim = simulate(ctx, tiers, bad, step, gauge)
+    sim = _simulate(ctx, tiers, bad, step, gauge)
     fired = [sim.fire_steps(t.name)[0] for t in tiers if sim.fire_steps(t.name)]
     if not fired:
         return None, bad
     burn = max_burn if fixed else max(fired) - history + 5
     bad = _profile(history, level, burn, recovery, gauge)
-    sim = simulate(ctx, tiers, bad, step, gauge)
-    last = max((s[-1] for t in tiers for s in [sim.resolve_steps(t.name)] if s), default=len(bad) - 1)
+    sim = _simulate(ctx, tiers, bad, step, gauge)
+    last = max((s[-1] for name in sim.states for s in [sim.resolve_steps(name)] if s), default=len(bad) - 1)
     bad = bad[: last + 3]
-    return simulate(ctx, tiers, bad, step, gauge), bad
+    return _simulate(ctx, tiers, bad, step, gauge), bad
+
+
+def _simulate(ctx, tiers: list[Tier], bad: list[float], step: int, gauge: bool, per_hour: int = 0) -> Simulation:
+    """`simulate` with the traffic a scenario's series carry: UNITS_PER_STEP events a step, or `per_hour` requests."""
+    if per_hour:
+        return simulate(ctx, tiers, bad, step, gauge, traffic=_requests(len(bad), step, per_hour))
+    return simulate(ctx, tiers, bad, step, gauge, units=UNITS_PER_STEP)
+
+
+def _requests(n: int, step: int, per_hour: int) -> list[float]:
+    """Requests in each step when one arrives every hour / per_hour (the first at that time, none at 0)."""
+    every = 3_600_000 // per_hour
+    return [0.0] + [float(k * step // every - (k - 1) * step // every) for k in range(1, n)]
+
+
+def _low_traffic_scenarios(ctx, tiers: list[Tier], step: int, gauge: bool, history: int,
+                           recovery: int) -> list[Scenario]:
+    """At LOW_TRAFFIC_PER_HOUR requests an hour, where the low-traffic guard covers the pages: one
+    failed request after clean traffic; a full outage until the pages fire, then recovery. Each runs
+    until the page tiers and their ticket twins have settled (the ticket tiers' own resolution,
+    hours later, is the high-traffic tests' business)."""
+    need = page_min_bad_events(ctx)
+    pages = [t.name for t in tiers if t.severity == "page"]
+    if gauge or not need or not pages:
+        return []
+    rate = LOW_TRAFFIC_PER_HOUR
+    guarded = pages + [low_traffic_tier(name) for name in pages]
+    tail = max(t.window.long_window for t in tiers) // step + recovery
+
+    def settled(sim: Simulation, floor: int) -> int:
+        """Steps to keep: past every first firing, and every page or twin resolving, plus 3."""
+        ends = [sim.fire_steps(name)[0] for name in sim.states if sim.fire_steps(name)]
+        ends += [k for name in guarded if name in sim.states for k in sim.resolve_steps(name)]
+        return max(ends + [floor]) + 3
+
+    requests = _requests(history + tail, step, rate)
+    at = next(k for k in range(history, len(requests)) if requests[k] >= 1)
+    bad = [0.0] * len(requests)
+    bad[at] = 1.0 / requests[at]  # one of the step's requests fails
+    bad = bad[: settled(_simulate(ctx, tiers, bad, step, gauge, rate), at)]
+    one = _simulate(ctx, tiers, bad, step, gauge, rate)
+    fired = [name for name in one.states if one.fire_steps(name)]
+    tickets = [name for name in fired if name not in pages]
+    paged = [name for name in fired if name in pages]
+    name = (f"one failed request at {rate} requests/hour after {format_duration(history * step)} of clean traffic: "
+            + (f"tickets ({', '.join(tickets)})" if tickets else "no ticket")
+            + (f", pages ({', '.join(paged)})" if paged else ", no page"))
+    out = [Scenario("one-error", name, bad, one, per_hour=rate)]
+
+    sim = _simulate(ctx, tiers, _profile(history, 1.0, tail, 0, gauge), step, gauge, rate)
+    fires = sorted((sim.fire_steps(name)[0], name) for name in pages if sim.fire_steps(name))
+    if not fires:
+        return out  # too few requests in any page window to ever page: nothing more to show
+    bad = _profile(history, 1.0, fires[-1][0] - history + 5, recovery, gauge)
+    bad = bad[: settled(_simulate(ctx, tiers, bad, step, gauge, rate), history)]
+    sim = _simulate(ctx, tiers, bad, step, gauge, rate)
+    k, tier = min((sim.fire_steps(name)[0], name) for name in pages if sim.fire_steps(name))
+    failed = int(sum(_requests(k + 1, step, rate)[history:]))
+    name = (f"a full outage at {rate} requests/hour after {format_duration(history * step)} of clean traffic: "
+            f"{tier} pages {format_duration((k - history + 1) * step)} after it starts, at its {_ordinal(failed)} "
+            f"failed request (page_min_bad_events: {need})")
+    out.append(Scenario("low-traffic-outage", name, bad, sim, per_hour=rate))
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _profile(history: int, level: float, burn: int, recovery: int, gauge: bool) -> list[float]:
@@ -310,7 +392,7 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
     for s in scenarios:  # pad the shorter scenarios with clean traffic
         if len(s.bad) < n:
             s.bad = s.bad + [0.0] * (n - len(s.bad))
-            s.sim = simulate(r.ctx, tiers, s.bad, step, any(f.role == "gauge" for f in fixtures))
+            s.sim = _simulate(r.ctx, tiers, s.bad, step, any(f.role == "gauge" for f in fixtures), s.per_hour)
     by_tier = {x.labels.get(C.LABEL_TIER): x for x in r.rules.alerts.rules}
     alert = next(x.alert for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) != "no-data")
     base_labels = _alert_series_labels(r, fixtures)
@@ -319,7 +401,8 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
         exp = []
         for s in scenarios:
             labels = {**base_labels, split: s.key} if split else base_labels
-            exp += [_expected(by_tier[t.name], labels) for t in tiers if s.sim.states[t.name][k].firing]
+            exp += [_expected(by_tier[name], labels) for name, states in s.sim.states.items()
+                    if states[k].firing and name in by_tier]
         checks.append({"eval_time": format_duration(k * step), "alertname": alert,
                        "exp_alerts": sorted(exp, key=lambda e: sorted(e["exp_labels"].items()))})
     checks.append({"eval_time": format_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
@@ -327,7 +410,8 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
     for s in scenarios:
         for f in _staged(fixtures, s.incident):
             fx = replace(f, labels={**f.labels, split: s.key}) if split else f
-            series.append(_series(fx, s.bad, hang=bool(s.incident)))
+            series.append(_series(fx, s.bad, hang=bool(s.incident),
+                                  traffic=_requests(len(s.bad), step, s.per_hour) if s.per_hour else None))
     name = "; ".join(s.name for s in scenarios) + (f" (one {split} each)" if split and len(scenarios) > 1 else "")
     return {"name": f"{r.slo.id}: {name}", "interval": format_duration(step), "input_series": series,
             "alert_rule_test": checks}
@@ -366,23 +450,29 @@ LOOKBACK_DELTA_MS = 300_000  # Prometheus' default: how long an instant selector
 
 
 def _scope_dark_groups(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int) -> list[dict]:
-    """For an SLI evaluated per cluster (its first `by` label): two clusters report clean traffic
-    and one goes dark, so the no-data alert fires for that cluster only, after its recorded rate
-    lapses plus `for`; and both go dark, so it fires once, from `absent()`, not once per cluster."""
+    """Per cluster (the SLI's first `by` label, or the `cluster` of its sources when it sums them):
+    two clusters report clean traffic and one goes dark, so the no-data alert fires for that cluster
+    only, after its recorded rate (or its sources) lapses plus `for`; and both go dark, so it fires
+    once, from `absent()`, not once per cluster."""
     scope = no_data_scope(r.ctx)
     fixtures = tuple(_staged(fixtures, ""))
-    if not scope or not all(label in f.labels for f in fixtures for label in scope):
+    # The SLI keeps the scope labels (its `by`), so the arm watches its recorded rate; or it sums
+    # them away, so the arm watches its sources, whose series carry `cluster` (added below).
+    recorded = bool(sli_by(r.slo.sli))
+    if not scope or (recorded and not all(label in f.labels for f in fixtures for label in scope)):
         return []
     rule = next(x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) == "no-data")
     label = scope[0]
-    others = {name: {f.labels[name] for f in fixtures} for name in scope[1:]}
+    others = {name: {f.labels.get(name, "") for f in fixtures} for name in scope[1:]}
     if any(len(values) != 1 for values in others.values()):
         return []
     w = max(1, r.ctx.base_window // step)  # steps per base window
     wait = -(-2 * r.ctx.base_window // step)  # the alert's `for`, in steps
     stop = 2 * w + 2  # samples of a cluster that goes dark: enough for its recorded rate to exist
-    # Its recorded rate lapses within one base window of its last sample; then `for` runs.
-    quiet_until, firing_at = stop + wait - 1, stop + w + wait + 2
+    # Its recorded rate lapses within one base window of its last sample (its sources, within the
+    # instant lookback); then `for` runs.
+    lapse = w if recorded else -(-LOOKBACK_DELTA_MS // step)
+    quiet_until, firing_at = stop + wait - 1, stop + lapse + wait + 2
     if (firing_at - stop + 1) * step >= no_data_lookback(r.ctx):
         return []
 
@@ -425,12 +515,10 @@ def _equality_labels(sel: str) -> dict[str, str]:
 def _alert_series_labels(r: SLOResult, fixtures) -> dict[str, str]:
     """Labels the recorded error ratios carry into the alert (ids, spec labels, passed-through labels)."""
     labels = {**r.slo.id_labels, **r.ctx.labels}
-    sli = r.slo.sli
-    if isinstance(sli, EventsSLI):
-        for name in sli.by:
-            values = {f.labels.get(name) for f in fixtures if name in f.labels}
-            if len(values) == 1:
-                labels[name] = values.pop()
+    for name in sli_by(r.slo.sli):
+        values = {f.labels.get(name) for f in fixtures if name in f.labels}
+        if len(values) == 1:
+            labels[name] = values.pop()
     return labels
 
 
@@ -448,7 +536,7 @@ _GROWTH = {
 }
 
 
-def _series(f: SeriesFixture, bad: list[float], hang: bool = False) -> dict:
+def _series(f: SeriesFixture, bad: list[float], hang: bool = False, traffic: list[float] | None = None) -> dict:
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(f.labels.items()))
     name = f"{f.name}{{{labels}}}"
     if f.role == "gauge":
@@ -457,7 +545,7 @@ def _series(f: SeriesFixture, bad: list[float], hang: bool = False) -> dict:
     values, acc = [], 0.0
     for k, b in enumerate(bad):
         if k:
-            acc += per_step(b) * UNITS_PER_STEP
+            acc += per_step(b) * (UNITS_PER_STEP if traffic is None else traffic[k])
         values.append(round(acc, 6))
     if f.role == "late":
         return {"series": name, "values": _from_first_use(values)}

@@ -5,6 +5,12 @@ exceed 1, so a tier with factor x (1 - objective) >= 1 can never fire: with a 90
 14.4x tier needs 144% errors. Sloth emits such alerts silently. slogen fails by default,
 naming the tier and the fix, or (`--unreachable-tiers rescale`) lowers the factor so the tier
 fires when RESCALE_CEILING (90%) of events fail over both of its windows.
+
+The low-traffic guard: at low traffic one failed request crosses every burn-rate threshold
+(1 request in 10 minutes: one error is a 1/6 error ratio over 1h, 167x a 99.9% budget). A page
+tier therefore also needs at least `page_min_bad_events` bad events in its long window; below
+that the same burn tickets instead (alerts.py). Raw-ratio SLIs have no counts and time-based
+SLIs sample every evaluation, so neither is guarded; nor is `--sloth-compat` output.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import replace
 from slogen.durations import format_duration
 from slogen.errors import SpecError
 from slogen.generators.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
-from slogen.model import SLO, Tier
+from slogen.model import SLO, EventsSLI, RawSLI, Tier
 
 
 def resolve(slo: SLO, opts: GenOptions) -> SLOContext:
@@ -51,3 +57,21 @@ def _reachable(slo: SLO, tier: Tier, opts: GenOptions) -> Tier:
         "or pass --unreachable-tiers rescale to cap the tier at a 90% error ratio",
         slo.origin.line,
     )
+
+
+def page_min_bad_events(ctx: SLOContext) -> int:
+    """The low-traffic guard's minimum for this SLO's page tiers; 0 where it does not apply."""
+    sli = ctx.slo.sli
+    if ctx.opts.sloth_compat or ctx.opts.disable_recordings or isinstance(sli, RawSLI):
+        return 0  # Sloth's rules as they are; no recorded event rates; a raw ratio has no counts
+    if isinstance(sli, EventsSLI) and sli.time_based:
+        return 0  # events are evaluation samples: they never run low
+    need = ctx.slo.page_min_bad_events
+    return max(0, ctx.opts.page_min_bad_events if need is None else need)
+
+
+def guard_windows(ctx: SLOContext) -> list[int]:
+    """The long windows of the guarded page tiers (each gets a recorded bad-event rate), shortest first."""
+    if ctx.opts.disable_alerts or ctx.slo.alerting.page.disable or not page_min_bad_events(ctx):
+        return []
+    return sorted({t.window.long_window for t in ctx.tiers if t.severity == "page"})

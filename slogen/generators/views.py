@@ -54,6 +54,9 @@ class SLOView:
     tiers: tuple[BurnTier, ...] = ()
     alert_name: str = ""  # "" when alerting is disabled
     by: tuple[str, ...] = ()  # labels the recorded ratios keep (the SLI's `by`, e.g. cluster)
+    # The low-traffic guard: page tiers need this many bad events in their long window, else
+    # their `<tier>-low-traffic` ticket twin fires (0: not guarded).
+    page_min_bad_events: int = 0
 
     @property
     def error_budget(self) -> float:
@@ -113,6 +116,7 @@ def from_context(ctx) -> SLOView:
     """The view of one resolved SLO (`slogen.generators.options.SLOContext`)."""
     from slogen.durations import format_duration
     from slogen.generators.sli import windows as recorded_windows
+    from slogen.generators.tiers import guard_windows, page_min_bad_events
     from slogen.model import EventsSLI, RawSLI
 
     slo = ctx.slo
@@ -146,6 +150,7 @@ def from_context(ctx) -> SLOView:
         tiers=tiers,
         alert_name=slo.alerting.name if ctx.alerts_enabled else "",
         by=tuple(sli.by) if isinstance(sli, EventsSLI) else (),
+        page_min_bad_events=page_min_bad_events(ctx) if guard_windows(ctx) else 0,
     )
 
 

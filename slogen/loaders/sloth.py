@@ -4,12 +4,14 @@ Mapping follows Sloth v0.16: SLO id = `<service>-<name>`, labels = spec labels o
 SLO labels, page/ticket alerts inherit `alerting.labels`/`annotations` and add their own.
 slogen extensions, ignored by Sloth itself so specs stay loadable there:
   * `period: 28d` at the top (all SLOs) or on one SLO: a per-SLO period;
+  * `page_min_bad_events: 3` (CRD `pageMinBadEvents`) at the top or on one SLO: the low-traffic
+    guard's minimum of bad events in a page tier's long window (0 turns it off);
   * `sli.plugin.id: llmslo/...`: built-in LLM SLI plugins (see slogen/plugins/llm.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slogen import plugins
@@ -34,12 +36,13 @@ class Dialect:
     page_alert: str
     ticket_alert: str
     slo_plugins: str
+    page_min_bad_events: str
 
 
 PROMETHEUS_V1 = Dialect("prometheus/v1", "cli-gen-prom", "", "error_query", "total_query", "error_ratio_query",
-                        "page_alert", "ticket_alert", "slo_plugins")
+                        "page_alert", "ticket_alert", "slo_plugins", "page_min_bad_events")
 K8S_V1 = Dialect("sloth.slok.dev/v1", "cli-gen-k8s", "spec", "errorQuery", "totalQuery", "errorRatioQuery",
-                 "pageAlert", "ticketAlert", "sloPlugins")
+                 "pageAlert", "ticketAlert", "sloPlugins", "pageMinBadEvents")
 
 
 def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V1) -> list[SLO]:
@@ -57,13 +60,15 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
         prefix = dialect.root
     else:
         root, prefix = doc, ""
-        f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period"), "")
+        f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period",
+                                dialect.page_min_bad_events), "")
 
     service = f.string(r, root, "service", prefix)
     f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
     spec_labels = f.labels(r, root, "labels", prefix)
     f.check_reserved(r, spec_labels, f.join(prefix, "labels"), slo="", line=f.line_of(root, "labels"))
     spec_period = _period(r, root, prefix, "")
+    spec_min_bad = _min_bad_events(r, root, dialect.page_min_bad_events, prefix, "")
     group_plugins, group_override = _slo_plugins(r, root, dialect.slo_plugins, prefix, "")
 
     slos_node = root.get("slos") if isinstance(root, dict) else None
@@ -82,6 +87,8 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
                         Origin(file=r.file, doc=doc_index, path=p, line=f.line_of(node), spec=dialect.spec,
                                mode=dialect.mode, **origin_extra))
         if slo is not None:
+            if slo.page_min_bad_events is None and spec_min_bad is not None:
+                slo = replace(slo, page_min_bad_events=spec_min_bad)
             out.append(slo)
     return out
 
@@ -91,7 +98,8 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
     name = f.string(r, node, "name", p)
     slo_id = f"{service}-{name}"
     who = slo_id if name else f"#{p}"
-    f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period"), p,
+    f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period",
+                             d.page_min_bad_events), p,
                    slo=who)
     f.check_name(r, name, "SLO name", f"{p}.name", slo=who, line=f.line_of(node, "name"))
     objective = f.number(r, node, "objective", p, slo=who)
@@ -108,6 +116,11 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         r.error("plugins.overridePrevious is set but no plugins are declared", f"{p}.plugins", slo=who,
                 fix="declare plugins in the chain or drop overridePrevious")
     sli = _load_sli(r, node, p, who, service, name, slo_id, objective or 0.0, spec_labels, d)
+    min_bad = _min_bad_events(r, node, d.page_min_bad_events, p, who)
+    if min_bad and isinstance(sli, RawSLI):
+        r.warn(f"{d.page_min_bad_events} has no effect on a raw SLI: an error ratio has no event counts",
+               f.join(p, d.page_min_bad_events), slo=who, line=f.line_of(node, d.page_min_bad_events),
+               fix="use an events SLI (error and total queries) to guard its pages, or remove the key")
     alerting = _load_alerting(r, node, p, who, d)
     if sli is None or objective is None:
         return None
@@ -116,7 +129,7 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         description=f.string(r, node, "description", p, slo=who),
         period=period if period is not None else spec_period,
         labels={**spec_labels, **slo_labels}, alerting=alerting, plugins=tuple(chain),
-        override_plugins=override or group_override, origin=origin,
+        override_plugins=override or group_override, page_min_bad_events=min_bad, origin=origin,
     )
 
 
@@ -134,6 +147,18 @@ def _period(r: Reporter, node: dict, p: str, who: str) -> int | None:
                 fix="write e.g. period: 30d")
         return None
     return ms
+
+
+def _min_bad_events(r: Reporter, node: dict, key: str, p: str, who: str) -> int | None:
+    """The low-traffic guard's minimum (a whole number >= 0), or None when not set."""
+    value = node.get(key) if isinstance(node, dict) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        r.error(f"{key} must be a whole number of bad events >= 0, got {value!r}", f.join(p, key), slo=who,
+                line=f.line_of(node, key), fix=f"write e.g. {key}: 3 (0 turns the low-traffic guard off)")
+        return None
+    return value
 
 
 def _slo_plugins(r: Reporter, node: dict, key: str, p: str, who: str) -> tuple[list[SLOPluginRef], bool]:

@@ -565,6 +565,7 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
         plugin=KV_HEADROOM,
         plugin_options=dict(opts.raw),
         by=by,
+        time_based=True,
     )
 
 

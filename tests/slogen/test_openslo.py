@@ -177,9 +177,11 @@ def test_v1_alert_policies_switch_on_page_and_ticket_tiers(tmp_path):
     assert "14.4" in burn.message and "page tiers" in burn.message and burn.fix
     rules = generate([slo], GenOptions())[0].rules.alerts.rules
     tiers = {r.labels.get("slo_tier"): r.labels for r in rules}
-    assert set(tiers) == {"page-quick", "page-slow", "ticket-quick", "ticket-slow", "no-data"}
+    assert set(tiers) == {"page-quick", "page-slow", "ticket-quick", "ticket-slow", "no-data",
+                          "page-quick-low-traffic", "page-slow-low-traffic"}  # the low-traffic guard's tickets
     assert tiers["page-quick"]["openslo_alert_policy"] == "pager"
     assert tiers["ticket-slow"]["openslo_alert_policy"] == "slack"
+    assert tiers["page-quick-low-traffic"]["openslo_alert_policy"] == "slack"
 
 
 def test_v1_alert_policy_errors_name_the_field_and_fix(tmp_path):
