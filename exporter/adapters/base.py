@@ -80,22 +80,37 @@ def parse_edge(text: str | None) -> float | None:
     return None if math.isnan(edge) else edge
 
 
-def normalize_finished_reason(raw: str) -> str:
-    """Map an engine's finish reason onto conventions.FINISHED_REASONS.
+# Engines' own spellings of the normalized reasons. Anything else is counted as `error`: a reason the
+# exporter does not know must never pass for a success (fail-safe), and `error` is what slogen's
+# availability SLI counts as bad (FINISHED_BAD_REASONS), so a new failure mode burns budget at once.
+_FINISHED_ALIASES: dict[str, str] = {
+    c.FINISHED_STOP: c.FINISHED_STOP,
+    c.FINISHED_LENGTH: c.FINISHED_LENGTH,
+    c.FINISHED_ABORT: c.FINISHED_ABORT,
+    c.FINISHED_ERROR: c.FINISHED_ERROR,
+    c.FINISHED_COMPLETED: c.FINISHED_COMPLETED,
+    # stop conditions: vLLM's `repetition` (a repetitive-pattern detector stopped the request)
+    "repetition": c.FINISHED_STOP, "stop_sequence": c.FINISHED_STOP, "eos_token": c.FINISHED_STOP,
+    "eos": c.FINISHED_STOP, "end_id": c.FINISHED_STOP, "stop_words": c.FINISHED_STOP,
+    # cancelled by the client (trtllm-serve writes `cancelled`)
+    "cancelled": c.FINISHED_ABORT, "canceled": c.FINISHED_ABORT, "aborted": c.FINISHED_ABORT,
+    # failures: trtllm-serve's `timeout` is a request its executor timed out (TIMED_OUT), never an answer
+    "failed": c.FINISHED_ERROR, "failure": c.FINISHED_ERROR, "timeout": c.FINISHED_ERROR,
+    "timed_out": c.FINISHED_ERROR,
+}
 
-    vLLM's `repetition` is a stop condition; reasons we do not know are counted as finished
-    normally (engines name their failures `abort` or `error`).
+
+def normalize_finished_reason(raw: str, extra: Mapping[str, str] | None = None) -> str:
+    """Map an engine's finish reason onto conventions.FINISHED_REASONS; `extra` adds an engine's own spellings.
+
+    Fail-safe: an empty, unknown or new reason is `error`, never a success. Engines add reasons
+    (trtllm-serve added `timeout` and `not_finished`); until the exporter is taught one, requests
+    finishing that way count against availability, which is loud and safe, rather than silently good.
     """
     reason = raw.strip().lower()
-    if reason in (c.FINISHED_STOP, c.FINISHED_LENGTH, c.FINISHED_ABORT, c.FINISHED_ERROR):
-        return reason
-    if reason in ("repetition", "stop_sequence", "eos_token", "eos"):
-        return c.FINISHED_STOP
-    if reason in ("cancelled", "canceled", "aborted"):
-        return c.FINISHED_ABORT
-    if reason in ("failed", "failure"):
-        return c.FINISHED_ERROR
-    return c.FINISHED_COMPLETED
+    if extra and reason in extra:
+        return extra[reason]
+    return _FINISHED_ALIASES.get(reason, c.FINISHED_ERROR)
 
 
 # ------------------------------------------------------------------------------------------

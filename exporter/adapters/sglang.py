@@ -5,6 +5,13 @@ multiprocess mode carry a `pid` label, and scheduler gauges carry tp/pp/ep ranks
 is kept: everything else is summed away (counts add up across scheduler processes; the usage ratio
 is recomputed from token counts). KV capacity is reported in tokens and turned into blocks with
 `page_size`. The windowed `cache_hit_rate` gauge is not used: the cached-token counters are.
+
+With priority scheduling (0.5) every metric carries a `priority` label. The scheduler's queue gauges
+(`num_running_reqs`, `num_queue_reqs`) then write their total under `priority=""` AND the same requests
+again per priority (`priority="0"`, ...): only the total is read, else every request counts twice.
+Per-request (tokenizer) metrics are written once per request under its own priority, so they are summed.
+Preemptions are retractions: `num_retracted_requests_total` (0.5) is the counter; the older
+`num_retracted_reqs` gauge is a point-in-time count and is not used.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ PROMPT_TOKENS = P + "prompt_tokens"
 GENERATION_TOKENS = P + "generation_tokens"
 NUM_REQUESTS = P + "num_requests"
 NUM_ABORTED = P + "num_aborted_requests"
+NUM_RETRACTED = P + "num_retracted_requests"  # counter family (samples end in _total): preemptions
+PRIORITY = "priority"  # with --enable-priority-scheduling: "" on totals, "<int>" on per-priority breakdowns
 TTFT = P + "time_to_first_token_seconds"
 E2E = P + "e2e_request_latency_seconds"
 REQUEST_TPOT = P + "request_time_per_output_token_seconds"
@@ -47,9 +56,17 @@ LORA_SLOTS_TOTAL = P + "lora_pool_slots_total"
 WANTED = frozenset({
     NUM_RUNNING, NUM_QUEUE, NUM_GRAMMAR_QUEUE, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS,
     KV_AVAILABLE_TOKENS, KV_EVICTABLE_TOKENS, MAX_TOTAL_TOKENS, PAGE_SIZE, NUM_PAGES, CACHED_TOKENS,
-    PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED, TTFT, E2E, REQUEST_TPOT, ITL, ITL_LEGACY,
-    QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL,
+    PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED, NUM_RETRACTED, TTFT, E2E, REQUEST_TPOT, ITL,
+    ITL_LEGACY, QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL,
 })
+
+# Gauges SGLang writes as a QueueCount: a total under priority="" plus a per-priority breakdown.
+_QUEUE_COUNTS = frozenset({NUM_RUNNING, NUM_QUEUE})
+
+
+def _is_total(labels: dict[str, str]) -> bool:
+    """A QueueCount sample that is the total (no priority label, or priority=""), not a per-priority part."""
+    return not labels.get(PRIORITY)
 
 
 def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
@@ -95,8 +112,12 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         (NUM_RUNNING, c.REQUESTS_RUNNING), (NUM_QUEUE, c.REQUESTS_WAITING), (NUM_GRAMMAR_QUEUE, c.REQUESTS_WAITING),
         (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
         (LORA_SLOTS_USED, c.LORA_ADAPTERS_RUNNING), (LORA_SLOTS_TOTAL, c.LORA_ADAPTERS_MAX),
+        (NUM_RETRACTED, c.PREEMPTIONS),
     ):
+        queue_count = fam_name in _QUEUE_COUNTS
         for s in values(families.get(fam_name)):
+            if queue_count and not _is_total(s.labels):
+                continue  # the per-priority breakdown repeats requests the total already counts
             out.add(metric, s.value, s.labels.get(MODEL))
 
     for model in _models(families):

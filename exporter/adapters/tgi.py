@@ -4,7 +4,10 @@ TGI's Rust exporter writes counters without `_total` and labels nothing with the
 model comes from the target's identity. TGI has no time-to-first-token histogram and no
 inter-token latency: none is invented. Nor does it report KV-cache blocks, preemptions, prefix-cache
 or LoRA state. Prompt and generated token totals are the sums of its per-request length histograms.
-Successes carry no finish reason (counted as `completed`); every failure kind is an `error`.
+Successes carry no finish reason (counted as `completed`). Failures carry `err`: `dropped` is a
+client that went away (the router found its response channel closed) and is an `abort`; every other
+kind (`validation`, `overloaded`, `template`, `incomplete`, `generation`, or one added later) is an
+`error`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ KIND = "tgi"
 BATCH_SIZE = "tgi_batch_current_size"
 QUEUE_SIZE = "tgi_queue_size"
 REQUEST_SUCCESS = "tgi_request_success"
-REQUEST_FAILURE = "tgi_request_failure"  # label `err`: validation, generation, overloaded, ...
+REQUEST_FAILURE = "tgi_request_failure"  # label `err`: validation, overloaded, template, incomplete, generation, dropped
+FAILURE_KIND = "err"
+ERR_DROPPED = "dropped"  # backends/v3 queue.rs and backend.rs: the client dropped the request
 REQUEST_DURATION = "tgi_request_duration"  # arrival to last token: E2E
 MEAN_TIME_PER_TOKEN = "tgi_request_mean_time_per_token_duration"  # per request: TPOT
 QUEUE_DURATION = "tgi_request_queue_duration"
@@ -47,7 +52,11 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     out.add(c.PROMPT_TOKENS, _histogram_sum(families.get(INPUT_LENGTH)))
     out.add(c.GENERATION_TOKENS, _histogram_sum(families.get(GENERATED_TOKENS)))
     out.add(c.REQUESTS_FINISHED, total(families.get(REQUEST_SUCCESS)), extra={c.LABEL_REASON: c.FINISHED_COMPLETED})
-    out.add(c.REQUESTS_FINISHED, total(families.get(REQUEST_FAILURE)), extra={c.LABEL_REASON: c.FINISHED_ERROR})
+    failures = families.get(REQUEST_FAILURE)
+    out.add(c.REQUESTS_FINISHED, total(failures, lambda labels: labels.get(FAILURE_KIND) == ERR_DROPPED),
+            extra={c.LABEL_REASON: c.FINISHED_ABORT})
+    out.add(c.REQUESTS_FINISHED, total(failures, lambda labels: labels.get(FAILURE_KIND) != ERR_DROPPED),
+            extra={c.LABEL_REASON: c.FINISHED_ERROR})
     out.histogram(c.E2E, families.get(REQUEST_DURATION), model_label=None)
     out.histogram(c.TPOT, families.get(MEAN_TIME_PER_TOKEN), model_label=None)
     out.histogram(c.QUEUE_TIME, families.get(QUEUE_DURATION), model_label=None)

@@ -5,6 +5,15 @@ Names are vLLM-like with a `trtllm_` prefix and `{model_name, engine_type}` labe
 there is no per-token ITL. Prefix reuse is counted in blocks (reused, missed), turned into tokens
 with the block size so it matches the normalized token counters: hits = reused x tokens per block,
 queries = (reused + missed) x tokens per block. `_created` companions are ignored.
+
+Finished reasons (tensorrt_llm/executor/result.py): `stop`, `length`, `cancelled` (abort), `timeout`
+(the executor's TIMED_OUT: an `error`, never a success), and `not_finished`, which a disaggregated
+context-only (prefill) server writes when it hands a request to its decode server: that prefill
+completed as asked, so it is `completed`. Any other reason is an `error` (base.normalize_finished_reason).
+
+trtllm-serve runs prometheus_client in multiprocess mode: gauges carry a `pid` label, which is summed
+away. Releases before the served model name reached the labels wrote `model_name="undefined"`: such a
+page's model is the identity's.
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ PROMPT_TOKENS = P + "prompt_tokens"
 GENERATION_TOKENS = P + "generation_tokens"
 REQUEST_SUCCESS = P + "request_success"
 FINISHED_REASON = "finished_reason"
+# trtllm-serve's own reasons beyond the shared spellings (base._FINISHED_ALIASES knows stop, length, cancelled, timeout).
+FINISHED_ALIASES = {"not_finished": c.FINISHED_COMPLETED}
+UNDEFINED_MODEL = "undefined"  # MetricsCollector({"model_name": "undefined", ...}) in older openai_server.py
 TTFT = P + "time_to_first_token_seconds"
 TPOT = P + "time_per_output_token_seconds"
 E2E = P + "e2e_request_latency_seconds"
@@ -44,8 +56,14 @@ WANTED = frozenset({
 })
 
 
+def _model(labels: Mapping[str, str]) -> str | None:
+    """The page's model name; None (so the identity's is used) when absent or the placeholder `undefined`."""
+    name = labels.get(MODEL)
+    return None if name == UNDEFINED_MODEL else name
+
+
 def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
-    seen = {s.labels.get(MODEL): None for name in WANTED for s in values(families.get(name))}
+    seen = {_model(s.labels): None for name in WANTED for s in values(families.get(name))}
     return list(seen) or [None]
 
 
@@ -56,15 +74,15 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         (KV_FREE_BLOCKS, c.KV_BLOCKS_FREE), (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
     ):
         for s in values(families.get(fam_name)):
-            out.add(metric, s.value, s.labels.get(MODEL))
+            out.add(metric, s.value, _model(s.labels))
 
     for s in values(families.get(REQUEST_SUCCESS)):
-        reason = normalize_finished_reason(s.labels.get(FINISHED_REASON, ""))
-        out.add(c.REQUESTS_FINISHED, s.value, s.labels.get(MODEL), {c.LABEL_REASON: reason})
+        reason = normalize_finished_reason(s.labels.get(FINISHED_REASON, ""), FINISHED_ALIASES)
+        out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: reason})
 
     for model in _models(families):
         def of_model(labels: dict[str, str], model: str | None = model) -> bool:
-            return labels.get(MODEL) == model
+            return _model(labels) == model
 
         block_size = total(families.get(KV_TOKENS_PER_BLOCK), of_model)
         out.put(c.KV_BLOCK_SIZE, block_size, model)
@@ -81,7 +99,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
             out.put(c.PREFIX_CACHE_QUERIES, (reused + missed) * block_size, model)
 
     for metric, fam_name in ((c.TTFT, TTFT), (c.TPOT, TPOT), (c.E2E, E2E), (c.QUEUE_TIME, QUEUE_TIME)):
-        out.histogram(metric, families.get(fam_name), model_label=MODEL)
+        out.histogram(metric, families.get(fam_name), model_of=_model)
     return out.samples()
 
 

@@ -493,7 +493,7 @@ def test_metric_reference_documents_every_engine_and_self_metric():
 
 @pytest.mark.parametrize(("raw", "normalized"), [
     ("stop", "stop"), ("LENGTH", "length"), ("abort", "abort"), ("error", "error"), ("repetition", "stop"),
-    ("canceled", "abort"), ("something-new", "completed"),
+    ("canceled", "abort"), ("something-new", "error"), ("timeout", "error"),
 ])
 def test_finished_reasons_normalize_onto_the_conventions_set(raw, normalized):
     from exporter.adapters.base import normalize_finished_reason
