@@ -1,13 +1,15 @@
-"""Alertmanager for the local stack: a config that routes pages and tickets to the demo's webhook, and the process.
+"""Alertmanager for the local stack: slogen's generated routing with the demo's webhook as on-call, and the process.
 
-Routing follows the generated alerts' own labels: slogen marks every burn-rate alert with `sloth_severity`
-(page | ticket), so pages and tickets reach different receivers whatever severity names a team chose.
-Timers are short so a notification arrives seconds after Prometheus fires, and a resolved one seconds
-after it resolves; gossip is off (`--cluster.listen-address=`), state lives in a temp dir.
+The configuration is `alerts/alertmanager.yaml` as `slogen build` generated it for the demo's window catalog
+(slogen/generators/alertmanager.py): the same routes, grouping, inhibition and timers an operator deploys, the
+timers compressed with the catalog. The demo only fills the placeholder receivers: `llmslo-page` posts to
+<webhook>/page and `llmslo-ticket` to <webhook>/ticket, with resolved notifications on. Gossip is off
+(`--cluster.listen-address=`), state lives in the work dir.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from dataclasses import dataclass
@@ -16,23 +18,22 @@ from pathlib import Path
 import yaml
 
 from demo.procs import Child, Supervisor, free_port
-from llmslo import conventions as C
 from llmslo.files import write_atomic
-from slogen.durations import format_seconds
+from slogen.durations import format_seconds, parse_duration
+from slogen.generators.alertmanager import PAGE_RECEIVER
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
+RECEIVER_PREFIX = "llmslo-"  # generated receivers are llmslo-<route>
 PAGE_ROUTE = "page"
 TICKET_ROUTE = "ticket"
-DEFAULT_ROUTE = "other"  # anything else (no-data alerts, KV headroom, ...) still reaches someone
-GROUP_BY = (C.LABEL_ALERTNAME, C.SLO.LABEL_SLO, C.SLO.LABEL_SEVERITY, C.SLO.LABEL_TIER)
 
 
 @dataclass(frozen=True)
 class AlertmanagerTimers:
-    """Alertmanager's grouping timers; `fast()` for tests and the demo, real defaults are minutes."""
+    """One route's grouping timers, in seconds (repeat as Alertmanager writes it)."""
 
-    group_wait_s: float = 1.0
-    group_interval_s: float = 1.0
+    group_wait_s: float
+    group_interval_s: float
     repeat_interval: str = "1h"
 
 
@@ -45,27 +46,58 @@ def find_binary(candidates: tuple[str, ...]) -> str:
                             "(Debian: apt-get install prometheus prometheus-alertmanager)")
 
 
+def route_name(receiver: str) -> str:
+    """The webhook path a generated receiver posts to: llmslo-page -> page."""
+    return receiver.removeprefix(RECEIVER_PREFIX)
 
-def build_config(webhook_base: str, timers: AlertmanagerTimers) -> dict:
-    """Alertmanager YAML as a dict: page and ticket routes on sloth_severity, one webhook URL each."""
 
-    def receiver(name: str) -> dict:
-        return {"name": name, "webhook_configs": [{"url": f"{webhook_base}/{name}", "send_resolved": True}]}
+def load_generated(path: Path) -> dict:
+    """slogen's alerts/alertmanager.yaml."""
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict) or "route" not in config or not config.get("receivers"):
+        raise ValueError(f"{path}: not an Alertmanager configuration with a route and receivers (run `slogen build`)")
+    return config
 
-    return {
-        "route": {
-            "receiver": DEFAULT_ROUTE,
-            "group_by": list(GROUP_BY),
-            "group_wait": format_seconds(timers.group_wait_s),
-            "group_interval": format_seconds(timers.group_interval_s),
-            "repeat_interval": timers.repeat_interval,
-            "routes": [
-                {"receiver": PAGE_ROUTE, "matchers": [f'{C.SLO.LABEL_SEVERITY}="page"']},
-                {"receiver": TICKET_ROUTE, "matchers": [f'{C.SLO.LABEL_SEVERITY}="ticket"']},
-            ],
-        },
-        "receivers": [receiver(PAGE_ROUTE), receiver(TICKET_ROUTE), receiver(DEFAULT_ROUTE)],
-    }
+
+def _routes(route: dict):
+    yield route
+    for child in route.get("routes") or []:
+        yield from _routes(child)
+
+
+def build_config(generated: dict, webhook_base: str, timers: AlertmanagerTimers | None = None) -> dict:
+    """The generated configuration with every receiver posting to `webhook_base/<route>` (resolved included).
+    `timers`, when given, replaces group_wait and group_interval wherever a route sets them (the generated
+    ones are used otherwise)."""
+    config = copy.deepcopy(generated)
+    for receiver in config["receivers"]:
+        receiver["webhook_configs"] = [{"url": f"{webhook_base}/{route_name(receiver['name'])}", "send_resolved": True}]
+    if timers is not None:
+        for route in _routes(config["route"]):
+            if "group_wait" in route or route is config["route"]:
+                route["group_wait"] = format_seconds(timers.group_wait_s)
+            if "group_interval" in route or route is config["route"]:
+                route["group_interval"] = format_seconds(timers.group_interval_s)
+    return config
+
+
+def route_timers(config: dict, receiver: str = PAGE_RECEIVER) -> AlertmanagerTimers:
+    """The timers of the first route sending to `receiver` (inherited from its parents where it sets none)."""
+
+    def walk(route: dict, inherited: dict):
+        here = {**inherited, **{k: route[k] for k in ("group_wait", "group_interval", "repeat_interval") if k in route}}
+        if route.get("receiver") == receiver and route is not config["route"]:
+            return here
+        for child in route.get("routes") or []:
+            found = walk(child, here)
+            if found is not None:
+                return found
+        return None
+
+    defaults = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}  # Alertmanager's own
+    found = walk(config["route"], defaults) or walk({"routes": [config["route"]]}, defaults) or defaults
+    return AlertmanagerTimers(parse_duration(found["group_wait"]) / 1000, parse_duration(found["group_interval"]) / 1000,
+                              found["repeat_interval"])
 
 
 def write_config(path: Path, config: dict) -> Path:
@@ -73,19 +105,18 @@ def write_config(path: Path, config: dict) -> Path:
     return path
 
 
-async def start_alertmanager(sup: Supervisor, workdir: Path, webhook_base: str,
-                             timers: AlertmanagerTimers) -> tuple[Child, str]:
-    """Write the config, start Alertmanager on a free loopback port, wait for /-/ready. Returns (child, URL)."""
+async def start_alertmanager(sup: Supervisor, workdir: Path, config: dict) -> tuple[Child, str]:
+    """Write `config`, start Alertmanager on a free loopback port, wait for /-/ready. Returns (child, URL)."""
     binary = find_binary(ALERTMANAGER_BINARIES)
     am_dir = workdir / "alertmanager"
     shutil.rmtree(am_dir / "data", ignore_errors=True)  # a fresh start: no series or silences from a previous run
     (am_dir / "data").mkdir(parents=True)
-    config = write_config(am_dir / "alertmanager.yml", build_config(webhook_base, timers))
+    path = write_config(am_dir / "alertmanager.yml", config)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     child = sup.spawn("alertmanager", [
         binary,
-        f"--config.file={config}",
+        f"--config.file={path}",
         f"--storage.path={am_dir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
         "--cluster.listen-address=",  # no gossip: one local instance

@@ -1,13 +1,14 @@
-"""`python -m demo.fullstack`: the whole stack on this machine, a staged incident, the page, the resolve.
+"""`python -m demo.fullstack`: the whole stack on this machine, a staged incident, the page, the all-clear.
 
     slogen build (compressed alert windows) -> simulator engines (2 models, one with LoRA adapters)
     -> a goodput tap in front of each -> the node exporter (fake GPUs) -> Prometheus (generated rules)
-    -> Alertmanager -> a webhook receiver standing in for on-call
+    -> Alertmanager (generated routing) -> a webhook receiver standing in for on-call
 
 It drives steady load, slows the interactive pool down until its TTFT budget burns fast enough to page,
-recovers it, and waits for the page to resolve. It prints live figures from Prometheus, every notification
-as on-call gets it (with its runbook link), and a timeline; it exits 0 when the page fired and resolved,
-and always stops everything it started.
+recovers it, and waits for the page's all-clear. It prints live figures from Prometheus, every notification
+as on-call gets it (with its runbook and dashboard links), what Alertmanager held back, a timeline and
+`on-call notifications: N page, M ticket`; it exits 0 when the page fired and cleared, and always stops
+everything it started.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from demo import show
+from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, LoadDriver, Scenario, expected_fire_bound, fastest_page_tier,
-                           find_ttft_slo, run_incident)
+                           find_ttft_slo, run_incident, sent_between)
 from demo.procs import StartError
 from demo.stack import DEFAULT_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
@@ -50,17 +52,20 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"  rules: {', '.join(p.name for p in stack.rule_files)}")
         print(f"  notifications are appended to {stack.webhook.log_path}\n", flush=True)
         window = f"{int(10 * settings.prometheus.scrape_interval_s)}s"  # enough scrapes for a steady rate
+        held: dict[str, dict] = {}  # alerts Alertmanager inhibited, by fingerprint
         t0 = time.time()
         last_tick = [0.0]
         seen = [0]
 
         async def on_tick(phase: str) -> None:
-            events = stack.webhook.alert_events()
-            for received_at, route, alert in events[seen[0]:]:
-                print("\n".join(show.render_notification(t0, received_at, route, alert)), flush=True)
-            seen[0] = len(events)
+            notes = stack.webhook.notifications
+            for note in notes[seen[0]:]:
+                print("\n".join(show.render_notification(t0, note)), flush=True)
+            seen[0] = len(notes)
             if time.monotonic() - last_tick[0] >= tick:
                 last_tick[0] = time.monotonic()
+                for line in await _note_held_back(stack, t0, held):
+                    print(line, flush=True)
                 try:
                     status = await show.read_status(stack.prom(), window)
                 except Exception as e:  # a slow query must not stop the demo
@@ -70,11 +75,14 @@ async def _run(args: argparse.Namespace) -> int:
 
         slo = find_ttft_slo(settings.slo_paths, scenario.slo_class)
         tier = scenario.page_tier or fastest_page_tier(settings)
-        bound = expected_fire_bound(settings, slo, tier, bad_share=1.0, completion_lag_s=0.0)
+        timers = stack.page_timers()
+        bound = expected_fire_bound(settings, timers, slo, tier, bad_share=1.0, completion_lag_s=0.0)
         print(f"incident plan: {scenario.steady_s:.0f}s steady load, then {scenario.fault} on the "
               f"{scenario.slo_class} pool; SLO {slo.service}/{slo.name} ({slo.objective}% of requests with "
-              f"TTFT <= {slo.threshold_s}s) should page ({tier}) within ~{bound:.0f}s plus the slowed requests' latency.\n",
-              flush=True)
+              f"TTFT <= {slo.threshold_s}s) should page ({tier}) within ~{bound:.0f}s plus the slowed requests' latency.")
+        print(f"on-call: slogen's alerts/alertmanager.yaml, its receivers posting to the webhook; pages grouped per "
+              f"service and cluster (group_wait {timers.group_wait_s:g}s, group_interval {timers.group_interval_s:g}s), "
+              f"a page silences its service's tickets.\n", flush=True)
         report = await run_incident(stack, scenario, on_tick)
         await on_tick("done")
         remaining = args.duration - (time.time() - t0)
@@ -90,15 +98,50 @@ async def _run(args: argparse.Namespace) -> int:
             if report.load is not None:
                 report.load.segments += extra.segments  # Prometheus counts these too
         good_prom = await stack.settled_goodput()
-        return _summary(report, stack, t0, good_prom)
+        await _note_held_back(stack, t0, held)
+        return _summary(report, stack, t0, good_prom, held)
 
 
-def _summary(report: IncidentReport, stack: LocalStack, t0: float, good_prom: float | None) -> int:
+async def _note_held_back(stack: LocalStack, t0: float, held: dict[str, dict]) -> list[str]:
+    """Record the alerts Alertmanager holds back by inhibition (a page silencing tickets); lines for new ones."""
+    try:
+        alerts = await stack.alertmanager_alerts()
+    except Exception as e:  # a slow query must not stop the demo
+        return [f"[{time.time() - t0:6.1f}s] (Alertmanager query failed: {e})"]
+    lines = []
+    for alert in alerts:
+        if (alert.get("status") or {}).get("inhibitedBy") and alert.get("fingerprint") not in held:
+            held[alert["fingerprint"]] = alert
+            receivers = ",".join(r.get("name", "") for r in alert.get("receivers") or [])
+            lines.append(f"[{time.time() - t0:6.1f}s] ... held back (a page of its service is firing): "
+                         f"{show.short_name(alert)} -> {receivers}")
+    return lines
+
+
+def _summary(report: IncidentReport, stack: LocalStack, t0: float, good_prom: float | None,
+             held: dict[str, dict]) -> int:
+    notes = stack.webhook.notifications
     print("\n=== what happened ===")
     print("\n".join(show.timeline(t0, report.events)))
     print("\n=== what on-call received (Alertmanager webhook; times since the load started) ===")
-    print("\n".join(show.alert_table(t0, stack.webhook.alert_events())))
-    print("  (slower tiers stay firing until their longer short windows are clean again: see slos/windows/demo.yaml)")
+    print("\n".join(show.notification_table(t0, notes)))
+    print(show.summary_line(notes))
+    resolved = sum(1 for n in notes if n.status == "resolved")
+    print(f"  and {resolved} all-clear (resolved) notification{'s' if resolved != 1 else ''}")
+    if report.fired is not None:
+        until = report.resolved.received_at if report.resolved else time.time()
+        during = sent_between(notes, TICKET_ROUTE, report.fired.received_at, until)
+        pages = sent_between(notes, PAGE_ROUTE, report.fired.received_at, until)
+        print(f"  while the page was open: {len(pages)} page, {len(during)} ticket notification"
+              f"{'s' if len(during) != 1 else ''}")
+        first = {show.short_name(a) for a in report.fired.firing()}
+        joined = sorted({show.short_name(a) for n in notes if n.group_key == report.fired.group_key
+                         for a in n.alerts} - first)
+        if joined:
+            print(f"  joined the open page without a new notification: {', '.join(joined)}")
+    if held:
+        print(f"  held back by the page (inhibited tickets): {', '.join(sorted({show.short_name(a) for a in held.values()}))}")
+    print("  (tickets still firing after the all-clear are sent at the ticket group's interval: the incident's follow-up)")
     if report.load is not None:
         print("\n=== goodput ===")
         print(f"  load generator: {report.load.good()} good of {report.load.requests()} requests "
@@ -107,11 +150,11 @@ def _summary(report: IncidentReport, stack: LocalStack, t0: float, good_prom: fl
               f"{'-' if good_prom is None else int(good_prom)} (the taps' count, through the exporter)")
     ok = report.fired is not None and report.resolved is not None
     if report.fired and report.incident_at:
-        print(f"\npaged {report.fired[0] - report.incident_at:.1f}s after the fault; ", end="")
+        print(f"\npaged {report.fired.received_at - report.incident_at:.1f}s after the fault; ", end="")
         if report.resolved and report.recovered_at:
-            print(f"resolved {report.resolved[0] - report.recovered_at:.1f}s after recovery.")
+            print(f"all clear {report.resolved.received_at - report.recovered_at:.1f}s after recovery.")
         else:
-            print("it did NOT resolve in time.")
+            print("the all-clear did NOT arrive in time.")
     elif not report.fired:
         print("\nthe page did NOT fire in time: see the Prometheus rules and logs in the work dir (--workdir keeps it)")
     return 0 if ok else 1
@@ -125,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="the integration test's timers (1s scrapes, short waits)")
     p.add_argument("--steady", type=float, default=None, metavar="SECONDS", help="steady load before the incident")
     p.add_argument("--max-wait", type=float, default=180.0, metavar="SECONDS",
-                   help="give up waiting for the page (and for its resolve) after this long (default 180)")
+                   help="give up waiting for the page (and for its all-clear) after this long (default 180)")
     p.add_argument("--slo", action="append", default=[], metavar="PATH", help="SLO files (default slos/)")
     p.add_argument("--workdir", metavar="DIR", help="keep configs, logs and notifications here (default: a temp dir, "
                                                      "removed at exit)")

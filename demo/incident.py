@@ -1,10 +1,12 @@
-"""The staged incident: steady load, a slow-down on one inference pool, the page, recovery, the resolve.
+"""The staged incident: steady load, a slow-down on one inference pool, the page, recovery, the all-clear.
 
 Shared by the demo and the end-to-end test, so the test checks exactly what a new user watches. Load is
 open-loop and continuous across the phases (a new Poisson segment starts every few seconds while earlier
-ones finish), so the incident builds a backlog as it would in production. The expected alert is found
-from the SLO files (the `llmslo/latency` TTFT SLI on the tap for the affected class) and its expected
-firing time from the window catalog (see `expected_fire_bound`).
+ones finish), so the incident builds a backlog as it would in production. The service that should page is
+found from the SLO files (the `llmslo/latency` TTFT SLI on the tap for the affected class), its expected
+paging time from the window catalog (see `expected_fire_bound`). What is awaited is what on-call gets from
+slogen's Alertmanager routing: the service's page notification (one group per service and cluster, whichever
+of its SLOs and tiers fired first), then that group's resolved notification, the all-clear.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from demo.alertmanager import PAGE_ROUTE, AlertmanagerTimers
 from demo.stack import EngineProcs, LoadResult, LocalStack
+from demo.webhook import Notification
 from llmslo import conventions as C
 from simulator.stats import RequestRecord
 
@@ -64,7 +68,7 @@ def find_ttft_slo(slo_paths: tuple[Path, ...], slo_class: str) -> SloRef:
 @dataclass(frozen=True)
 class Scenario:
     slo_class: str = "interactive"  # the pool that degrades
-    page_tier: str = ""  # the tier whose page is awaited; "" = the catalog's fastest page tier
+    page_tier: str = ""  # the tier whose paging time is bounded (printed, tested); "" = the catalog's fastest page tier
     fault: dict = field(default_factory=lambda: {"slowdown": 30.0})
     steady_s: float = 20.0  # load before the incident
     min_incident_s: float = 0.0  # keep the fault at least this long, even once paged
@@ -149,8 +153,8 @@ class IncidentReport:
     slo: SloRef
     engine: str
     events: list[tuple[str, float]] = field(default_factory=list)  # (what, wall clock)
-    fired: tuple[float, str, dict] | None = None  # webhook (received_at, route, alert)
-    resolved: tuple[float, str, dict] | None = None
+    fired: Notification | None = None  # the service's page notification
+    resolved: Notification | None = None  # the same group's all-clear
     incident_at: float | None = None
     recovered_at: float | None = None
     load: LoadOutcome | None = None
@@ -161,14 +165,36 @@ class IncidentReport:
         return at
 
 
-def is_tier_alert(slo: SloRef, tier: str, status: str) -> Callable[[str, dict], bool]:
-    """Matches a webhook alert of one of the SLO's burn-rate tiers (e.g. page-quick) with that status."""
+def is_page_of(slo: SloRef) -> Callable[[Notification], bool]:
+    """Matches a page notification of the SLO's service that reports a firing alert."""
 
-    def pred(route: str, alert: dict) -> bool:
-        labels = alert.get("labels", {})
-        return alert.get("status") == status and slo.matches(labels) and labels.get(C.SLO.LABEL_TIER) == tier
+    def pred(note: Notification) -> bool:
+        return (note.route == PAGE_ROUTE and note.status == "firing"
+                and any(a.get("labels", {}).get(C.SLO.LABEL_SERVICE) == slo.service for a in note.firing()))
 
     return pred
+
+
+def all_clear_of(page: Notification) -> Callable[[Notification], bool]:
+    """Matches the resolved notification of the page's group (every alert in it resolved)."""
+
+    def pred(note: Notification) -> bool:
+        return (note.route == page.route and note.group_key == page.group_key and note.status == "resolved"
+                and note.received_at >= page.received_at)
+
+    return pred
+
+
+def describe(note: Notification) -> str:
+    """`ChatTTFTBudgetBurn page-slow, ...`: the alerts a notification reports, in its status."""
+    alerts = note.firing() if note.status == "firing" else note.alerts
+    return ", ".join(sorted({f"{a.get('labels', {}).get(C.LABEL_ALERTNAME, '?')} "
+                             f"{a.get('labels', {}).get(C.SLO.LABEL_TIER, '')}".strip() for a in alerts}))
+
+
+def sent_between(notes: list[Notification], route: str, since: float, until: float) -> list[Notification]:
+    """Notifications reporting firing alerts on `route` received in [since, until]: e.g. tickets sent while paged."""
+    return [n for n in notes if n.route == route and n.status == "firing" and since <= n.received_at <= until]
 
 
 def fastest_page_tier(settings) -> str:
@@ -200,12 +226,11 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
         phase = f"INCIDENT: {engine.spec.name} {scenario.fault}"
         await stack.stage_incident(engine.spec.name, scenario.fault)
         report.incident_at = report.mark(f"fault injected on {engine.spec.name}: {scenario.fault}")
-        page = is_tier_alert(slo, scenario.page_tier or fastest_page_tier(stack.settings), "firing")
-        await wait(scenario.max_incident_s, lambda: any(page(r, a) for _, r, a in stack.webhook.alert_events()))
-        report.fired = await stack.webhook.wait_for(page, 0)
+        page = is_page_of(slo)
+        await wait(scenario.max_incident_s, lambda: any(page(n) for n in stack.webhook.notifications))
+        report.fired = await stack.webhook.wait_for_notification(page, 0)
         if report.fired:
-            report.mark(f"paged: {report.fired[2]['labels'].get(C.LABEL_ALERTNAME)} "
-                        f"{report.fired[2]['labels'].get(C.SLO.LABEL_TIER, '')}", report.fired[0])
+            report.mark(f"paged: {describe(report.fired)}", report.fired.received_at)
         left = scenario.min_incident_s - (time.time() - report.incident_at)
         if left > 0:
             await wait(left)
@@ -213,12 +238,11 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
         await stack.recover(engine.spec.name)
         report.recovered_at = report.mark(f"fault cleared on {engine.spec.name}")
         if report.fired:
-            done = _resolved_after(report)
-            await wait(scenario.max_resolve_s, lambda: done(stack) is not None)
-            report.resolved = done(stack)
+            done = all_clear_of(report.fired)
+            await wait(scenario.max_resolve_s, lambda: any(done(n) for n in stack.webhook.notifications))
+            report.resolved = await stack.webhook.wait_for_notification(done, 0)
             if report.resolved:
-                report.mark(f"resolved: {report.resolved[2]['labels'].get(C.LABEL_ALERTNAME)} "
-                            f"{report.resolved[2]['labels'].get(C.SLO.LABEL_TIER, '')}", report.resolved[0])
+                report.mark(f"all clear: {describe(report.resolved)} resolved", report.resolved.received_at)
         phase = "draining load"
         report.load = await driver.finish()
         report.mark("load drained")
@@ -226,20 +250,6 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
         await driver.cancel()
         raise
     return report
-
-
-def _resolved_after(report: IncidentReport):
-    """A finder for the resolved notification of the very alert (same labels) that paged."""
-    assert report.fired is not None
-    fired_labels = report.fired[2].get("labels", {})
-
-    def find(stack: LocalStack):
-        for event in stack.webhook.alert_events():
-            if event[2].get("status") == "resolved" and event[2].get("labels") == fired_labels:
-                return event
-        return None
-
-    return find
 
 
 def page_tiers(settings) -> list:
@@ -252,16 +262,19 @@ def page_tiers(settings) -> list:
     return [t for t in catalogs[0].tiers() if t.severity == "page"]
 
 
-def pipeline_lag_s(settings) -> float:
+def pipeline_lag_s(settings, timers: AlertmanagerTimers) -> float:
     """Worst-case delay from an event to the webhook: an exporter cycle, a scrape, two rule evaluations
-    (recording group, then alert group), a resend, Alertmanager's group_wait, plus 2 s for a busy machine."""
-    p, a = settings.prometheus, settings.alertmanager
+    (recording group, then alert group), a resend, the page route's group_wait (`timers`, from the running
+    Alertmanager configuration: `LocalStack.page_timers()`), plus 2 s for a busy machine."""
+    p = settings.prometheus
     return (settings.exporter_interval_s + p.scrape_interval_s + 2 * p.evaluation_interval_s + p.resend_delay_s
-            + a.group_wait_s + 2.0)
+            + timers.group_wait_s + 2.0)
 
 
-def expected_fire_bound(settings, slo: SloRef, tier_name: str, bad_share: float, completion_lag_s: float) -> float:
-    """Seconds from the fault to the tier's page, at most.
+def expected_fire_bound(settings, timers: AlertmanagerTimers, slo: SloRef, tier_name: str, bad_share: float,
+                        completion_lag_s: float) -> float:
+    """Seconds from the fault to the page, at most: when the tier fires (the service's page group is notified
+    when its first page tier fires, so any tier's bound bounds the page).
 
     A tier fires when the error ratio over both its windows exceeds factor x budget. With a share e of
     requests failing from t=0 and good traffic before, the ratio over a window W is e x t / W, so the tier
@@ -273,13 +286,12 @@ def expected_fire_bound(settings, slo: SloRef, tier_name: str, bad_share: float,
     threshold = tier.factor * slo.error_budget
     if bad_share <= threshold:
         return float("inf")  # this incident is too mild for the tier: it never fires
-    return tier.window.long_window / 1000 * threshold / bad_share + completion_lag_s + pipeline_lag_s(settings)
+    return tier.window.long_window / 1000 * threshold / bad_share + completion_lag_s + pipeline_lag_s(settings, timers)
 
 
-def expected_resolve_bound(settings, tier_name: str, completion_lag_s: float) -> float:
-    """Seconds from recovery to the tier's resolve notification, at most: the last slowed requests complete
-    (`completion_lag_s`), the short window empties of their errors, the pipeline carries the change, and
-    Alertmanager flushes the group at its next group_interval."""
-    tier = next(t for t in page_tiers(settings) if t.name == tier_name)
-    return (tier.window.short_window / 1000 + completion_lag_s + pipeline_lag_s(settings)
-            + settings.alertmanager.group_interval_s)
+def expected_resolve_bound(settings, timers: AlertmanagerTimers, completion_lag_s: float) -> float:
+    """Seconds from recovery to the page group's all-clear, at most: the last slowed requests complete
+    (`completion_lag_s`), the slowest page tier's short window empties of their errors, the pipeline carries
+    the change, and Alertmanager sends the all-clear at the group's next group_interval tick."""
+    slowest = max(t.window.short_window for t in page_tiers(settings))
+    return slowest / 1000 + completion_lag_s + pipeline_lag_s(settings, timers) + timers.group_interval_s

@@ -1,5 +1,5 @@
 """What the demo prints: a status block per tick, read from Prometheus the way a dashboard would, and the
-alerts as on-call receives them (from the Alertmanager webhook), with their runbook links.
+notifications as on-call receives them (from the Alertmanager webhook), with their runbook and dashboard links.
 
 All queries are built from `llmslo.conventions`, so they read exactly the series the exporter writes.
 """
@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.prometheus import PromClient
+from demo.webhook import Notification
 from llmslo import conventions as C
 
 
@@ -96,41 +98,55 @@ def alert_name(alert: dict) -> str:
     return " ".join(parts)
 
 
-def render_notification(t0: float, received_at: float, route: str, alert: dict) -> list[str]:
-    """One alert as on-call got it: when, which route, firing or resolved, severity, runbook."""
-    ann, labels = alert.get("annotations", {}), alert.get("labels", {})
-    head = (f"[{received_at - t0:6.1f}s] >>> {route.upper()} {alert.get('status', '?').upper()}: {alert_name(alert)}"
-            f" (severity={labels.get(C.SLO.LABEL_ALERT_SEVERITY, '-')}, cluster={labels.get(C.LABEL_CLUSTER, '-')})")
-    lines = [head]
-    if ann.get("summary"):
-        lines.append(f"             summary: {ann['summary']}")
-    if ann.get("runbook_url"):
-        lines.append(f"             runbook: {ann['runbook_url']}")
+def short_name(alert: dict) -> str:
+    """`ChatTTFTBudgetBurn page-slow`: the alert and its tier, if it has one."""
+    labels = alert.get("labels", {})
+    return f"{labels.get(C.LABEL_ALERTNAME, '?')} {labels.get(C.SLO.LABEL_TIER, '')}".strip()
+
+
+GROUP_LABEL_ORDER = (C.LABEL_ALERTNAME, C.SLO.LABEL_SERVICE, C.SLO.LABEL_SLO, C.LABEL_CLUSTER)
+
+
+def group_name(note: Notification) -> str:
+    """The group's labels' values (`chat/local-demo`): what one incident is in the generated routing."""
+    labels = note.group_labels
+    order = [k for k in GROUP_LABEL_ORDER if k in labels] + sorted(k for k in labels if k not in GROUP_LABEL_ORDER)
+    return "/".join(labels[k] for k in order) or "-"
+
+
+def render_notification(t0: float, note: Notification) -> list[str]:
+    """One webhook notification as on-call got it: when, which route, firing or resolved, its group, and per
+    firing alert its severity, summary, runbook and dashboard."""
+    lines = [f"[{note.received_at - t0:6.1f}s] >>> {note.route.upper()} {note.status.upper()} (group {group_name(note)}, "
+             f"{len(note.alerts)} alert{'s' if len(note.alerts) != 1 else ''})"]
+    for alert in note.alerts:
+        ann, labels = alert.get("annotations", {}), alert.get("labels", {})
+        lines.append(f"             {alert.get('status', '?')}: {alert_name(alert)} "
+                     f"(severity={labels.get(C.SLO.LABEL_ALERT_SEVERITY, '-')}, cluster={labels.get(C.LABEL_CLUSTER, '-')})")
+        if alert.get("status") != "firing":
+            continue
+        for key in ("summary", "runbook_url", "dashboard"):
+            if ann.get(key):
+                lines.append(f"               {key.removesuffix('_url')}: {ann[key]}")
     return lines
 
 
-def alert_table(t0: float, events: list[tuple[float, str, dict]]) -> list[str]:
-    """One line per alert (label set): route, when it fired and when it resolved, relative to t0, and its runbook."""
-    rows: dict[tuple, dict] = {}
-    for received_at, route, alert in events:
-        key = tuple(sorted(alert.get("labels", {}).items()))
-        row = rows.setdefault(key, {"alert": alert, "route": route, "fired": None, "resolved": None})
-        status = alert.get("status")
-        if status == "firing" and row["fired"] is None:
-            row["fired"] = received_at
-        elif status == "resolved":
-            row["resolved"] = received_at
-
-    def at(t: float | None, missing: str = "-") -> str:
-        return f"{missing:>7}" if t is None else f"{t - t0:6.1f}s"
-
-    lines = [f"  {'route':<7} {'fired':>7} {'resolved':>8}  alert"]
-    for row in sorted(rows.values(), key=lambda r: (r["fired"] or 0, r["route"])):
-        lines.append(f"  {row['route']:<7} {at(row['fired'])} {at(row['resolved'], 'firing'):>8}  {alert_name(row['alert'])}")
-        url = row["alert"].get("annotations", {}).get("runbook_url")
-        if url:
-            lines.append(f"  {'':<7} {'':>7} {'':>8}  runbook: {url}")
+def notification_table(t0: float, notes: list[Notification]) -> list[str]:
+    """One line per notification: when, route, status, group and the alerts it reported."""
+    lines = [f"  {'time':>7}  {'route':<7} {'status':<9} {'group':<18} alerts"]
+    for n in notes:
+        alerts = n.firing() if n.status == "firing" else n.alerts
+        lines.append(f"  {n.received_at - t0:6.1f}s  {n.route:<7} {n.status:<9} {group_name(n):<18} "
+                     f"{', '.join(sorted({short_name(a) for a in alerts}))}")
     return lines
+
+
+def summary_line(notes: list[Notification]) -> str:
+    """`on-call notifications: N page, M ticket`: notifications (not alerts) that reported firing alerts."""
+    firing = [n for n in notes if n.status == "firing"]
+    pages = sum(1 for n in firing if n.route == PAGE_ROUTE)
+    tickets = sum(1 for n in firing if n.route == TICKET_ROUTE)
+    return f"on-call notifications: {pages} page, {tickets} ticket"
 
 
 def timeline(t0: float, events: list[tuple[str, float]]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from demo.alertmanager import AlertmanagerTimers, start_alertmanager
+from demo.alertmanager import AlertmanagerTimers, build_config, load_generated, route_timers, start_alertmanager
 from demo.procs import Child, StartError, Supervisor, free_port
 from demo.prometheus import PromClient, PrometheusTimers, start_prometheus
 from demo.webhook import WebhookReceiver
@@ -29,11 +29,13 @@ from llmslo.files import write_atomic
 from simulator.loadgen import run_load
 from simulator.stats import RequestRecord
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
+from slogen.generators.alertmanager import ALERTMANAGER_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SLOS = REPO / "slos"
 DEMO_WINDOWS = DEFAULT_SLOS / "windows" / "demo.yaml"  # the compressed alert-window catalog (slogen's)
 DEMO_PERIOD = "1d"  # the period that catalog is for; `slogen build --override-period` puts every SLO on it
+ALERTMANAGER_FILE_NAME = Path(ALERTMANAGER_FILE).name  # slogen writes it next to the rule files
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class StackSettings:
     engines: tuple[EngineSpec, ...] = DEFAULT_ENGINES
     exporter_interval_s: float = 1.0
     prometheus: PrometheusTimers = PrometheusTimers(2.0, 2.0, 2.0)
-    alertmanager: AlertmanagerTimers = AlertmanagerTimers(2.0, 5.0, "1h")
+    alertmanager: AlertmanagerTimers | None = None  # None: the timers slogen generated (alerts/alertmanager.yaml)
     gpus: int = 2
     cluster: str = "local-demo"
     namespace: str = "llm"
@@ -88,8 +90,7 @@ class StackSettings:
     @classmethod
     def fast(cls, **changes) -> "StackSettings":
         """The integration test's setting: every timer at its shortest workable value."""
-        base = cls(exporter_interval_s=0.5, prometheus=PrometheusTimers(1.0, 1.0, 1.0),
-                   alertmanager=AlertmanagerTimers(0.5, 1.0, "1h"))
+        base = cls(exporter_interval_s=0.5, prometheus=PrometheusTimers(1.0, 1.0, 1.0))
         return replace(base, **changes)
 
 
@@ -114,6 +115,7 @@ class LocalStack:
     exporter_url: str = ""
     prometheus_url: str = ""
     alertmanager_url: str = ""
+    alertmanager_config: dict = field(default_factory=dict)  # what Alertmanager runs: slogen's, receivers filled in
     slo: SloConfig | None = None
     timings: dict[str, float] = field(default_factory=dict)
     _own_workdir: bool = False
@@ -154,8 +156,9 @@ class LocalStack:
             waits += self._spawn_engine(spec)
         exporter, exporter_wait = self._spawn_exporter()
         waits.append(exporter_wait)
-        am_task = asyncio.ensure_future(
-            start_alertmanager(self.sup, self.workdir, self.webhook.url, self.settings.alertmanager))
+        self.alertmanager_config = build_config(load_generated(self._generated_alertmanager()), self.webhook.url,
+                                                self.settings.alertmanager)
+        am_task = asyncio.ensure_future(start_alertmanager(self.sup, self.workdir, self.alertmanager_config))
         await asyncio.gather(*waits)
         _, self.alertmanager_url = await am_task
         _, self.prometheus_url = await start_prometheus(
@@ -208,6 +211,14 @@ class LocalStack:
             raise StartError(f"slogen build wrote no alerts/*.rules.yaml under {out}")
         return rules
 
+    def _generated_alertmanager(self) -> Path:
+        """slogen's alerts/alertmanager.yaml: the one built with the rules, else the repository's committed one
+        (prebuilt rule files without it beside them)."""
+        for rules in self.rule_files:
+            if (rules.parent / ALERTMANAGER_FILE_NAME).is_file():
+                return rules.parent / ALERTMANAGER_FILE_NAME
+        return REPO / ALERTMANAGER_FILE
+
     def _spawn_engine(self, spec: EngineSpec) -> list:
         sim_port, tap_port, tap_metrics_port = free_port(), free_port(), free_port()
         sim_argv = [sys.executable, "-m", "simulator.cli", "serve", "--host", "127.0.0.1", "--port", str(sim_port),
@@ -253,6 +264,16 @@ class LocalStack:
 
     def prom(self) -> PromClient:
         return PromClient(self.session, self.prometheus_url)
+
+    def page_timers(self) -> AlertmanagerTimers:
+        """The page route's timers in the running configuration (the pipeline's delay to a page)."""
+        return route_timers(self.alertmanager_config)
+
+    async def alertmanager_alerts(self) -> list[dict]:
+        """Alertmanager's view of the alerts it holds (API v2), with each one's inhibition status."""
+        async with self.session.get(self.alertmanager_url + "/api/v2/alerts") as resp:
+            resp.raise_for_status()
+            return await resp.json()
 
     def engine(self, name_or_class: str) -> EngineProcs:
         for e in self.engines:

@@ -1,8 +1,9 @@
 """The on-call end of the demo: an Alertmanager webhook receiver that records every notification.
 
-Runs inside the demo (or test) process on a loopback port. Each notification is kept in memory with the
-time it arrived and appended to a JSON-lines file, so the demo can show what paged whom and when, and the
-integration test can assert on exactly what Alertmanager delivered.
+Runs inside the demo (or test) process on a loopback port. Each notification (one POST: a group's firing
+or resolved alerts) is kept in memory with the time it arrived and appended to a JSON-lines file, so the
+demo can show what paged whom and when, and the integration tests can assert on exactly what Alertmanager
+delivered, and how often.
 """
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ class Notification:
     @property
     def alerts(self) -> list[dict]:
         return list(self.payload.get("alerts") or [])
+
+    @property
+    def status(self) -> str:
+        """`firing` while any alert of the group fires, `resolved` for the group's all-clear."""
+        return str(self.payload.get("status", ""))
+
+    @property
+    def group_key(self) -> str:
+        """Alertmanager's identity of the group (route and group_by values): one incident's notifications share it."""
+        return str(self.payload.get("groupKey", ""))
+
+    @property
+    def group_labels(self) -> dict[str, str]:
+        return dict(self.payload.get("groupLabels") or {})
+
+    def firing(self) -> list[dict]:
+        return [a for a in self.alerts if a.get("status") == "firing"]
 
 
 @dataclass
@@ -73,17 +91,21 @@ class WebhookReceiver:
             await self._runner.cleanup()
             self._runner = None
 
-    def alert_events(self) -> list[tuple[float, str, dict]]:
-        """(received_at, route, alert) for every alert in every notification, in arrival order."""
-        return [(n.received_at, n.route, a) for n in self.notifications for a in n.alerts]
+    def counts(self, status: str = "firing") -> dict[str, int]:
+        """Notifications received per route (page, ticket, ...) with that status: what on-call was sent."""
+        out: dict[str, int] = {}
+        for n in self.notifications:
+            if n.status == status:
+                out[n.route] = out.get(n.route, 0) + 1
+        return out
 
-    async def wait_for(self, predicate, timeout_s: float) -> tuple[float, str, dict] | None:
-        """The first alert event satisfying predicate(route, alert), waiting up to timeout_s for one."""
+    async def wait_for_notification(self, predicate, timeout_s: float) -> Notification | None:
+        """The first notification satisfying predicate(notification), waiting up to timeout_s for one."""
         deadline = time.monotonic() + timeout_s
         while True:
-            for event in self.alert_events():
-                if predicate(event[1], event[2]):
-                    return event
+            for note in self.notifications:
+                if predicate(note):
+                    return note
             left = deadline - time.monotonic()
             if left <= 0:
                 return None

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the stack runs for real (promtool, Prometheus, Alertmanager, nginx) when missing.
+# Installs the Debian packages the stack runs for real (promtool, Prometheus, Alertmanager and amtool, nginx) when missing.
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+# Debian's prometheus-alertmanager ships amtool too (the tests run `amtool check-config` on alerts/alertmanager.yaml).
+{ command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1; } \
+  && command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -16,6 +16,7 @@ from typing import Callable
 
 from slogen.errors import SpecError, SpecErrors
 from slogen.generators import SLOResult, generate
+from slogen.generators.alertmanager import alertmanager_files
 from slogen.generators.artifacts import artifact_generator
 from slogen.generators import health
 from slogen.generators.health import HealthOptions
@@ -119,7 +120,7 @@ def health_alerts(options: BuildOptions) -> list[health.HealthAlert]:
     if problems:
         raise SpecErrors([SpecError("slogen build", f"health alert option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
                           for name, why in problems])
-    return health.health_alerts(h, options.gen.runbook_base_url, dict(options.gen.extra_labels))
+    return health.health_alerts(h, options.gen.runbook_base_url, dict(options.gen.extra_labels), options.gen.grafana_url)
 
 
 HEALTH_HEADER = (f"# {GENERATED_MARKER} ({{version}}): capacity and health alerts.\n"
@@ -146,6 +147,7 @@ def health_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
 # The build, in order. Append artifact generators here.
 ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules, health_rules]
 ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (generators/artifacts.py)
+ARTIFACT_GENERATORS.append(alertmanager_files)  # alerts/alertmanager.yaml: routing and inhibition (generators/alertmanager.py)
 
 
 def compile_catalog(options: BuildOptions) -> Catalog:

@@ -19,6 +19,7 @@ from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.generators import generate
 from slogen.generators.health import HealthOptions
+from slogen.generators.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
 from slogen.generators.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
                                        UNREACHABLE_RESCALE, GenOptions)
 from slogen.loaders import discover, load_paths
@@ -86,6 +87,7 @@ def _gen_options(args: argparse.Namespace, windows: dict | None = None) -> GenOp
         page_min_bad_events=args.page_min_bad_events,
         disable_alerts=getattr(args, "disable_alerts", False), disable_recordings=getattr(args, "disable_recordings", False),
         runbook_base_url=getattr(args, "runbook_base_url", DEFAULT_RUNBOOK_BASE_URL),
+        grafana_url=getattr(args, "grafana_url", DEFAULT_GRAFANA_URL),
         period_override=getattr(args, "override_period", None),
     )
 
@@ -275,6 +277,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 when the files under --out are stale")
     b.add_argument("--runbook-base-url", default=os.environ.get("SLOGEN_RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE_URL),
                    help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL)")
+    b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
+                   help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
+                        f"{DEFAULT_GRAFANA_URL}, a placeholder)")
     b.add_argument("--windows", action="append", default=[], metavar="PATH",
                    help="extra AlertWindows catalog file or directory (repeatable; slos/windows/ loads anyway)")
     b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
@@ -298,6 +303,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--disable-recordings", action="store_true")
     g.add_argument("--slo-period-windows-path", default="", help="directory of AlertWindows catalogs (replaces the built-in ones)")
     g.add_argument("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL)
+    g.add_argument("--grafana-url", default=DEFAULT_GRAFANA_URL, metavar="URL")
     _gen_args(g)
 
     sub.add_parser("version", help="print the version (the sloth_version label value)")

@@ -3,7 +3,7 @@
 Default mode: every tier is its own rule (same alert name), told apart by `slo_tier`,
 `long_window`, `short_window`, `sloth_severity` and a kube-prometheus `severity`
 (critical for page, warning for ticket, unless the spec sets `severity` itself), with
-`summary`, `description` and `runbook_url` annotations. Aggregations use
+`summary`, `description`, `runbook_url` and `dashboard` annotations. Aggregations use
 `max without (sloth_window)`, so labels like `cluster` pass through to the alert.
 `--sloth-compat` emits Sloth's two rules (page, ticket), each an `or` of its two tiers.
 
@@ -22,6 +22,7 @@ from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.generators.options import SLOContext, dec
+from slogen.generators.links import dashboard_url, slo_dashboard_uid
 from slogen.generators.tiers import page_min_bad_events
 from slogen.gofmt import go_g, label_filter
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
@@ -43,6 +44,11 @@ def runbook_path(alert: str | Rule) -> str:
 
 def runbook_url(alert: str | Rule, base_url: str) -> str:
     return f"{base_url.rstrip('/')}/{runbook_path(alert)}"
+
+
+def slo_dashboard_link(ctx: SLOContext) -> str:
+    """The `dashboard` annotation: the SLO's generated Grafana dashboard (`--grafana-url`/d/<uid>)."""
+    return dashboard_url(ctx.opts.grafana_url, slo_dashboard_uid(ctx.slo.id))
 
 
 def no_data_alert_name(alert_name: str) -> str:
@@ -148,6 +154,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
             + (f" {slo.description}" if slo.description else "")
         ),
         "runbook_url": runbook_url(meta.name, ctx.opts.runbook_base_url),
+        "dashboard": slo_dashboard_link(ctx),
         **meta.annotations,
     }
     return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann)
@@ -291,5 +298,6 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
                         f"the exporter or tap is scraped and that the selectors match (for a latency SLI, that the "
                         f"threshold is a bucket bound)."),
         "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
+        "dashboard": slo_dashboard_link(ctx),
     }
     return Rule(expr=expr, alert=name, for_=format_duration(wait), labels=labels, annotations=ann)

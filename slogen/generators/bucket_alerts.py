@@ -35,7 +35,7 @@ from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
-from slogen.generators.alerts import SEVERITY, runbook_url
+from slogen.generators.alerts import SEVERITY, runbook_url, slo_dashboard_link
 from slogen.generators.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_kinds, engine_latency_selectors, le_label, parse_selector
@@ -120,6 +120,7 @@ def _alert(ctx: SLOContext, sli: EventsSLI, count_sel: str, bucket_sel: str) -> 
                         f"{_l(c.LABEL_ENGINE)} engines{at}, so the SLI cannot measure them."),
             "description": description,
             "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
+            "dashboard": slo_dashboard_link(ctx),
         },
     )
 

@@ -7,7 +7,6 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from grafanalib import core as g
 from llmslo import conventions as c
 from slogen.generators import grafana as gf
 from slogen.generators import queries as q
+from slogen.generators.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
 from slogen.generators.views import (
     SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
 )
@@ -80,10 +80,8 @@ def _with(panel, **changes):
 
 
 def _uid(prefix: str, key: str) -> str:
-    """A stable dashboard uid (8-40 characters), readable where the key is short."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", key.lower()).strip("-")
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"{prefix}-{slug}"[:31].rstrip("-") + "-" + digest
+    """A stable dashboard uid (8-40 characters); the scheme lives in links.py, which the alerts' links share."""
+    return dashboard_uid(prefix, key)
 
 
 def _timeseries(title: str, targets: Sequence[g.Target], *, unit: str = "short", description: str = "",
@@ -280,7 +278,7 @@ def slo_dashboard(slo: SLOView) -> g.Dashboard:
     variables = [gf.query_variable(CLUSTER_VAR, "Cluster",
                                    f"label_values({c.SLO.OBJECTIVE}{{{c.SLO.LABEL_ID}=\"{slo.slo_id}\"}}, {c.LABEL_CLUSTER})")]
     description = (slo.description or f"{slo.name} of {slo.service}") + f" Objective {slo.objective:g}% over {slo.period}."
-    return _dashboard(title, _uid("slo", slo.slo_id), description, panels, variables, f"now-{min(slo.period_days, 30)}d",
+    return _dashboard(title, slo_dashboard_uid(slo.slo_id), description, panels, variables, f"now-{min(slo.period_days, 30)}d",
                       ["slo", slo.service])
 
 
@@ -398,7 +396,7 @@ def fleet_dashboard() -> g.Dashboard:
                                     thresholds=gf.thresholds((None, "blue")),
                                     targets=[gf.prom_target(_per_engine("max", c.LORA_ADAPTERS_MAX, m), engine_legend)]),
                         8, 8))
-    return _dashboard("LLM serving fleet", _uid("llmslo", "fleet"),
+    return _dashboard("LLM serving fleet", FLEET_DASHBOARD_UID,
                       "Goodput, latency, queue, KV cache, GPU memory and LoRA adapters across the serving fleet.",
                       p, _fleet_variables(), "now-6h", ["fleet"])
 

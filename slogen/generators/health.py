@@ -5,8 +5,8 @@ fresh XID or uncorrected ECC errors, an engine the exporter cannot read, a KV ca
 seats left while requests queue, a preemption storm, a goodput tap refusing requests because its
 own limits are reached (503s that never reach the engine, so no SLO counts them). They are not SLOs (no budget, no tiers),
 so they get their own rule group and file, but the same labels and annotations as the SLO
-alerts: kube-prometheus `severity`, `summary`, `description` and a `runbook_url` following
-`runbook_path()`.
+alerts: kube-prometheus `severity`, `summary`, `description`, a `runbook_url` following
+`runbook_path()` and a `dashboard` link (the fleet serving dashboard).
 
 No expression aggregates: each alert is per series (one GPU, one engine, one target), so every
 label on the series (`cluster`, `namespace`, `pod`, `gpu`, `xid`, ...) reaches the alert, the
@@ -22,6 +22,7 @@ from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE, format_duration
 from slogen.generators.alerts import SEVERITY, runbook_url
+from slogen.generators.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.generators.views import AlertView
 from slogen.gofmt import go_g
 from slogen.model import Rule, RuleGroup
@@ -97,17 +98,19 @@ def _one_line(expr: str) -> str:
 
 
 def _alert(name: str, expr: str, for_ms: int, severity: str, summary: str, description: str, topic: str,
-           runbook_summary: str, base_url: str, extra_labels: dict[str, str]) -> HealthAlert:
+           runbook_summary: str, base_url: str, extra_labels: dict[str, str], dashboard: str) -> HealthAlert:
     rule = Rule(expr=expr, alert=name, for_=format_duration(for_ms) if for_ms else "",
                 labels={**extra_labels, c.SLO.LABEL_ALERT_SEVERITY: severity},
                 annotations={"summary": summary, "description": description,
-                             "runbook_url": runbook_url(name, base_url)})
+                             "runbook_url": runbook_url(name, base_url), "dashboard": dashboard})
     return HealthAlert(rule, topic, _one_line(expr), runbook_summary)
 
 
-def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, str] | None = None) -> list[HealthAlert]:
-    """The alerts, in a fixed order (`HEALTH.ALERTS`)."""
+def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, str] | None = None,
+                  grafana_url: str = DEFAULT_GRAFANA_URL) -> list[HealthAlert]:
+    """The alerts, in a fixed order (`HEALTH.ALERTS`); each links the fleet serving dashboard."""
     extra = dict(extra_labels or {})
+    fleet = dashboard_url(grafana_url, FLEET_DASHBOARD_UID)
     gpu = f"GPU {_l(c.LABEL_GPU)} ({_l(c.LABEL_UUID)}) on {_l(c.LABEL_HOSTNAME)}"
     engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
     window = format_duration(opts.gpu_error_window)
@@ -128,7 +131,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                f"NVML has not answered for this GPU for {format_duration(opts.gpu_lost_for)} ({c.GPU_UP.name} is 0). "
                "The engine replicas on it are failing or stalled: cordon the node and move them.",
                TOPIC_GPU_HEALTH, "A GPU stopped answering NVML: the replicas on it are failing or stalled.",
-               base_url, extra),
+               base_url, extra, fleet),
         # A new XID code on a GPU appears as a counter already at 1, which increase() cannot see:
         # the `unless` arm catches a series absent over the hour before the window.
         _alert(H.GPU_XID_ERRORS,
@@ -137,18 +140,18 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                f"{gpu} reported XID {_l(c.LABEL_XID)}.",
                f"The driver reported XID {_l(c.LABEL_XID)} on this GPU in the last {window}. XIDs 48, 63, 64, 74, 79, 94 "
                "and 95 usually mean a failing GPU or link; look up the code before the node takes more traffic.",
-               TOPIC_GPU_HEALTH, "The driver reported XID errors on a GPU.", base_url, extra),
+               TOPIC_GPU_HEALTH, "The driver reported XID errors on a GPU.", base_url, extra, fleet),
         _alert(H.GPU_ECC_UNCORRECTED, f"increase({ecc}[{window}]) > 0\n", 0, CRITICAL,
                f"{gpu} has new uncorrected ECC errors.",
                f"Uncorrected (double-bit) ECC errors rose on this GPU in the last {window}. Data in HBM was lost: "
                "the processes using it may have crashed or produced garbage. Drain the node and hand it to hardware.",
-               TOPIC_GPU_HEALTH, "A GPU has new uncorrected ECC errors: data in HBM was lost.", base_url, extra),
+               TOPIC_GPU_HEALTH, "A GPU has new uncorrected ECC errors: data in HBM was lost.", base_url, extra, fleet),
         _alert(H.ENGINE_TARGET_DOWN, f"{c.EXPORTER_TARGET_UP.name} == 0\n", opts.target_down_for, WARNING,
                f"The exporter cannot read {_l(c.LABEL_ENGINE)} target {_l(c.LABEL_TARGET)}.",
                f"The exporter's scrapes of this engine have failed for {format_duration(opts.target_down_for)} "
                f"({c.EXPORTER_TARGET_UP.name} is 0; {c.EXPORTER_LAST_ERROR.name} says why). The engine may be down, "
                "and its SLO and capacity series are missing meanwhile.",
-               TOPIC_TARGET_DOWN, "The exporter cannot scrape an engine's metrics page.", base_url, extra),
+               TOPIC_TARGET_DOWN, "The exporter cannot scrape an engine's metrics page.", base_url, extra, fleet),
         _alert(H.KV_CACHE_SATURATED,
                f"{c.KV_CACHE_USAGE.name} > {kv_thr}\nand\n{c.REQUESTS_WAITING.name} > 0\n", opts.kv_saturated_for, WARNING,
                f"{engine}: KV cache full with requests queued.",
@@ -157,7 +160,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                "Add replicas or give each more KV blocks.",
                TOPIC_KV_SATURATION,
                f"An engine's KV cache is over {kv_thr} full while requests wait: no seats left, the queue is building.",
-               base_url, extra),
+               base_url, extra, fleet),
         _alert(H.PREEMPTION_STORM, f"rate({c.PREEMPTIONS.name}[{pre_window}]) > {rate_thr}\n", opts.preemption_for, WARNING,
                f"{engine} preempts more than {rate_thr} requests/s.",
                f"The engine has preempted more than {rate_thr} running requests per second (over {pre_window}) for "
@@ -165,7 +168,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                "TPOT and throughput suffer for every request on it.",
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
-               base_url, extra),
+               base_url, extra, fleet),
         _alert(H.TAP_REFUSING_REQUESTS, f"rate({refusals}[{ref_window}]) > {ref_thr}\n", opts.tap_refusal_for, WARNING,
                f"{tap} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
                f"The tap has refused requests (reason {_l(c.LABEL_REASON)}) {ref_how} for the last {ref_for} "
@@ -177,7 +180,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                TOPIC_TAP_REFUSALS,
                "A goodput tap refuses requests because its own connection or body-memory limit is reached: clients "
                "get 503s that never reach the engine, and no SLO counts them.",
-               base_url, extra),
+               base_url, extra, fleet),
     ]
 
 

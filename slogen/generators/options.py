@@ -9,6 +9,7 @@ from typing import Mapping
 from slogen import VERSION_LABEL
 from slogen.durations import DAY
 from slogen.loaders.windows import BUILTIN
+from slogen.generators.links import DEFAULT_GRAFANA_URL
 from slogen.model import SLO, AlertWindows, Tier
 
 DEFAULT_RUNBOOK_BASE_URL = "https://runbooks.example.com/llmslo"
@@ -31,6 +32,7 @@ class GenOptions:
     disable_alerts: bool = False
     disable_recordings: bool = False
     runbook_base_url: str = DEFAULT_RUNBOOK_BASE_URL
+    grafana_url: str = DEFAULT_GRAFANA_URL  # alerts' `dashboard` annotation: <grafana_url>/d/<dashboard uid>
     unreachable_tiers: str = UNREACHABLE_FAIL
     derive_above: int | None = None  # windows longer than this come from the base-window rates; None = longest page window
     page_min_bad_events: int = DEFAULT_PAGE_MIN_BAD_EVENTS  # for SLOs that set none; 0 turns the guard off

@@ -91,6 +91,7 @@ def _slo_queries(slo: SLOView) -> dict[str, str]:
         "burn_rates": "\n".join(
             f"{q.selector(c.SLO.sli_error_ratio(w), m)} / {slo.error_budget:g}   # {w}" for w in windows),
         "budget_left": q.selector(c.SLO.PERIOD_ERROR_BUDGET_REMAINING, m),
+        "current_burn_rate": q.selector(c.SLO.CURRENT_BURN_RATE, m),
         "sli_now": f"1 - {q.selector(c.SLO.sli_error_ratio(slo.base_window), m)}",
         "firing": q.agg("sum", q.selector(c.PROM_ALERTS, [q.eq(c.SLO.LABEL_ID, slo.slo_id),
                                                           q.eq(c.LABEL_ALERTSTATE, c.ALERTSTATE_FIRING)]),

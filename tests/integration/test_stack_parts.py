@@ -1,5 +1,5 @@
 """The local stack's parts, quickly: the supervisor leaves nothing running whatever happens, and the configs it
-writes for Prometheus and Alertmanager pass their own tools' checks (promtool, amtool)."""
+writes for Prometheus and Alertmanager (slogen's, receivers filled in) pass their own tools' checks (promtool, amtool)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from demo.alertmanager import AlertmanagerTimers, PAGE_ROUTE, TICKET_ROUTE, build_config as am_config, write_config
+from demo.alertmanager import (AlertmanagerTimers, PAGE_ROUTE, TICKET_ROUTE, build_config, load_generated,
+                               write_config)
 from demo.procs import StartError, Supervisor, live_processes_in_groups
 from demo.prometheus import PrometheusTimers, build_config as prom_config
+from slogen.generators.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,13 +94,24 @@ def test_prometheus_config_passes_promtool(tmp_path):
 
 
 def test_alertmanager_config_passes_amtool_and_routes_pages_and_tickets(tmp_path):
-    config = am_config("http://127.0.0.1:8080", AlertmanagerTimers(0.5, 1.0, "1h"))
+    """The demo runs slogen's alerts/alertmanager.yaml with its webhook in the placeholder receivers."""
+    generated = load_generated(REPO / ALERTMANAGER_FILE)
+    config = build_config(generated, "http://127.0.0.1:8080")
     path = write_config(tmp_path / "alertmanager.yml", config)
     result = subprocess.run([_tool("amtool"), "check-config", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    for labels, receiver in (({"sloth_severity": "page"}, PAGE_ROUTE), ({"sloth_severity": "ticket"}, TICKET_ROUTE),
-                             ({"alertname": "Other"}, "other")):
+    urls = {r["name"]: [w["url"] for w in r["webhook_configs"]] for r in config["receivers"]}
+    assert urls == {PAGE_RECEIVER: [f"http://127.0.0.1:8080/{PAGE_ROUTE}"],
+                    TICKET_RECEIVER: [f"http://127.0.0.1:8080/{TICKET_ROUTE}"]}
+    assert config["route"] == generated["route"] and config["inhibit_rules"] == generated["inhibit_rules"]
+    for labels, receiver in (({"sloth_severity": "page"}, PAGE_RECEIVER), ({"sloth_severity": "ticket"}, TICKET_RECEIVER),
+                             ({"alertname": "LLMGpuLost", "severity": "critical"}, PAGE_RECEIVER),
+                             ({"alertname": "Other"}, TICKET_RECEIVER)):
         args = [f"{k}={v}" for k, v in labels.items()]
         routed = subprocess.run([_tool("amtool"), "config", "routes", "test", f"--config.file={path}", *args],
                                 capture_output=True, text=True)
         assert routed.stdout.strip() == receiver, routed.stdout + routed.stderr
+    # a timers override (none by default) replaces every route's group_wait and group_interval
+    fast = build_config(generated, "http://127.0.0.1:8080", AlertmanagerTimers(0.5, 1.0))
+    assert {(r.get("group_wait"), r.get("group_interval")) for r in [fast["route"], *fast["route"]["routes"]]
+            if "group_wait" in r} == {("500ms", "1s")}

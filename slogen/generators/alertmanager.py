@@ -1,0 +1,179 @@
+"""Alertmanager routing for the generated alerts (`alerts/alertmanager.yaml`): one incident, one page.
+
+A pure function of the catalog: the window catalogs its SLOs alert on set the timers, the ticket
+tiers name what a page silences, and the health alerts' severities pick their receivers. Why this
+shape (docs/slogen.md, "Alertmanager routing"):
+
+* **Pages are grouped per service and cluster**, not per alert. A slowdown burns TTFT, TPOT and
+  goodput of one service together, over two page tiers each: six alerts that cross their
+  thresholds at different times (goodput's looser objective last, or never). Grouped, they are one
+  Alertmanager group, so one notification, whatever order they fire in. Inhibition cannot do this:
+  it only silences, and a goodput page that arrives after a TTFT page and silences it would change
+  the group's alerts and send a second notification.
+* **The page group is re-notified at most every two page-slow short windows** (1h on the 30d
+  catalog). Alerts that join an open incident, and tiers that resolve one by one, wait for that
+  interval; a page-slow tier keeps firing up to its short window after the burn stops, so an
+  incident that stops burning within that window gets its page and then one all-clear.
+* **A page silences the service's burn-rate tickets in the same cluster** (inhibition, all the
+  service's SLOs: they are the same incident, and the ticket tiers of the SLOs that burn fire as
+  fast as the page or faster). Tickets wait one page-quick short window before their first
+  notification, so a burn about to page pages first. No-data (and any other non-burn ticket) is
+  not silenced: it says the monitoring is blind, another problem.
+* Health alerts (`llmslo-health`) page when critical, else ticket, grouped per alert and cluster.
+
+Receivers are placeholders (`llmslo-page`, `llmslo-ticket`, no integrations): the header says how
+to fill them in; the demo puts its webhook URLs there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from llmslo.conventions import LABEL_ALERTNAME, LABEL_CLUSTER
+from llmslo.conventions import SLO as C
+from slogen.durations import format_duration
+from slogen.loaders.windows import BUILTIN
+from slogen.model import AlertWindows
+from slogen.writers import GENERATED_MARKER
+from slogen.yamlio import dump
+
+ALERTMANAGER_FILE = "alerts/alertmanager.yaml"
+PAGE_RECEIVER = "llmslo-page"
+TICKET_RECEIVER = "llmslo-ticket"
+RECEIVERS = (PAGE_RECEIVER, TICKET_RECEIVER)
+PAGE_GROUP_BY = (C.LABEL_SERVICE, LABEL_CLUSTER)  # one incident: a service in a cluster
+TICKET_GROUP_BY = (C.LABEL_SERVICE, C.LABEL_SLO, LABEL_CLUSTER)  # one ticket per SLO and cluster
+HEALTH_GROUP_BY = (LABEL_ALERTNAME, LABEL_CLUSTER)
+CRITICAL = "critical"  # the health alerts' severity that pages (slogen.generators.health)
+DEFAULT_PERIOD = 30 * 24 * 3_600_000  # the catalog that sets the timers when no SLO alerts
+
+
+@dataclass(frozen=True)
+class RouteTimers:
+    """Alertmanager's three timers for one route, in milliseconds."""
+
+    group_wait: int
+    group_interval: int
+    repeat_interval: int
+
+    def fields(self) -> dict[str, str]:
+        return {"group_wait": format_duration(self.group_wait),
+                "group_interval": format_duration(self.group_interval),
+                "repeat_interval": format_duration(self.repeat_interval)}
+
+
+@dataclass(frozen=True)
+class Timers:
+    page: RouteTimers  # SLO pages
+    ticket: RouteTimers  # SLO tickets, health warnings, anything else (the root route)
+    health_page: RouteTimers  # critical health alerts
+
+
+def _longest(catalogs: Sequence[AlertWindows], pick) -> int:
+    return max(pick(w) for w in catalogs)
+
+
+def timers(catalogs: Sequence[AlertWindows]) -> Timers:
+    """The routes' timers from the alert-window catalogs in use (the longest window of each kind):
+
+    | timer | rule | 30d catalog |
+    |---|---|---|
+    | page group_wait | page-quick short window / 10 | 30s |
+    | page group_interval | 2 x page-slow short window | 1h |
+    | page repeat_interval | page-slow long window | 6h |
+    | ticket group_wait | page-quick short window | 5m |
+    | ticket group_interval | ticket-quick short window | 2h |
+    | ticket repeat_interval | ticket-quick long window | 1d |
+    | health page group_interval | page-quick short window | 5m |
+
+    A compressed catalog (slos/windows/demo.yaml, 30x) compresses them alike, so the demo runs this
+    very routing at its own pace.
+    """
+    cats = list(catalogs) or [BUILTIN[DEFAULT_PERIOD]]
+    pq_short = _longest(cats, lambda w: w.page_quick.short_window)
+    ps_short = _longest(cats, lambda w: w.page_slow.short_window)
+    ps_long = _longest(cats, lambda w: w.page_slow.long_window)
+    tq_short = _longest(cats, lambda w: w.ticket_quick.short_window)
+    tq_long = _longest(cats, lambda w: w.ticket_quick.long_window)
+    page_wait = max(1000, pq_short // 10)
+    return Timers(page=RouteTimers(page_wait, 2 * ps_short, ps_long),
+                  ticket=RouteTimers(pq_short, tq_short, tq_long),
+                  health_page=RouteTimers(page_wait, pq_short, ps_long))
+
+
+def _alternation(values: Iterable[str]) -> str:
+    return "|".join(sorted(set(values)))
+
+
+def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence[str] = (),
+                        health_alerts: Sequence[tuple[str, str]] = ()) -> dict:
+    """The configuration as a dict. `ticket_tiers`: the `slo_tier` values of burn-rate tickets (none:
+    Sloth-compatible alerts, which have no tier label, so every ticket is a burn-rate ticket);
+    `health_alerts`: (alert name, severity) of the health alerts built alongside."""
+    t = timers(catalogs)
+    page = f'{C.LABEL_SEVERITY}="page"'
+    ticket = f'{C.LABEL_SEVERITY}="ticket"'
+    routes: list[dict] = [
+        {"receiver": PAGE_RECEIVER, "matchers": [page], "group_by": list(PAGE_GROUP_BY), **t.page.fields()},
+        {"receiver": TICKET_RECEIVER, "matchers": [ticket], "group_by": list(TICKET_GROUP_BY)},
+    ]
+    critical = [name for name, sev in health_alerts if sev == CRITICAL]
+    warning = [name for name, sev in health_alerts if sev != CRITICAL]
+    if critical:
+        routes.append({"receiver": PAGE_RECEIVER, "matchers": [f'{LABEL_ALERTNAME}=~"{_alternation(critical)}"'],
+                       "group_by": list(HEALTH_GROUP_BY), **t.health_page.fields()})
+    if warning:
+        routes.append({"receiver": TICKET_RECEIVER, "matchers": [f'{LABEL_ALERTNAME}=~"{_alternation(warning)}"'],
+                       "group_by": list(HEALTH_GROUP_BY)})
+    target = [ticket] + ([f'{C.LABEL_TIER}=~"{_alternation(ticket_tiers)}"'] if ticket_tiers else [])
+    return {
+        "route": {"receiver": TICKET_RECEIVER, "group_by": list(HEALTH_GROUP_BY), **t.ticket.fields(),
+                  "routes": routes},
+        "inhibit_rules": [
+            {"source_matchers": [page], "target_matchers": target, "equal": list(PAGE_GROUP_BY)},
+        ],
+        "receivers": [{"name": name} for name in RECEIVERS],
+    }
+
+
+HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
+# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build` (docs/slogen.md, "Alertmanager routing").
+#
+# Receivers are placeholders: give them integrations before use, e.g.
+#   - name: {PAGE_RECEIVER}        # pages: whoever is on call for the service
+#     pagerduty_configs: [{{routing_key: <secret>}}]
+#   - name: {TICKET_RECEIVER}      # tickets: the team's queue or channel, read in working hours
+#     webhook_configs: [{{url: https://tickets.example.com/alertmanager}}]
+# Use this file as Alertmanager's configuration (`amtool check-config` accepts it), or merge it into
+# yours: copy `route.routes` under a route of your tree that receives these alerts, `inhibit_rules`,
+# and the two receivers. `python -m demo` fills the receivers with its webhook.
+#
+# One incident, one page: pages are grouped per {', '.join(PAGE_GROUP_BY)} (TTFT, TPOT, goodput and
+# availability pages of a service in a cluster are one notification; alerts joining it wait for
+# group_interval); a firing page silences that service's burn-rate tickets in the same cluster;
+# tickets are grouped per {', '.join(TICKET_GROUP_BY)}. Timers follow the alert-window catalog.
+"""
+
+
+def alertmanager_file(config: dict, version: str) -> str:
+    return HEADER.replace("VERSION", version, 1) + "\n" + dump(config)
+
+
+def alertmanager_files(catalog, options) -> dict[str, str]:
+    """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
+    from slogen.build import health_alerts  # the core owns the health alerts' options
+
+    alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
+    if not alerting and not getattr(options.health, "enabled", False):
+        return {}
+    catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
+    compat = options.gen.sloth_compat
+    tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
+    health = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, "")) for a in health_alerts(options)]
+    config = alertmanager_config(catalogs, tiers, health)
+    return {ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)}
+
+
+__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_file",
+           "alertmanager_files", "timers"]

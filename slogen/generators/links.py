@@ -1,0 +1,33 @@
+"""Where an alert leads: the generated dashboards' stable UIDs and their Grafana URLs.
+
+One place for the UID scheme, so the dashboards generator (which sets each dashboard's `uid`) and
+the alerts (whose `dashboard` annotation opens it, `slogen build --grafana-url`) always agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DEFAULT_GRAFANA_URL = "https://grafana.example.com"  # a placeholder, as the default runbook base URL is
+GRAFANA_URL_ENV = "SLOGEN_GRAFANA_URL"
+
+
+def dashboard_uid(prefix: str, key: str) -> str:
+    """A stable dashboard uid (8-40 characters), readable where the key is short."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", key.lower()).strip("-")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{prefix}-{slug}"[:31].rstrip("-") + "-" + digest
+
+
+def slo_dashboard_uid(slo_id: str) -> str:
+    """The uid of the per-SLO dashboard of `slo_id` (the `sloth_id` label value)."""
+    return dashboard_uid("slo", slo_id)
+
+
+FLEET_DASHBOARD_UID = dashboard_uid("llmslo", "fleet")  # the fleet serving dashboard
+
+
+def dashboard_url(grafana_url: str, uid: str) -> str:
+    """Grafana's short link to a dashboard by uid: <grafana>/d/<uid> (Grafana adds the slug itself)."""
+    return f"{grafana_url.rstrip('/')}/d/{uid}"
