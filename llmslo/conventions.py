@@ -173,6 +173,46 @@ ENGINE_METRICS: tuple[MetricDef, ...] = (
     LORA_ADAPTER_ACTIVE,
 )
 
+# Signals on-call needs that the engines publish (issue #14): capacity that is not there (an engine asleep,
+# a full secondary KV pool, a spent batch token budget), requests refused or paused, per-request sizes.
+LABEL_KV_POOL = "pool"  # on KV_POOL_USAGE: which KV pool of a hybrid model
+KV_POOL_FULL = "full"  # full-attention KV (every model has it)
+KV_POOL_SWA = "swa"  # sliding-window-attention KV (hybrid SWA models)
+KV_POOL_MAMBA = "mamba"  # Mamba/SSM state slots (hybrid SSM models)
+KV_POOLS = (KV_POOL_FULL, KV_POOL_SWA, KV_POOL_MAMBA)
+KV_POOL_USAGE = _m(
+    "kv_cache_pool_usage_ratio", "gauge",
+    "Fraction of one KV pool in use (0..1), per pool of a hybrid model; llm_kv_cache_usage_ratio is the fullest.",
+    (LABEL_KV_POOL,), "ratio",
+)
+ENGINE_SLEEPING = _m(
+    "engine_sleeping", "gauge", "1 while the engine sleeps (weights offloaded or discarded): it serves nothing, no KV capacity."
+)
+REQUESTS_PAUSED = _m(
+    "requests_paused", "gauge", "Requests the engine paused mid-flight (KV pressure, a weight update): admitted, not progressing."
+)
+REQUESTS_REJECTED = _m(
+    "requests_rejected_total", "counter", "Requests the engine refused before admission, by the engine's own reason.",
+    (LABEL_REASON,),
+)
+BATCH_MAX_TOKENS = _m("batch_max_tokens", "gauge", "Tokens the running batch may hold at once: the batch token budget.")
+BATCH_RESERVED_TOKENS = _m(
+    "batch_reserved_tokens", "gauge", "Tokens the running batch has reserved against llm_batch_max_tokens."
+)
+REQUEST_PROMPT_TOKENS = _m("request_prompt_tokens", "histogram", "Prompt tokens per finished request.", unit="tokens")
+REQUEST_GENERATION_TOKENS = _m(
+    "request_generation_tokens", "histogram", "Output tokens per finished request.", unit="tokens"
+)
+FRONTEND_TTFT = _m(
+    "frontend_time_to_first_token_seconds", "histogram",
+    "Time to first response of the model clients call (Triton ensemble or BLS): engine TTFT plus pre/postprocessing.",
+    unit="seconds",
+)
+ENGINE_METRICS = ENGINE_METRICS + (
+    KV_POOL_USAGE, ENGINE_SLEEPING, REQUESTS_PAUSED, REQUESTS_REJECTED, BATCH_MAX_TOKENS, BATCH_RESERVED_TOKENS,
+    REQUEST_PROMPT_TOKENS, REQUEST_GENERATION_TOKENS, FRONTEND_TTFT,
+)
+
 # --------------------------------------------------------------------------------------
 # Goodput tap metrics (labels: model, slo_class [, outcome | usage_source])
 # --------------------------------------------------------------------------------------

@@ -12,10 +12,17 @@ again per priority (`priority="0"`, ...): only the total is read, else every req
 Per-request (tokenizer) metrics are written once per request under its own priority, so they are summed.
 Preemptions are retractions: `num_retracted_requests_total` (0.5) is the counter; the older
 `num_retracted_reqs` gauge is a point-in-time count and is not used.
+
+Hybrid models have more than one KV pool: full attention (`kv_*_tokens`), sliding-window attention
+(`swa_*_tokens`) and Mamba state slots (`mamba_*_tokens`). Each pool's usage is SGLang's own
+`used / (used + available + evictable)`; the usage ratio is the fullest pool (as SGLang's own
+`token_usage` is), so a full SWA or Mamba pool is not hidden behind a half-empty full-attention pool.
+Free blocks stay those of the full-attention pool.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from exporter.adapters.base import Adapter, Output, first_family, total, values
@@ -43,6 +50,14 @@ GENERATION_TOKENS = P + "generation_tokens"
 NUM_REQUESTS = P + "num_requests"
 NUM_ABORTED = P + "num_aborted_requests"
 NUM_RETRACTED = P + "num_retracted_requests"  # counter family (samples end in _total): preemptions
+NUM_PAUSED = P + "num_paused_reqs"  # paused by an async weight sync (gauge with a `pid` label)
+FULL_TOKEN_USAGE = P + "full_token_usage"
+SWA_AVAILABLE_TOKENS, SWA_EVICTABLE_TOKENS, SWA_USED_TOKENS = (P + "swa_available_tokens", P + "swa_evictable_tokens",
+                                                               P + "swa_used_tokens")
+MAMBA_AVAILABLE_TOKENS, MAMBA_EVICTABLE_TOKENS, MAMBA_USED_TOKENS = (
+    P + "mamba_available_tokens", P + "mamba_evictable_tokens", P + "mamba_used_tokens")
+PROMPT_TOKENS_HISTOGRAM = P + "prompt_tokens_histogram"  # per request (tokenizer), cached tokens included
+GENERATION_TOKENS_HISTOGRAM = P + "generation_tokens_histogram"
 PRIORITY = "priority"  # with --enable-priority-scheduling: "" on totals, "<int>" on per-priority breakdowns
 TTFT = P + "time_to_first_token_seconds"
 E2E = P + "e2e_request_latency_seconds"
@@ -57,8 +72,17 @@ WANTED = frozenset({
     NUM_RUNNING, NUM_QUEUE, NUM_GRAMMAR_QUEUE, TOKEN_USAGE, KV_USED_TOKENS, NUM_USED_TOKENS,
     KV_AVAILABLE_TOKENS, KV_EVICTABLE_TOKENS, MAX_TOTAL_TOKENS, PAGE_SIZE, NUM_PAGES, CACHED_TOKENS,
     PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED, NUM_RETRACTED, TTFT, E2E, REQUEST_TPOT, ITL,
-    ITL_LEGACY, QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL,
+    ITL_LEGACY, QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL, NUM_PAUSED, FULL_TOKEN_USAGE, SWA_AVAILABLE_TOKENS,
+    SWA_EVICTABLE_TOKENS, SWA_USED_TOKENS, MAMBA_AVAILABLE_TOKENS, MAMBA_EVICTABLE_TOKENS, MAMBA_USED_TOKENS,
+    PROMPT_TOKENS_HISTOGRAM, GENERATION_TOKENS_HISTOGRAM,
 })
+
+# The secondary pools of hybrid models: (used, available, evictable) token gauges. SGLang writes them (as 0)
+# for every model; a pool whose tokens add up to 0 does not exist.
+_SECONDARY_POOLS = (
+    (c.KV_POOL_SWA, (SWA_USED_TOKENS, SWA_AVAILABLE_TOKENS, SWA_EVICTABLE_TOKENS)),
+    (c.KV_POOL_MAMBA, (MAMBA_USED_TOKENS, MAMBA_AVAILABLE_TOKENS, MAMBA_EVICTABLE_TOKENS)),
+)
 
 # Gauges SGLang writes as a QueueCount: a total under priority="" plus a per-priority breakdown.
 _QUEUE_COUNTS = frozenset({NUM_RUNNING, NUM_QUEUE})
@@ -83,8 +107,24 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], model: str | No
 
     used = total(first_family(families, KV_USED_TOKENS, NUM_USED_TOKENS), of_model)
     capacity = total(families.get(MAX_TOTAL_TOKENS), of_model)
+    pools: dict[str, float] = {}
     if used is not None and capacity:
-        out.put(c.KV_CACHE_USAGE, used / capacity, model)
+        pools[c.KV_POOL_FULL] = used / capacity
+    else:
+        ratios = [s.value for s in values(families.get(FULL_TOKEN_USAGE)) if of_model(s.labels)]
+        if ratios:
+            pools[c.KV_POOL_FULL] = sum(ratios) / len(ratios)
+    for pool, (used_name, available_name, evictable_name) in _SECONDARY_POOLS:
+        pool_used = total(families.get(used_name), of_model)
+        pool_size = math.fsum(v for v in (pool_used, total(families.get(available_name), of_model),
+                                          total(families.get(evictable_name), of_model)) if v is not None)
+        if pool_used is not None and pool_size > 0:
+            pools[pool] = pool_used / pool_size
+    if pools:
+        out.put(c.KV_CACHE_USAGE, max(pools.values()), model)  # the fullest pool is what runs out first
+        if len(pools) > 1:
+            for pool, ratio in pools.items():
+                out.put(c.KV_POOL_USAGE, ratio, model, {c.LABEL_KV_POOL: pool})
     else:
         ratios = [s.value for s in values(families.get(TOKEN_USAGE)) if of_model(s.labels)]
         if ratios:
@@ -112,7 +152,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         (NUM_RUNNING, c.REQUESTS_RUNNING), (NUM_QUEUE, c.REQUESTS_WAITING), (NUM_GRAMMAR_QUEUE, c.REQUESTS_WAITING),
         (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
         (LORA_SLOTS_USED, c.LORA_ADAPTERS_RUNNING), (LORA_SLOTS_TOTAL, c.LORA_ADAPTERS_MAX),
-        (NUM_RETRACTED, c.PREEMPTIONS),
+        (NUM_RETRACTED, c.PREEMPTIONS), (NUM_PAUSED, c.REQUESTS_PAUSED),
     ):
         queue_count = fam_name in _QUEUE_COUNTS
         for s in values(families.get(fam_name)):
@@ -141,7 +181,8 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
 
     for metric, names in (
         (c.TTFT, (TTFT,)), (c.E2E, (E2E,)), (c.TPOT, (REQUEST_TPOT,)), (c.ITL, (ITL, ITL_LEGACY)),
-        (c.QUEUE_TIME, (QUEUE_TIME,)),
+        (c.QUEUE_TIME, (QUEUE_TIME,)), (c.REQUEST_PROMPT_TOKENS, (PROMPT_TOKENS_HISTOGRAM,)),
+        (c.REQUEST_GENERATION_TOKENS, (GENERATION_TOKENS_HISTOGRAM,)),
     ):
         out.histogram(metric, first_family(families, *names), model_label=MODEL)
     return out.samples()

@@ -7,14 +7,20 @@ or LoRA state. Prompt and generated token totals are the sums of its per-request
 Successes carry no finish reason (counted as `completed`). Failures carry `err`: `dropped` is a
 client that went away (the router found its response channel closed) and is an `abort`; every other
 kind (`validation`, `overloaded`, `template`, `incomplete`, `generation`, or one added later) is an
-`error`.
+`error`. The kinds raised before a request is queued (`overloaded`: the router's concurrent-request
+limit; `validation`; `template`) are also counted as refused, under their own name.
+
+TGI's only capacity signal is its batch token budget: `tgi_batch_max_total_tokens` (set at warmup) and
+`tgi_batch_current_max_tokens`, the tokens the running batch has reserved (prompt plus max_new_tokens,
+in advance). Per-request prompt and output lengths are histograms (`tgi_request_input_length`,
+`tgi_request_generated_tokens`), re-emitted with their edges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.adapters.base import Adapter, Output, total
+from exporter.adapters.base import Adapter, Output, total, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
@@ -26,6 +32,9 @@ REQUEST_SUCCESS = "tgi_request_success"
 REQUEST_FAILURE = "tgi_request_failure"  # label `err`: validation, overloaded, template, incomplete, generation, dropped
 FAILURE_KIND = "err"
 ERR_DROPPED = "dropped"  # backends/v3 queue.rs and backend.rs: the client dropped the request
+REFUSED_KINDS = frozenset({"overloaded", "validation", "template"})  # raised before the request is queued
+BATCH_MAX_TOTAL_TOKENS = "tgi_batch_max_total_tokens"  # backends/v3 lib.rs, set once at warmup
+BATCH_CURRENT_MAX_TOKENS = "tgi_batch_current_max_tokens"  # backends/v3 backend.rs, per batch
 REQUEST_DURATION = "tgi_request_duration"  # arrival to last token: E2E
 MEAN_TIME_PER_TOKEN = "tgi_request_mean_time_per_token_duration"  # per request: TPOT
 QUEUE_DURATION = "tgi_request_queue_duration"
@@ -34,7 +43,7 @@ GENERATED_TOKENS = "tgi_request_generated_tokens"
 
 WANTED = frozenset({
     BATCH_SIZE, QUEUE_SIZE, REQUEST_SUCCESS, REQUEST_FAILURE, REQUEST_DURATION, MEAN_TIME_PER_TOKEN,
-    QUEUE_DURATION, INPUT_LENGTH, GENERATED_TOKENS,
+    QUEUE_DURATION, INPUT_LENGTH, GENERATED_TOKENS, BATCH_MAX_TOTAL_TOKENS, BATCH_CURRENT_MAX_TOKENS,
 })
 
 
@@ -57,6 +66,14 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
             extra={c.LABEL_REASON: c.FINISHED_ABORT})
     out.add(c.REQUESTS_FINISHED, total(failures, lambda labels: labels.get(FAILURE_KIND) != ERR_DROPPED),
             extra={c.LABEL_REASON: c.FINISHED_ERROR})
+    for s in values(failures):
+        kind = s.labels.get(FAILURE_KIND, "")
+        if kind in REFUSED_KINDS:
+            out.add(c.REQUESTS_REJECTED, s.value, extra={c.LABEL_REASON: kind})
+    out.add(c.BATCH_MAX_TOKENS, total(families.get(BATCH_MAX_TOTAL_TOKENS)))
+    out.add(c.BATCH_RESERVED_TOKENS, total(families.get(BATCH_CURRENT_MAX_TOKENS)))
+    out.histogram(c.REQUEST_PROMPT_TOKENS, families.get(INPUT_LENGTH), model_label=None)
+    out.histogram(c.REQUEST_GENERATION_TOKENS, families.get(GENERATED_TOKENS), model_label=None)
     out.histogram(c.E2E, families.get(REQUEST_DURATION), model_label=None)
     out.histogram(c.TPOT, families.get(MEAN_TIME_PER_TOKEN), model_label=None)
     out.histogram(c.QUEUE_TIME, families.get(QUEUE_DURATION), model_label=None)

@@ -14,6 +14,14 @@ completed as asked, so it is `completed`. Any other reason is an `error` (base.n
 trtllm-serve runs prometheus_client in multiprocess mode: gauges carry a `pid` label, which is summed
 away. Releases before the served model name reached the labels wrote `model_name="undefined"`: such a
 page's model is the identity's.
+
+Prefix-cache hits are exact when the page has `trtllm_prompt_cached_tokens_total` (prompt tokens served
+from the KV cache, counted per finished request next to `trtllm_prompt_tokens_total`): hits are that,
+queries the prompt tokens. Without it (older releases, or a counter that stays 0 while blocks are
+reused, i.e. an engine that does not report cached tokens), the block estimate above is used.
+`trtllm_request_error_total{http_code}` counts requests refused with an HTTP error (a malformed request
+is 400): each is `llm_requests_rejected_total{reason="http_<code>"}` and, since it never got an answer,
+an `error` in llm_requests_finished_total. `trtllm_num_paused_requests` is the paused count.
 """
 
 from __future__ import annotations
@@ -48,11 +56,15 @@ TTFT = P + "time_to_first_token_seconds"
 TPOT = P + "time_per_output_token_seconds"
 E2E = P + "e2e_request_latency_seconds"
 QUEUE_TIME = P + "request_queue_time_seconds"
+PROMPT_CACHED_TOKENS = P + "prompt_cached_tokens"  # counter family (samples end in _total)
+REQUEST_ERRORS = P + "request_error"  # counter family; label http_code
+HTTP_CODE = "http_code"
+PAUSED = P + "num_paused_requests"
 
 WANTED = frozenset({
     RUNNING, WAITING, KV_UTILIZATION, KV_MAX_BLOCKS, KV_FREE_BLOCKS, KV_USED_BLOCKS, KV_TOKENS_PER_BLOCK,
     KV_REUSED_BLOCKS, KV_MISSED_BLOCKS, PROMPT_TOKENS, GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, TPOT, E2E,
-    QUEUE_TIME,
+    QUEUE_TIME, PROMPT_CACHED_TOKENS, REQUEST_ERRORS, PAUSED,
 })
 
 
@@ -72,6 +84,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     for fam_name, metric in (
         (RUNNING, c.REQUESTS_RUNNING), (WAITING, c.REQUESTS_WAITING), (KV_MAX_BLOCKS, c.KV_BLOCKS_TOTAL),
         (KV_FREE_BLOCKS, c.KV_BLOCKS_FREE), (PROMPT_TOKENS, c.PROMPT_TOKENS), (GENERATION_TOKENS, c.GENERATION_TOKENS),
+        (PAUSED, c.REQUESTS_PAUSED),
     ):
         for s in values(families.get(fam_name)):
             out.add(metric, s.value, _model(s.labels))
@@ -79,6 +92,10 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     for s in values(families.get(REQUEST_SUCCESS)):
         reason = normalize_finished_reason(s.labels.get(FINISHED_REASON, ""), FINISHED_ALIASES)
         out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: reason})
+    for s in values(families.get(REQUEST_ERRORS)):
+        code = s.labels.get(HTTP_CODE, "")
+        out.add(c.REQUESTS_REJECTED, s.value, _model(s.labels), {c.LABEL_REASON: f"http_{code}" if code else "http"})
+        out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: c.FINISHED_ERROR})
 
     for model in _models(families):
         def of_model(labels: dict[str, str], model: str | None = model) -> bool:
@@ -94,7 +111,12 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
 
         reused = total(families.get(KV_REUSED_BLOCKS), of_model)
         missed = total(families.get(KV_MISSED_BLOCKS), of_model)
-        if block_size and reused is not None and missed is not None:
+        cached = total(families.get(PROMPT_CACHED_TOKENS), of_model)
+        prompt = total(families.get(PROMPT_TOKENS), of_model)
+        if cached is not None and prompt is not None and (cached > 0 or not reused):
+            out.put(c.PREFIX_CACHE_HITS, cached, model)  # exact: tokens, per finished request
+            out.put(c.PREFIX_CACHE_QUERIES, prompt, model)
+        elif block_size and reused is not None and missed is not None:
             out.put(c.PREFIX_CACHE_HITS, reused * block_size, model)
             out.put(c.PREFIX_CACHE_QUERIES, (reused + missed) * block_size, model)
 

@@ -5,6 +5,11 @@ name wins and the older one is read only when the newer is absent (never both: n
 `time_per_output_token_seconds` is per-token inter-token latency in V0 and 0.10 (its count equals
 generated tokens), so it maps to ITL; the per-request TPOT is `request_time_per_output_token_seconds`.
 vLLM's own `engine` label is the data-parallel engine index, not our engine kind: it is summed away.
+
+0.33 also says whether an engine sleeps (`engine_sleep_state`: `awake` 0 while asleep) and counts
+requests its frontend refused at a queue limit (`admission_rejections{reason}`). A sleeping engine has
+no KV capacity, whatever its last usage reading: its free blocks are 0. A refused request never got an
+answer, so it is also an `error` in llm_requests_finished_total (vLLM counts it nowhere else).
 """
 
 from __future__ import annotations
@@ -34,13 +39,18 @@ LORA_WAITING = "waiting_lora_adapters"
 LORA_MAX = "max_lora"
 CACHE_BLOCK_SIZE = "block_size"
 CACHE_NUM_GPU_BLOCKS = "num_gpu_blocks"
+SLEEP_STATE = "vllm:engine_sleep_state"  # gauge, label sleep_state: awake | weights_offloaded | discard_all
+SLEEP_STATE_LABEL = "sleep_state"
+AWAKE = "awake"
+ADMISSION_REJECTIONS = "vllm:admission_rejections"  # counter family; label reason (no `engine`)
+REJECTION_REASON = "reason"  # max_num_queued_reqs | max_num_queued_tokens
 
 WANTED = frozenset({
     V.NUM_REQUESTS_RUNNING, V.NUM_REQUESTS_WAITING, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC,
     V.NUM_PREEMPTIONS, V.PREFIX_CACHE_QUERIES, V.PREFIX_CACHE_HITS, V.GPU_PREFIX_CACHE_QUERIES,
     V.GPU_PREFIX_CACHE_HITS, V.PROMPT_TOKENS, V.GENERATION_TOKENS, V.REQUEST_SUCCESS, V.TTFT, V.ITL,
     V.TPOT_LEGACY, V.REQUEST_TPOT, V.E2E, V.QUEUE_TIME, TIME_IN_QUEUE_V0, V.CACHE_CONFIG_INFO,
-    V.LORA_REQUESTS_INFO,
+    V.LORA_REQUESTS_INFO, SLEEP_STATE, ADMISSION_REJECTIONS, V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS,
 })
 
 
@@ -54,9 +64,24 @@ def _page_model(families: Mapping[str, MetricFamily]) -> str | None:
     return None
 
 
-def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str | None) -> None:
+def _asleep(families: Mapping[str, MetricFamily], page_model: str | None) -> dict[str | None, set[str]]:
+    """Per model, the data-parallel engine indices whose `awake` state is 0; models with a sleep gauge
+    but no sleeping engine map to an empty set."""
+    asleep: dict[str | None, set[str]] = {}
+    for s in values(families.get(SLEEP_STATE)):
+        if s.labels.get(SLEEP_STATE_LABEL) != AWAKE:
+            continue
+        engines = asleep.setdefault(s.labels.get(MODEL) or page_model, set())
+        if s.value == 0:
+            engines.add(s.labels.get(DP_ENGINE, ""))
+    return asleep
+
+
+def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str | None,
+              asleep: Mapping[str | None, set[str]]) -> None:
     """Usage ratio from the usage gauge; total blocks and block size from cache_config_info;
-    free blocks = total x (1 - usage), per data-parallel engine, then summed."""
+    free blocks = total x (1 - usage), per data-parallel engine, then summed. A sleeping engine's
+    free blocks are 0: its KV cache is released, whatever the usage gauge last said."""
     usage_fam = first_family(families, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC)
     usages = {s.labels.get(DP_ENGINE, ""): (s.labels.get(MODEL) or page_model, s.value) for s in values(usage_fam)}
     configs = {
@@ -71,9 +96,11 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
         return next(iter(configs.values())) if len(configs) == 1 else (None, None)
 
     per_model: dict[str | None, list[tuple[float, float | None]]] = {}
+    sleeping: dict[str | None, list[bool]] = {}
     for dp, (model, usage) in usages.items():
         block_size, blocks = config_for(dp)
         per_model.setdefault(model, []).append((usage, blocks))
+        sleeping.setdefault(model, []).append(dp in asleep.get(model, ()))
         out.put(c.KV_BLOCK_SIZE, block_size, model)
     if not usages:  # no usage gauge on the page: the configured sizes are still worth showing
         for block_size, blocks in configs.values():
@@ -91,7 +118,8 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
         out.put(c.KV_CACHE_USAGE, ratio, model)
         if known and len(known) == len(engines):
             out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
-            out.put(c.KV_BLOCKS_FREE, float(sum(round(n * (1.0 - u)) for u, n in known)), model)
+            free = (0 if off else round(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model]))
+            out.put(c.KV_BLOCKS_FREE, float(sum(free)), model)
 
 
 def _names(text: str | None) -> list[str]:
@@ -155,7 +183,18 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     for metric, names in histograms:
         out.histogram(metric, first_family(families, *names), model_of=model_of)
 
-    _kv_cache(out, families, page_model)
+    asleep = _asleep(families, page_model)
+    for model, engines in asleep.items():
+        out.put(c.ENGINE_SLEEPING, 1.0 if engines else 0.0, model)
+    for s in values(families.get(ADMISSION_REJECTIONS)):
+        model = model_of(s.labels)
+        out.add(c.REQUESTS_REJECTED, s.value, model, {c.LABEL_REASON: s.labels.get(REJECTION_REASON, "")})
+        out.add(c.REQUESTS_FINISHED, s.value, model, {c.LABEL_REASON: c.FINISHED_ERROR})
+    for metric, name in ((c.REQUEST_PROMPT_TOKENS, V.REQUEST_PROMPT_TOKENS),
+                         (c.REQUEST_GENERATION_TOKENS, V.REQUEST_GENERATION_TOKENS)):
+        out.histogram(metric, families.get(name), model_of=model_of)
+
+    _kv_cache(out, families, page_model, asleep)
     _lora(out, families, page_model)
     return out.samples()
 

@@ -203,6 +203,11 @@ def test_vllm_v1_values():
     assert one(s, c.TPOT, "_sum") == pytest.approx(3.1030430589686633)
     assert bucket(s, c.E2E, 5.0) == 223 and one(s, c.E2E, "_sum") == pytest.approx(603.1748894704076)
     assert one(s, c.QUEUE_TIME, "_count") == 240 and one(s, c.QUEUE_TIME, "_sum") == pytest.approx(8.459418284260954)
+    assert one(s, c.ENGINE_SLEEPING, **m) == 0  # engine_sleep_state{sleep_state="awake"} 1
+    assert {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)} == {
+        "max_num_queued_reqs": 0, "max_num_queued_tokens": 0}
+    assert one(s, c.REQUEST_PROMPT_TOKENS, "_count") == 240 and one(s, c.REQUEST_GENERATION_TOKENS, "_sum") == 45309
+    assert out_buckets(s, c.REQUEST_PROMPT_TOKENS) == page_buckets("vllm-v1.prom", "vllm:request_prompt_tokens")
 
 
 @pytest.mark.parametrize(("metric", "family"), [
@@ -305,7 +310,10 @@ def test_sglang_values():
     assert one(s, c.QUEUE_TIME, "_sum") == pytest.approx(8.459418284260954)
     assert one(s, c.E2E, "_sum") == pytest.approx(160.99032300437827 + 442.18456646602885)
     assert one(s, c.LORA_ADAPTERS_MAX, **m) == 4 and one(s, c.LORA_ADAPTERS_RUNNING, **m) == 2
-    assert pick(s, c.PREEMPTIONS) == []  # SGLang has no preemption counter
+    assert pick(s, c.PREEMPTIONS) == []  # this page predates num_retracted_requests_total
+    assert one(s, c.REQUESTS_PAUSED, **m) == 0  # num_paused_reqs{pid=...}
+    assert one(s, c.REQUEST_PROMPT_TOKENS, "_count") == 240 and one(s, c.REQUEST_GENERATION_TOKENS, "_sum") == 45309
+    assert pick(s, c.KV_POOL_USAGE) == []  # not a hybrid model
 
 
 @pytest.mark.parametrize(("metric", "family"), [
@@ -357,6 +365,9 @@ def test_tgi_values_and_no_invented_ttft():
     assert one(s, c.PROMPT_TOKENS) == 163149 and one(s, c.GENERATION_TOKENS) == 45214
     assert out_buckets(s, c.E2E) == page_buckets("tgi.prom", "tgi_request_duration")
     assert pick(s, c.KV_CACHE_USAGE) == []
+    assert one(s, c.BATCH_MAX_TOKENS) == 327680 and one(s, c.BATCH_RESERVED_TOKENS) == 2881
+    assert one(s, c.REQUEST_PROMPT_TOKENS, "_sum") == 163149 and one(s, c.REQUEST_GENERATION_TOKENS, "_count") == 237
+    assert {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)} == {"validation": 2}
 
 
 def test_tgi_counters_read_with_or_without_total_suffix():
@@ -393,7 +404,16 @@ def test_triton_extended_values_and_unit_conversion():
     assert one(s, c.REQUESTS_FINISHED, reason="error") == 0
     assert one(s, c.REQUESTS_FINISHED, reason="abort") == 0  # CANCELED
     assert one(s, c.PROMPT_TOKENS) == 163149 and one(s, c.GENERATION_TOKENS) == 45309
-    assert {x.labels[c.LABEL_MODEL] for x in s} == {"tensorrt_llm"}
+    assert {x.labels[c.LABEL_MODEL] for x in s if x.metric != c.FRONTEND_TTFT} == {"tensorrt_llm"}
+    # what clients see: the ensemble's first response, pre- and postprocessing included
+    assert {x.labels[c.LABEL_MODEL] for x in pick(s, c.FRONTEND_TTFT, "_count")} == {"ensemble"}
+    assert out_buckets(s, c.FRONTEND_TTFT) == page_buckets(
+        "triton-trtllm-extended.prom", "nv_inference_first_response_histogram_ms", 1000.0, model="ensemble")
+    assert bucket(s, c.FRONTEND_TTFT, 0.1) == 170 and one(s, c.FRONTEND_TTFT, "_sum") == pytest.approx(19.42145377120243)
+    assert one(s, c.REQUESTS_PAUSED, **m) == 0  # paused_requests of the inflight batcher
+    assert one(s, c.REQUEST_PROMPT_TOKENS, "_count") == 240
+    assert out_buckets(s, c.REQUEST_GENERATION_TOKENS) == page_buckets(
+        "triton-trtllm-extended.prom", "nv_llm_output_token_len", model="tensorrt_llm")
 
 
 def test_triton_readme_page_uses_block_counts_over_its_inconsistent_fraction():
