@@ -14,8 +14,9 @@ Preemptions are retractions: `num_retracted_requests_total` (0.5) is the counter
 `num_retracted_reqs` gauge is a point-in-time count and is not used.
 
 Hybrid models have more than one KV pool: full attention (`kv_*_tokens`), sliding-window attention
-(`swa_*_tokens`) and Mamba state slots (`mamba_*_tokens`). Each pool's usage is SGLang's own
-`used / (used + available + evictable)`; the usage ratio is the fullest pool (as SGLang's own
+(`swa_*_tokens`) and Mamba state slots (`mamba_*_tokens`). The full pool's usage is
+`kv_used_tokens / max_total_num_tokens`, a secondary pool's SGLang's own `used / (used + available +
+evictable)`; the usage ratio is the fullest pool (as SGLang's own
 `token_usage` is), so a full SWA or Mamba pool is not hidden behind a half-empty full-attention pool.
 Free blocks stay those of the full-attention pool.
 """
