@@ -33,7 +33,7 @@ from slogen.generators.alertmanager import ALERTMANAGER_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SLOS = REPO / "slos"
-DEMO_WINDOWS = DEFAULT_SLOS / "windows" / "demo.yaml"  # the compressed alert-window catalog (slogen's)
+DEMO_WINDOWS = REPO / "demo" / "windows.yaml"  # the compressed alert-window catalog, passed to slogen with --windows
 DEMO_PERIOD = "1d"  # the period that catalog is for; `slogen build --override-period` puts every SLO on it
 ALERTMANAGER_FILE_NAME = Path(ALERTMANAGER_FILE).name  # slogen writes it next to the rule files
 
@@ -190,7 +190,8 @@ class LocalStack:
                                      "engine's model name")
 
     async def _build_rules(self) -> list[Path]:
-        """`slogen build` of the SLO specs on the compressed demo period, into the work dir.
+        """`slogen build` of the SLO specs on the compressed demo period (its catalog given with `--windows`),
+        into the work dir.
 
         `--no-autoscaling`: the repo's KEDA pools scale on a 5m burn window of the 30d catalog, which a
         compressed-period build does not record. The demo needs the rules only; its runbook links point
@@ -198,7 +199,8 @@ class LocalStack:
         """
         out = self.workdir / "slogen"
         argv = [sys.executable, "-m", "slogen.cli", "build", *(str(p) for p in self.settings.slo_paths),
-                "--out", str(out), "--override-period", self.settings.period, "--no-autoscaling",
+                "--out", str(out), "--windows", str(self.settings.windows), "--override-period", self.settings.period,
+                "--no-autoscaling",
                 "--runbook-base-url", self.settings.runbook_base_url]
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT, cwd=REPO)

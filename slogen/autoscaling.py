@@ -20,16 +20,15 @@ Errors name the file, the pool and the field, and say how to fix it.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llmslo import conventions as c
 from slogen.durations import parse_duration
-from slogen.yamlio import LineDict, load_documents
+from slogen.yamlio import LineDict, SpecFileError, load_documents
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"
@@ -104,6 +103,11 @@ class AutoscalingSpec:
     pools: tuple[Pool, ...] = field(default_factory=tuple)
 
 
+def _yaml_float(value: float) -> str:
+    """nan and inf as YAML spells them (`.nan`, `.inf`, `-.inf`), the way the spec wrote them."""
+    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+
+
 class _Node:
     """One mapping of the spec with its location (file, line, field path), for error messages."""
 
@@ -152,6 +156,10 @@ class _Node:
                integer: bool = False) -> float:
         value = self.data.get(key, default)
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if ok_type and not isinstance(value, bool) and not math.isfinite(value):
+            raise self.error(key, f"{_yaml_float(value)} is not a finite number",
+                             f"write a number {f'between {lo:g} and {hi:g}' if hi is not None else f'of at least {lo:g}'}"
+                             " (YAML reads .nan and .inf as not-a-number and infinity)")
         if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):
             bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
             kind = "a whole number" if integer else "a number"
@@ -241,14 +249,12 @@ def _pool(node: _Node) -> Pool:
     )
 
 
-def load_text(text: str, file: str) -> AutoscalingSpec:
+def load_text(text: str | bytes, file: str) -> AutoscalingSpec:
     pools: list[Pool] = []
     try:
-        docs = load_documents(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "somewhere"
-        raise AutoscalingError(f"{file}: not valid YAML at {where}. Fix: correct the YAML syntax there.") from None
+        docs = load_documents(text, file)
+    except SpecFileError as exc:  # not UTF-8, not YAML, a duplicate key, nesting too deep
+        raise AutoscalingError(f"{exc.file}{f':{exc.line}' if exc.line else ''}: {exc.message}. Fix: {exc.fix}.") from None
     for i, doc in enumerate(docs):
         top = _Node(file, f"document {i}" if len(docs) > 1 else "", doc)
         top.keys(("version", "pools"), ("version", "pools"))
@@ -273,7 +279,11 @@ def load_paths(paths: list[Path]) -> AutoscalingSpec:
     pools: list[Pool] = []
     seen: dict[tuple[str, str], str] = {}
     for file in files:
-        for pool in load_text(file.read_text(encoding="utf-8"), str(file)).pools:
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise AutoscalingError(f"{file}: cannot read ({exc.strerror or exc}). Fix: check the path.") from None
+        for pool in load_text(data, str(file)).pools:
             key = (pool.namespace, pool.name)
             if key in seen:
                 raise AutoscalingError(f"{pool.origin}: name: pool {pool.name!r} in namespace {pool.namespace!r} is "

@@ -2,8 +2,9 @@
 
 Each artifact generator is a pure function `(catalog, options) -> {relative path: text}`;
 `ARTIFACT_GENERATORS` runs them in order. To add an artifact (dashboards, KEDA objects,
-runbooks), append its generator to that list. Writing is separate: `write_outputs` writes
-atomically and removes files this build generated before but no longer produces;
+runbooks), append its generator to that list. Writing is separate: `write_outputs` replaces
+the output directories whole (built beside, then swapped: `slogen.outtree`) and drops files this
+build generated before but no longer produces;
 `stale_outputs` is the `--check` comparison for CI.
 """
 
@@ -23,12 +24,13 @@ from slogen.generators.health import HealthOptions
 from slogen.generators.health_tests import health_tests
 from slogen.generators.options import GenOptions
 from slogen.generators.tests import service_tests
+from slogen.generators.tiers import override_error
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
 from llmslo.conventions import HEALTH
-from llmslo.files import write_atomic
+from slogen.outtree import recover, replace_tree, roots_of
 from slogen.writers import GENERATED_MARKER, K8S_LABELS, header, prometheus_rule, rule_file
 from slogen.yamlio import dump
 
@@ -156,6 +158,9 @@ def compile_catalog(options: BuildOptions) -> Catalog:
     extra = load_paths(list(options.windows_paths), windows_only=True).windows if options.windows_paths else []
     windows = merge(loaded.windows + extra, dict(options.gen.windows))
     gen = GenOptions(**{**options.gen.__dict__, "windows": windows})
+    refused = override_error(gen)
+    if refused is not None:
+        raise SpecErrors([refused])
     results = generate(loaded.slos, gen)
     return Catalog(loaded.slos, results, windows, loaded.warnings)
 
@@ -196,12 +201,14 @@ def _orphans(artifacts: dict[str, str], out: Path) -> list[str]:
 
 
 def write_outputs(artifacts: dict[str, str], out: str | Path) -> tuple[list[str], list[str]]:
-    """Write every artifact under `out` atomically; returns (changed paths, removed orphan paths)."""
+    """Replace the output tree under `out` as a whole (`slogen.outtree`: every changed output directory
+    is built beside the old one, then swapped in); returns (changed paths, removed orphan paths).
+    On any error the outputs are as they were before."""
     root = Path(out)
-    changed = [p for p, text in artifacts.items() if write_atomic(root / p, text)]
+    dirs = _managed_dirs(artifacts)
+    recover(root, roots_of(dirs))  # a build that died mid-swap
     removed = _orphans(artifacts, root)
-    for rel in removed:
-        (root / rel).unlink()
+    changed = replace_tree(artifacts, root, dirs, removed)
     return changed, removed
 
 

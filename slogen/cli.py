@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -38,6 +39,17 @@ def _duration(text: str) -> int:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _finite(text: str) -> float:
+    """A command-line number; nan and inf are refused (every comparison with nan is false, nothing exceeds inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; write e.g. 0.95")
+    return value
 
 
 def _count(text: str) -> int:
@@ -126,7 +138,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             return 1
         print(f"{len(artifacts)} generated files are up to date", file=sys.stderr)
         return 0
-    changed, removed = write_outputs(artifacts, args.out)
+    try:
+        changed, removed = write_outputs(artifacts, args.out)
+    except OSError as e:
+        print(f"error: cannot write the outputs under {args.out}: {e} (nothing was replaced: the previous outputs are "
+              "as they were; fix: free space or fix permissions there and run `slogen build` again)", file=sys.stderr)
+        return 1
     print(f"slogen: {len(catalog.slos)} SLOs, {len(artifacts)} files ({len(changed)} changed, {len(removed)} removed) "
           f"under {args.out}", file=sys.stderr)
     return 0
@@ -146,17 +163,17 @@ def _health_args(p: argparse.ArgumentParser) -> None:
                         f"(default {format_duration(d.gpu_error_window)})")
     h.add_argument("--target-down-for", type=_duration, default=d.target_down_for, metavar="DURATION",
                    help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_duration(d.target_down_for)})")
-    h.add_argument("--kv-usage-threshold", type=float, default=d.kv_usage_threshold, metavar="RATIO",
+    h.add_argument("--kv-usage-threshold", type=_finite, default=d.kv_usage_threshold, metavar="RATIO",
                    help=f"LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {d.kv_usage_threshold:g})")
     h.add_argument("--kv-saturated-for", type=_duration, default=d.kv_saturated_for, metavar="DURATION",
                    help=f"LLMKVCacheSaturated: how long before it fires (default {format_duration(d.kv_saturated_for)})")
-    h.add_argument("--preemption-rate", type=float, default=d.preemption_rate, metavar="PER_SECOND",
+    h.add_argument("--preemption-rate", type=_finite, default=d.preemption_rate, metavar="PER_SECOND",
                    help=f"LLMPreemptionStorm: preemptions per second per engine (default {d.preemption_rate:g})")
     h.add_argument("--preemption-window", type=_duration, default=d.preemption_window, metavar="WINDOW",
                    help=f"LLMPreemptionStorm: rate window (default {format_duration(d.preemption_window)})")
     h.add_argument("--preemption-for", type=_duration, default=d.preemption_for, metavar="DURATION",
                    help=f"LLMPreemptionStorm: how long before it fires (default {format_duration(d.preemption_for)})")
-    h.add_argument("--tap-refusal-rate", type=float, default=d.tap_refusal_rate, metavar="PER_SECOND",
+    h.add_argument("--tap-refusal-rate", type=_finite, default=d.tap_refusal_rate, metavar="PER_SECOND",
                    help=f"LLMTapRefusingRequests: refusals per second per tap at its connection or body-memory limit "
                         f"(default {d.tap_refusal_rate:g}: any)")
     h.add_argument("--tap-refusal-window", type=_duration, default=d.tap_refusal_window, metavar="WINDOW",
@@ -281,9 +298,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
     b.add_argument("--windows", action="append", default=[], metavar="PATH",
-                   help="extra AlertWindows catalog file or directory (repeatable; slos/windows/ loads anyway)")
+                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
+                        "(repeatable; AlertWindows documents among the inputs load too)")
     b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
-                   help="put every SLO on this period, e.g. 1d with slos/windows/demo.yaml for the demo")
+                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo")
     _gen_args(b)
     _health_args(b)
 

@@ -1,57 +1,18 @@
-"""YAML in (with line numbers, for error messages) and YAML out (deterministic, readable)."""
+"""YAML in (with line numbers, for error messages) and YAML out (deterministic, readable).
+
+Reading is `llmslo.specfile`'s, shared with the goodput tap: strict UTF-8, no duplicate keys,
+bounded nesting; errors are `SpecFileError`s naming the file, line and fix.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
+from llmslo.specfile import LineDict, LineList, SpecFileError, load_documents, read_documents
 
-class LineDict(dict):
-    """A mapping that remembers the line it starts on and the line of each key."""
-
-    line: int | None = None
-    key_lines: dict[str, int]
-
-    def line_of(self, key: str) -> int | None:
-        return getattr(self, "key_lines", {}).get(key, self.line)
-
-
-class LineList(list):
-    line: int | None = None
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> Iterator[LineDict]:
-    data = LineDict()
-    data.line = node.start_mark.line + 1
-    data.key_lines = {}
-    yield data
-    loader.flatten_mapping(node)
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        data[key] = loader.construct_object(value_node, deep=True)
-        if isinstance(key, str):
-            data.key_lines[key] = key_node.start_mark.line + 1
-
-
-def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode) -> Iterator[LineList]:
-    data = LineList()
-    data.line = node.start_mark.line + 1
-    yield data
-    data.extend(loader.construct_sequence(node, deep=True))
-
-
-_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
-
-
-def load_documents(text: str) -> list[Any]:
-    """Every non-empty document of a (possibly multi-document) YAML text."""
-    return [d for d in yaml.load_all(text, Loader=_LineLoader) if d is not None]
+__all__ = ["LineDict", "LineList", "SpecFileError", "load_documents", "read_documents", "dump"]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -4,7 +4,9 @@ The tap needs two things from those files: the goodput classes (the `llmslo/good
 plugin's options `slo_class`, `ttft`, `tpot`, `models`) and every latency threshold an SLI
 reads from the tap's histograms (`llmslo/latency` with `source: tap`), because each one must
 be a bucket edge for `bucket{le=threshold} / count` to be an exact SLI. This reads only those
-plugin options (slogen owns the full loader); errors name the file, the SLO and the field.
+plugin options (slogen owns the full loader), through the YAML reader slogen uses
+(`llmslo.specfile`), so both refuse the same hostile files (not UTF-8, duplicate keys, nesting too
+deep); errors name the file, the SLO and the field.
 
 How a request maps to a class (first rule that applies):
 1. header `x-slo-class` naming a configured class (only when the operator trusts clients'
@@ -26,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llmslo.globs import matches
+from llmslo.specfile import SpecFileError, discover, read_documents
 
 GOODPUT_PLUGIN = "llmslo/goodput"
 LATENCY_PLUGIN = "llmslo/latency"
@@ -133,7 +134,9 @@ def _seconds(value: Any, where: str) -> float:
         raise SloConfigError(
             f'{where}: {value!r} is not a duration in seconds; write plain seconds, e.g. "0.5" (not "500ms")'
         ) from None
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not math.isfinite(seconds):
+        raise SloConfigError(f'{where}: {value!r} is not a finite number; write positive seconds, e.g. "0.5"')
+    if seconds <= 0:
         raise SloConfigError(f"{where}: {value!r} must be a positive number of seconds")
     return seconds
 
@@ -205,14 +208,8 @@ def _merge(classes: list[SloClass], new: SloClass) -> None:
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; directories become their *.yaml / *.yml files, sorted."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
-        else:
-            out.append(p)
-    return out
+    """Files as given; directories become every *.yaml / *.yml file below them, sorted (as slogen reads them)."""
+    return [f for p in paths for f in discover(p)]
 
 
 def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
@@ -221,13 +218,11 @@ def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
     thresholds: dict[str, set[float]] = {m: set() for m in TAP_LATENCY_METRICS}
     for path in expand_paths(paths):
         try:
-            text = path.read_text(encoding="utf-8")
+            docs = read_documents(path)  # slogen's reader: strict UTF-8, no duplicate keys, bounded nesting
         except OSError as e:
             raise SloConfigError(f"{path}: cannot read the SLO file ({e.strerror}); check the --slo path") from None
-        try:
-            docs = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as e:
-            raise SloConfigError(f"{path}: not valid YAML ({e}); fix the syntax at the position shown") from None
+        except SpecFileError as e:
+            raise SloConfigError(str(e)) from None
         for doc_index, doc in enumerate(docs):
             slos = _slo_lists(doc)
             if slos is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slogen.durations import format_duration
+from slogen.durations import DAY, format_duration
 from slogen.errors import SpecError
 from slogen.generators.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 from slogen.model import SLO, EventsSLI, RawSLI, Tier
@@ -26,15 +26,47 @@ from slogen.model import SLO, EventsSLI, RawSLI, Tier
 def resolve(slo: SLO, opts: GenOptions) -> SLOContext:
     period = opts.period_override or slo.period or opts.default_period
     windows = opts.windows.get(period)
-    field = f"{slo.origin.path}.period" if slo.period and slo.origin.path else "period"
     if windows is None:
-        known = ", ".join(sorted(format_duration(p) for p in opts.windows)) or "none"
-        raise SpecError(slo.origin.file, f"no alert-window catalog for the {format_duration(period)} period",
-                        field, slo.id, f"use a period with a catalog ({known}) or add an AlertWindows catalog "
-                        f"with sloPeriod: {format_duration(period)} (--windows)", slo.origin.line)
+        if opts.period_override:
+            raise no_catalog_error(period, opts, slo.origin.file, "--override-period", slo=slo.id, line=slo.origin.line)
+        if slo.period:
+            raise no_catalog_error(period, opts, slo.origin.file, "the SLO's period", slo=slo.id, line=slo.origin.line,
+                                   field=f"{slo.origin.path}.period" if slo.origin.path else "period")
+        raise no_catalog_error(period, opts, slo.origin.file, "--default-slo-period (the SLO sets none)", slo=slo.id,
+                               line=slo.origin.line)
     labels = {**slo.labels, **opts.extra_labels}
     tiers = tuple(_reachable(slo, t, opts) for t in windows.tiers())
     return SLOContext(slo=slo, period=period, windows=windows, tiers=tiers, labels=labels, opts=opts)
+
+
+def _days(ms: int) -> str:
+    """A period as written in specs: 28d, not 4w."""
+    return f"{ms // DAY}d" if ms % DAY == 0 else format_duration(ms)
+
+
+def no_catalog_error(period: int, opts: GenOptions, file: str, source: str, *, slo: str = "", field: str = "",
+                     line: int | None = None) -> SpecError:
+    """A period without an alert-window catalog is refused, as Sloth refuses it ("window period ... missing"):
+    burn-rate windows are tuned to their period, and no catalog fits every period."""
+    p = _days(period)
+    known = ", ".join(f"{_days(d)} ({'built in' if w.source.startswith('<built-in') else w.source})"
+                      for d, w in sorted(opts.windows.items())) or "none"
+    return SpecError(
+        file,
+        f"the {p} period{f' (from {source})' if source else ''} has no alert-window catalog; catalogs loaded: {known}. Burn-rate alert "
+        f"windows are tuned to a period, so slogen (like Sloth) does not guess them for another one",
+        field, slo,
+        f"use a period with a catalog (30d and 28d are built in), or add an AlertWindows document with "
+        f"sloPeriod: {p} to the inputs or pass one with --windows FILE (the demo passes its 1d catalog: "
+        f"--windows demo/windows.yaml)",
+        line)
+
+
+def override_error(opts: GenOptions) -> SpecError | None:
+    """--override-period without a catalog: one error for the whole build, not one per SLO."""
+    if opts.period_override and opts.period_override not in opts.windows:
+        return no_catalog_error(opts.period_override, opts, f"--override-period {_days(opts.period_override)}", "")
+    return None
 
 
 def _reachable(slo: SLO, tier: Tier, opts: GenOptions) -> Tier:

@@ -11,15 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from slogen.errors import SpecError, SpecErrors
 from slogen.loaders import k8s, openslo, sloth, windows
 from slogen.loaders.common import Reporter
 from slogen.model import SLO, AlertWindows
-from slogen.yamlio import load_documents
-
-YAML_SUFFIXES = (".yaml", ".yml")
+from llmslo.specfile import SUFFIXES as YAML_SUFFIXES  # noqa: F401
+from llmslo.specfile import SpecFileError, read_documents
+from llmslo.specfile import discover as discover
 
 
 @dataclass
@@ -29,14 +27,6 @@ class Loaded:
     warnings: list[SpecError] = field(default_factory=list)
     errors: list[SpecError] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-
-
-def discover(path: str | Path) -> list[Path]:
-    """A file, or every *.yaml / *.yml below a directory in sorted order."""
-    p = Path(path)
-    if p.is_dir():
-        return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in YAML_SUFFIXES)
-    return [p]
 
 
 def load_path(path: str | Path) -> list[SLO]:
@@ -56,17 +46,13 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
             r = Reporter(str(file))
             result.files.append(str(file))
             try:
-                text = file.read_text(encoding="utf-8")
+                items = read_documents(file)
             except OSError as e:
                 r.error(f"cannot read: {e.strerror or e}", fix="check the path")
                 result.errors += r.errors
                 continue
-            try:
-                items = load_documents(text)
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                r.error(f"not valid YAML: {getattr(e, 'problem', None) or e}", line=(mark.line + 1) if mark else None,
-                        fix="fix the YAML syntax (indentation, quotes, colons)")
+            except SpecFileError as e:  # not UTF-8, not YAML, a duplicate key, nesting too deep
+                r.error(e.message, line=e.line, fix=e.fix)
                 result.errors += r.errors
                 continue
             for i, doc in enumerate(items):

@@ -5,6 +5,7 @@ report type errors with the field's path and line, and the validation rules Slot
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,18 +89,37 @@ def boolean(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "") -
     return value
 
 
-def number(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "") -> float | None:
+def number(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", example: str = "99.9") -> float | None:
+    """parent[key] as a finite float (None when absent, or with an error when not a finite number)."""
     value = parent.get(key) if isinstance(parent, dict) else None
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         try:
-            return float(str(value))
+            out = float(str(value))
         except ValueError:
             r.error(f"{key} must be a number, got {value!r}", join(prefix, key), slo=slo,
-                    line=line_of(parent, key), fix=f"write {key}: 99.9")
+                    line=line_of(parent, key), fix=f"write {key}: {example}")
             return None
-    return float(value)
+    else:
+        out = float(value)
+    if not math.isfinite(out):
+        shown = repr(value) if isinstance(value, str) else yaml_float(out)
+        r.error(f"{key} must be a finite number, got {shown}", join(prefix, key), slo=slo,
+                line=line_of(parent, key),
+                fix=f"write {key}: {example} (YAML reads .nan/.inf, and float() reads \"nan\"/\"inf\", as "
+                    "not-a-number or infinity, which no comparison or rule can use)")
+        return None
+    return out
+
+
+def yaml_float(value: float) -> str:
+    """A non-finite float as YAML spells it (`.nan`, `.inf`, `-.inf`), a finite one as `repr`."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    return repr(value)
 
 
 def labels(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", what: str = "label") -> dict[str, str]:
@@ -143,9 +163,12 @@ def check_name(r: Reporter, value: str, what: str, field: str, *, slo: str = "",
                 fix="start and end with a letter or digit; use only letters, digits, '.', '_' and '-'")
 
 
-def check_objective(r: Reporter, value: float | None, field: str, *, slo: str, line: int | None) -> None:
+def check_objective(r: Reporter, value: float | None, field: str, *, slo: str, line: int | None,
+                    given: bool = False) -> None:
+    """`given`: the spec wrote a value that `number` already refused (None here), so say nothing more."""
     if value is None:
-        r.error("objective is required", field, slo=slo, line=line, fix="set objective: 99.9 (a percent)")
+        if not given:
+            r.error("objective is required", field, slo=slo, line=line, fix="set objective: 99.9 (a percent)")
     elif not (0 < value <= 100):
         r.error(f"objective {value:g} is out of range: it must be > 0 and <= 100", field, slo=slo, line=line,
                 fix="write the objective as a percent, e.g. 99.9 (not 0.999, not 101)")

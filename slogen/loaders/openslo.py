@@ -88,7 +88,8 @@ def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
             continue
         target = f.number(r, obj, "target", op, slo=slo_id)
         objective = None if target is None else target * 100
-        f.check_objective(r, objective, f"{op}.target", slo=slo_id, line=f.line_of(obj, "target"))
+        f.check_objective(r, objective, f"{op}.target", slo=slo_id, line=f.line_of(obj, "target"),
+                          given=obj.get("target") is not None or obj.get("targetPercent") is not None)
         rm = f.mapping(r, obj, "ratioMetrics", op, slo=slo_id)
         if not rm:
             r.error("missing ratioMetrics", f"{op}.ratioMetrics", slo=slo_id, line=f.line_of(obj),
@@ -182,7 +183,8 @@ def load_v1(doc: dict, r: Reporter, doc_index: int, refs: V1Refs) -> list[SLO]:
         else:
             target = f.number(r, obj, "target", op, slo=slo_id)
             objective = None if target is None else target * 100
-        f.check_objective(r, objective, f"{op}.target", slo=slo_id, line=f.line_of(obj, "target"))
+        f.check_objective(r, objective, f"{op}.target", slo=slo_id, line=f.line_of(obj, "target"),
+                          given=obj.get("target") is not None or obj.get("targetPercent") is not None)
         if sli is None or objective is None:
             continue
         out.append(SLO(

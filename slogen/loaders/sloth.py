@@ -103,7 +103,8 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
                    slo=who)
     f.check_name(r, name, "SLO name", f"{p}.name", slo=who, line=f.line_of(node, "name"))
     objective = f.number(r, node, "objective", p, slo=who)
-    f.check_objective(r, objective, f"{p}.objective", slo=who, line=f.line_of(node, "objective"))
+    f.check_objective(r, objective, f"{p}.objective", slo=who, line=f.line_of(node, "objective"),
+                      given=node.get("objective") is not None)
     slo_labels = f.labels(r, node, "labels", p, slo=who)
     f.check_reserved(r, slo_labels, f"{p}.labels", slo=who, line=f.line_of(node, "labels"))
     period = _period(r, node, p, who)
@@ -231,7 +232,10 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
                                            labels=spec_labels, options=options))
     except plugins.PluginError as e:
         field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
-        r.error(f"plugin {pid}: {e}", field, slo=who, line=f.line_of(plug, "options"), fix=e.fix)
+        raw_options = plug.get("options")
+        line = (f.line_of(raw_options, e.option) if e.option and isinstance(raw_options, dict) and e.option in raw_options
+                else f.line_of(plug, "options"))
+        r.error(f"plugin {pid}: {e}", field, slo=who, line=line, fix=e.fix)
         return None
 
 

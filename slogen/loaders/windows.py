@@ -45,12 +45,17 @@ def load(doc: dict, r: Reporter) -> AlertWindows | None:
         for speed in ("quick", "slow"):
             w = f.mapping(r, block, speed, f"spec.{sev}", required=True)
             wp = f"spec.{sev}.{speed}"
-            ebp = f.number(r, w, "errorBudgetPercent", wp)
+            ebp = f.number(r, w, "errorBudgetPercent", wp, example="2")
             short = _duration(r, w, "shortWindow", wp)
             long = _duration(r, w, "longWindow", wp)
-            if not ebp:
+            if not ebp and w.get("errorBudgetPercent") is None:
                 r.error("error budget percent is required", f"{wp}.errorBudgetPercent", line=f.line_of(w),
                         fix="set errorBudgetPercent: 2 (percent of the period's budget this tier consumes)")
+            elif ebp is not None and not 0 < ebp <= 100:
+                r.error(f"errorBudgetPercent {ebp:g} is out of range: it must be > 0 and <= 100",
+                        f"{wp}.errorBudgetPercent", line=f.line_of(w, "errorBudgetPercent"),
+                        fix="write the share of the period's budget this tier consumes, as a percent, e.g. 2")
+                ebp = None
             if short and long and short >= long:
                 r.error("the short window must be shorter than the long window", f"{wp}.shortWindow",
                         line=f.line_of(w, "shortWindow"), fix="use a short window of about long/12")

@@ -11,6 +11,7 @@ its source series (for generated promtool tests).
 
 from __future__ import annotations
 
+import math
 import re
 
 from llmslo import bucket_edges as be
@@ -186,6 +187,9 @@ class _Options:
             value = float(text)
         except ValueError:
             raise PluginError(f"option {name!r} is {text!r}, not a number", name, f'write {name}: "0.5"') from None
+        if not math.isfinite(value):
+            raise PluginError(f"option {name!r} is {text!r}, not a finite number", name,
+                              f'write {name}: "0.5" (a finite decimal; nan and inf cannot be a threshold)')
         if (lo is not None and value <= lo) or (hi is not None and value > hi):
             rng = f"({'' if lo is None else lo}, {'' if hi is None else hi}]"
             raise PluginError(f"option {name!r} is {value}, outside {rng}", name, f"choose {name} in {rng}")

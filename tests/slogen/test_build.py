@@ -90,7 +90,16 @@ def test_artifact_chain_is_appendable(workdir):
     assert artifacts["dashboards/count.txt"] == "10\n" and "alerts/chat.rules.yaml" in artifacts
 
 
-def test_override_period_uses_the_demo_catalog(workdir):
-    assert main(["build", "--out", "demo", "--override-period", "1d"]) == 0
+def test_override_period_uses_the_demo_catalog_it_is_given(workdir, capsys):
+    """The demo's 1d catalog lives with the demo (demo/windows.yaml) and is passed as the demo passes it;
+    without it, a 1d period has no catalog and the build is refused (once, not once per SLO)."""
+    assert not (workdir / "slos" / "windows").exists()
+    assert main(["build", "--out", "demo", "--override-period", "1d", "--no-autoscaling"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--override-period 1d: the 1d period has no alert-window catalog" in err
+    assert "catalogs loaded: 28d (built in), 30d (built in)" in err and "--windows demo/windows.yaml" in err
+    assert not (workdir / "demo").exists()
+    assert main(["build", "--out", "demo", "--windows", str(REPO / "demo" / "windows.yaml"), "--override-period", "1d",
+                 "--no-autoscaling"]) == 0
     text = (workdir / "demo" / "alerts" / "chat.rules.yaml").read_text()
     assert "slo:sli_error:ratio_rate10s" in text and "vector(1)" in text and "ratio_rate30d" not in text

@@ -11,6 +11,7 @@ import yaml
 from slogen.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO_WINDOWS = REPO / "demo" / "windows.yaml"
 
 
 def test_generate_directory_mirrors_files(tmp_path, sloth_testdata):
@@ -54,7 +55,7 @@ def test_console_script_reports_errors_with_exit_1(tmp_path):
 def test_autoscaling_error_is_a_message_not_a_traceback(tmp_path, capsys):
     """The demo catalog records no 5m window, which the repo's KEDA pools scale on: say so, write nothing."""
     out = tmp_path / "out"
-    assert main(["build", "--out", str(out), "--override-period", "1d"]) == 1
+    assert main(["build", "--out", str(out), "--windows", str(DEMO_WINDOWS), "--override-period", "1d"]) == 1
     err = capsys.readouterr().err
     assert "autoscaling/llm-pools.yaml" in err and "ttft_burn_rate.window" in err and "Fix:" in err
     assert not any(out.rglob("*.yaml")) if out.exists() else True
@@ -62,6 +63,7 @@ def test_autoscaling_error_is_a_message_not_a_traceback(tmp_path, capsys):
 
 def test_no_autoscaling_builds_on_the_demo_catalog_without_keda_objects(tmp_path):
     out = tmp_path / "out"
-    assert main(["build", "--out", str(out), "--override-period", "1d", "--no-autoscaling"]) == 0
+    assert main(["build", "--out", str(out), "--windows", str(DEMO_WINDOWS), "--override-period", "1d",
+                 "--no-autoscaling"]) == 0
     assert list((out / "alerts").glob("*.rules.yaml"))
     assert not list(out.rglob("keda/*.yaml"))
