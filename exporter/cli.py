@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -167,6 +168,15 @@ async def run_once(config: ExporterConfig) -> int:
     return 0
 
 
+def freeze_startup_objects() -> None:
+    """Move everything allocated so far (modules, the app, the runtime) out of the cyclic collector's view.
+
+    A full collection otherwise walks those objects too, holding the GIL for tens of milliseconds in
+    the middle of a big page's parse, and /metrics waits that long (measured: BENCHMARKS.md, hostile page).
+    """
+    gc.freeze()
+
+
 async def serve(config: ExporterConfig) -> int:
     from exporter.server import start_server
     from exporter.snapshot import CollectionLoop, SnapshotHolder
@@ -185,6 +195,7 @@ async def serve(config: ExporterConfig) -> int:
         except OSError as exc:
             raise ListenError(config.listen, exc) from None
         await rt.targets.start()
+        freeze_startup_objects()
         collecting = asyncio.create_task(CollectionLoop(rt.collector, rt.targets, holder, config.interval_s).run_forever())
         logs.event("started", node=rt.node_name, targets=len(config.targets), gpu=config.gpu,
                    discovery="on" if config.discovery.enabled else "off", interval_s=config.interval_s)

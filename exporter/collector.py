@@ -1,13 +1,15 @@
 """One collection cycle: every target and the GPUs at once, then self-metrics, into a Snapshot.
 
 Each target is fetched with its own deadline and byte cap, parsed once (keeping only the
-families its adapter reads) and adapted; any failure marks that target down with a reason and
-touches nothing else. NVML runs in a daemon thread of its own (kept between cycles), so a hung
+families its adapter reads, at most `max_samples_per_family` samples of each, and no NaN/Inf
+value or repeated series: see promtext.parse_page) and adapted; any failure marks that target
+down with a reason and touches nothing else. NVML runs in a daemon thread of its own (kept between cycles), so a hung
 driver call can neither block the event loop nor keep the process from exiting.
 
 Each target's samples are grouped into units (one gauge, counter or whole histogram) once, in
-the worker thread that parsed the page: the histogram check, and the de-duplication across
-targets on the event loop, both work on those units.
+the worker thread that parsed the page: the histogram check, the cardinality caps (also in that
+thread, so a flooded page never stalls the event loop that answers /metrics) and the
+de-duplication across targets on the event loop all work on those units.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -26,7 +28,17 @@ from llmslo import conventions as c
 from exporter import adapters, logs, promtext
 from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
 from exporter.daemon_worker import DaemonWorker
-from exporter.guard import DROP_REASONS, DUPLICATE_SERIES, INVALID_HISTOGRAM, CardinalityGuard
+from exporter.guard import (
+    DROP_REASONS,
+    DUPLICATE_SAMPLE,
+    DUPLICATE_SERIES,
+    FAMILY_LIMIT,
+    INVALID_HISTOGRAM,
+    NONFINITE,
+    SAMPLE_DROP_REASONS,
+    CardinalityGuard,
+    limit_series,
+)
 from exporter.model import NormSample
 from exporter.series import UnitKey, complete_histogram, group_units
 from exporter.sources import (
@@ -75,6 +87,7 @@ class _TargetState:
 
     detected_kind: str | None = None
     parse_errors: int = 0
+    samples_dropped: dict[str, int] = field(default_factory=dict)  # SAMPLE_DROP_REASONS -> count
     up: bool | None = None
     reason: str = ""
     last_error: str = ""
@@ -158,16 +171,13 @@ class Collector:
                 files=self._files,
                 key=target.label,
             )
-            text = body.decode("utf-8", errors="replace")
-            del body
-            if text and not text.endswith("\n"):  # the format requires a final line feed
+            if body and not body.endswith(b"\n"):  # the format requires a final line feed
                 raise FetchError(TRUNCATED, "page does not end with a line feed")
-            engine, units, invalid = await asyncio.to_thread(self._parse_and_adapt, target, text, state)
-            self.guard.count(target.label, INVALID_HISTOGRAM, invalid)
-            checked = list(chain.from_iterable(units.values()))
-            samples = self.guard.apply(target.label, checked)
-            if samples is not checked:  # the guard dropped some: group what it kept
-                units = group_units(samples)
+            pending = [body]  # the worker thread takes the only reference: the page is freed as soon as it is read
+            del body
+            engine, units, samples, drops = await asyncio.to_thread(self._parse_and_adapt, target, pending, state)
+            for drop_reason, n in drops.items():  # guard counters are loop-only
+                self.guard.count(target.label, drop_reason, n)
         except FetchError as exc:
             reason = exc.reason
         except Exception as exc:  # an adapter bug must only take its own target down
@@ -180,18 +190,28 @@ class Collector:
         return _ScrapeResult(target, engine, samples, reason, duration, units)
 
     def _parse_and_adapt(
-        self, target: TargetConfig, text: str, state: _TargetState
-    ) -> tuple[str, dict[UnitKey, list[NormSample]], int]:
+        self, target: TargetConfig, pending: list[bytes | bytearray], state: _TargetState
+    ) -> tuple[str, dict[UnitKey, list[NormSample]], list[NormSample], dict[str, int]]:
         """CPU work, run in a worker thread so /metrics keeps answering while big pages parse.
 
-        Returns the engine kind, the samples by unit with complete histograms, and how many
-        samples of broken histograms were left out (counted by the caller: guard counters are
-        loop-only).
+        `pending` holds the page's bytes, the only reference to them: they are decoded (and freed) here,
+        and the text is freed once parsed, so a large page is never held twice for long.
+
+        Returns the engine kind, the samples within the caps by unit (histograms complete) and as
+        one list, and the series left out by guard reason (counted by the caller: guard counters
+        are loop-only). The page's own drops (parse errors, NaN, repeats, family limit) are
+        counted here, in the target's state: one scrape of a target runs at a time.
         """
         kind = target.kind if target.kind != AUTO_KIND else state.detected_kind
         want = adapters.WANT_ALL if kind is None else adapters.get(kind).wanted
-        families, bad_lines = promtext.parse_with_errors(text, want=want)
+        text = pending.pop().decode("utf-8", errors="replace")
+        page = promtext.parse_page(text, want, checked=True, family_limit=self.guard.limits.max_samples_per_family)
+        del text
+        families, bad_lines = page.families, page.errors
         state.parse_errors += bad_lines
+        self._count_samples(state, NONFINITE, page.nonfinite)
+        self._count_samples(state, DUPLICATE_SAMPLE, page.duplicates)
+        self._count_samples(state, FAMILY_LIMIT, page.over_limit)
         if kind is None:
             kind = adapters.detect(families)
             if kind is None:
@@ -210,7 +230,24 @@ class Collector:
             c.LABEL_NAMESPACE: target.namespace,
             c.LABEL_NODE: self.node_name,
         }
-        return kind, *self._checked_units(adapter.adapt(families, identity))
+        adapted = adapter.adapt(families, identity)
+        del families, page
+        finite = [s for s in adapted if not s.value - s.value]  # NaN - NaN and Inf - Inf are NaN, true
+        if len(finite) != len(adapted):  # an adapter computed one from finite inputs (an overflow)
+            self._count_samples(state, NONFINITE, len(adapted) - len(finite))
+        units, invalid = self._checked_units(finite)
+        checked = list(chain.from_iterable(units.values()))
+        samples, drops = limit_series(checked, self.guard.limits)
+        if samples is not checked:  # the guard dropped some: group what it kept
+            units = group_units(samples)
+        if invalid:
+            drops[INVALID_HISTOGRAM] = invalid
+        return kind, units, samples, drops
+
+    @staticmethod
+    def _count_samples(state: _TargetState, reason: str, n: int) -> None:
+        if n:
+            state.samples_dropped[reason] = state.samples_dropped.get(reason, 0) + n
 
     @staticmethod
     def _checked_units(samples: list[NormSample]) -> tuple[dict[UnitKey, list[NormSample]], int]:
@@ -295,6 +332,14 @@ class Collector:
             if state.last_error:
                 out.append(NormSample(c.EXPORTER_LAST_ERROR, {**labels, c.LABEL_REASON: state.last_error}, 0.0 if st.up else 1.0))
             out.append(NormSample(c.EXPORTER_PARSE_ERRORS, {c.LABEL_TARGET: st.target}, float(state.parse_errors)))
+            for reason in SAMPLE_DROP_REASONS:
+                out.append(
+                    NormSample(
+                        c.EXPORTER_SAMPLES_DROPPED,
+                        {c.LABEL_TARGET: st.target, c.LABEL_REASON: reason},
+                        float(state.samples_dropped.get(reason, 0)),
+                    )
+                )
             for reason in DROP_REASONS:
                 out.append(
                     NormSample(

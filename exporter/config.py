@@ -68,6 +68,9 @@ class Limits:
 
     max_series_per_target: int = 20000
     max_lora_adapters_per_target: int = 64
+    # Samples of one family read from a page (the largest engine family seen is about 1,000 lines):
+    # the rest are counted, never parsed, so a flood of one family costs little.
+    max_samples_per_family: int = 10000
 
 
 @dataclass(frozen=True)
@@ -377,7 +380,7 @@ def load_config(path: str | os.PathLike[str]) -> ExporterConfig:
     scrape = _Reader(path_s, "scrape", r.data.get("scrape"))
     scrape.check_keys(("timeout", "max_page_bytes"))
     limits = _Reader(path_s, "limits", r.data.get("limits"))
-    limits.check_keys(("max_series_per_target", "max_lora_adapters_per_target"))
+    limits.check_keys(("max_series_per_target", "max_lora_adapters_per_target", "max_samples_per_family"))
     targets_data = r.data.get("targets") or []
     if not isinstance(targets_data, list):
         raise r.error("targets", "expected a list", "write `targets:` followed by `- kind: ...` items")
@@ -395,6 +398,7 @@ def load_config(path: str | os.PathLike[str]) -> ExporterConfig:
         limits=Limits(
             max_series_per_target=limits.get("max_series_per_target", _positive_int, d.limits.max_series_per_target, "use a whole number such as 20000"),
             max_lora_adapters_per_target=limits.get("max_lora_adapters_per_target", _positive_int, d.limits.max_lora_adapters_per_target, "use a whole number such as 64"),
+            max_samples_per_family=limits.get("max_samples_per_family", _positive_int, d.limits.max_samples_per_family, "use a whole number such as 10000"),
         ),
         targets=tuple(_load_target(path_s, i, t) for i, t in enumerate(targets_data)),
         discovery=_load_discovery(path_s, r.data.get("kubernetes_discovery")),

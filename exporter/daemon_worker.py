@@ -70,3 +70,4 @@ class DaemonWorker:
                         return
                 continue
             job()
+            del job  # its future holds the result (a whole page, for a file read): not kept while idle

@@ -11,6 +11,11 @@ timestamps in seconds) but:
 * caches parsed label strings across lines and pages (bounded), since engines repeat them on every scrape;
 * never raises on a bad line: it skips the line and counts it (`parse_with_errors`).
 
+`parse_page` is the collector's entry point: with `checked=True` it also leaves out, and counts, what an
+adapter must never see (a NaN or +-Inf value, a second value for a series already on the page), and with
+`family_limit` it stops reading a family after that many samples: the rest of its lines are counted after a
+set lookup of their name, never parsed, so a page flooded with one family's series costs little.
+
 Where the two parsers differ, on purpose:
 
 * prometheus_client yields one family per run of lines, so a name can come out several times (every untyped
@@ -27,17 +32,22 @@ Where the two parsers differ, on purpose:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Set as AbstractSet
+import sys
+from collections.abc import Collection, Iterator, Set as AbstractSet
+from dataclasses import dataclass
+from itertools import chain
 
 from exporter.model import MetricFamily, Sample
 
-__all__ = ["clear_label_cache", "parse", "parse_with_errors"]
+__all__ = ["ParsedPage", "clear_label_cache", "parse", "parse_page", "parse_with_errors"]
 
 # What prometheus_client splits comment tokens on (string.whitespace); `str.strip()` is wider on purpose:
 # the reference strips whole lines with it too.
 _ASCII_WS = " \t\n\r\x0b\x0c"
 _METRIC_TYPES = frozenset({"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"})
 _NO_NAMES: frozenset[str] = frozenset()
+_UNLIMITED = sys.maxsize
+_BLOCK_CHARS = 1 << 20  # lines are split from blocks of about this size
 
 # Engines repeat the same label sets on every scrape, so label strings parsed on earlier pages are reused:
 # label string -> labels (never handed out: samples get copies). Both are bounded: at the limit they start over.
@@ -76,14 +86,55 @@ def parse_with_errors(
     `truncated=True` says the caller stopped reading the page (a size cap), so a final line without its
     newline is a fragment: it is dropped and counted as an error instead of yielding a cut-off value.
     """
+    page = parse_page(text, want, truncated=truncated)
+    return page.families, page.errors
+
+
+@dataclass(slots=True)
+class ParsedPage:
+    """A parsed page and what was left out of it, by kind (each a number of sample lines)."""
+
+    families: dict[str, MetricFamily]
+    errors: int = 0  # lines that could not be parsed
+    nonfinite: int = 0  # NaN or +-Inf values (checked): a value no adapter can use
+    duplicates: int = 0  # a series already on the page, again (checked): its first value is kept
+    over_limit: int = 0  # samples of a family beyond `family_limit`: counted, not parsed
+
+
+def parse_page(
+    text: str,
+    want: Collection[str] | None = None,
+    *,
+    truncated: bool = False,
+    checked: bool = False,
+    family_limit: int | None = None,
+) -> ParsedPage:
+    """Parse a page for the collector: `parse_with_errors`, plus the checks adapters rely on.
+
+    `checked=True`: a sample whose value is NaN or +-Inf is left out and counted (`nonfinite`), except a
+    summary's quantiles, where NaN means "no observations in the window" (left out uncounted: an absent
+    quantile says the same, and no adapter reads quantiles); a sample whose name and label text already
+    appeared on the page is left out and counted (`duplicates`): the first value is kept, as Prometheus
+    keeps the first sample of a series in one scrape.
+
+    `family_limit`: at most that many samples of one family are kept; the rest are counted
+    (`over_limit`) after a set lookup of their name, before any label or value is parsed.
+    """
     wanted = None if want is None else want if isinstance(want, (set, frozenset)) else frozenset(want)
-    lines = text.split("\n")
-    errors = 0
-    if truncated and lines[-1].strip():
-        errors += 1
-        lines.pop()
+    errors = nonfinite = duplicates = over = 0
+    end = len(text)
+    if truncated:
+        cut = text.rfind("\n") + 1
+        if text[cut:].strip():
+            errors += 1
+            end = cut
+    # Lines are split a block at a time: a 16 MiB page never holds all its lines at once.
+    lines = chain.from_iterable(block.split("\n") for block in _blocks(text, end))
     out: dict[str, MetricFamily] = {}
     label_cache = _LABEL_CACHE
+    limit = _UNLIMITED if family_limit is None else max(0, family_limit)
+    taken: dict[str, int] = {}  # family name as the page spells it -> samples kept in its earlier runs
+    seen: set[tuple[str, object]] = set()  # (sample name, label key) of every sample kept (checked)
 
     # The open family (prometheus_client's parser state). Name "" means none: its samples go nowhere.
     # `fam` is built only for a family that can survive `want` (`keep`); others are tracked by name alone.
@@ -92,8 +143,10 @@ def parse_with_errors(
     fam: MetricFamily | None = None
     append = None
     keep = False
+    room = 0  # samples the open family may still keep (family_limit)
     allowed: AbstractSet[str] = _NO_NAMES  # sample names that belong to the open family
     fast_allowed: AbstractSet[str] = _NO_NAMES  # the same, when they are plain names the fast path may trust
+    exempt: AbstractSet[str] = _NO_NAMES  # sample names whose non-finite values are legitimate (quantiles)
 
     for line in lines:
         line = line.strip()
@@ -130,14 +183,17 @@ def parse_with_errors(
             if kind == "HELP":
                 if name != fam_name:
                     if keep:
-                        _emit(out, fam, wanted)
+                        taken[fam_name] = limit - room
+                        over += _emit(out, fam, wanted, limit)
                     fam_name = name
                     allowed = {name}
                     fast_allowed = allowed if plain else _NO_NAMES
+                    exempt = _NO_NAMES
                     keep = may_keep
                     if keep:
                         fam = MetricFamily(name, "unknown", _help_text(arg))
                         append = fam.samples.append
+                        room = limit - taken.get(name, 0)
                     else:
                         fam = append = None
                 elif keep:
@@ -151,12 +207,14 @@ def parse_with_errors(
                     continue
                 if name != fam_name:
                     if keep:
-                        _emit(out, fam, wanted)
+                        taken[fam_name] = limit - room
+                        over += _emit(out, fam, wanted, limit)
                     fam_name = name
                     keep = may_keep
                     if keep:
                         fam = MetricFamily(name, typ)
                         append = fam.samples.append
+                        room = limit - taken.get(name, 0)
                     else:
                         fam = append = None
                 elif keep:
@@ -168,6 +226,7 @@ def parse_with_errors(
                 else:
                     allowed = {name}
                 fast_allowed = allowed if plain else _NO_NAMES
+                exempt = {name} if typ == "summary" else _NO_NAMES
             continue
 
         # A sample. The name is whatever precedes `{`, or the first space when there are no labels.
@@ -175,6 +234,9 @@ def parse_with_errors(
         name = line[:brace] if brace > 0 else line.partition(" ")[0]
         if name in fast_allowed:
             if not keep:
+                continue
+            if room <= 0:  # the family's limit is reached: count the line, read nothing of it
+                over += 1
                 continue
             if brace > 0:
                 end = line.find("}", brace)
@@ -193,26 +255,47 @@ def parse_with_errors(
                     labels = None
                 if labels is None:
                     try:
-                        append(_parse_sample(line))
+                        sample = _parse_sample(line)
                     except ValueError:
                         errors += 1
+                        continue
+                    if checked:
+                        verdict = _check(sample, _label_key(sample.labels), seen, exempt)
+                        if verdict:
+                            nonfinite += verdict == _NONFINITE
+                            duplicates += verdict == _DUPLICATE
+                            continue
+                    append(sample)
+                    room -= 1
                     continue
                 value_text = line[end + 1 :]
             else:
                 labels = _NO_LABELS
+                label_text = ""
                 value_text = line[len(name) + 1 :]
-            if "_" not in value_text:
-                try:  # float() skips the leading whitespace, as the text format does
-                    append(Sample(name, labels.copy(), float(value_text)))
-                    continue
-                except ValueError:
-                    pass
-            try:  # a timestamp, an exemplar, tabs, or an error
-                value, timestamp = _parse_value_and_timestamp(value_text)
+            try:  # float() skips the leading whitespace, as the text format does
+                if "_" in value_text:
+                    raise ValueError(value_text)
+                value = float(value_text)
+                timestamp = None
             except ValueError:
-                errors += 1
-                continue
+                try:  # a timestamp, an exemplar, tabs, or an error
+                    value, timestamp = _parse_value_and_timestamp(value_text)
+                except ValueError:
+                    errors += 1
+                    continue
+            if checked:
+                if value - value:  # NaN or +-Inf (a finite value minus itself is 0)
+                    if name not in exempt:
+                        nonfinite += 1
+                    continue
+                key = (name, label_text)
+                if key in seen:
+                    duplicates += 1
+                    continue
+                seen.add(key)
             append(Sample(name, labels.copy(), value, timestamp))
+            room -= 1
             continue
 
         # Not a sample of the open family: prometheus_client closes it and makes this line a family of its own.
@@ -225,27 +308,93 @@ def parse_with_errors(
                 continue
             name = sample.name
             if name in allowed:  # a sample of the open family after all (an unusual spelling)
-                if keep:
-                    append(sample)
+                if not keep:
+                    continue
+                if room <= 0:
+                    over += 1
+                    continue
+                if checked:
+                    verdict = _check(sample, _label_key(sample.labels), seen, exempt)
+                    if verdict:
+                        nonfinite += verdict == _NONFINITE
+                        duplicates += verdict == _DUPLICATE
+                        continue
+                append(sample)
+                room -= 1
                 continue
-        if sample is None and (wanted is None or name in wanted):
+        wanted_name = wanted is None or name in wanted
+        untyped = name + "{"  # its key in `taken`: apart from a typed family of the same name
+        if wanted_name and taken.get(untyped, 0) >= limit:  # an untyped family at its limit: closes, keeps nothing
+            over += 1
+            sample = None
+        elif sample is None and wanted_name:
             try:
                 sample = _parse_sample(line)
             except ValueError:  # a bad line is skipped as if absent: it closes nothing
                 errors += 1
                 continue
         if keep:
-            _emit(out, fam, wanted)
+            taken[fam_name] = limit - room
+            over += _emit(out, fam, wanted, limit)
         fam_name = ""
         fam = append = None
         keep = False
-        allowed = fast_allowed = _NO_NAMES
-        if sample is not None:
-            _emit(out, MetricFamily(name, "unknown", "", [sample]), wanted)
+        allowed = fast_allowed = exempt = _NO_NAMES
+        if sample is not None and wanted_name:
+            if checked:
+                verdict = _check(sample, _label_key(sample.labels), seen, _NO_NAMES)
+                if verdict:
+                    nonfinite += verdict == _NONFINITE
+                    duplicates += verdict == _DUPLICATE
+                    continue
+            taken[untyped] = taken.get(untyped, 0) + 1
+            over += _emit(out, MetricFamily(name, "unknown", "", [sample]), wanted, limit)
 
     if keep:
-        _emit(out, fam, wanted)
-    return out, errors
+        over += _emit(out, fam, wanted, limit)
+    return ParsedPage(out, errors, nonfinite, duplicates, over)
+
+
+def _blocks(text: str, end: int) -> Iterator[str]:
+    """`text[:end]` in pieces of about _BLOCK_CHARS that end at line ends (the text itself when small)."""
+    if end <= _BLOCK_CHARS:
+        yield text if end == len(text) else text[:end]
+        return
+    start = 0
+    while start < end:
+        stop = text.find("\n", start + _BLOCK_CHARS, end)
+        if stop < 0:
+            yield text[start:end]
+            return
+        yield text[start:stop]
+        start = stop + 1
+
+
+_NONFINITE = 1  # `_check` verdicts: leave the sample out and count it ...
+_DUPLICATE = 2
+_QUANTILE_NONFINITE = 3  # ... or leave it out uncounted (a legitimate NaN)
+
+
+def _check(sample: Sample, label_key: str, seen: set[tuple[str, object]], exempt: AbstractSet[str]) -> int:
+    """0 when a checked parse keeps the sample (it is then remembered), else a verdict saying why not."""
+    if sample.value - sample.value:  # NaN or +-Inf
+        return _QUANTILE_NONFINITE if sample.name in exempt else _NONFINITE
+    key = (sample.name, label_key)
+    if key in seen:
+        return _DUPLICATE
+    seen.add(key)
+    return 0
+
+
+def _label_key(labels: dict[str, str]) -> str:
+    """The strict label text of a label set, as the fast path sees it (`a="1",b="x\\\\"y"`): the duplicate key."""
+    return ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
+
+
+def _escape_label(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
 
 
 def clear_label_cache() -> None:
@@ -262,11 +411,15 @@ def _help_text(arg: str | None) -> str:
     return _HELP_ESCAPE_RE.sub(_unescape_match, arg) if "\\" in arg else arg
 
 
-def _emit(out: dict[str, MetricFamily], fam: MetricFamily, wanted: frozenset[str] | set[str] | None) -> None:
-    """Close a family: apply prometheus_client's counter naming, filter by `wanted`, merge repeats by name."""
+def _emit(out: dict[str, MetricFamily], fam: MetricFamily, wanted: frozenset[str] | set[str] | None,
+          limit: int = _UNLIMITED) -> int:
+    """Close a family: apply prometheus_client's counter naming, filter by `wanted`, merge repeats by name.
+
+    A repeat is merged up to `limit` samples in all; returns how many it brought beyond that (left out).
+    """
     name = fam.name
     if not name:
-        return
+        return 0
     if fam.type == "counter":
         if name.endswith("_total"):
             name = fam.name = name[:-6]
@@ -275,12 +428,18 @@ def _emit(out: dict[str, MetricFamily], fam: MetricFamily, wanted: frozenset[str
             for sample in fam.samples:
                 sample.name = total
     if wanted is not None and name not in wanted:
-        return
+        return 0
     first = out.get(name)
     if first is None:
         out[name] = fam
-    else:
-        first.samples.extend(fam.samples)
+        return 0
+    samples = fam.samples
+    room = max(0, limit - len(first.samples))
+    if len(samples) <= room:
+        first.samples.extend(samples)
+        return 0
+    first.samples.extend(samples[:room])
+    return len(samples) - room
 
 
 def _is_plain_sample_name(line: str, name: str, brace: int) -> bool:

@@ -286,12 +286,17 @@ EXPORTER_PARSE_ERRORS = _m("exporter_parse_errors_total", "counter", "Exposition
 EXPORTER_SERIES_DROPPED = _m(
     "exporter_series_dropped_total", "counter", "Series dropped by the cardinality guard.", (LABEL_TARGET, LABEL_REASON)
 )
+EXPORTER_SAMPLES_DROPPED = _m(
+    "exporter_samples_dropped_total", "counter",
+    "Samples of a page no adapter saw: NaN or Inf values, repeated series, a family's samples over its limit.",
+    (LABEL_TARGET, LABEL_REASON),
+)
 EXPORTER_CYCLE_DURATION = _m("exporter_collection_duration_seconds", "gauge", "Duration of the last collection cycle.", unit="seconds")
 EXPORTER_CYCLES = _m("exporter_collection_cycles_total", "counter", "Collection cycles completed.")
 EXPORTER_LAST_CYCLE = _m("exporter_last_collection_timestamp_seconds", "gauge", "When the last cycle completed.", unit="seconds")
 EXPORTER_METRICS = (
     EXPORTER_TARGET_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_LAST_ERROR, EXPORTER_PARSE_ERRORS, EXPORTER_SERIES_DROPPED,
-    EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
+    EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
 )
 
 ALL_METRICS = ENGINE_METRICS + TAP_METRICS + GPU_METRICS + EXPORTER_METRICS

@@ -63,9 +63,12 @@ class FileReader:
         future.add_done_callback(_consume_outcome)
         self._pending[key] = future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            data = await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
             raise FetchError(TIMEOUT, f"file not read within {timeout_s:g}s") from None
+        if self._pending.get(key) is future:  # returned: nothing to guard any more, and the page is not kept
+            del self._pending[key]
+        return data
 
     def forget(self, keep: Collection[str]) -> None:
         """Drop the state of targets that are gone, except a hung read's (so it is never started twice)."""

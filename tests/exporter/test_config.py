@@ -33,6 +33,7 @@ scrape:
 limits:
   max_series_per_target: 5000
   max_lora_adapters_per_target: 16
+  max_samples_per_family: 2500
 targets:
   - kind: vllm
     url: http://10.0.0.1:8000/metrics
@@ -59,6 +60,7 @@ def test_a_full_file_loads_into_typed_settings(tmp_path):
     assert (cfg.interval_s, cfg.gpu, cfg.gpu_timeout_s, cfg.node_name) == (10.0, "fake:2", 0.5, "gpu-node-7")
     assert (cfg.timeout_s, cfg.max_page_bytes, cfg.log_level) == (2.0, 8 * 1024 * 1024, "debug")
     assert (cfg.limits.max_series_per_target, cfg.limits.max_lora_adapters_per_target) == (5000, 16)
+    assert cfg.limits.max_samples_per_family == 2500
     assert cfg.targets == (
         TargetConfig(kind="vllm", url="http://10.0.0.1:8000/metrics", model="llama-3-8b", pod="vllm-0", namespace="llm"),
         TargetConfig(kind="auto", url="file:///tmp/page.prom", name="saved", timeout_s=1.5, max_page_bytes=1048576),
@@ -85,6 +87,7 @@ def test_an_empty_file_means_defaults(tmp_path):
     ("targets: {kind: vllm}\n", "targets: expected a list", "- kind:"),
     ("scrape:\n  max_page_bytes: huge\n", "scrape.max_page_bytes:", "16MiB"),
     ("limits:\n  max_series_per_target: 0\n", "limits.max_series_per_target:", "whole number"),
+    ("limits:\n  max_samples_per_family: -1\n", "limits.max_samples_per_family:", "whole number"),
     ("kubernetes_discovery:\n  enabled: yes-please\n", "kubernetes_discovery.enabled:", "true or false"),
     ("targets:\n  - kind: vllm\n    url: http://a/m\n  - kind: tgi\n    url: http://a/m\n", "targets: two targets", "name:"),
     ("interval: 5s\ngpu: off\n  listen: x\n", "not valid YAML at line 3", "correct the YAML"),

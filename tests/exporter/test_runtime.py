@@ -230,13 +230,13 @@ def test_an_adapter_that_raises_takes_down_only_its_target(monkeypatch, pages_di
 # --------------------------------------------------------------------------------------
 def test_auto_detects_every_engine_and_then_parses_only_what_its_adapter_reads(monkeypatch, sample_pages):
     wants: list[frozenset | None] = []
-    real_parse = promtext.parse_with_errors
+    real_parse = promtext.parse_page
 
     def recording_parse(text, want=None, **kw):
         wants.append(frozenset(want) if want is not None else None)
         return real_parse(text, want, **kw)
 
-    monkeypatch.setattr(promtext, "parse_with_errors", recording_parse)
+    monkeypatch.setattr(promtext, "parse_page", recording_parse)
     for page, kind in sample_pages.items():
         wants.clear()
         snap1, snap2 = collect([TargetConfig(kind="auto", url=page.as_uri(), name="t")], cycles=2)
