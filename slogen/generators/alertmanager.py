@@ -87,7 +87,7 @@ def timers(catalogs: Sequence[AlertWindows]) -> Timers:
     | ticket repeat_interval | ticket-quick long window | 1d |
     | health page group_interval | page-quick short window | 5m |
 
-    A compressed catalog (slos/windows/demo.yaml, 30x) compresses them alike, so the demo runs this
+    A compressed catalog (demo/windows.yaml, 30x) compresses them alike, so the demo runs this
     very routing at its own pace.
     """
     cats = list(catalogs) or [BUILTIN[DEFAULT_PERIOD]]
