@@ -1,7 +1,11 @@
 """The HTTP side: /metrics (cached bytes of the last snapshot), /healthz, /readyz, TLS and auth.
 
 Handlers never compute anything heavy: the exposition was rendered (and gzipped) when the
-snapshot was published. Only bcrypt checks run in a thread, and are cached.
+snapshot was published. Only bcrypt checks run in a thread: in a pool of their own with
+BCRYPT_WORKERS threads (never the default pool, which parses pages), at most
+BCRYPT_MAX_PENDING checks queued (more are answered 429 at once), and only for credentials not
+cached: a client whose credentials worked before is answered on the event loop, however many
+wrong passwords are being checked meanwhile.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 import os
 import ssl
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -23,6 +28,12 @@ from exporter.webconfig import Authenticator, WebConfig, load_certificates, load
 
 PUBLIC_PATHS = ("/healthz", "/readyz")  # probes carry no credentials and reveal nothing
 WEB_CONFIG_CHECK_S = 10.0
+# bcrypt costs about 60 ms of a core a check. One thread, as exporter-toolkit checks one at a time (a
+# mutex): a flood of wrong passwords then holds one core at most. 16 queued checks are about 1 s of
+# waiting on an idle core (a few seconds on a busy one), within Prometheus' 10 s scrape timeout; beyond
+# them a request is answered 429 unchecked.
+BCRYPT_WORKERS = 1
+BCRYPT_MAX_PENDING = 16
 
 _LANDING = b"""<html><head><title>llmslo-exporter</title></head><body>
 <h1>llmslo-exporter</h1><p><a href="/metrics">/metrics</a> &middot; <a href="/healthz">/healthz</a> &middot;
@@ -67,12 +78,37 @@ class WebStateBox:
 WEB_STATE = web.AppKey("web_state", WebStateBox)
 
 
+class BcryptPool:
+    """The bcrypt checks' own bounded pool: `workers` threads and at most `max_pending` checks queued."""
+
+    def __init__(self, workers: int = BCRYPT_WORKERS, max_pending: int = BCRYPT_MAX_PENDING):
+        self.max_pending = max_pending
+        self.pending = 0  # queued or running; touched on the event loop only
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmslo-bcrypt")
+
+    def full(self) -> bool:
+        return self.pending >= self.max_pending
+
+    async def run(self, fn, *args):
+        self.pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            self.pending -= 1
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+BCRYPT_POOL = web.AppKey("bcrypt_pool", BcryptPool)
+
+
 def _state_for(web: WebConfig | None, ssl_context: ssl.SSLContext | None) -> WebState:
     bucket = _TokenBucket(web.rate_limit.interval_s, web.rate_limit.burst) if web and web.rate_limit else None
     return WebState(web, Authenticator(web) if web else None, ssl_context, bucket)
 
 
-def build_app(holder: SnapshotHolder, state: WebState) -> web.Application:
+def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: BcryptPool | None = None) -> web.Application:
     @web.middleware
     async def guard(request: web.Request, handler):
         st = request.app[WEB_STATE].current
@@ -85,7 +121,14 @@ def build_app(holder: SnapshotHolder, state: WebState) -> web.Application:
                     return _with_headers(st, web.Response(status=403, text="client certificate not allowed\n"))
             if st.auth is not None and st.web.auth_required:
                 header = request.headers.get("Authorization")
-                if not header or not await asyncio.to_thread(st.auth.check, header):
+                ok = st.auth.cached(header)
+                if ok is None:  # only bcrypt can tell, in its own pool
+                    pool = request.app[BCRYPT_POOL]
+                    if pool.full():
+                        return _with_headers(st, web.Response(
+                            status=429, text="Too Many Requests: credential checks queued\n", headers={"Retry-After": "1"}))
+                    ok = await pool.run(st.auth.verify, header)
+                if not ok:
                     return _with_headers(st, web.Response(
                         status=401, text="Unauthorized\n", headers={"WWW-Authenticate": st.auth.challenge}))
         return _with_headers(st, await handler(request))
@@ -111,6 +154,12 @@ def build_app(holder: SnapshotHolder, state: WebState) -> web.Application:
 
     app = web.Application(middlewares=[guard])
     app[WEB_STATE] = WebStateBox(state)
+    app[BCRYPT_POOL] = pool = bcrypt_pool or BcryptPool()
+
+    async def close_pool(app: web.Application) -> None:
+        pool.close()
+
+    app.on_cleanup.append(close_pool)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -23,6 +23,8 @@ import hmac
 import os
 import re
 import ssl
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,19 +282,67 @@ def _checkpw(password: str, hashed: bytes) -> bool:
 
 
 class Authenticator:
-    """Checks an Authorization header; successful bcrypt checks are cached (bcrypt costs ~70 ms)."""
+    """Checks an Authorization header; bcrypt (about 60 ms a check) only when no cached answer exists.
 
-    _CACHE_MAX = 256
+    As Prometheus' exporter-toolkit does, a check's outcome is cached by (user, stored hash,
+    SHA-256 of the password): a password change, or a reload of the web config (a new
+    Authenticator), starts over. Successful checks and failed ones are cached apart, so a flood of
+    wrong passwords can evict only other wrong passwords, never a credential that worked.
+
+    `cached()` never blocks (the event loop answers from it); `verify()` runs bcrypt and belongs in
+    a thread (the server's bounded bcrypt pool). `check()` is both, for callers that may block.
+    """
+
+    _OK_MAX = 256  # credentials that worked: only someone who knows a password can add one
+    _BAD_MAX = 64  # failed ones, most recent kept: a retrying misconfigured client costs one bcrypt check
 
     def __init__(self, web: WebConfig):
         self.web = web
-        self._ok: set[tuple[str, str, bytes]] = set()
+        self._ok: OrderedDict[tuple[str, str, bytes], None] = OrderedDict()
+        self._bad: OrderedDict[tuple[str, str, bytes], None] = OrderedDict()
+        self._lock = threading.Lock()  # the bcrypt threads write the caches; reads need no lock
 
     def check(self, authorization: str | None) -> bool:
-        """True when the header carries valid basic-auth credentials or an accepted bearer token.
+        """True when the header carries valid basic-auth credentials or an accepted bearer token. Blocking."""
+        verdict = self.cached(authorization)
+        return self.verify(authorization) if verdict is None else verdict
 
-        Blocking (bcrypt); callers run it in a thread.
-        """
+    def cached(self, authorization: str | None) -> bool | None:
+        """The answer without bcrypt: True or False when it is known, None when only bcrypt can tell."""
+        if not self.web.auth_required:
+            return True
+        parsed = self._parse(authorization)
+        if isinstance(parsed, bool):
+            return parsed
+        key = parsed[0]
+        if key in self._ok:
+            return True
+        if key in self._bad:
+            return False
+        return None
+
+    def verify(self, authorization: str | None) -> bool:
+        """The full check, bcrypt included (blocking); the outcome is cached for `cached`."""
+        parsed = self._parse(authorization)
+        if isinstance(parsed, bool):
+            return parsed
+        key, password, hashed = parsed
+        if hashed is None:
+            _checkpw(password, _dummy_hash())  # same cost as a real check: no user enumeration by timing
+            ok = False
+        else:
+            ok = _checkpw(password, hashed.encode())
+        with self._lock:
+            cache, limit = (self._ok, self._OK_MAX) if ok else (self._bad, self._BAD_MAX)
+            cache[key] = None
+            cache.move_to_end(key)
+            while len(cache) > limit:
+                cache.popitem(last=False)
+        return ok
+
+    def _parse(self, authorization: str | None) -> bool | tuple[tuple[str, str, bytes], str, str | None]:
+        """A final answer (bearer tokens, malformed headers), or the basic credentials' cache key,
+        password and stored hash (None for an unknown user)."""
         if not self.web.auth_required:
             return True
         if not authorization:
@@ -308,18 +358,7 @@ class Authenticator:
             except (binascii.Error, UnicodeDecodeError):
                 return False
             hashed = self.web.basic_auth_users.get(user)
-            if hashed is None:
-                _checkpw(password, _dummy_hash())  # same cost as a real check: no user enumeration by timing
-                return False
-            key = (user, hashed, hashlib.sha256(password.encode()).digest())
-            if key in self._ok:
-                return True
-            ok = _checkpw(password, hashed.encode())
-            if ok:
-                if len(self._ok) >= self._CACHE_MAX:
-                    self._ok.clear()
-                self._ok.add(key)
-            return ok
+            return (user, hashed or "", hashlib.sha256(password.encode()).digest()), password, hashed
         return False
 
     @property

@@ -1,0 +1,242 @@
+"""Authentication under a flood: a legitimate scrape while 150 clients send wrong passwords, this tree vs OLD_COMMIT.
+
+The exporter's /metrics server (`exporter.server.start_server`, a published snapshot, a web config with one
+basic-auth user whose bcrypt hash has cost 10, as `htpasswd -nBC 10` makes it) runs in a process of its own
+(this file run as a script, with the tree to import first on sys.path). A flooder process keeps FLOOD_CLIENTS
+connections busy, each sending request after request with a fresh random wrong password (nothing to cache:
+the worst case). A legitimate client, in the bench process, scrapes first before the flood (so its
+credentials are known good, as a running Prometheus's are), then SCRAPES times during it, one second apart,
+each on a new connection, and the time to its full answer is measured; a scrape slower than 10 s is one
+Prometheus would have given up on.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "Authentication under a flood of wrong passwords"
+COMMAND = "python -m bench auth-flood"
+OLD_COMMIT = "9090d4d"  # bcrypt in the default thread pool, every check through it
+FLOOD_CLIENTS = 150
+SCRAPES = 8
+FLOOD_WARMUP_S = 3.0
+PROMETHEUS_TIMEOUT_S = 10.0
+USER, PASSWORD = "prometheus", "right-password"
+NEW_USER, NEW_PASSWORD = "prometheus-2", "another-password"  # a client first seen during the flood
+
+NOTES = {
+    SECTION: (
+        f"A legitimate scrape of /metrics (basic auth, bcrypt cost 10) while {FLOOD_CLIENTS} clients send request "
+        "after request with random wrong passwords (keep-alive connections, a new password each time, so no "
+        f"cache can answer them). The legitimate client scraped once before the flood; then {SCRAPES} scrapes "
+        "one second apart, each on a new connection, timed to the last byte (timeout 15 s; Prometheus gives up "
+        "at 10 s). Then one scrape by a second user, whose credentials no check has seen yet. *Ours*: this tree "
+        "(cached credentials answered on the event loop; bcrypt in its own pool of one thread, at most 16 checks "
+        "queued, more answered 429 at once). *Peer*: the server at "
+        f"{OLD_COMMIT} (`git archive`): every check, cached or not, through the default thread pool. Server, "
+        "flooder and the legitimate client in three processes on the same machine."
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------ the server
+def serve(tree: str, web_config: str) -> None:
+    sys.path.insert(0, tree)
+    import asyncio
+
+    from exporter.collector import Snapshot
+    from exporter.config import Listen
+    from exporter.model import NormSample
+    from exporter.server import start_server
+    from exporter.snapshot import SnapshotHolder, publishable
+    from llmslo import conventions as c
+
+    async def main() -> None:
+        holder = SnapshotHolder()
+        holder.publish(publishable(Snapshot((NormSample(c.EXPORTER_CYCLES, {}, 1.0),), (), 0, 1, 0.0, 0.0)))
+        server = await start_server(holder, Listen("127.0.0.1", 0), web_config)
+        print(server.port, flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes stdin
+        await server.stop()
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------------------ the flooder
+def flood(port: int, clients: int) -> None:
+    import asyncio
+
+    import aiohttp
+
+    async def client(session: aiohttp.ClientSession, counts: dict[int, int]) -> None:
+        while True:
+            auth = "Basic " + base64.b64encode(f"{USER}:{secrets.token_hex(8)}".encode()).decode()
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": auth}) as r:
+                    await r.read()
+                    counts[r.status] = counts.get(r.status, 0) + 1
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        counts: dict[int, int] = {}
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+            tasks = [asyncio.create_task(client(session, counts)) for _ in range(clients)]
+            print("flooding", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        print(json.dumps(counts), flush=True)
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------------------ the run
+def _spawn(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, __file__, *args], cwd=cwd, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """Close its stdin (the signal to stop) and read the rest of its output."""
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def scrape(port: int, user: str = USER, password: str = PASSWORD, want: int | None = 200) -> tuple[float, int]:
+    """Seconds to the last byte of an authenticated /metrics (inf past the timeout), and the status."""
+    header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": header})
+        resp = conn.getresponse()
+        resp.read()
+        if want is not None and resp.status != want:
+            raise RuntimeError(f"legitimate scrape answered {resp.status}")
+    except TimeoutError:
+        return float("inf"), 0
+    finally:
+        conn.close()
+    return time.perf_counter() - started, resp.status
+
+
+def measure(tree: Path, web_config: Path) -> dict:
+    server = _spawn("serve", str(tree), str(web_config), cwd=tree)
+    flooder = None
+    try:
+        port = int(server.stdout.readline())
+        before, _ = scrape(port)  # checked with bcrypt once: cached from here on
+        flooder = _spawn("flood", str(port), str(FLOOD_CLIENTS), cwd=ROOT)
+        assert flooder.stdout.readline().strip() == "flooding"
+        time.sleep(FLOOD_WARMUP_S)
+        times = []
+        for _ in range(SCRAPES):
+            times.append(scrape(port)[0])
+            time.sleep(1.0)
+        new_client = scrape(port, NEW_USER, NEW_PASSWORD, want=None)
+        counts = json.loads(_stop(flooder).splitlines()[-1])
+        flooder = None
+        return {"before_s": before, "times": times, "new_client": new_client, "flood_answers": counts}
+    finally:
+        if flooder is not None:
+            _stop(flooder)
+        _stop(server)
+
+
+@contextlib.contextmanager
+def old_tree() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-auth-old-"))
+    try:
+        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def seconds(value: float) -> str:
+    if value == float("inf"):
+        return "timed out (15 s)"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def run() -> list:
+    import bcrypt
+
+    from bench.report import Row
+
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+    new_hashed = bcrypt.hashpw(NEW_PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+    with tempfile.TemporaryDirectory(prefix="bench-auth-") as tmp, old_tree() as old:
+        web_config = Path(tmp) / "web.yml"
+        web_config.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n  {NEW_USER}: '{new_hashed}'\n")
+        ours = measure(ROOT, web_config)
+        print(f"  auth-flood: ours {ours}", file=sys.stderr, flush=True)
+        peer = measure(old, web_config)
+        print(f"  auth-flood: peer {peer}", file=sys.stderr, flush=True)
+
+    def median(r: dict) -> float:
+        return statistics.median(r["times"])
+
+    def worst(r: dict) -> float:
+        return max(r["times"])
+
+    def late(r: dict) -> str:
+        return f"{sum(1 for t in r['times'] if t > PROMETHEUS_TIMEOUT_S)} of {len(r['times'])}"
+
+    def answers(r: dict) -> str:
+        total = sum(r["flood_answers"].values())
+        return ", ".join(f"{n:,} x {code}" for code, n in sorted(r["flood_answers"].items())) + f" ({total:,} in all)"
+
+    def new_client(r: dict) -> str:
+        elapsed, status = r["new_client"]
+        return f"{status or 'no answer'} after {seconds(elapsed)}"
+
+    def ratio(a: float, b: float) -> str:
+        if a == float("inf") or b == float("inf"):
+            return "n/a"
+        return f"{b / a:.0f}x less" if a <= b else f"{a / b:.1f}x more"
+
+    return [
+        Row(SECTION, f"legitimate scrape during the flood, median of {SCRAPES}", seconds(median(ours)), seconds(median(peer)),
+            ratio(median(ours), median(peer)), COMMAND),
+        Row(SECTION, f"legitimate scrape during the flood, slowest of {SCRAPES}", seconds(worst(ours)), seconds(worst(peer)),
+            ratio(worst(ours), worst(peer)), COMMAND),
+        Row(SECTION, "legitimate scrapes over Prometheus' 10 s timeout", late(ours), late(peer), "", COMMAND),
+        Row(SECTION, "a client first seen during the flood (credentials not cached): its first scrape",
+            new_client(ours), new_client(peer), "", COMMAND),
+        Row(SECTION, "first scrape, before the flood (one bcrypt check)", seconds(ours["before_s"]),
+            seconds(peer["before_s"]), ratio(ours["before_s"], peer["before_s"]), COMMAND),
+        Row(SECTION, "the flood's answers while it ran (HTTP status)", answers(ours), answers(peer), "", COMMAND),
+    ]
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "flood":
+        flood(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        raise SystemExit(f"usage: {sys.argv[0]} serve TREE WEB_CONFIG | flood PORT CLIENTS")

@@ -1,0 +1,178 @@
+"""Authentication cannot starve a scrape (issue #14, item 4).
+
+bcrypt is made controllable here (a fake check that blocks until the test releases it), so the
+mechanism is tested without timing: a credential that worked before is answered while every bcrypt
+thread is stuck, the checks run in their own bounded pool (never the default one), and a full queue is
+answered 429 at once. How long a real scrape takes under a real flood is a benchmark
+(`python -m bench auth-flood`, BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from exporter import server as server_module, webconfig
+from exporter.server import BCRYPT_POOL, BCRYPT_WORKERS, start_server
+from exporter.webconfig import Authenticator, WebConfig
+from tests.exporter.test_server import LOOPBACK, basic, get, hashed, ready_holder, write
+
+PASSWORD = "s3cret"
+
+
+class FakeBcrypt:
+    """Stands in for bcrypt: the right password passes at once; any other blocks until `release`."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: list[str] = []
+        self.threads: set[str] = set()
+        self.running = 0
+        self.most_running = 0
+        self.blocked = threading.Semaphore(0)  # one release per check that started blocking
+        self._lock = threading.Lock()
+
+    def __call__(self, password: str, hashed_password: bytes) -> bool:
+        with self._lock:
+            self.calls.append(password)
+            self.threads.add(threading.current_thread().name)
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            if password == PASSWORD:
+                return True
+            self.blocked.release()
+            assert self.release.wait(30), "the test never released the blocked checks"
+            return False
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+@pytest.fixture
+def fake_bcrypt(monkeypatch) -> FakeBcrypt:
+    fake = FakeBcrypt()
+    monkeypatch.setattr(webconfig, "_checkpw", fake)
+    return fake
+
+
+async def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.005)
+
+
+def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tmp_path, fake_bcrypt):
+    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        pool = server.runner.app[BCRYPT_POOL]
+        try:
+            first = (await get(url, basic("alice", PASSWORD)))[0]  # checked once, then cached
+            flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(6)]
+            await wait_for(lambda: pool.pending == 6, "the wrong passwords never queued")
+            await asyncio.to_thread(fake_bcrypt.blocked.acquire)  # a bcrypt thread is stuck in a check
+            checks_before = len(fake_bcrypt.calls)
+            during = (await get(url, basic("alice", PASSWORD)))[0]
+            still_blocked = pool.pending == 6 and not any(t.done() for t in flood)
+            checks_during = len(fake_bcrypt.calls) - checks_before
+            fake_bcrypt.release.set()
+            flooded = [status for status, _, _ in await asyncio.gather(*flood)]
+            return first, during, still_blocked, checks_during, flooded
+        finally:
+            fake_bcrypt.release.set()
+            await server.stop()
+
+    first, during, still_blocked, checks_during, flooded = asyncio.run(go())
+    assert first == 200
+    assert during == 200 and still_blocked  # answered while all six checks were still waiting
+    assert checks_during == 0  # from the cache: no bcrypt
+    assert flooded == [401] * 6
+    assert fake_bcrypt.most_running == BCRYPT_WORKERS  # bounded
+    assert fake_bcrypt.threads and all(name.startswith("llmslo-bcrypt") for name in fake_bcrypt.threads)
+
+
+def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
+    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        pool = server.runner.app[BCRYPT_POOL]
+        pool.max_pending = 3
+        try:
+            assert (await get(url, basic("alice", PASSWORD)))[0] == 200
+            flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(3)]
+            await wait_for(lambda: pool.pending == 3, "the wrong passwords never queued")
+            checks = len(fake_bcrypt.calls)
+            over = await get(url, basic("alice", "one-more"))
+            unknown_user = await get(url, basic("mallory", "x"))
+            cached = (await get(url, basic("alice", PASSWORD)))[0]
+            checked_meanwhile = len(fake_bcrypt.calls) - checks
+            fake_bcrypt.release.set()
+            await asyncio.gather(*flood)
+            after = (await get(url, basic("alice", "one-more")))[0]  # room again: checked, and wrong
+            return over, unknown_user, cached, checked_meanwhile, after
+        finally:
+            fake_bcrypt.release.set()
+            await server.stop()
+
+    over, unknown_user, cached, checked_meanwhile, after = asyncio.run(go())
+    assert over[0] == unknown_user[0] == 429 and over[2]["Retry-After"] == "1"
+    assert cached == 200
+    assert checked_meanwhile == 0
+    assert after == 401
+
+
+def test_the_default_thread_pool_is_never_used_for_bcrypt(tmp_path, fake_bcrypt, monkeypatch):
+    used = []
+    real_to_thread = asyncio.to_thread
+
+    async def recording_to_thread(fn, *args, **kwargs):
+        used.append(getattr(fn, "__qualname__", repr(fn)))
+        return await real_to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(server_module.asyncio, "to_thread", recording_to_thread)
+    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        try:
+            return (await get(f"http://127.0.0.1:{server.port}/metrics", basic("alice", PASSWORD)))[0]
+        finally:
+            await server.stop()
+
+    assert asyncio.run(go()) == 200
+    assert not [name for name in used if "check" in name or "verify" in name]
+    assert fake_bcrypt.threads and all(name.startswith("llmslo-bcrypt") for name in fake_bcrypt.threads)
+
+
+def test_wrong_passwords_never_evict_a_credential_that_worked(fake_bcrypt):
+    fake_bcrypt.release.set()  # wrong passwords fail at once here
+    auth = Authenticator(WebConfig(path="web.yml", basic_auth_users={"alice": hashed(PASSWORD)}))
+    right = basic("alice", PASSWORD)["Authorization"]
+    assert auth.cached(right) is None and auth.verify(right) is True and auth.cached(right) is True
+    for i in range(1000):
+        assert auth.check(basic("alice", f"wrong-{i}")["Authorization"]) is False
+    assert auth.cached(right) is True  # the flood filled only the failures' cache
+    retried = basic("alice", "wrong-999")["Authorization"]
+    calls = len(fake_bcrypt.calls)
+    assert [auth.check(retried) for _ in range(5)] == [False] * 5
+    assert len(fake_bcrypt.calls) == calls  # a retried wrong password costs one check, not one per request
+    assert auth.cached(basic("alice", "wrong-0")["Authorization"]) is None  # the oldest failures make room
+
+
+def test_a_changed_password_is_checked_again(fake_bcrypt):
+    auth = Authenticator(WebConfig(path="web.yml", basic_auth_users={"alice": hashed(PASSWORD)}))
+    right = basic("alice", PASSWORD)["Authorization"]
+    assert auth.check(right) is True
+    rotated = Authenticator(WebConfig(path="web.yml", basic_auth_users={"alice": hashed("other")}))
+    assert rotated.cached(right) is None  # a reloaded web config starts with empty caches
+    # The cache key holds the stored hash: the same header against another hash is a new check.
+    auth.web.basic_auth_users["alice"] = hashed("other")
+    assert auth.cached(right) is None
