@@ -31,6 +31,8 @@ EXIT_NOTHING_READ = 1
 
 
 def build_parser(tap_cli: Any | None = None) -> argparse.ArgumentParser:
+    """The exporter's parser; `tap` is a placeholder unless the tap's CLI module is given (its own
+    parser is built only when `tap` is run: importing it costs start-up time every run would pay)."""
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Per-node exporter: NVML and LLM engines' /metrics in, one normalized /metrics out.",
@@ -53,7 +55,8 @@ def build_parser(tap_cli: Any | None = None) -> argparse.ArgumentParser:
     if tap_cli is not None:
         tap_cli.add_parser(sub)
     else:
-        sub.add_parser("tap", help="the goodput tap (not installed in this build)")
+        sub.add_parser("tap", help=f"run the goodput tap, an in-line streaming proxy (`{PROG} tap --help`)",
+                       add_help=False)
     return p
 
 
@@ -75,12 +78,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: the goodput tap is not installed in this build (exporter/tap is missing)", file=sys.stderr)
             return EXIT_CONFIG
         return int(tap_cli.main(args_list[1:]) or 0)
-    args = build_parser(_load_tap_cli()).parse_args(args_list)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(args_list)
+    if args.command == "tap":  # after other flags: the placeholder parser cannot read the tap's options
+        print(f"{PROG}: error: `tap` comes first: {PROG} tap [options] (see {PROG} tap --help)", file=sys.stderr)
+        return EXIT_CONFIG
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        config = load_config(args.config) if args.config else ExporterConfig()
+        # The file's cross-field checks run once the flags are merged: --node-name may be what they need.
+        config = load_config(args.config, check=False) if args.config else ExporterConfig()
         config = merge_cli(
             config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
             web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
+            source=args.config or "command line",
         )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -113,27 +124,30 @@ class _Runtime:
 
     def __init__(self, config: ExporterConfig):
         from exporter.collector import Collector
-        from exporter.gpu import open_provider
-        from exporter.sources.http import new_session
         from exporter.targets import TargetSet
 
         self.config = config
         self.node_name = resolve_node_name(config.node_name)
-        self.gpu_provider = open_provider(config.gpu)
-        self.session = new_session()
+        self.gpu_provider = None
+        if config.gpu != "off":  # `off` imports nothing of the GPU side
+            from exporter.gpu import open_provider
+
+            self.gpu_provider = open_provider(config.gpu)
         self.discoverer = None
         if config.discovery.enabled:
             from exporter.discovery import KubernetesDiscoverer
 
             self.discoverer = KubernetesDiscoverer(config.discovery, self.node_name)
         self.targets = TargetSet(config.targets, self.discoverer, config.discovery.refresh_interval_s)
-        self.collector = Collector(config, self.session, self.gpu_provider, self.node_name)
+        # The HTTP client (aiohttp, about 0.1 s to import) is opened by the collector when an http(s)
+        # target is first scraped: a --once over saved pages never loads it.
+        self.collector = Collector(config, None, self.gpu_provider, self.node_name)
         for t in config.timeouts_clamped():
             logs.event("timeout_clamped_to_interval", logging.WARNING, target=t.label, interval_s=config.interval_s)
 
     async def close(self) -> None:
         await self.targets.stop()
-        await self.session.close()
+        await self.collector.close()
         if self.discoverer is not None:
             await self.discoverer.close()
         close = getattr(self.gpu_provider, "close", None)
@@ -146,15 +160,14 @@ class _Runtime:
 
 async def run_once(config: ExporterConfig) -> int:
     """One cycle to stdout; exit 1 (with each source's reason on stderr) when nothing could be read."""
-    from exporter.snapshot import CollectionLoop, SnapshotHolder
+    from exporter.exposition import render
 
     rt = _Runtime(config)
     try:
         await rt.targets.refresh()  # one cycle: discover first, in line, then collect what was found
-        published = await CollectionLoop(rt.collector, rt.targets, SnapshotHolder(), config.interval_s).run_once()
+        snap = await rt.collector.collect(rt.targets.current())
     finally:
         await rt.close()
-    snap = published.snapshot
     if not snap.any_source_read:
         lines = [f"{PROG}: error: no source could be read:"]
         lines += [f"  target {t.target} ({t.engine}): {t.reason}" for t in snap.targets]
@@ -163,7 +176,7 @@ async def run_once(config: ExporterConfig) -> int:
         lines.append(f"  gpu ({config.gpu}): no GPU answered" if config.gpu != "off" else "  gpu: off")
         print("\n".join(lines), file=sys.stderr)
         return EXIT_NOTHING_READ
-    sys.stdout.buffer.write(published.body)
+    sys.stdout.buffer.write(render(snap.samples))  # the page as /metrics serves it, without the gzip copy
     sys.stdout.flush()
     return 0
 

@@ -20,9 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from llmslo import conventions as c
 from exporter import adapters, logs, promtext
@@ -49,8 +47,12 @@ from exporter.sources import (
     UNKNOWN_ENGINE,
     FetchError,
     fetch_page,
+    is_file_url,
 )
 from exporter.sources.file import FileReader
+
+if TYPE_CHECKING:  # aiohttp costs about 0.1 s to import: only runs with an http(s) target pay it
+    import aiohttp
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,14 @@ class Collector:
     def __init__(
         self,
         config: ExporterConfig,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession | None,
         gpu_provider: Any | None,
         node_name: str,
         guard: CardinalityGuard | None = None,
     ):
         self.config = config
-        self.session = session
+        self.session = session  # None: opened (and owned, see `close`) when an http(s) target is first scraped
+        self._owns_session = False
         self.gpu_provider = gpu_provider
         self.node_name = node_name
         self.guard = guard or CardinalityGuard(config.limits)
@@ -164,7 +167,7 @@ class Collector:
         engine = state.detected_kind or target.kind
         try:
             body = await fetch_page(
-                self.session,
+                None if is_file_url(target.url) else self._http_session(),
                 target.url,
                 timeout_s=self.config.target_timeout(target),
                 max_bytes=self.config.target_max_bytes(target),
@@ -188,6 +191,21 @@ class Collector:
         if reason:
             samples, units = [], {}
         return _ScrapeResult(target, engine, samples, reason, duration, units)
+
+    def _http_session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            from exporter.sources.http import new_session
+
+            self.session = new_session()
+            self._owns_session = True
+        return self.session
+
+    async def close(self) -> None:
+        """Close the client session this collector opened (one passed in is the caller's to close)."""
+        if self._owns_session and self.session is not None:
+            await self.session.close()
+            self.session = None
+            self._owns_session = False
 
     def _parse_and_adapt(
         self, target: TargetConfig, pending: list[bytes | bytearray], state: _TargetState

@@ -6,16 +6,13 @@ an operator with a DaemonSet in CrashLoopBackOff, not the author of this module.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import socket
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
 ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "tap")
@@ -273,6 +270,8 @@ class _Reader:
     def check_keys(self, allowed: tuple[str, ...]) -> None:
         for key in self.data:
             if key not in allowed:
+                import difflib  # only for a typo's message
+
                 close = difflib.get_close_matches(str(key), allowed, n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}"
                 raise self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
@@ -362,13 +361,21 @@ def _load_discovery(path: str, data: Any) -> KubernetesDiscovery:
     )
 
 
-def load_config(path: str | os.PathLike[str]) -> ExporterConfig:
-    """Read and validate a YAML config file; raises ConfigError naming file, field and fix."""
+def load_config(path: str | os.PathLike[str], *, check: bool = True) -> ExporterConfig:
+    """Read and validate a YAML config file; raises ConfigError naming file, field and fix.
+
+    `check=False` leaves the cross-field checks (`check_config`) to the caller, for settings that flags
+    may still supply: the CLI runs them after merging its flags (`--node-name` answers discovery's need
+    for the node's name).
+    """
     path_s = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:  # not pathlib: its import is start-up time
+            text = f.read()
     except OSError as exc:
         raise ConfigError(f"{path_s}: cannot read the config file ({exc.strerror}). Fix: pass an existing, readable file to --config.") from None
+    import yaml  # only with --config: start-up time
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -403,7 +410,8 @@ def load_config(path: str | os.PathLike[str]) -> ExporterConfig:
         targets=tuple(_load_target(path_s, i, t) for i, t in enumerate(targets_data)),
         discovery=_load_discovery(path_s, r.data.get("kubernetes_discovery")),
     )
-    check_config(config, path_s)
+    if check:
+        check_config(config, path_s)
     return config
 
 
@@ -440,8 +448,12 @@ def merge_cli(
     web_config: str | None = None,
     node_name: str | None = None,
     log_level: str | None = None,
+    source: str = "command line",
 ) -> ExporterConfig:
-    """Flags override file settings; `--engine` targets are added to the file's targets."""
+    """Flags override file settings; `--engine` targets are added to the file's targets.
+
+    The cross-field checks run on the merged result; `source` names it in their messages.
+    """
     changes: dict[str, Any] = {}
 
     def flag(name: str, parse, value, fix: str):
@@ -465,5 +477,5 @@ def merge_cli(
     if engines:
         changes["targets"] = config.targets + tuple(parse_engine_flag(e) for e in engines)
     merged = replace(config, **changes)
-    check_config(merged, "command line")
+    check_config(merged, source)
     return merged

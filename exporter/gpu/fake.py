@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from exporter.gpu import MAX_FAKE_GPUS  # the package owns the cap: parsing `--gpu` reads it
 from exporter.gpu.provider import (
     GpuInfo,
     GpuLost,
@@ -38,7 +39,6 @@ MEMORY_CLOCK_MHZ = 2619
 POWER_MIN_W, POWER_MAX_W = 300.0, 700.0
 POWER_CAP_THRESHOLD_W = 680.0
 POWER_CAP_BIT = 0x004
-MAX_FAKE_GPUS = 64
 # A 4g + 3g split of one H100, as `nvidia-smi mig -cgi 5,9` makes it.
 MIG_LAYOUT = ((1, "4g.40gb", 42_949_672_960), (2, "3g.40gb", 42_949_672_960))
 _READING_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuReading))

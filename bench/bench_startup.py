@@ -1,0 +1,115 @@
+"""Start-up: `llmslo-exporter --once` on one saved vLLM page, minus Python's own start-up, this tree vs OLD_COMMIT.
+
+Wall time of `python -m exporter --once --gpu off --engine vllm=file://PAGE` (the page: the simulator's vLLM
+page with 64 LoRA adapters, `bench/lora_pages.py`; output to /dev/null) and of `python -c pass` with the same
+interpreter, in interleaved rounds; the difference of the medians is what the exporter adds. The old tree is
+`git archive`d into a temporary directory and run from there (cwd and PYTHONPATH). `-X importtime` of one
+more run lists which heavy packages each side imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "Start-up: llmslo-exporter --once on a saved page"
+COMMAND = "python -m bench startup"
+OLD_COMMIT = "9090d4d"  # before lazy imports: the tap's CLI, aiohttp, TLS contexts, yaml, NVML bindings at start
+ROUNDS = 21
+HEAVY = ("aiohttp", "exporter.tap", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.server")
+
+NOTES = {
+    SECTION: (
+        "Wall time of `python -m exporter --once --gpu off --engine vllm=file://PAGE > /dev/null` (the simulator's "
+        f"vLLM page, 64 LoRA adapters) and of `python -c pass`, same interpreter, {ROUNDS} interleaved rounds, "
+        "medians; *beyond Python's own* is the difference. Bytecode is cached (in a separate tree), as in an "
+        "installed package. *Peer*: the exporter at "
+        f"{OLD_COMMIT} (`git archive`, run from its directory), which imported the goodput tap's CLI (and with it "
+        "aiohttp's client and server, whose import builds TLS contexts), yaml, prometheus_client and the NVML "
+        "bindings on every start. The last row is from `-X importtime` of one more run each."
+    ),
+}
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def _heavy_imports(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[list[str], int]:
+    """Which of HEAVY the run imports, and how many modules in all (from -X importtime)."""
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=True)
+    names = {m.group(1) for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", done.stderr, re.M)}
+    return [h for h in HEAVY if h in names], len(names)
+
+
+@contextlib.contextmanager
+def old_tree() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-startup-old-"))
+    try:
+        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run() -> list:
+    from bench.lora_pages import vllm_lora_page
+    from bench.report import Row
+
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp, old_tree() as old:
+        page = Path(tmp) / "vllm.prom"
+        page.write_text(vllm_lora_page(64))
+        once = [sys.executable, "-m", "exporter", "--once", "--gpu", "off", "--engine", f"vllm=file://{page}"]
+        bare = [sys.executable, "-c", "pass"]
+        # Bytecode cached, as in an installed package (pip compiles it): a separate cache tree, so neither
+        # the repository nor the interpreter's own caches are written, and PYTHONDONTWRITEBYTECODE (set in
+        # some sandboxes) does not make every run compile every module again.
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        base["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        env_ours = dict(base)
+        env_peer = {**base, "PYTHONPATH": str(old)}
+        sides = {"ours": (ROOT, env_ours), "peer": (old, env_peer)}
+        _run(bare, ROOT, env_ours)
+        for cwd, env in sides.values():  # compile each tree's .pyc files once, outside the measurement
+            _run(once, cwd, env)
+        times: dict[str, list[float]] = {"python": [], "ours": [], "peer": []}
+        for _ in range(ROUNDS):
+            times["python"].append(_run(bare, ROOT, env_ours))
+            for side, (cwd, env) in sides.items():
+                times[side].append(_run(once, cwd, env))
+        heavy = {side: _heavy_imports(once, cwd, env) for side, (cwd, env) in sides.items()}
+
+    python = statistics.median(times["python"])
+    ours, peer = statistics.median(times["ours"]), statistics.median(times["peer"])
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:.0f} ms"
+
+    def imported(side: str) -> str:
+        names, count = heavy[side]
+        return f"{count} modules; " + (", ".join(f"`{n}`" for n in names) if names else "none of them")
+
+    return [
+        Row(SECTION, f"wall time, median of {ROUNDS} (`python -c pass`: {ms(python)})", ms(ours), ms(peer),
+            f"{peer / ours:.1f}x less", COMMAND),
+        Row(SECTION, "beyond Python's own start-up (median minus `python -c pass`'s)", ms(ours - python),
+            ms(peer - python), f"{(peer - python) / (ours - python):.1f}x less", COMMAND),
+        Row(SECTION, f"fastest of {ROUNDS}, beyond Python's fastest", ms(min(times["ours"]) - min(times["python"])),
+            ms(min(times["peer"]) - min(times["python"])), "", COMMAND),
+        Row(SECTION, f"imports ({', '.join(HEAVY)})", imported("ours"), imported("peer"), "", COMMAND),
+    ]
