@@ -341,12 +341,18 @@ class VLLM:
     REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
     REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
     REQUEST_PREFILL_KV_COMPUTED_TOKENS = "vllm:request_prefill_kv_computed_tokens"
+    ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"  # gauge, label sleep_state: awake | weights_offloaded | discard_all
+    ADMISSION_REJECTIONS = "vllm:admission_rejections"  # counter family; label reason (no `engine` label)
+    SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+    ADMISSION_REJECTION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
     # vLLM's own label names.
     LABEL_MODEL_NAME = "model_name"
     LABEL_ENGINE = "engine"  # the data-parallel engine index ("0"), not our engine kind
     LABEL_FINISHED_REASON = "finished_reason"
     LABEL_SOURCE = "source"
     LABEL_WAITING_REASON = "reason"
+    LABEL_SLEEP_STATE = "sleep_state"
+    LABEL_REJECTION_REASON = "reason"
     LABEL_MAX_LORA = "max_lora"
     LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
     LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"

@@ -129,6 +129,20 @@ class VllmMetrics:
         by_reason.labels(**self._base, reason="deferred").set_function(lambda: sched.num_deferred)
         gauge(V.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.").labels(
             **self._base).set_function(lambda: kv.usage)
+        sleep = gauge(
+            V.ENGINE_SLEEP_STATE,
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            (V.LABEL_SLEEP_STATE,),
+        )
+        for state in V.SLEEP_STATES:  # the simulator never sleeps
+            sleep.labels(**self._base, sleep_state=state).set(1 if state == V.SLEEP_STATES[0] else 0)
+        rejections = Counter(  # as vLLM: labelled by model and reason only; the simulator has no queue limits
+            V.ADMISSION_REJECTIONS, "Number of admission attempts rejected by a queue limit, by reason.",
+            [V.LABEL_MODEL_NAME, V.LABEL_REJECTION_REASON], registry=reg,
+        )
+        for reason in V.ADMISSION_REJECTION_REASONS:
+            rejections.labels(cfg.model_name, reason)
 
         self.prefix_queries = counter(
             V.PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of queried tokens.").labels(**self._base)

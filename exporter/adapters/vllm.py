@@ -39,11 +39,11 @@ LORA_WAITING = "waiting_lora_adapters"
 LORA_MAX = "max_lora"
 CACHE_BLOCK_SIZE = "block_size"
 CACHE_NUM_GPU_BLOCKS = "num_gpu_blocks"
-SLEEP_STATE = "vllm:engine_sleep_state"  # gauge, label sleep_state: awake | weights_offloaded | discard_all
-SLEEP_STATE_LABEL = "sleep_state"
-AWAKE = "awake"
-ADMISSION_REJECTIONS = "vllm:admission_rejections"  # counter family; label reason (no `engine`)
-REJECTION_REASON = "reason"  # max_num_queued_reqs | max_num_queued_tokens
+SLEEP_STATE = V.ENGINE_SLEEP_STATE
+SLEEP_STATE_LABEL = V.LABEL_SLEEP_STATE
+AWAKE = V.SLEEP_STATES[0]
+ADMISSION_REJECTIONS = V.ADMISSION_REJECTIONS
+REJECTION_REASON = V.LABEL_REJECTION_REASON
 
 WANTED = frozenset({
     V.NUM_REQUESTS_RUNNING, V.NUM_REQUESTS_WAITING, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC,
