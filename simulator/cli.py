@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
 
-from simulator import cliargs
+from simulator import cliargs, plan
 from simulator.api import SimulatorServer, start
 from simulator.clock import RealClock
 from simulator.costmodel import CostModel
-from simulator.presets import DEPLOYMENTS
+from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS
 from simulator.stats import render_text
 from simulator.virtual import simulate
 from llmslo.files import write_atomic
@@ -34,6 +35,26 @@ def _parser() -> argparse.ArgumentParser:
     cliargs.add_workload_arguments(virtual)
     cliargs.add_slo_arguments(virtual)
     virtual.add_argument("--metrics-out", default="", help="also write the run's final vLLM /metrics page here")
+
+    planner = sub.add_parser("plan", help="the highest arrival rate per replica that meets an SLO file's goodput "
+                          "objective, and the replicas a target rate needs (docs/capacity.md)")
+    planner.add_argument("--slo", action="append", required=True,
+                      help="SLO file or directory with an llmslo/goodput SLO (repeatable), e.g. slos/chat.yaml")
+    planner.add_argument("--class", dest="slo_class", default="",
+                      help="goodput class (slo_class) to plan for; default: the only one in the files")
+    planner.add_argument("--rate", type=float, default=None,
+                      help="target arrivals per second for the whole pool: also print the replicas it needs")
+    planner.add_argument("--duration", type=float, default=120.0,
+                      help="virtual seconds of arrivals per probe (default %(default)s)")
+    planner.add_argument("--objective", type=float, default=None,
+                      help="override the SLO's goodput objective, percent (e.g. 99)")
+    planner.add_argument("--start-rate", type=float, default=1.0, help="first rate probed (default %(default)s)")
+    planner.add_argument("--tolerance", type=float, default=0.02,
+                      help="stop when the passing and failing rates are this close, relative (default %(default)s)")
+    planner.add_argument("--json", action="store_true", help="print the results as JSON")
+    cliargs.add_engine_arguments(planner, multi_preset=True)
+    cliargs.add_fault_arguments(planner)
+    cliargs.add_workload_shape_arguments(planner.add_argument_group("workload (--seed also seeds it)"))
 
     sub.add_parser("presets", help="list the model + GPU presets with their KV capacity and speed")
     return p
@@ -67,6 +88,48 @@ def _virtual(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    cls = plan.load_goodput_class(args.slo, args.slo_class)
+    if args.objective is not None:
+        if not 0 < args.objective < 100:
+            raise ValueError(f"--objective: {args.objective} must be a percentage between 0 and 100")
+        cls = dataclasses.replace(cls, objective=args.objective)
+    if args.rate is not None and args.rate <= 0:
+        raise ValueError(f"--rate: {args.rate} must be positive")
+    spec = cliargs.workload_spec(_with(args, rate=1.0, duration=args.duration, workload_seed=args.seed))
+    results = []
+    for preset in args.preset or [DEFAULT_DEPLOYMENT]:
+        preset_args = _with(args, preset=preset)
+        config = cliargs.engine_config(preset_args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
+        cliargs.fault_state(preset_args, 0.0)  # refuse bad fault flags before the first probe
+        results.append(plan.find_max_rate(config, spec, cls, start_rate=args.start_rate, tolerance=args.tolerance,
+                                          faults=lambda a=preset_args: cliargs.fault_state(a, 0.0)))
+    if args.json:
+        print(json.dumps({
+            "slo_class": dataclasses.asdict(cls),
+            "workload": {"duration_s": spec.duration, "prompt_len_median": spec.prompt_len.median,
+                         "output_len_median": spec.output_len.median, "shared_prefix": spec.shared_prefix,
+                         "seed": spec.seed},
+            "assumption": "replicas = ceil(rate / max_rate_per_replica): load spread evenly, replicas independent",
+            "results": [plan.result_dict(r, args.rate) for r in results],
+        }, indent=2))
+    else:
+        objectives = " and ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", cls.ttft), ("TPOT", cls.tpot)) if v)
+        header = (f"class {cls.name} ({cls.origin}): {objectives}, objective {cls.objective:g}% good\n"
+                  f"workload: Poisson, prompt median {spec.prompt_len.median:g} tok, output median "
+                  f"{spec.output_len.median:g} tok, {spec.duration:g} s virtual per probe, seed {spec.seed}; "
+                  "one replica per probe")
+        print(plan.render_table(results, args.rate, header))
+        if args.rate is not None:
+            print("replicas = ceil(rate / max req/s): assumes the load spreads evenly over independent replicas; "
+                  "add a safety margin (docs/capacity.md)")
+    return 0
+
+
+def _with(args: argparse.Namespace, **changes: object) -> argparse.Namespace:
+    return argparse.Namespace(**(vars(args) | changes))
+
+
 def _presets() -> int:
     print(f"{'preset':<20} {'model':<36} {'gpu':<11} tp {'kv blocks':>9} {'kv tokens':>10} "
           f"{'decode@1':>9} {'decode@64':>10} {'prefill 500':>11}")
@@ -86,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_serve(args))
         if args.command == "virtual":
             return _virtual(args)
+        if args.command == "plan":
+            return _plan(args)
         return _presets()
     except ValueError as e:
         print(f"llmslo-sim: {e}", file=sys.stderr)

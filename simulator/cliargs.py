@@ -12,10 +12,14 @@ from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS, get_deployment
 from simulator.workload import LengthDist, WorkloadSpec, parse_lora_mix
 
 
-def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+def add_engine_arguments(p: argparse.ArgumentParser, multi_preset: bool = False) -> None:
     g = p.add_argument_group("engine")
-    g.add_argument("--preset", default=DEFAULT_DEPLOYMENT, choices=sorted(DEPLOYMENTS),
-                   help="model + GPU pair (default %(default)s); `llmslo-sim presets` lists them")
+    if multi_preset:
+        g.add_argument("--preset", action="append", choices=sorted(DEPLOYMENTS),
+                       help=f"model + GPU pair; repeat to compare several (default {DEFAULT_DEPLOYMENT})")
+    else:
+        g.add_argument("--preset", default=DEFAULT_DEPLOYMENT, choices=sorted(DEPLOYMENTS),
+                       help="model + GPU pair (default %(default)s); `llmslo-sim presets` lists them")
     g.add_argument("--model", default="", help="served model name (default: the preset model's Hugging Face id)")
     g.add_argument("--lora", default="", help="comma-separated LoRA adapter names served besides the base model")
     g.add_argument("--max-loras", type=int, default=1, help="LoRA adapter slots (default %(default)s)")
@@ -46,6 +50,12 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--rate", type=float, required=True, help="mean arrivals per second (Poisson)")
     g.add_argument("--duration", type=float, required=True, help="seconds of arrivals")
+    add_workload_shape_arguments(g)
+    g.add_argument("--workload-seed", type=int, default=0)
+
+
+def add_workload_shape_arguments(g: argparse._ActionsContainer) -> None:
+    """Lengths, shared prefixes and LoRA mix: everything about the workload but its rate and duration."""
     g.add_argument("--prompt-len", type=int, default=500, help="median prompt tokens (lognormal)")
     g.add_argument("--prompt-sigma", type=float, default=0.5)
     g.add_argument("--output-len", type=int, default=150, help="median output tokens (lognormal)")
@@ -53,7 +63,6 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shared-prefix", type=float, default=0.0, help="fraction of each prompt from a shared system prompt")
     g.add_argument("--num-prefixes", type=int, default=4, help="distinct shared system prompts")
     g.add_argument("--lora-mix", default="", help="ADAPTER=SHARE,... requests sent to LoRA adapters")
-    g.add_argument("--workload-seed", type=int, default=0)
 
 
 def add_slo_arguments(p: argparse.ArgumentParser) -> None:

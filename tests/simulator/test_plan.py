@@ -1,0 +1,140 @@
+"""`llmslo-sim plan`: the goodput judgement agrees with the tap's, the search is deterministic and sane."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.tap.classes import load_slo_config
+from exporter.tap.timing import Timings
+from exporter.tap.timing import within_objectives as tap_within_objectives
+from simulator import cli, plan
+from simulator.config import EngineConfig
+from simulator.request import Request
+from simulator.workload import LengthDist, WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAT = ROOT / "slos" / "chat.yaml"
+
+# Short probes in virtual time (each well under a second of CPU), started near the answer.
+SPEC = WorkloadSpec(rate=1.0, duration=15.0, prompt_len=LengthDist(500, 0.5, 16, 4000),
+                    output_len=LengthDist(150, 0.6, 2, 1500), seed=3)
+FAST = {"start_rate": 16.0, "tolerance": 0.05}
+
+
+@pytest.fixture(scope="module")
+def interactive() -> plan.GoodputClass:
+    return plan.load_goodput_class([CHAT], "interactive")
+
+
+@pytest.fixture(scope="module")
+def result(interactive) -> plan.PlanResult:
+    return plan.find_max_rate(EngineConfig(), SPEC, interactive, **FAST)
+
+
+def test_within_objectives_agrees_with_the_tap():
+    values = (None, 0.0, 0.049, 0.05, 0.0500001, 0.5, 0.7)
+    limits = (None, 0.05, 0.5)
+    for ttft, tpot, ttft_max, tpot_max in itertools.product(values, values, limits, limits):
+        timings = Timings(ttfb=None, ttft=ttft, tpot=tpot, e2e=None, n_out=2, usage_source="engine")
+        assert plan.within_objectives(ttft, tpot, ttft_max, tpot_max) == tap_within_objectives(
+            timings, ttft_max, tpot_max), (ttft, tpot, ttft_max, tpot_max)
+
+
+def test_request_timings_follow_the_tap_definitions():
+    req = Request("r", [1, 2, 3], max_tokens=10, output_len=10, arrival_time=1.0)
+    assert plan.request_timings(req) == (None, None)  # no output: never good
+    req.num_output_tokens, req.first_token_time, req.last_token_time = 1, 1.2, 1.2
+    assert plan.request_timings(req) == pytest.approx((0.2, 0.0))  # one token: TPOT 0, as the tap
+    req.num_output_tokens, req.last_token_time = 5, 1.6
+    assert plan.request_timings(req) == pytest.approx((0.2, 0.1))  # (last - first) / (n - 1)
+
+
+def test_goodput_classes_match_the_taps_loader():
+    ours = {c.name: c for c in plan.goodput_classes([ROOT / "slos"])}
+    theirs = load_slo_config([ROOT / "slos"]).classes
+    assert {c.name for c in theirs} == set(ours)
+    for c in theirs:
+        assert (ours[c.name].ttft, ours[c.name].tpot) == (c.ttft, c.tpot), c.name
+    chat = plan.load_goodput_class([CHAT], "interactive")
+    assert (chat.ttft, chat.tpot, chat.objective) == (0.5, 0.05, 95.0)
+    assert plan.load_goodput_class([CHAT]).name == "interactive"  # the only class in the file
+
+
+def test_unknown_class_and_files_without_goodput_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="--class 'batch': not a goodput class"):
+        plan.load_goodput_class([CHAT], "batch")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text('version: "prometheus/v1"\nservice: x\nslos: []\n')
+    with pytest.raises(ValueError, match="no SLO uses the llmslo/goodput plugin"):
+        plan.load_goodput_class([empty])
+
+
+def test_replicas_arithmetic():
+    assert plan.replicas_for(100, 29.0) == 4
+    assert plan.replicas_for(87, 29.0) == 3  # exactly 3 x 29
+    assert plan.replicas_for(87.0001, 29.0) == 4
+    assert plan.replicas_for(0.1 * 3, 0.1) == 3  # float noise does not add a replica
+    assert plan.replicas_for(5, 29.0) == 1
+    assert plan.replicas_for(5, 0.0) is None  # no rate meets the objective: no number of replicas does
+    assert plan.replicas_for(0, 29.0) == 0
+
+
+def test_the_search_brackets_the_answer(result, interactive):
+    assert result.max_rate > 0 and result.first_failing_rate is not None
+    assert result.first_failing_rate > result.max_rate
+    assert result.first_failing_rate - result.max_rate <= FAST["tolerance"] * result.first_failing_rate
+    assert result.best is not None and result.best.attainment * 100 >= interactive.objective
+    # A rate just above the reported maximum fails the objective in the same simulation, and the maximum passes.
+    above = plan.probe(EngineConfig(), SPEC, interactive, result.first_failing_rate)
+    assert not above.passed and above.attainment * 100 < interactive.objective
+    assert plan.probe(EngineConfig(), SPEC, interactive, result.max_rate).passed
+    assert result.replicas(10 * result.max_rate) == 10
+
+
+def test_the_search_is_deterministic_for_a_seed(result, interactive):
+    again = plan.find_max_rate(EngineConfig(), SPEC, interactive, **FAST)
+    assert again.probes == result.probes
+    assert (again.max_rate, again.first_failing_rate) == (result.max_rate, result.first_failing_rate)
+
+
+def test_a_stricter_objective_gives_a_lower_max_rate(result, interactive):
+    strict = plan.find_max_rate(EngineConfig(), SPEC, dataclasses.replace(interactive, objective=99.9), **FAST)
+    assert strict.max_rate < result.max_rate
+    tighter_ttft = plan.find_max_rate(EngineConfig(), SPEC, dataclasses.replace(interactive, ttft=0.2), **FAST)
+    assert tighter_ttft.max_rate < result.max_rate
+
+
+def test_an_unreachable_objective_reports_no_rate(interactive):
+    impossible = dataclasses.replace(interactive, tpot=0.001)  # faster than any decode step
+    out = plan.find_max_rate(EngineConfig(), dataclasses.replace(SPEC, duration=5.0), impossible, start_rate=0.5)
+    assert out.max_rate == 0.0 and out.replicas(10) is None
+
+
+def test_plan_cli_prints_the_same_json_twice(capsys):
+    argv = ["plan", "--slo", str(CHAT), "--class", "interactive", "--rate", "100", "--duration", "10",
+            "--start-rate", "16", "--tolerance", "0.1", "--seed", "1", "--json"]
+    assert cli.main(argv) == 0
+    first = capsys.readouterr().out
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == first
+    out = json.loads(first)
+    row = out["results"][0]
+    assert out["slo_class"]["objective"] == 95.0 and row["preset"] == "llama3-8b-h100"
+    assert row["replicas"] == plan.replicas_for(100, row["max_rate_per_replica"])
+    assert row["attainment_at_max"] >= 0.95 > row["attainment_at_first_failing"]
+
+
+def test_plan_cli_table_and_errors(capsys):
+    assert cli.main(["plan", "--slo", str(CHAT), "--rate", "50", "--duration", "10", "--start-rate", "16",
+                     "--tolerance", "0.1"]) == 0
+    text = capsys.readouterr().out
+    assert "class interactive" in text and "objective 95% good" in text
+    assert "replicas for 50 req/s" in text and "llama3-8b-h100" in text
+    assert cli.main(["plan", "--slo", str(CHAT), "--class", "nope", "--duration", "5"]) == 2
+    assert "not a goodput class" in capsys.readouterr().err
+    assert cli.main(["plan", "--slo", str(CHAT), "--objective", "100", "--duration", "5"]) == 2
