@@ -58,15 +58,17 @@ OUTCOME_UPSTREAM_TIMEOUT = "upstream_timeout"  # the tap's first-token, stall or
 OUTCOME_CLIENT_GAVE_UP = "client_gave_up"  # the client left after its objective could no longer be met
 OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"  # the client left while its request was still on time
 OUTCOME_CLIENT_ERROR = "client_error"  # upstream answered 4xx (not 429): the request was at fault, not the service
+OUTCOME_REFUSED = "refused"  # the tap's KV admission (--admission) answered 429: the engine was full
 OUTCOMES = (
     OUTCOME_OK, OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_TRUNCATED, OUTCOME_UPSTREAM_TIMEOUT,
-    OUTCOME_CLIENT_GAVE_UP, OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR,
+    OUTCOME_CLIENT_GAVE_UP, OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR, OUTCOME_REFUSED,
 )
 # How the SLIs read outcomes. Bad: the service's failure (availability and goodput count them
 # as errors). Neutral: nobody's failure, left out of every total. Late: requests that never
 # completed because they were too late; latency SLIs count them as slower than any threshold.
 TAP_BAD_OUTCOMES = (
     OUTCOME_UPSTREAM_ERROR, OUTCOME_ABORTED, OUTCOME_TRUNCATED, OUTCOME_UPSTREAM_TIMEOUT, OUTCOME_CLIENT_GAVE_UP,
+    OUTCOME_REFUSED,
 )
 TAP_NEUTRAL_OUTCOMES = (OUTCOME_CLIENT_DISCONNECTED, OUTCOME_CLIENT_ERROR)
 TAP_LATE_OUTCOMES = (OUTCOME_UPSTREAM_TIMEOUT, OUTCOME_CLIENT_GAVE_UP)
@@ -439,3 +441,21 @@ ALERTSTATE_FIRING = "firing"
 def by_name() -> dict[str, MetricDef]:
     """Every normalized family by its name, for checks that an emitted or queried name is defined here."""
     return {m.name: m for m in ALL_METRICS}
+
+
+# --------------------------------------------------------------------------------------
+# The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
+# --------------------------------------------------------------------------------------
+TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")
+TAP_ADMISSION_ENGINE_READABLE = _m(
+    "tap_admission_engine_readable", "gauge",
+    "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
+)
+TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
+TAP_ADMISSION_FOOTPRINT = _m(
+    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
+)
+TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
+TAP_ADMISSION_METRICS = (
+    TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
+)

@@ -20,6 +20,10 @@ import ssl
 import sys
 from collections.abc import Sequence
 
+from exporter.tap.admission import (
+    DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, Admission, non_negative_float,
+    non_negative_int, poll_seconds,
+)
 from exporter.tap.classes import SloConfigError, load_slo_config
 from exporter.tap.deadlines import (
     FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S, DeadlineError, derive_deadlines,
@@ -156,6 +160,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
         help="close a client connection with no request in flight after this long without a byte (default 75)",
+    )
+    p.add_argument(
+        "--admission", action="store_true",
+        help="KV admission: read the engine's /metrics (vLLM names) and answer new completions 429 with Retry-After "
+             "while its seats at p99 context are under --admission-min-seats or its queue is over "
+             "--admission-max-queue; requests already admitted are never touched; an unreadable engine is admitted to",
+    )
+    p.add_argument(
+        "--admission-min-seats", type=non_negative_float, default=DEFAULT_MIN_SEATS, metavar="SEATS",
+        help=f"refuse while free KV tokens / p99 request footprint is under this (default {DEFAULT_MIN_SEATS:g})",
+    )
+    p.add_argument(
+        "--admission-max-queue", type=non_negative_int, default=DEFAULT_MAX_QUEUE, metavar="N",
+        help=f"refuse while the engine has more than N requests waiting (default {DEFAULT_MAX_QUEUE})",
+    )
+    p.add_argument(
+        "--admission-poll-interval", type=poll_seconds, default=DEFAULT_POLL_S, metavar="SECONDS",
+        help=f"read the engine's /metrics this often for admission (default {DEFAULT_POLL_S:g})",
+    )
+    p.add_argument(
+        "--admission-footprint", type=positive_int, default=DEFAULT_FALLBACK_FOOTPRINT, metavar="TOKENS",
+        help="the p99 request footprint (prompt + output tokens) to assume until the engine's request token "
+             f"histograms have a finished request (default {DEFAULT_FALLBACK_FOOTPRINT})",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -303,7 +330,12 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
         max_buffered_body_bytes=args.max_buffered_body_bytes,
     )
-    server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh)
+    admission = Admission(
+        args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
+        poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint,
+    ) if args.admission else None
+    server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
+                       admission=admission)
     try:
         with _runner(args.event_loop) as runner:
             runner.run(_serve(args, server))

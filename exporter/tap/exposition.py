@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from prometheus_client.utils import floatToGoString
 
@@ -66,6 +67,7 @@ class PageRenderer:
             [f',le="{le_label(e)}"}} ' for e in metrics.edges[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
         ]
         self._labels: dict[tuple[str, str], str] = {}
+        self.extra: Callable[[], bytes] | None = None  # more lines for the page's end (the admission gate's)
 
     def _render_series(self, s: Series) -> None:
         """Every family's lines of one series, stored on it with the update count they show."""
@@ -115,6 +117,8 @@ class PageRenderer:
         name = C.TAP_REFUSALS.name
         group.append(self._refusals_header)
         group.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.refusals.items()).encode())
+        if self.extra is not None:
+            group.append(self.extra())
         pieces.append(b"".join(group))
         return pieces
 

@@ -26,6 +26,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter.tap import http1
 from exporter.tap.classes import Objective, SloConfig
@@ -37,6 +38,9 @@ from exporter.tap.request_fields import RequestFields, read_fields
 from exporter.tap.timing import RequestTiming, Timings, gave_up, plausible_usage, within_objectives
 from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
+
+if TYPE_CHECKING:
+    from exporter.tap.admission import Admission
 
 log = logging.getLogger("llmslo.tap")
 
@@ -58,7 +62,7 @@ _DROP_REQUEST = http1.HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
 _REASONS = {
     400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-    502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+    429: "Too Many Requests", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
 }
 
 
@@ -175,6 +179,8 @@ class TapProxy:
         self.metrics = metrics
         self.observer = observer
         self.clock = clock
+        # KV admission (exporter.tap.admission), when --admission is on: asked once per new timed request.
+        self.admission: Admission | None = None
         self.pool = UpstreamPool(settings.upstream, settings.connect_timeout_s, settings.upstream_ca)
         self.deadlines: Deadlines = derive_deadlines(
             slo, settings.first_token_timeout_s, settings.stall_timeout_s, settings.response_timeout_s
@@ -650,6 +656,12 @@ class Exchange:
 
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
+        admission = self.proxy.admission
+        if self.plan is not None and admission is not None and not admission.admit():
+            # Refused before anything reached the engine; requests already admitted are never touched.
+            self._fail("the engine is full (KV admission); retry later\n", 429, C.OUTCOME_REFUSED,
+                       retry_after=admission.retry_after_s)
+            return
         conn = self.proxy.pool.take_idle()
         if conn is not None:
             self._send(conn)
@@ -686,11 +698,14 @@ class Exchange:
             self.proxy.release_body(self.reserved)
             self.reserved = 0
 
-    def _fail(self, text: str, status: int = 502, outcome: str = C.OUTCOME_UPSTREAM_ERROR) -> None:
-        """No response from the upstream: answer with the tap's own error (502, or 504 for a deadline)."""
+    def _fail(
+        self, text: str, status: int = 502, outcome: str = C.OUTCOME_UPSTREAM_ERROR, retry_after: int | None = None,
+    ) -> None:
+        """No response from the upstream: answer with the tap's own error (502, 504 for a deadline, 429
+        for an admission refusal)."""
         self.timing.on_end(self.proxy.clock())
         self.status = status
-        self.client.write(_simple_response(status, text, close=self.client_close))
+        self.client.write(_simple_response(status, text, close=self.client_close, retry_after=retry_after))
         self._finish(outcome, close=self.client_close)
 
     def check_deadline(self, now: float) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from exporter.tap.admission import Admission
 from exporter.tap.classes import SloConfig
 from exporter.tap.exposition import CONTENT_TYPE, PageRenderer
 from exporter.tap.metrics import TapMetrics
@@ -47,13 +48,19 @@ class TapServer:
         observer: Observer | None = None,
         shutdown_timeout_s: float = 10.0,
         models_refresh_s: float = DEFAULT_REFRESH_S,
+        admission: Admission | None = None,
     ) -> None:
         """`models_refresh_s`: how often the upstream's GET /v1/models is read (0: never; then only
-        the classes' model globs admit model names as label values)."""
+        the classes' model globs admit model names as label values). `admission`: the KV admission
+        gate (exporter.tap.admission), polled while the server runs; None: every request is admitted."""
         self.served = ServedModels(settings.upstream, settings.upstream_ca, models_refresh_s)
         self.metrics = TapMetrics(slo, names=ModelNames(slo, self.served))
         self.renderer = PageRenderer(self.metrics)
         self.proxy = TapProxy(settings, slo, self.metrics, observer)
+        self.admission = admission
+        self.proxy.admission = admission
+        if admission is not None:
+            self.renderer.extra = admission.render
         self.shutdown_timeout_s = shutdown_timeout_s
         self._runners: list[web.AppRunner] = []
         self._proxy_server: asyncio.AbstractServer | None = None
@@ -110,6 +117,8 @@ class TapServer:
             self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
             self.metrics_address = await self._start_app(self._metrics_app(), metrics_listen)
             await self.served.start()
+            if self.admission is not None:
+                self.admission.start()
         except BaseException:
             await self.stop()
             raise
@@ -128,6 +137,8 @@ class TapServer:
         if sweeper is not None:
             sweeper.cancel()
         await self.served.stop()
+        if self.admission is not None:
+            await self.admission.stop()
         server, self._proxy_server = self._proxy_server, None
         if server is not None:
             server.close()

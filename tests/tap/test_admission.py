@@ -1,0 +1,217 @@
+"""KV admission (exporter.tap.admission): the gate refuses at the floor, admits again when seats
+return, never cuts an admitted stream, and fails open when the engine cannot be read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from exporter.promtext import parse
+from exporter.tap.admission import WANTED, Admission, Reading, quantile, read_engine
+from exporter.tap.cli import add_arguments
+from llmslo import conventions as C
+
+BLOCKS, BLOCK_SIZE = 1000, 16  # 16,000 KV tokens
+
+
+def vllm_page(usage: float, waiting: int, prompt_tokens: int = 500, output_tokens: int = 100, finished: int = 10) -> str:
+    """A vLLM page with the families admission reads; `finished` requests of the given sizes."""
+    lines = [
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {usage}',
+        "# TYPE vllm:num_requests_waiting gauge",
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}',
+        "# TYPE vllm:cache_config_info gauge",
+        f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",engine="0",num_gpu_blocks="{BLOCKS}"}} 1.0',
+    ]
+    for name, n in (("vllm:request_prompt_tokens", prompt_tokens), ("vllm:request_generation_tokens", output_tokens)):
+        lines.append(f"# TYPE {name} histogram")
+        for le in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
+            lines.append(f'{name}_bucket{{engine="0",le="{le:.1f}",model_name="m"}} {finished if n <= le else 0}')
+        lines.append(f'{name}_bucket{{engine="0",le="+Inf",model_name="m"}} {finished}')
+        lines.append(f'{name}_count{{engine="0",model_name="m"}} {finished}')
+        lines.append(f'{name}_sum{{engine="0",model_name="m"}} {finished * n}')
+    return "\n".join(lines) + "\n"
+
+
+def reading(usage: float, waiting: int = 0, **kw: Any) -> Reading:
+    return read_engine(parse(vllm_page(usage, waiting, **kw), WANTED))
+
+
+def test_seats_are_free_kv_tokens_over_the_p99_footprint() -> None:
+    r = reading(0.25, waiting=3)
+    assert r.free_tokens == pytest.approx(0.75 * BLOCKS * BLOCK_SIZE) and r.waiting == 3
+    assert quantile(0.99, r.prompt) == pytest.approx(497)  # 200 + 0.99 x 300: in the 200-500 bucket, interpolated
+    gate = Admission("http://127.0.0.1:1")
+    gate.update(r)
+    assert gate.footprint == pytest.approx(497 + 99.5)
+    assert gate.seats == pytest.approx(12000 / gate.footprint)
+
+
+def test_the_footprint_comes_from_the_recent_window_with_a_fallback_before_any_request() -> None:
+    now = [0.0]
+    gate = Admission("http://127.0.0.1:1", window_s=60, fallback_footprint=3000, clock=lambda: now[0])
+    gate.update(reading(0.0, finished=0))
+    assert gate.footprint == 3000 and gate.seats == pytest.approx(16000 / 3000)
+    now[0] = 10
+    gate.update(reading(0.0, prompt_tokens=50, output_tokens=10, finished=5))
+    assert gate.footprint == pytest.approx(49.7 + 9.95)
+    # 100 long requests finish later: the window's delta is all long ones (the 5 short ones are before it)
+    now[0] = 100
+    gate.update(reading(0.0, prompt_tokens=1500, output_tokens=800, finished=105))
+    assert gate.footprint > 2000
+
+
+def test_the_gate_refuses_at_the_floor_and_admits_again_when_seats_return() -> None:
+    gate = Admission("http://127.0.0.1:1", min_seats=2, max_queue=4, clock=time.monotonic)
+    assert gate.admit(), "no reading yet: the gate fails open"
+    gate.update(reading(0.0))
+    assert gate.seats > 20 and gate.admit()
+    gate.update(reading(0.95))  # 800 free tokens: about 1.3 seats of ~600
+    assert not gate.is_open() and not gate.admit() and gate.refusals == 1
+    gate.update(reading(0.5))
+    assert gate.admit(), "seats returned"
+    gate.update(reading(0.0, waiting=5))
+    assert not gate.admit(), "queue above the ceiling"
+    gate.update(reading(0.0, waiting=2))
+    assert gate.admit() and gate.admit() and gate.admit() and not gate.admit(), "admitted since the reading count as queued"
+    gate.update(reading(0.0, waiting=2))
+    assert gate.admit(), "a new reading resets the count"
+
+
+def test_a_stale_reading_fails_open() -> None:
+    now = [0.0]
+    gate = Admission("http://127.0.0.1:1", poll_s=0.25, clock=lambda: now[0])
+    gate.update(reading(1.0, waiting=100))
+    assert not gate.admit()
+    now[0] = 10.0
+    assert not gate.readable and gate.admit()
+
+
+def test_flags_and_their_defaults() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    base = ["--listen", ":0", "--upstream", "http://x", "--metrics-listen", ":0"]
+    a = p.parse_args(base)
+    assert not a.admission and a.admission_min_seats == 1 and a.admission_max_queue == 4
+    assert a.admission_poll_interval == 0.25
+    a = p.parse_args(base + ["--admission", "--admission-min-seats", "2.5", "--admission-max-queue", "0",
+                             "--admission-poll-interval", "0.1"])
+    assert a.admission and a.admission_min_seats == 2.5 and a.admission_max_queue == 0
+    for bad in (["--admission-poll-interval", "0"], ["--admission-max-queue", "-1"], ["--admission-min-seats", "x"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(base + bad)
+
+
+class FakeEngine:
+    """A /metrics page that the test changes, and a switch that breaks it."""
+
+    def __init__(self) -> None:
+        self.page = vllm_page(0.0, 0)
+        self.status = 200
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.page, status=self.status)
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def test_the_poller_reads_the_engine_and_fails_open_when_it_cannot() -> None:
+    async def go() -> None:
+        engine = FakeEngine()
+        app = web.Application()
+        app.router.add_get("/metrics", engine.metrics)
+        runner, url = await _serve(app)
+        gate = Admission(url, poll_s=0.05, timeout_s=0.5)
+        try:
+            assert await gate.poll() and gate.readable and gate.is_open()
+            engine.page = vllm_page(0.99, 9)
+            assert await gate.poll() and not gate.is_open()
+            engine.status = 500
+            assert not await gate.poll() and "500" in gate.last_error
+            page = gate.render().decode()
+            assert f"{C.TAP_ADMISSION_OPEN.name} 0" in page and f"{C.TAP_ADMISSION_ENGINE_READABLE.name} 1" in page
+            gate.start()  # the poller keeps failing; once the last reading is stale the gate admits
+            await asyncio.sleep(gate.poll_s * 4 + gate.timeout_s + 0.2)
+            assert not gate.readable and gate.is_open()
+            assert f"{C.TAP_ADMISSION_ENGINE_READABLE.name} 0" in gate.render().decode()
+            engine.status = 200
+            await asyncio.sleep(0.3)
+            assert gate.readable and not gate.is_open(), "readable again: the full engine is refused again"
+        finally:
+            await gate.stop()
+            await runner.cleanup()
+        unreachable = Admission("http://127.0.0.1:1", timeout_s=0.5)
+        try:
+            assert not await unreachable.poll() and unreachable.admit()
+        finally:
+            await unreachable.stop()
+
+    asyncio.run(go())
+
+
+async def _post(url: str, body: dict[str, Any], **headers: str) -> tuple[int, bytes, Any]:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url, data=json.dumps(body).encode(),
+                          headers={"Content-Type": "application/json", **headers}) as r:
+            return r.status, await r.read(), r.headers
+
+
+def _chat() -> dict[str, Any]:
+    return {"model": "chat-a", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_refused_with_429_and_retry_after_counted_and_admitted_streams_are_never_cut(stack: Callable) -> None:
+    async def go() -> None:
+        async with stack() as st:
+            gate = Admission(st.upstream_url, min_seats=1, max_queue=0)
+            st.server.proxy.admission = gate
+            st.server.renderer.extra = gate.render
+            gate.update(reading(0.0))
+            url = st.tap_url + "/v1/chat/completions"
+            # A long stream admitted while the gate is open...
+            slow = asyncio.ensure_future(_post(url, _chat(), **{"x-request-id": "slow", "x-test-chunks": "10",
+                                                                 "x-test-delay-ms": "60"}))
+            await asyncio.sleep(0.15)
+            gate.update(reading(0.999, waiting=3))  # ...then the engine fills up
+            status, body, headers = await _post(url, _chat(), **{"x-request-id": "refused"})
+            assert status == 429 and headers["Retry-After"] == "1" and b"KV admission" in body
+            assert "refused" not in st.upstream.records, "a refused request never reaches the engine"
+            async with aiohttp.ClientSession() as s:  # other paths are not gated
+                async with s.get(st.tap_url + "/v1/models") as r:
+                    assert r.status == 200
+            status, body, _ = await slow
+            assert status == 200 and body.endswith(b"data: [DONE]\n\n"), "the admitted stream ran to its end"
+            gate.update(reading(0.2))  # seats return
+            status, _, _ = await _post(url, _chat(), **{"x-request-id": "again"})
+            assert status == 200
+            outcomes = sorted(r.outcome for r in st.records)
+            assert outcomes == [C.OUTCOME_OK, C.OUTCOME_OK, C.OUTCOME_REFUSED]
+            async with aiohttp.ClientSession() as s:
+                async with s.get(st.metrics_url + "/metrics") as r:
+                    page = await r.text()
+            assert f'{C.TAP_REQUESTS.name}{{model="chat-a",slo_class="default",outcome="refused"}} 1' in page
+            assert f"{C.TAP_ADMISSION_OPEN.name} 1" in page
+
+    asyncio.run(go())
+
+
+def test_refused_is_a_bad_outcome_for_availability_and_goodput() -> None:
+    assert C.OUTCOME_REFUSED in C.OUTCOMES and C.OUTCOME_REFUSED in C.TAP_BAD_OUTCOMES
+    assert C.OUTCOME_REFUSED not in C.TAP_NEUTRAL_OUTCOMES + C.TAP_LATE_OUTCOMES
