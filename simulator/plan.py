@@ -102,6 +102,8 @@ def goodput_classes(paths: list[str | Path] | tuple[str | Path, ...]) -> list[Go
                     raise ValueError(f"{origin}: objective: {objective!r} must be a percentage between 0 and 100")
                 ttft = _seconds(options.get("ttft"), f"{origin}: sli.plugin.options.ttft")
                 tpot = _seconds(options.get("tpot"), f"{origin}: sli.plugin.options.tpot")
+                if ttft is None and tpot is None:
+                    raise ValueError(f'{origin}: sli.plugin.options: give ttft and/or tpot (seconds, e.g. ttft: "0.5")')
                 found.append(GoodputClass(options["slo_class"].strip(), ttft, tpot, float(objective), origin))
     return found
 
@@ -121,7 +123,12 @@ def load_goodput_class(paths: list[str | Path] | tuple[str | Path, ...], name: s
     if not matching:
         raise ValueError(f"--class {name!r}: not a goodput class of {shown}; "
                          f"choose one of: {', '.join(sorted({c.name for c in classes}))}")
-    return matching[-1]  # a later file overrides an earlier one, as the tap merges them
+    first = matching[0]
+    for other in matching[1:]:
+        if (other.ttft, other.tpot) != (first.ttft, first.tpot):  # the tap refuses these files too
+            raise ValueError(f"{other.origin}: slo_class {name!r} is also defined by {first.origin} with other "
+                             "thresholds; give each class one definition")
+    return max(matching, key=lambda c: c.objective)  # several goodput SLOs for one class: the strictest
 
 
 def within_objectives(ttft: float | None, tpot: float | None, ttft_max: float | None, tpot_max: float | None) -> bool:

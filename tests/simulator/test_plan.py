@@ -74,6 +74,18 @@ def test_unknown_class_and_files_without_goodput_are_refused(tmp_path):
         plan.load_goodput_class([empty])
 
 
+def test_one_class_in_two_slos(tmp_path):
+    def slo(name, objective, ttft):
+        return (f'  - name: "{name}"\n    objective: {objective}\n    sli: {{plugin: {{id: "llmslo/goodput", '
+                f'options: {{slo_class: "c", ttft: "{ttft}", tpot: "0.05"}}}}}}\n')
+    f = tmp_path / "two.yaml"
+    f.write_text('version: "prometheus/v1"\nservice: x\nslos:\n' + slo("a", 95, 0.5) + slo("b", 99, 0.5))
+    assert plan.load_goodput_class([f], "c").objective == 99.0  # the strictest objective
+    f.write_text('version: "prometheus/v1"\nservice: x\nslos:\n' + slo("a", 95, 0.5) + slo("b", 99, 0.3))
+    with pytest.raises(ValueError, match="also defined by"):
+        plan.load_goodput_class([f], "c")
+
+
 def test_replicas_arithmetic():
     assert plan.replicas_for(100, 29.0) == 4
     assert plan.replicas_for(87, 29.0) == 3  # exactly 3 x 29
