@@ -444,6 +444,31 @@ def by_name() -> dict[str, MetricDef]:
 
 
 # --------------------------------------------------------------------------------------
+# Capacity: KV seats and time to exhaustion (slogen/generators/capacity.py, docs/metrics.md "KV seats")
+# --------------------------------------------------------------------------------------
+class CAPACITY:
+    GROUP = "llmslo-capacity"  # rule group name, and the stem of its rule, test and PrometheusRule files
+    # One engine replica (the series' identity) and one pool (the replicas of one model in one namespace/cluster).
+    ENGINE_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_POD, LABEL_MODEL, LABEL_ENGINE)
+    POOL_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_MODEL)
+    # Recorded series (level:metric:operations). Per engine:
+    FREE_TOKENS = "llm:kv_cache_free_tokens"  # free blocks x block size
+    FOOTPRINT_P99 = "llm:request_tokens:p99"  # p99 prompt tokens + p99 output tokens (over the footprint window)
+    FOOTPRINT_P50 = "llm:request_tokens:p50"
+    SEATS_P99 = "llm:kv_seats:p99"  # free tokens / p99 footprint: more requests of p99 size that fit now
+    SEATS_P50 = "llm:kv_seats:p50"
+    # Per pool (sum over its engines that have seats):
+    POOL_SEATS_P99 = "llm:kv_seats_pool:p99"
+    POOL_SEATS_P50 = "llm:kv_seats_pool:p50"
+    POOL_WAITING = "llm:requests_waiting_pool"  # sum of llm_requests_waiting over the pool's engines
+    # Minutes until the pool's p99 seats reach 0 at the trend of the trend window; absent unless seats are falling.
+    POOL_MINUTES_TO_EXHAUSTION = "llm:kv_seats_pool:p99:minutes_to_exhaustion"
+    SEATS_LOW = "LLMKVSeatsLow"  # ticket: the pool stays under N seats at p99 context
+    SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"  # page: the forecast says it runs out within M minutes, queue growing
+    ALERTS = (SEATS_LOW, SEATS_EXHAUSTION)
+
+
+# --------------------------------------------------------------------------------------
 # The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
 # --------------------------------------------------------------------------------------
 TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")

@@ -22,6 +22,9 @@ from slogen.generators.artifacts import artifact_generator
 from slogen.generators import health
 from slogen.generators.health import HealthOptions
 from slogen.generators.health_tests import health_tests
+from slogen.generators import capacity
+from slogen.generators.capacity import CapacityOptions
+from slogen.generators.capacity_tests import capacity_tests
 from slogen.generators.options import GenOptions
 from slogen.generators.tests import service_tests
 from slogen.generators.tiers import override_error
@@ -29,7 +32,7 @@ from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
-from llmslo.conventions import HEALTH
+from llmslo.conventions import CAPACITY, HEALTH
 from slogen.outtree import recover, replace_tree, roots_of
 from slogen.writers import GENERATED_MARKER, K8S_LABELS, header, prometheus_rule, rule_file
 from slogen.yamlio import dump
@@ -44,6 +47,7 @@ class BuildOptions:
     windows_paths: tuple[str, ...] = ()  # extra AlertWindows catalogs (AlertWindows found among inputs load too)
     gen: GenOptions = field(default_factory=GenOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
+    capacity: CapacityOptions = field(default_factory=CapacityOptions)
     autoscaling: bool = True  # generate KEDA objects from autoscaling/ next to the inputs
 
 
@@ -146,8 +150,42 @@ def health_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
     }
 
 
+def capacity_alerts(options: BuildOptions) -> list[health.HealthAlert]:
+    """The KV-seat alerts this build generates (none with `--no-capacity-rules`)."""
+    k = getattr(options, "capacity", None)
+    if k is None or not k.enabled:
+        return []
+    problems = k.problems()
+    if problems:
+        raise SpecErrors([SpecError("slogen build", f"capacity option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
+                          for name, why in problems])
+    return capacity.capacity_alerts(k, options.gen.runbook_base_url, dict(options.gen.extra_labels), options.gen.grafana_url)
+
+
+def capacity_rules(catalog: Catalog, options: BuildOptions) -> dict[str, str]:
+    """alerts/llmslo-capacity.{rules,test}.yaml and its PrometheusRule: KV seats, their forecast and alerts."""
+    alerts = capacity_alerts(options)
+    if not alerts:
+        return {}
+    group = capacity.capacity_group(options.capacity, alerts)
+    head = CAPACITY_HEADER.format(version=options.gen.version)
+    test_doc = capacity_tests(alerts, options.capacity, Path(rules_path(CAPACITY.GROUP)).name)
+    return {
+        rules_path(CAPACITY.GROUP): rule_file([group], head),
+        tests_path(CAPACITY.GROUP): head + "\n" + dump(test_doc),
+        prometheus_rule_path(CAPACITY.GROUP): prometheus_rule(
+            CAPACITY.GROUP, [group], head=head,
+            managed_labels={**K8S_LABELS, "app.kubernetes.io/component": "capacity"}),
+    }
+
+
+CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecast and the capacity alerts.\n"
+                   "# DO NOT EDIT: change the slogen build options (see docs/slogen.md) and run `slogen build`.\n")
+
+
 # The build, in order. Append artifact generators here.
-ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules, health_rules]
+ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules, health_rules,
+                                                     capacity_rules]
 ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (generators/artifacts.py)
 ARTIFACT_GENERATORS.append(alertmanager_files)  # alerts/alertmanager.yaml: routing and inhibition (generators/alertmanager.py)
 
@@ -224,3 +262,4 @@ def stale_outputs(artifacts: dict[str, str], out: str | Path) -> list[str]:
             problems.append(f"{rel}: out of date")
     problems += [f"{rel}: no longer generated" for rel in _orphans(artifacts, root)]
     return problems
+

@@ -20,6 +20,7 @@ from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.generators import generate
 from slogen.generators.health import HealthOptions
+from slogen.generators.capacity import CapacityOptions
 from slogen.generators.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
 from slogen.generators.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
                                        UNREACHABLE_RESCALE, GenOptions)
@@ -123,7 +124,7 @@ def _windows(paths: list[str], replace: bool = False) -> dict:
 
 def cmd_build(args: argparse.Namespace) -> int:
     gen = _gen_options(args, _windows(args.windows))
-    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args),
+    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
                            autoscaling=args.autoscaling)
     catalog, artifacts = build(options)
     _report([], catalog.warnings)
@@ -181,6 +182,37 @@ def _health_args(p: argparse.ArgumentParser) -> None:
     h.add_argument("--tap-refusal-for", type=_duration, default=d.tap_refusal_for, metavar="DURATION",
                    help=f"LLMTapRefusingRequests: how long before it fires, longer than the window "
                         f"(default {format_duration(d.tap_refusal_for)})")
+
+
+def _capacity_args(p: argparse.ArgumentParser) -> None:
+    d = CapacityOptions()
+    k = p.add_argument_group("capacity rules", "KV seats, their forecast and the capacity alerts in "
+                             "alerts/llmslo-capacity.rules.yaml")
+    k.add_argument("--no-capacity-rules", dest="capacity_rules", action="store_false",
+                   help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
+    k.add_argument("--capacity-footprint-window", type=_duration, default=d.footprint_window, metavar="WINDOW",
+                   help=f"rate window of the request-size histograms behind the p99/p50 footprint "
+                        f"(default {format_duration(d.footprint_window)})")
+    k.add_argument("--capacity-trend-window", type=_duration, default=d.trend_window, metavar="WINDOW",
+                   help=f"deriv() window of the time-to-exhaustion forecast and the queue trend "
+                        f"(default {format_duration(d.trend_window)})")
+    k.add_argument("--capacity-seats-low", type=_finite, default=d.seats_low, metavar="SEATS",
+                   help=f"LLMKVSeatsLow: a pool under this many seats at p99 context (default {d.seats_low:g})")
+    k.add_argument("--capacity-seats-low-for", type=_duration, default=d.seats_low_for, metavar="DURATION",
+                   help=f"LLMKVSeatsLow: how long before it fires (default {format_duration(d.seats_low_for)})")
+    k.add_argument("--capacity-exhaustion-minutes", type=_finite, default=d.exhaustion_minutes, metavar="MINUTES",
+                   help=f"LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue growing "
+                        f"(default {d.exhaustion_minutes:g})")
+    k.add_argument("--capacity-exhaustion-for", type=_duration, default=d.exhaustion_for, metavar="DURATION",
+                   help=f"LLMKVSeatsExhaustion: how long before it fires (default {format_duration(d.exhaustion_for)})")
+
+
+def _capacity_options(args: argparse.Namespace) -> CapacityOptions:
+    return CapacityOptions(
+        enabled=args.capacity_rules, footprint_window=args.capacity_footprint_window,
+        trend_window=args.capacity_trend_window, seats_low=args.capacity_seats_low,
+        seats_low_for=args.capacity_seats_low_for, exhaustion_minutes=args.capacity_exhaustion_minutes,
+        exhaustion_for=args.capacity_exhaustion_for)
 
 
 def _health_options(args: argparse.Namespace) -> HealthOptions:
@@ -304,6 +336,7 @@ def parser() -> argparse.ArgumentParser:
                    help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo")
     _gen_args(b)
     _health_args(b)
+    _capacity_args(b)
 
     v = sub.add_parser("validate", help="check SLO specs (and their generation) without writing anything")
     v.add_argument("paths", nargs="+")

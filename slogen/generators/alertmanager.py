@@ -162,15 +162,16 @@ def alertmanager_file(config: dict, version: str) -> str:
 
 def alertmanager_files(catalog, options) -> dict[str, str]:
     """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
-    from slogen.build import health_alerts  # the core owns the health alerts' options
+    from slogen.build import capacity_alerts, health_alerts  # the core owns the health and capacity alerts' options
 
     alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
-    if not alerting and not getattr(options.health, "enabled", False):
+    if not alerting and not getattr(options.health, "enabled", False) and not getattr(
+            getattr(options, "capacity", None), "enabled", False):
         return {}
     catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
     compat = options.gen.sloth_compat
     tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
-    health = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, "")) for a in health_alerts(options)]
+    health = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, "")) for a in [*health_alerts(options), *capacity_alerts(options)]]
     config = alertmanager_config(catalogs, tiers, health)
     return {ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)}
 

@@ -77,11 +77,12 @@ def artifact_generator(catalog, options) -> dict[str, str]:
     """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
     inputs = [Path(p) for p in getattr(options, "inputs", ())]
     root = (inputs[0] if inputs[0].is_dir() else inputs[0].parent).parent if inputs else Path(".")
-    from slogen.build import health_alerts, prometheus_rule_path  # the core owns the health rule file too
+    from slogen.build import capacity_alerts, health_alerts, prometheus_rule_path  # the core owns those rule files
     from slogen.generators.health import alert_views as health_views
-    from llmslo.conventions import HEALTH
+    from llmslo.conventions import CAPACITY, HEALTH
 
     health = health_alerts(options) if hasattr(options, "health") else []
-    return all_artifacts(list(catalog.results), root, health_views(health),
-                         [prometheus_rule_path(HEALTH.GROUP)] if health else [],
+    seats = capacity_alerts(options) if hasattr(options, "capacity") else []
+    return all_artifacts(list(catalog.results), root, health_views([*health, *seats]),
+                         [prometheus_rule_path(HEALTH.GROUP)] * bool(health) + [prometheus_rule_path(CAPACITY.GROUP)] * bool(seats),
                          autoscaling=getattr(options, "autoscaling", True))

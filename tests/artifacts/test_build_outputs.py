@@ -109,12 +109,12 @@ def test_every_alert_has_a_runbook_and_its_url_resolves_to_it(build):
     root, results, files = build
     rules = generated_alerts(files)
     names = {r["alert"] for r in rules}
-    assert {r.alert for r in alerts(results)} | set(c.HEALTH.ALERTS) == names
+    assert {r.alert for r in alerts(results)} | set(c.HEALTH.ALERTS) | set(c.CAPACITY.ALERTS) == names
     compat = results[0].ctx.opts.sloth_compat
     for rule in rules:
         path = f"docs/runbooks/{rule['alert']}.md"
         # --sloth-compat reproduces Sloth's annotations, which have no runbook_url; the health alerts always do
-        if not compat or rule["alert"] in c.HEALTH.ALERTS:
+        if not compat or rule["alert"] in (*c.HEALTH.ALERTS, *c.CAPACITY.ALERTS):
             url = rule["annotations"]["runbook_url"]
             assert url.startswith(BASE_URL + "/"), url
             assert url.removeprefix(BASE_URL + "/") == path
@@ -185,7 +185,7 @@ def test_generated_kustomization_lists_what_was_generated(build):
     _, _, files = build
     kustomization = yaml.safe_load(files[KUSTOMIZATION])
     assert kustomization["resources"] == ["keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
-                                          "prometheusrule-llmslo-health.yaml"]
+                                          "prometheusrule-llmslo-capacity.yaml", "prometheusrule-llmslo-health.yaml"]
     assert all(f"deploy/generated/{r}" in files for r in kustomization["resources"])
 
 

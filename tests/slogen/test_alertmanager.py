@@ -107,7 +107,7 @@ def test_pages_group_per_service_and_cluster_and_silence_the_services_burn_ticke
     }]
     health = [r for r in doc["route"]["routes"] if r["matchers"][0].startswith("alertname=~")]
     names = {n for r in health for n in re.findall(r'"(.*)"', r["matchers"][0])[0].split("|")}
-    assert names == set(c.HEALTH.ALERTS)
+    assert names == set(c.HEALTH.ALERTS) | set(c.CAPACITY.ALERTS)
     assert all(r["group_by"] == ["alertname", "cluster"] for r in health)
 
 
@@ -170,7 +170,7 @@ def test_every_alert_links_its_dashboard():
         assert base == "https://grafana.example.com", url
         assert uid in uids, (rule["alert"], url)
         service = rule["labels"].get("sloth_service") or _service_of(rule)
-        if rule["alert"] in c.HEALTH.ALERTS:
+        if rule["alert"] in (*c.HEALTH.ALERTS, *c.CAPACITY.ALERTS):
             assert uids[uid] == "llm-serving-fleet.json", rule["alert"]
         else:
             assert uids[uid].startswith(f"slo-{service}-"), (rule["alert"], uids[uid])
@@ -194,7 +194,7 @@ def test_grafana_url_option_sets_the_dashboard_links(tmp_path, monkeypatch):
 
 def test_every_slo_runbook_starts_with_the_current_burn_rate_and_the_budget_left():
     for rule in _alert_rules():
-        if rule["alert"] in c.HEALTH.ALERTS:
+        if rule["alert"] in (*c.HEALTH.ALERTS, *c.CAPACITY.ALERTS):
             continue
         slo_id = rule["labels"].get("sloth_id") or re.search(r'sloth_id="([^"]+)"', rule["expr"]).group(1)
         text = (REPO / "docs" / "runbooks" / f"{rule['alert']}.md").read_text()

@@ -47,7 +47,8 @@ def test_generated_rules_pass_promtool_check(promtool, tmp_path, sloth_testdata)
 
 def test_generated_unit_tests_pass(promtool):
     tests = sorted((REPO / "alerts").glob("*.test.yaml"))
-    assert {t.name for t in tests} == {"chat.test.yaml", "batch.test.yaml", "fleet.test.yaml", "llmslo-health.test.yaml"}
+    assert {t.name for t in tests} == {"chat.test.yaml", "batch.test.yaml", "fleet.test.yaml", "llmslo-health.test.yaml",
+                                         "llmslo-capacity.test.yaml"}
     with ThreadPoolExecutor(max_workers=len(tests)) as pool:
         results = list(pool.map(lambda t: run([promtool, "test", "rules", t.name], cwd=t.parent), tests))
     for t, proc in zip(tests, results):

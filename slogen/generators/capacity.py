@@ -1,0 +1,133 @@
+"""Capacity: KV seats per engine and per pool, a time-to-exhaustion forecast, and two alerts on them.
+
+Why: KV-cache usage says how full an engine is, not how many more requests it can take. A seat is
+room for one more request: free KV tokens (free blocks x block size) divided by a request's token
+footprint (prompt + output), at the p99 and the p50 request size the engine itself observed
+(`llm_request_prompt_tokens` / `llm_request_generation_tokens`). Engines without those histograms
+(trtllm-serve) get no seats. A pool is the replicas of one model in one namespace (and cluster):
+its seats are the sum of its engines' seats.
+
+Two alerts, in the severities' usual sense: a ticket when a pool stays under N seats at p99 context
+(someone should add replicas this week), and a page only when the forecast says the pool runs out
+within M minutes while its queue grows (users are about to wait). A pool that is full but stable
+(seats low, not falling) gets the ticket, never the page.
+
+Own rule group and file (`llmslo-capacity`), the same labels and annotations as the health alerts
+(`severity`, `summary`, `description`, `runbook_url`, `dashboard`). Plain PromQL only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmslo import conventions as c
+from llmslo.conventions import CAPACITY as K
+from slogen.durations import MINUTE, format_duration
+from slogen.generators.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
+from slogen.generators.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
+from slogen.gofmt import go_g
+from slogen.model import Rule, RuleGroup
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """`slogen build --capacity-... ` options; durations in ms."""
+
+    enabled: bool = True
+    footprint_window: int = 30 * MINUTE  # rate window of the request-size histograms
+    trend_window: int = 10 * MINUTE  # deriv() window of the forecast and of the queue trend
+    seats_low: float = 4.0  # LLMKVSeatsLow: a pool under this many p99 seats ...
+    seats_low_for: int = 15 * MINUTE  # ... for this long
+    exhaustion_minutes: float = 15.0  # LLMKVSeatsExhaustion: forecast under this many minutes ...
+    exhaustion_for: int = 5 * MINUTE  # ... with the queue growing, for this long
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if not self.seats_low > 0:
+            out.append(("capacity_seats_low", f"is {self.seats_low:g}; write a positive number of seats, e.g. 4"))
+        if not self.exhaustion_minutes > 0:
+            out.append(("capacity_exhaustion_minutes",
+                        f"is {self.exhaustion_minutes:g}; write a positive number of minutes, e.g. 15"))
+        for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for"):
+            ms = getattr(self, name)
+            if ms <= 0 or ms % MINUTE:
+                out.append((f"capacity_{name}", f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+        if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and self.exhaustion_for + 2 * MINUTE >= self.exhaustion_minutes * MINUTE:
+            out.append(("capacity_exhaustion_for",
+                        f"is {format_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
+                        f"({self.exhaustion_minutes:g} minutes), so the page would fire only once the pool has run out; "
+                        "write a shorter duration or a longer --capacity-exhaustion-minutes"))
+        return out
+
+
+def _by(labels: tuple[str, ...]) -> str:
+    return ", ".join(labels)
+
+
+def footprint_expr(q: float, window: str) -> str:
+    """The q-quantile request footprint in tokens: quantile of prompt tokens + quantile of output tokens.
+    A sum of quantiles is at least the quantile of the sum for positively related sizes: an upper-bound-ish
+    footprint, so seats err low. `> 0` drops engines that finished no request in the window (NaN)."""
+    ident = _by(("le", *K.ENGINE_LABELS))
+    parts = [f"histogram_quantile({go_g(q)}, sum by ({ident}) (rate({m.name}_bucket[{window}])))"
+             for m in (c.REQUEST_PROMPT_TOKENS, c.REQUEST_GENERATION_TOKENS)]
+    return f"(\n  {parts[0]}\n+\n  {parts[1]}\n) > 0\n"
+
+
+def recording_rules(opts: CapacityOptions) -> list[Rule]:
+    ident, pool = _by(K.ENGINE_LABELS), _by(K.POOL_LABELS)
+    window, trend = format_duration(opts.footprint_window), format_duration(opts.trend_window)
+    return [
+        Rule(record=K.FREE_TOKENS,
+             expr=f"sum by ({ident}) ({c.KV_BLOCKS_FREE.name})\n* on ({ident})\n"
+                  f"max by ({ident}) ({c.KV_BLOCK_SIZE.name})\n"),
+        Rule(record=K.FOOTPRINT_P99, expr=footprint_expr(0.99, window)),
+        Rule(record=K.FOOTPRINT_P50, expr=footprint_expr(0.5, window)),
+        Rule(record=K.SEATS_P99, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P99}\n"),
+        Rule(record=K.SEATS_P50, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P50}\n"),
+        Rule(record=K.POOL_SEATS_P99, expr=f"sum by ({pool}) ({K.SEATS_P99})\n"),
+        Rule(record=K.POOL_SEATS_P50, expr=f"sum by ({pool}) ({K.SEATS_P50})\n"),
+        Rule(record=K.POOL_WAITING, expr=f"sum by ({pool}) ({c.REQUESTS_WAITING.name})\n"),
+        # seats / (seats lost per minute), only where seats fall: absent when flat or rising.
+        Rule(record=K.POOL_MINUTES_TO_EXHAUSTION,
+             expr=f"{K.POOL_SEATS_P99}\n/\n(deriv({K.POOL_SEATS_P99}[{trend}]) * -60 > 0)\n"),
+    ]
+
+
+def page_expr(opts: CapacityOptions) -> str:
+    pool, trend = _by(K.POOL_LABELS), format_duration(opts.trend_window)
+    return (f"{K.POOL_MINUTES_TO_EXHAUSTION} < {go_g(opts.exhaustion_minutes)}\n"
+            f"and on ({pool})\nderiv({K.POOL_WAITING}[{trend}]) > 0\n"
+            f"and on ({pool})\n{K.POOL_WAITING} > 0\n")
+
+
+def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str, str] | None = None,
+                    grafana_url: str = DEFAULT_GRAFANA_URL) -> list[HealthAlert]:
+    extra = dict(extra_labels or {})
+    fleet = dashboard_url(grafana_url, FLEET_DASHBOARD_UID)
+    pool = f"Pool {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_MODEL)}"
+    n, m = go_g(opts.seats_low), go_g(opts.exhaustion_minutes)
+    low_for, trend = format_duration(opts.seats_low_for), format_duration(opts.trend_window)
+    return [
+        _alert(K.SEATS_LOW, f"{K.POOL_SEATS_P99} < {n}\n", opts.seats_low_for, WARNING,
+               f"{pool} has fewer than {n} KV seats at p99 context.",
+               f"For {low_for} the pool's free KV cache has held fewer than {n} more requests of p99 size "
+               f"({K.POOL_SEATS_P99}). It is healthy while nothing queues, but the next burst will queue (TTFT rises) "
+               "or preempt. Plan replicas or more KV blocks per replica (docs/metrics.md, \"KV seats\").",
+               TOPIC_KV_SATURATION,
+               f"A pool has had fewer than {n} KV seats at p99 context for {low_for}: little room for the next burst.",
+               base_url, extra, fleet),
+        _alert(K.SEATS_EXHAUSTION, page_expr(opts), opts.exhaustion_for, CRITICAL,
+               f"{pool} runs out of KV seats within {m} minutes while its queue grows.",
+               f"At the trend of the last {trend}, the pool's p99 seats reach zero within {m} minutes "
+               f"({K.POOL_MINUTES_TO_EXHAUSTION}) and the requests waiting in the pool are rising. New requests "
+               "will queue and running ones will be preempted: add replicas now, or shed batch traffic.",
+               TOPIC_KV_SATURATION,
+               f"A pool's KV seats are forecast to run out within {m} minutes while its queue grows.",
+               base_url, extra, fleet),
+    ]
+
+
+def capacity_group(opts: CapacityOptions, alerts: list[HealthAlert]) -> RuleGroup:
+    """Recording rules first (a group evaluates in order), then the alerts on them."""
+    return RuleGroup(K.GROUP, [*recording_rules(opts), *(a.rule for a in alerts)])
