@@ -15,6 +15,7 @@ import attr
 from grafanalib import core as g
 
 from llmslo import conventions as c
+from llmslo.conventions import CAPACITY as K
 from slogen.generators import grafana as gf
 from slogen.generators import queries as q
 from slogen.generators.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
@@ -373,6 +374,31 @@ def fleet_dashboard() -> g.Dashboard:
         q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD)),
         q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD))), engine_legend)],
         unit="percentunit"), 8, 8))
+
+    p.append(grid.row("Capacity: KV seats"))
+    pool_by = (c.LABEL_NAMESPACE, c.LABEL_MODEL)
+    pool_legend = "{{namespace}}/{{model}}"
+    seats_note = ("Pool series have no node label: they show while Node is All. "
+                  "Engines without request-size histograms (TGI, trtllm-serve) have no seats (docs/metrics.md, KV seats).")
+    p.append(grid.place(_timeseries("KV seats per pool (p99 and p50 request size)", [
+        gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P99, m), pool_by), "p99 " + pool_legend, "A"),
+        gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P50, m), pool_by), "p50 " + pool_legend, "B"),
+    ], description="How many more requests of p99 (p50) size fit in the pool's free KV cache now: an estimate, "
+                   "low under heavy prefix sharing, high while long generations are in flight. " + seats_note), 8, 8))
+    p.append(grid.place(_timeseries("Minutes to no seat left per pool (forecast)", [
+        gf.prom_target(q.agg("min", q.selector(K.POOL_MINUTES_TO_EXHAUSTION, m), pool_by), pool_legend)],
+        unit="m", steps=((None, "red"), (15, "orange"), (60, "green")), threshold_style="line",
+        description="At the trend of the last minutes (deriv of the p99 seats). No data: seats are not falling. "
+                    + seats_note), 8, 8))
+    p.append(grid.place(_timeseries("KV seats per engine (p99)", [
+        gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), (c.LABEL_NAMESPACE, c.LABEL_POD)), engine_legend)],
+        description=seats_note), 8, 8))
+    p.append(grid.place(_timeseries("Queue per pool", [
+        gf.prom_target(q.agg("sum", q.selector(c.REQUESTS_WAITING.name, m), pool_by), "waiting " + pool_legend)],
+        description="Requests waiting for admission; the page needs it growing while seats run out."), 12, 8))
+    p.append(grid.place(_timeseries("Preemption rate per pool", [gf.prom_target(
+        q.sum_rate(c.PREEMPTIONS.name, m, RATE, pool_by), pool_legend)], unit="reqps",
+        description="Running requests evicted for lack of KV blocks: seats already ran out."), 12, 8))
 
     p.append(grid.row("GPU memory"))
     gpu_legend = "{{Hostname}} GPU {{gpu}}"

@@ -153,7 +153,9 @@ def test_slo_series_read_by_artifacts_are_recorded_rules(build):
             for obj in yaml.safe_load_all(text):
                 for trigger in (obj or {}).get("spec", {}).get("triggers", []):
                     reads.setdefault(path, set()).update(metric_names(trigger["metadata"]["query"]))
-    exported = {c.PROM_ALERTS}
+    from slogen.generators.capacity import CapacityOptions, recording_rules
+
+    exported = {c.PROM_ALERTS} | {r.record for r in recording_rules(CapacityOptions())}  # llmslo-capacity's records
     for m in c.ALL_METRICS:
         exported |= {m.bucket(), m.count(), m.sum()} if m.kind == "histogram" else {m.name}
     for path, names in reads.items():

@@ -30,6 +30,9 @@ def defined_names(slos) -> set[str]:
         names |= {m.bucket(), m.count(), m.sum()} if m.kind == "histogram" else {m.name}
     names |= {c.SLO.OBJECTIVE, c.SLO.ERROR_BUDGET, c.SLO.TIME_PERIOD_DAYS, c.SLO.CURRENT_BURN_RATE,
               c.SLO.PERIOD_BURN_RATE, c.SLO.PERIOD_ERROR_BUDGET_REMAINING, c.SLO.INFO}
+    from slogen.generators.capacity import CapacityOptions, recording_rules
+
+    names |= {r.record for r in recording_rules(CapacityOptions())}  # alerts/llmslo-capacity.rules.yaml
     for slo in slos:
         for w in slo.windows:
             names |= {c.SLO.sli_error_ratio(w), c.SLO.sli_errors_rate(w), c.SLO.sli_total_rate(w)}
@@ -147,6 +150,9 @@ def test_fleet_dashboard_covers_the_serving_signals(dashboards):
                    c.PREEMPTIONS, c.PREFIX_CACHE_HITS, c.GPU_MEMORY_USED, c.GPU_MEMORY_FREE,
                    c.LORA_ADAPTERS_RUNNING):
         assert metric.name in names, metric.name
+    for record in (c.CAPACITY.POOL_SEATS_P99, c.CAPACITY.POOL_SEATS_P50, c.CAPACITY.POOL_MINUTES_TO_EXHAUSTION,
+                   c.CAPACITY.SEATS_P99):  # the capacity row
+        assert record in names, record
     for hist in (c.TTFT, c.TPOT):
         assert hist.bucket() in names
     heatmaps = [p for p in all_panels(fleet) if p["type"] == "heatmap"]
