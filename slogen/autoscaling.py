@@ -12,6 +12,7 @@ A companion file next to the SLO specs, owned by whoever owns capacity, not by t
         triggers:
           queue_depth: {per_replica: 4}
           kv_cache_utilization: {per_replica: 0.85}
+          kv_seats: {min_free: 8}   # optional: keep 8 seats of p99 request size free
           ttft_burn_rate: {slo: chat/ttft, above: 2, window: 5m}
 
 Errors name the file, the pool and the field, and say how to fix it.
@@ -59,6 +60,11 @@ class KVUtilizationTrigger:
 
 
 @dataclass(frozen=True)
+class KVSeatsTrigger:
+    min_free: float  # p99-size seats the pool should keep free (llm:kv_seats:p99, alerts/llmslo-capacity)
+
+
+@dataclass(frozen=True)
 class TTFTBurnTrigger:
     slo: str  # "service/slo-name"
     above: float  # burn rate over which capacity is added proportionally
@@ -85,6 +91,7 @@ class Pool:
     queue_depth: QueueDepthTrigger | None = None
     kv_cache_utilization: KVUtilizationTrigger | None = None
     ttft_burn_rate: TTFTBurnTrigger | None = None
+    kv_seats: KVSeatsTrigger | None = None
     prometheus: str = DEFAULT_PROMETHEUS
     authentication_ref: str = ""  # a KEDA TriggerAuthentication for a secured Prometheus
     polling_interval_s: int = 15
@@ -213,10 +220,10 @@ def _pool(node: _Node) -> Pool:
     match.keys(MATCH_LABELS)
     labels = {k: match.string(k) for k in match.data}
     triggers = node.child("triggers")
-    triggers.keys(("queue_depth", "kv_cache_utilization", "ttft_burn_rate"))
+    triggers.keys(("queue_depth", "kv_cache_utilization", "kv_seats", "ttft_burn_rate"))
     if not triggers.data:
-        raise triggers.error("", "no trigger", "add queue_depth, kv_cache_utilization and/or ttft_burn_rate")
-    queue = kv = burn = None
+        raise triggers.error("", "no trigger", "add queue_depth, kv_cache_utilization, kv_seats and/or ttft_burn_rate")
+    queue = kv = burn = seats = None
     if "queue_depth" in triggers.data:
         t = triggers.child("queue_depth")
         t.keys(("per_replica",), ("per_replica",))
@@ -225,6 +232,13 @@ def _pool(node: _Node) -> Pool:
         t = triggers.child("kv_cache_utilization")
         t.keys(("per_replica",), ("per_replica",))
         kv = KVUtilizationTrigger(t.number("per_replica", 0.05, 1.0))
+    if "kv_seats" in triggers.data:
+        t = triggers.child("kv_seats")
+        t.keys(("min_free",), ("min_free",))
+        if c.LABEL_NODE in labels:
+            raise match.error(c.LABEL_NODE, "the recorded seats have no node label, so a kv_seats trigger would "
+                              "read nothing", "match the pool on namespace and model (and cluster), not node")
+        seats = KVSeatsTrigger(t.number("min_free", 1))
     if "ttft_burn_rate" in triggers.data:
         t = triggers.child("ttft_burn_rate")
         t.keys(("slo", "above", "window"), ("slo", "above"))
@@ -239,7 +253,7 @@ def _pool(node: _Node) -> Pool:
     return Pool(
         name=name, namespace=node.string("namespace", pattern=_NAME, fix=dns), target_kind=kind,
         target_name=target.string("name", pattern=_NAME, fix=dns), min_replicas=lo, max_replicas=hi, match=labels,
-        queue_depth=queue, kv_cache_utilization=kv, ttft_burn_rate=burn,
+        queue_depth=queue, kv_cache_utilization=kv, ttft_burn_rate=burn, kv_seats=seats,
         prometheus=node.string("prometheus", DEFAULT_PROMETHEUS),
         authentication_ref=node.string("authentication_ref", pattern=_NAME, fix=dns)
         if "authentication_ref" in node.data else "",

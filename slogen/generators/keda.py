@@ -32,6 +32,8 @@ OUTPUT = "deploy/generated/keda/scaledobjects.yaml"
 TRIGGER_QUEUE = "queue-depth"
 TRIGGER_KV = "kv-cache-utilization"
 TRIGGER_BURN = "ttft-burn-rate"
+TRIGGER_SEATS = "kv-seats"
+SEATS_FLOOR = 0.1  # seats below this count as this, so the ratio stays finite when a pool is out of seats
 
 
 def _num(value: float) -> str:
@@ -49,6 +51,18 @@ def queue_depth_query(pool: Pool) -> str:
 
 def kv_utilization_query(pool: Pool) -> str:
     return q.or_zero(q.agg("sum", q.selector(c.KV_CACHE_USAGE.name, _pool_matchers(pool))))
+
+
+def seats_selector(pool: Pool) -> str:
+    return q.selector(c.CAPACITY.SEATS_P99, _pool_matchers(pool))
+
+
+def seats_query(pool: Pool) -> str:
+    """Seats wanted over seats free (`Value`, target 1): desired = ceil(replicas x min_free / seats), so a pool
+    with half the seats it wants doubles (within scale_up), one with twice as many halves (within scale_down)."""
+    assert pool.kv_seats is not None
+    free = f"clamp_min({q.agg('sum', q.finite(seats_selector(pool)))}, {SEATS_FLOOR:g})"
+    return q.or_zero(f"{_num(pool.kv_seats.min_free)} / {free}")
 
 
 def burn_selector(slo: SLOView, window: str, pool: Pool) -> str:
@@ -89,7 +103,7 @@ def find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
 class Signal:
     """One scaling signal of a pool, as KEDA's triggers and the HPA's external metrics both read it."""
 
-    name: str  # queue-depth, kv-cache-utilization, ttft-burn-rate
+    name: str  # queue-depth, kv-cache-utilization, kv-seats, ttft-burn-rate
     metric_type: str  # AverageValue (a per-replica quantity) or Value (a fleet-level ratio)
     query: str  # exactly one sample; 0 when there is no traffic or no data
     target: float
@@ -105,6 +119,8 @@ def signals(pool: Pool, slos: Sequence[SLOView]) -> list[Signal]:
     if pool.kv_cache_utilization:
         out.append(Signal(TRIGGER_KV, "AverageValue", kv_utilization_query(pool), pool.kv_cache_utilization.per_replica,
                           q.selector(c.KV_CACHE_USAGE.name, matchers)))
+    if pool.kv_seats:
+        out.append(Signal(TRIGGER_SEATS, "Value", seats_query(pool), 1.0, seats_selector(pool)))
     if pool.ttft_burn_rate:
         slo, window = find_slo(pool, slos), pool.ttft_burn_rate.window
         out.append(Signal(TRIGGER_BURN, "Value", burn_rate_query(slo, window, pool), pool.ttft_burn_rate.above,

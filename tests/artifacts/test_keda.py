@@ -204,3 +204,57 @@ def test_burn_rate_trigger_narrows_to_the_pools_cluster_when_the_slo_keeps_it(sa
     split = burn_query([dataclasses.replace(s, by=("cluster",)) for s in sample_slos])
     assert 'cluster="eu-1"' in split and "namespace" not in split and "model" not in split, split
     assert "cluster" not in burn_query(sample_slos), "an SLO recorded without cluster cannot be narrowed by it"
+
+
+SEATS_SPEC = """
+version: "llmslo/autoscaling/v1"
+pools:
+  - name: vllm-llama-3-8b
+    namespace: llm
+    target: {kind: Deployment, name: vllm-llama-3-8b}
+    replicas: {min: 1, max: 8}
+    match: {namespace: llm, model: llama-3-8b}
+    triggers:
+      queue_depth: {per_replica: 4}
+      kv_seats: {min_free: 8}
+"""
+
+
+def test_kv_seats_trigger_beside_queue_depth_in_keda_and_hpa(promtool, tmp_path, crd):
+    """Seats wanted over the pool's recorded p99 seats, a `Value` with target 1: 8 wanted, 4 free -> 2 (double);
+    none free -> 80 (as fast as scale_up allows); no seats series (no capacity rules, no traffic) -> 0."""
+    from slogen.generators import hpa
+
+    pools = load_text(SEATS_SPEC, "autoscaling/pools.yaml").pools
+    objects = [o for o in yaml.safe_load_all(keda.keda_files(pools, [])[keda.OUTPUT]) if o]
+    assert crd.crd_errors(objects[0]) == []
+    trig = {t["name"]: t for t in objects[0]["spec"]["triggers"]}
+    assert set(trig) == {keda.TRIGGER_QUEUE, keda.TRIGGER_SEATS}
+    seats = trig[keda.TRIGGER_SEATS]
+    assert seats["metricType"] == "Value" and seats["metadata"]["threshold"] == "1"
+    assert metric_names(seats["metadata"]["query"]) == {c.CAPACITY.SEATS_P99}
+    files = hpa.hpa_files(pools, [])
+    hpas = [o for o in yaml.safe_load_all(files[hpa.HPAS]) if o]
+    targets = {m["external"]["metric"]["name"]: m["external"]["target"] for m in hpas[0]["spec"]["metrics"]}
+    assert targets["llmslo_llm_vllm_llama_3_8b_kv_seats"] == {"type": "Value", "value": "1"}
+    query = seats["metadata"]["query"]
+    s = c.CAPACITY.SEATS_P99
+    series = [{"series": f'{s}{{namespace="llm",model="llama-3-8b",pod="a"}}', "values": "1.5x5"},
+              {"series": f'{s}{{namespace="llm",model="llama-3-8b",pod="b"}}', "values": "2.5x5"},
+              {"series": f'{s}{{namespace="other",model="llama-3-8b",pod="c"}}', "values": "100x5"}]
+    full = [{"series": f'{s}{{namespace="llm",model="llama-3-8b",pod="a"}}', "values": "0x5"}]
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": inputs,
+         "promql_expr_test": [{"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": v}]}]}
+        for inputs, v in ((series, 2), (full, 80), ([{"series": 'unrelated{a="b"}', "values": "1x5"}], 0))]}
+    path = tmp_path / "seats_test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kv_seats_trigger_refuses_a_node_match():
+    spec = SEATS_SPEC.replace("match: {namespace: llm, model: llama-3-8b}", "match: {namespace: llm, node: gpu-1}")
+    with pytest.raises(AutoscalingError) as err:
+        load_text(spec, "autoscaling/pools.yaml")
+    assert "node" in str(err.value) and "namespace and model" in str(err.value)
