@@ -13,19 +13,18 @@ Prometheus would have given up on.
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import json
-import os
 import secrets
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+
+from bench.old_tree import old_tree as bench_old_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Authentication under a flood of wrong passwords"
@@ -164,16 +163,9 @@ def measure(tree: Path, web_config: Path) -> dict:
         _stop(server)
 
 
-@contextlib.contextmanager
-def old_tree() -> Iterator[Path]:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-auth-old-"))
-    try:
-        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def old_tree() -> AbstractContextManager[Path]:
+    """The packages at OLD_COMMIT, in a temporary directory."""
+    return bench_old_tree(OLD_COMMIT, "bench-auth-old-")
 
 
 def seconds(value: float) -> str:

@@ -13,14 +13,14 @@ The same is measured for the page without the junk, so the rows show what the ju
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+
+from bench.old_tree import old_tree as bench_old_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Hostile page: 250,000 junk series on a vLLM page"
@@ -118,16 +118,9 @@ def flooded(page: str, junk: int) -> str:
     return page[:end] + flood + page[end:]
 
 
-@contextlib.contextmanager
-def old_tree() -> Iterator[Path]:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-hostile-old-"))
-    try:
-        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def old_tree() -> AbstractContextManager[Path]:
+    """The packages at OLD_COMMIT, in a temporary directory."""
+    return bench_old_tree(OLD_COMMIT, "bench-hostile-old-")
 
 
 def measure(tree: Path, page: Path, real_model: str) -> dict:

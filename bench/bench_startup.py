@@ -9,17 +9,17 @@ more run lists which heavy packages each side imports.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+
+from bench.old_tree import old_tree as bench_old_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Start-up: llmslo-exporter --once on a saved page"
@@ -55,16 +55,9 @@ def _heavy_imports(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[lis
     return [h for h in HEAVY if h in names], len(names)
 
 
-@contextlib.contextmanager
-def old_tree() -> Iterator[Path]:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-startup-old-"))
-    try:
-        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def old_tree() -> AbstractContextManager[Path]:
+    """The packages at OLD_COMMIT, in a temporary directory."""
+    return bench_old_tree(OLD_COMMIT, "bench-startup-old-")
 
 
 def run() -> list:

@@ -36,11 +36,9 @@ import os
 import random
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +46,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.old_tree import old_tree as bench_old_tree
 from bench.report import Row
 from bench.slowloris import Fleet, read_chunked, refusals
 from bench.stream_client import KeepAliveStream
@@ -157,17 +156,9 @@ def _upstream() -> AbstractContextManager[tuple[int, int]]:
     return spawn("bench.bench_tap_abuse", "upstream", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS))
 
 
-@contextmanager
-def _old_tree() -> Iterator[Path]:
-    """The tap's packages at OLD_COMMIT, in a temporary directory."""
-    tmp = Path(tempfile.mkdtemp(prefix="bench-tap-old-"))
-    try:
-        archive = subprocess.run(["git", "archive", OLD_COMMIT, "exporter", "llmslo"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _old_tree() -> AbstractContextManager[Path]:
+    """The packages at OLD_COMMIT, in a temporary directory."""
+    return bench_old_tree(OLD_COMMIT, "bench-tap-old-")
 
 
 @dataclass
