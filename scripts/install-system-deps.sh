@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the stack runs for real (promtool, Prometheus, Alertmanager and amtool, nginx) when missing.
+# Installs the Debian packages the stack runs for real (promtool, Prometheus, Alertmanager and amtool, nginx,
+# VictoriaMetrics for the fleet backend) when missing.
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
@@ -8,6 +9,9 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   && command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# Debian's victoria-metrics ships the single-node store (victoria-metrics) with vmagent and vmalert (the fleet demo).
+{ command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1; } \
+  || need+=(victoria-metrics)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -15,6 +19,6 @@ echo "installing Debian packages: ${need[*]}" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null \
   || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
 # The Debian packages start services; the stack starts its own on loopback.
-for svc in prometheus prometheus-alertmanager prometheus-node-exporter nginx; do
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter nginx victoria-metrics; do
   $sudo service "$svc" stop >/dev/null 2>&1 || true
 done
