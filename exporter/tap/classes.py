@@ -3,10 +3,11 @@
 The tap needs two things from those files: the goodput classes (the `llmslo/goodput` SLI
 plugin's options `slo_class`, `ttft`, `tpot`, `models`) and every latency threshold an SLI
 reads from the tap's histograms (`llmslo/latency` with `source: tap`), because each one must
-be a bucket edge for `bucket{le=threshold} / count` to be an exact SLI. This reads only those
-plugin options (slogen owns the full loader), through the YAML reader slogen uses
-(`llmslo.specfile`), so both refuse the same hostile files (not UTF-8, duplicate keys, nesting too
-deep); errors name the file, the SLO and the field.
+be a bucket edge for `bucket{le=threshold} / count` to be an exact SLI. Every `llmslo/*` SLI in
+the files goes through the plugin contract's option reader (`llmslo.sli_plugins.read_options`) and
+the files through slogen's YAML reader and discovery (`llmslo.specfile`), so the tap refuses exactly
+the plugin options and hostile files `slogen validate` refuses; errors name the file, the SLO, the
+field and the fix.
 
 How a request maps to a class (first rule that applies):
 1. header `x-slo-class` naming a configured class (only when the operator trusts clients'
@@ -28,13 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmslo import sli_plugins
 from llmslo.globs import matches
 from llmslo.specfile import SpecFileError, discover, read_documents
 
-GOODPUT_PLUGIN = "llmslo/goodput"
-LATENCY_PLUGIN = "llmslo/latency"
-TAP_SOURCE = "tap"
-TAP_LATENCY_METRICS = ("ttft", "tpot", "e2e")  # the tap's histograms a latency SLI may read
+TAP_LATENCY_METRICS = sli_plugins.TAP_LATENCY_METRICS  # the tap's histograms a latency SLI may read
 
 HEADER_CLASS = "x-slo-class"
 HEADER_TTFT_MS = "x-slo-ttft-ms"
@@ -124,23 +123,6 @@ def _header_seconds(value: str | None) -> float | None:
 # ----------------------------------------------------------------------------------------
 # Loading
 # ----------------------------------------------------------------------------------------
-def _seconds(value: Any, where: str) -> float:
-    """A plugin option holding seconds: a string (Sloth plugin options are strings) or a number."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SloConfigError(f'{where}: {value!r} is not a duration in seconds; write it as a string, e.g. "0.5"')
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise SloConfigError(
-            f'{where}: {value!r} is not a duration in seconds; write plain seconds, e.g. "0.5" (not "500ms")'
-        ) from None
-    if not math.isfinite(seconds):
-        raise SloConfigError(f'{where}: {value!r} is not a finite number; write positive seconds, e.g. "0.5"')
-    if seconds <= 0:
-        raise SloConfigError(f"{where}: {value!r} must be a positive number of seconds")
-    return seconds
-
-
 def _slo_lists(doc: Any) -> list[Any] | None:
     """The `slos` list of a Sloth prometheus/v1 document or of a Sloth PrometheusServiceLevel CRD."""
     if not isinstance(doc, dict):
@@ -161,50 +143,29 @@ def _plugin(slo: dict[str, Any]) -> tuple[str, Any]:
     return str(plugin.get("id", "")), plugin.get("options")
 
 
-def _goodput_class(options: Any, origin: str) -> SloClass:
-    where = f"{origin}: sli.plugin.options"
-    if not isinstance(options, dict):
-        raise SloConfigError(f"{where}: missing; the {GOODPUT_PLUGIN} plugin needs options slo_class, ttft and tpot")
-    name = options.get("slo_class")
-    if not isinstance(name, str) or not name.strip():
-        raise SloConfigError(f'{where}.slo_class: missing or empty; name the class, e.g. slo_class: "interactive"')
-    ttft = _seconds(options["ttft"], f"{where}.ttft") if options.get("ttft") is not None else None
-    tpot = _seconds(options["tpot"], f"{where}.tpot") if options.get("tpot") is not None else None
-    if ttft is None and tpot is None:
-        raise SloConfigError(f'{where}: give ttft and/or tpot (seconds, e.g. ttft: "0.5", tpot: "0.05")')
-    models_opt = options.get("models", "")
-    if not isinstance(models_opt, str):
-        raise SloConfigError(f'{where}.models: {models_opt!r} must be a comma-separated string, e.g. "llama-3-8b,chat-*"')
-    models = tuple(g.strip() for g in models_opt.split(",") if g.strip())
-    return SloClass(name.strip(), ttft, tpot, models, origin)
+def _params(plugin_id: str, options: Any, origin: str) -> sli_plugins.PluginParams:
+    """The contract's reading of one llmslo/* SLI (the one `slogen validate` uses); its error, placed."""
+    try:
+        return sli_plugins.read_options(plugin_id, options)
+    except sli_plugins.UnknownPluginError as e:
+        raise SloConfigError(f"{origin}: sli.plugin.id: {e} (fix: {e.fix})") from None
+    except sli_plugins.PluginOptionError as e:
+        field = "sli.plugin.options" + (f".{e.option}" if e.option else "")
+        raise SloConfigError(f"{origin}: {field}: {e}" + (f" (fix: {e.fix})" if e.fix else "")) from None
 
 
-def _latency_threshold(options: Any, origin: str) -> tuple[str, float] | None:
-    where = f"{origin}: sli.plugin.options"
-    if not isinstance(options, dict) or options.get("source", TAP_SOURCE) != TAP_SOURCE:
-        return None  # an engine-side SLI (slogen's default source is the tap, as here)
-    metric = options.get("metric")
-    if metric not in TAP_LATENCY_METRICS:
-        raise SloConfigError(
-            f"{where}.metric: {metric!r} is not measured by the tap; use one of {', '.join(TAP_LATENCY_METRICS)}"
-            " with source: tap (itl needs source: engine)"
-        )
-    if options.get("threshold") is None:
-        raise SloConfigError(f'{where}.threshold: missing; give the latency objective in seconds, e.g. "0.5"')
-    return metric, _seconds(options["threshold"], f"{where}.threshold")
-
-
-def _merge(classes: list[SloClass], new: SloClass) -> None:
-    for i, old in enumerate(classes):
+def _merge(classes: list[tuple[SloClass, sli_plugins.GoodputParams]], new: SloClass,
+           params: sli_plugins.GoodputParams) -> None:
+    for old, old_params in classes:
         if old.name != new.name:
             continue
-        if (old.ttft, old.tpot, old.models) != (new.ttft, new.tpot, new.models):
+        if not sli_plugins.same_class(old_params, params):
             raise SloConfigError(
                 f"{new.origin}: slo_class {new.name!r} is also defined by {old.origin} with other thresholds or models;"
                 " give each class one definition"
             )
         return
-    classes.append(new)
+    classes.append((new, params))
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
@@ -214,7 +175,7 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
     """Read goodput classes and tap latency thresholds from SLO YAML files (or directories)."""
-    classes: list[SloClass] = []
+    classes: list[tuple[SloClass, sli_plugins.GoodputParams]] = []
     thresholds: dict[str, set[float]] = {m: set() for m in TAP_LATENCY_METRICS}
     for path in expand_paths(paths):
         try:
@@ -234,15 +195,16 @@ def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
                     raise SloConfigError(f"{path}: slos[{i}] must be a mapping with name, objective and sli")
                 origin = f"{path}: SLO {slo.get('name', f'#{i + 1}')!r}"
                 plugin_id, options = _plugin(slo)
-                if plugin_id == GOODPUT_PLUGIN:
-                    cls = _goodput_class(options, origin)
-                    _merge(classes, cls)
-                    if cls.ttft is not None:
-                        thresholds["ttft"].add(cls.ttft)
-                    if cls.tpot is not None:
-                        thresholds["tpot"].add(cls.tpot)
-                elif plugin_id == LATENCY_PLUGIN:
-                    found = _latency_threshold(options, origin)
-                    if found is not None:
-                        thresholds[found[0]].add(found[1])
-    return SloConfig(tuple(classes), {m: tuple(sorted(v)) for m, v in thresholds.items()})
+                if not sli_plugins.is_llmslo(plugin_id):
+                    continue  # Sloth events/raw SLIs and other plugins: nothing for the tap
+                params = _params(plugin_id, options, origin)
+                if isinstance(params, sli_plugins.GoodputParams):
+                    _merge(classes, SloClass(params.slo_class, params.ttft, params.tpot, params.selection.models,
+                                             origin), params)
+                    if params.ttft is not None:
+                        thresholds["ttft"].add(params.ttft)
+                    if params.tpot is not None:
+                        thresholds["tpot"].add(params.tpot)
+                elif isinstance(params, sli_plugins.LatencyParams) and params.source == sli_plugins.SOURCE_TAP:
+                    thresholds[params.metric].add(params.threshold)
+    return SloConfig(tuple(cls for cls, _ in classes), {m: tuple(sorted(v)) for m, v in thresholds.items()})

@@ -55,7 +55,7 @@ slos:
     sli:
       plugin:
         id: "llmslo/latency"
-        options: {metric: "itl", threshold: "0.03", source: "engine"}
+        options: {metric: "itl", threshold: "0.025", source: "engine"}
   - name: "availability"
     objective: 99.9
     sli: {plugin: {id: "llmslo/availability", options: {source: "tap"}}}

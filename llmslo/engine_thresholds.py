@@ -1,0 +1,114 @@
+"""Which threshold an engine-sourced `llmslo/latency` SLI can measure: a bucket edge of every engine it selects.
+
+The exporter keeps each engine's own bucket edges, so `bucket{le=T} / count` is exact only where T is an
+edge (llmslo/bucket_edges.py). Part of the plugin contract, not of slogen alone: the tap's loader runs
+the same check so that it refuses exactly the specs `slogen validate` refuses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llmslo import bucket_edges as be
+from llmslo import conventions as c
+from llmslo.plugin_errors import PluginOptionError
+from llmslo.selectors import Matcher, unquote
+
+# threshold_rounding: measure at the nearest bucket edge that every selected engine has.
+ROUND_DOWN = "down"  # the edge below: a stricter objective than written
+ROUND_UP = "up"  # the edge above: a looser one
+ROUNDINGS = (ROUND_DOWN, ROUND_UP)
+
+
+def _matches_kind(op: str, value: str, kind: str) -> bool:
+    literal = unquote(value)
+    if op == "=":
+        return kind == literal
+    if op == "!=":
+        return kind != literal
+    try:
+        hit = re.fullmatch(literal, kind) is not None
+    except re.error:
+        return True  # a regex Python cannot read: the kind may be selected (the check stays on the safe side)
+    return hit if op == "=~" else not hit
+
+
+def engine_kinds(matchers: Sequence[Matcher]) -> tuple[str, ...]:
+    """The engine kinds (the exporter's `engine` label values) that the SLI's `engine` matchers let through."""
+    engine = [(op, value) for name, op, value in matchers if name == c.LABEL_ENGINE]
+    return tuple(k for k in be.ENGINE_KINDS if all(_matches_kind(op, value, k) for op, value in engine))
+
+
+def _where(edges: tuple[float, ...], threshold: float) -> str:
+    if not edges:
+        return "no finite edge (count and sum only)"
+    lo, hi = be.nearest(edges, threshold)
+    t = be.edge_text(threshold)
+    if lo is None:
+        return f"{t} < {be.edge_text(hi)}, its first edge"
+    if hi is None:
+        return f"{be.edge_text(lo)}, its last edge, < {t}"
+    return f"{be.edge_text(lo)} < {t} < {be.edge_text(hi)}"
+
+
+def _pin_example(kinds: tuple[str, ...]) -> str:
+    inner = f'engine="{kinds[0]}"' if len(kinds) == 1 else f'engine=~"{"|".join(kinds)}"'
+    return f"selector: '{{{inner}}}'"
+
+
+def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Matcher], rounding: str) -> float:
+    """The threshold an engine-sourced latency SLI measures: `threshold` itself when it is a bucket edge
+    of every engine kind and version the SLI's selector may pick, else the common edge `rounding` names;
+    PluginOptionError naming the nearest edges and the fixes otherwise."""
+    kinds = engine_kinds(matchers)
+    if not kinds:
+        raise PluginOptionError(f"the selector's engine matchers pick no engine kind the exporter knows "
+                                f"({', '.join(be.ENGINE_KINDS)}), so the SLI would measure nothing", "selector",
+                                "match the engine label against those kind names, e.g. " + _pin_example((be.VLLM,)))
+    selected = be.rows(kinds, metric)
+    if not selected:
+        exporters = tuple(dict.fromkeys(r.kind for r in be.rows(metric=metric)))
+        raise PluginOptionError(f"no engine kind this SLI selects ({', '.join(kinds)}) exports a {metric} histogram",
+                                "metric",
+                                f"select an engine that does ({_pin_example(exporters)}), or use source: \"tap\"")
+    off = [r for r in selected if not r.has_edge(metric, threshold)]
+    if not off:
+        return threshold
+    common = be.common_edges(selected, metric)
+    down, up = be.nearest(common, threshold)
+    if rounding == ROUND_DOWN and down is not None:
+        return down
+    if rounding == ROUND_UP and up is not None:
+        return up
+    t = be.edge_text(threshold)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in off:
+        groups.setdefault((r.kind, _where(r.edges[metric], threshold)), []).append(r.versions)
+    where = "; ".join(f"{kind}{' ' + ', '.join(v for v in versions if v) if any(versions) else ''}: {text}"
+                      for (kind, text), versions in groups.items())
+    scope = (f"engine kind{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}, as the selector picks them"
+             if any(name == c.LABEL_ENGINE for name, _, _ in matchers)
+             else "every engine kind, as the selector has no engine matcher")
+    message = (f"threshold {t} s is not a bucket edge of the {metric} histogram of every engine this SLI may "
+               f"select ({scope}); "
+               f"where it is not, the exporter has no bucket le={t}, so the SLI is blind there (its burn alerts "
+               f"cannot fire) or counts every request as too slow. Nearest edges: {where}")
+    if rounding:
+        message += (f". threshold_rounding: {rounding} finds no edge {'below' if rounding == ROUND_DOWN else 'above'} "
+                    f"{t} that every selected engine has")
+    fixes = []
+    if down is not None or up is not None:
+        choices = " or ".join(be.edge_text(e) for e in (down, up) if e is not None)
+        fixes.append(f"write threshold {choices} (an edge every selected engine has)")
+    on_edge = tuple(k for k in kinds if be.rows([k], metric) and all(r.has_edge(metric, threshold)
+                                                                       for r in be.rows([k], metric)))
+    if on_edge:
+        fixes.append(f"select only the engines where {t} is an edge ({_pin_example(on_edge)})")
+    elif len(kinds) > 1:
+        fixes.append(f"select fewer engine kinds (e.g. {_pin_example((off[0].kind,))}) and choose among their edges")
+    if down is not None:
+        fixes.append(f'set threshold_rounding: "down" to measure le={be.edge_text(down)} instead (a stricter objective)')
+    if up is not None:
+        fixes.append(f'set threshold_rounding: "up" to measure le={be.edge_text(up)} instead (a looser objective)')
+    raise PluginOptionError(message, "threshold_rounding" if rounding else "threshold", "; or ".join(fixes))
