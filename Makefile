@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench build clean deps system-deps
+.PHONY: demo test bench build clean deps system-deps image image-test
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,16 @@ bench: deps system-deps
 
 build: deps
 	$(BIN)/slogen build
+
+# The container image, built with buildah (no daemon) from deploy/Dockerfile; needs root. Not a
+# dependency of `make test`: buildah and debootstrap are installed only for this step.
+image:
+	@./scripts/install-image-deps.sh
+	./scripts/build-image.sh
+
+# Runs the built image as its user: the exporter's page, and user, entrypoint and ports (docs/deploy.md).
+image-test: deps image
+	$(BIN)/python -m pytest -p no:cacheprovider tests/image/check_image.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

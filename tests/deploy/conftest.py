@@ -16,18 +16,19 @@ DEPLOY = ROOT / "deploy"
 OVERLAYS = sorted(p.parent.name for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
 
 
-def _load_k8s_schemas():
-    name = "llmslo_tests_k8s_schemas"
+def _load(name: str, path: Path):
+    """A helper module by path (tests are imported with --import-mode=importlib, not from sys.path)."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "artifacts" / "k8s_schemas.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-k8s = _load_k8s_schemas()
+k8s = _load("llmslo_tests_k8s_schemas", ROOT / "tests" / "artifacts" / "k8s_schemas.py")
+vap = _load("llmslo_tests_vap", Path(__file__).with_name("vap.py"))
 
 
 @pytest.fixture(scope="session")

@@ -235,7 +235,8 @@ def test_security_floor_policy_is_enforced_in_production_and_audited_in_dev(buil
     assert prod["spec"]["validationActions"] == ["Deny"]
     assert dev["spec"]["validationActions"] == ["Warn", "Audit"]
     policy = one(built["production"], "ValidatingAdmissionPolicy", "llmslo-inference-security-floor")
-    text = "\n".join(" ".join(v["expression"].split()) for v in policy["spec"]["validations"])
+    text = "\n".join(" ".join(v["expression"].split())
+                     for v in policy["spec"]["validations"] + policy["spec"]["variables"])
     for needle in ("llm-inference", "runtimeClassName == 'nvidia'", "readOnly", "@sha256:[0-9a-f]{64}"):
         assert needle in text, needle
     assert policy["spec"]["failurePolicy"] == "Fail"
