@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmslo.sli_plugins import GOODPUT as GOODPUT_PLUGIN
+from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
 from llmslo.specfile import SpecFileError, discover, read_documents
 from simulator.config import EngineConfig
 from simulator.faults import FaultState
@@ -37,7 +39,6 @@ from simulator.request import FINISH_LENGTH, FINISH_STOP, Request
 from simulator.virtual import simulate
 from simulator.workload import WorkloadSpec
 
-GOODPUT_PLUGIN = "llmslo/goodput"  # the same id exporter.tap.classes reads
 
 
 @dataclass(frozen=True)
@@ -49,20 +50,6 @@ class GoodputClass:
     tpot: float | None
     objective: float  # percent, e.g. 95
     origin: str = ""
-
-
-def _seconds(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"{where}: {value!r} is not a duration in seconds")
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f'{where}: {value!r} is not a duration in seconds; write plain seconds, e.g. "0.5"') from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"{where}: {value!r} must be a positive, finite number of seconds")
-    return seconds
 
 
 def _slo_list(doc: Any) -> list[Any]:
@@ -94,17 +81,16 @@ def goodput_classes(paths: list[str | Path] | tuple[str | Path, ...]) -> list[Go
                 if not isinstance(plugin, dict) or plugin.get("id") != GOODPUT_PLUGIN:
                     continue
                 origin = f"{path}: SLO {slo.get('name', '?')!r}"
-                options = plugin.get("options")
-                if not isinstance(options, dict) or not isinstance(options.get("slo_class"), str):
-                    raise ValueError(f"{origin}: sli.plugin.options.slo_class: missing; name the class")
+                try:  # the plugin contract's reader, as the tap and slogen read these options
+                    params = read_options(GOODPUT_PLUGIN, plugin.get("options"))
+                except PluginOptionError as e:
+                    field = "sli.plugin.options" + (f".{e.option}" if e.option else "")
+                    raise ValueError(f"{origin}: {field}: {e}" + (f" (fix: {e.fix})" if e.fix else "")) from None
+                assert isinstance(params, GoodputParams)
                 objective = slo.get("objective")
                 if isinstance(objective, bool) or not isinstance(objective, (int, float)) or not 0 < objective < 100:
                     raise ValueError(f"{origin}: objective: {objective!r} must be a percentage between 0 and 100")
-                ttft = _seconds(options.get("ttft"), f"{origin}: sli.plugin.options.ttft")
-                tpot = _seconds(options.get("tpot"), f"{origin}: sli.plugin.options.tpot")
-                if ttft is None and tpot is None:
-                    raise ValueError(f'{origin}: sli.plugin.options: give ttft and/or tpot (seconds, e.g. ttft: "0.5")')
-                found.append(GoodputClass(options["slo_class"].strip(), ttft, tpot, float(objective), origin))
+                found.append(GoodputClass(params.slo_class, params.ttft, params.tpot, float(objective), origin))
     return found
 
 
