@@ -1,4 +1,4 @@
-"""The exporter and llmslo packages as they were at an earlier commit, for side-by-side benchmarks."""
+"""Packages (the exporter and llmslo by default) as they were at an earlier commit, for side-by-side benchmarks."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def old_tree(commit: str, prefix: str = "bench-old-") -> Iterator[Path]:
-    """A temporary directory holding `exporter/` and `llmslo/` at `commit` (put it first on PYTHONPATH)."""
+def old_tree(commit: str, prefix: str = "bench-old-", packages: tuple[str, ...] = ("exporter", "llmslo")) -> Iterator[Path]:
+    """A temporary directory holding `packages` (default `exporter/` and `llmslo/`) at `commit` (put it first on
+    PYTHONPATH)."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        archive = subprocess.run(["git", "archive", commit, "exporter", "llmslo"], cwd=ROOT, check=True,
+        archive = subprocess.run(["git", "archive", commit, *packages], cwd=ROOT, check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
         yield tmp
