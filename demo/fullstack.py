@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(_guarded(args))
 
 
-async def _guarded(args: argparse.Namespace) -> int:
-    """Run the demo as a task that SIGINT/SIGTERM cancel, so the stack's cleanup always runs."""
+async def _guarded(args: argparse.Namespace, run=_run) -> int:
+    """Run the demo (`run`, the fleet demo's too) as a task that SIGINT/SIGTERM cancel, so the stack's cleanup
+    always runs."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     caught: list[int] = []
@@ -190,7 +191,7 @@ async def _guarded(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel, sig)
     try:
-        return await _run(args)
+        return await run(args)
     except asyncio.CancelledError:
         if not caught:
             raise
