@@ -17,7 +17,8 @@ from itertools import chain
 
 from llmslo.conventions import LABEL_LE, MetricDef, by_name
 from exporter.model import NormSample
-from exporter.series import go_float, parse_le
+from exporter.series import parse_le
+from llmslo.gofloat import go_g
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -55,7 +56,7 @@ def format_labels(labels: dict[str, str]) -> str:
     if LABEL_LE in labels:
         le = labels[LABEL_LE]
         try:
-            le = go_float(parse_le(le))
+            le = go_g(parse_le(le))
         except ValueError:
             pass
         parts.append(f'le="{escape_label_value(le)}"')
@@ -174,7 +175,7 @@ def render(samples: Iterable[NormSample]) -> bytes:
     for name in sorted(families):
         metric, entries, values = families[name]
         out.append(_header(name, metric))
-        out += [entries[i][1] + go_float(float(values[i])) + "\n" for i in _layout(name, entries)]
+        out += [entries[i][1] + go_g(float(values[i])) + "\n" for i in _layout(name, entries)]
         series += len(entries)
     _CACHE.end_of_render(series)
     return "".join(out).encode("utf-8")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from exporter.model import MetricFamily, NormSample, Sample
 from llmslo import conventions as c
+from llmslo.gofloat import client_float
 
 AdaptFn = Callable[[Mapping[str, MetricFamily], Mapping[str, str]], list[NormSample]]
 
@@ -117,34 +118,15 @@ def normalize_finished_reason(raw: str, extra: Mapping[str, str] | None = None) 
 _EDGE_TEXTS: dict[float, str] = {}  # bucket edge -> its `le` text; engines use a few dozen edges
 
 
-def floatToGoString(d: float) -> str:  # noqa: N802 (prometheus_client's name, kept so its origin is plain)
-    """prometheus_client.utils.floatToGoString, copied: importing prometheus_client costs start-up time
-    (about 40 ms) that nothing else on the exporter's path needs. A test holds the two equal."""
-    d = float(d)
-    if d == math.inf:
-        return "+Inf"
-    if d == -math.inf:
-        return "-Inf"
-    if math.isnan(d):
-        return "NaN"
-    s = repr(d)
-    dot = s.find(".")
-    # Go switches to exponents sooner than Python; only positive values matter for `le`.
-    if d > 0 and dot > 6:
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
-        return f"{mantissa}e+{dot - 1:02d}"
-    return s
-
-
 def _edge_text(edge: float) -> str:
     """`le` text of a bucket edge (prometheus_client's float text), remembered: every cycle asks again."""
     if edge == 0:  # 0.0 and -0.0 are one dictionary key but two texts
-        return floatToGoString(edge)
+        return client_float(edge)
     text = _EDGE_TEXTS.get(edge)
     if text is None:
         if len(_EDGE_TEXTS) >= 4096:  # edges that are not engine constants (unit-converted oddities)
             _EDGE_TEXTS.clear()
-        text = _EDGE_TEXTS[edge] = floatToGoString(edge)
+        text = _EDGE_TEXTS[edge] = client_float(edge)
     return text
 
 

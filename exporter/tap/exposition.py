@@ -17,7 +17,7 @@ formatting is pure Python, so the thread holds the GIL and the loop waits for it
   with any scrape of a live process.
 
 Counts are written as integers, sums and bucket edges as prometheus_client writes them
-(floatToGoString); the `--workers` parent sums the workers' pages by parsing them.
+(llmslo.gofloat.client_float); the `--workers` parent sums the workers' pages by parsing them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from prometheus_client.utils import floatToGoString
+from llmslo.gofloat import client_float
 
 from exporter.tap.metrics import HISTOGRAMS, Series, TapMetrics, le_label
 from llmslo import conventions as C
@@ -84,7 +84,7 @@ class PageRenderer:
                 for tail, n in zip(tails, h.counts):
                     total += n
                     lines.append(f"{bucket}{tail}{total}\n")
-                lines.append(f"{d.name}_sum{{{labels}}} {floatToGoString(h.sum)}\n{d.name}_count{{{labels}}} {h.count}\n")
+                lines.append(f"{d.name}_sum{{{labels}}} {client_float(h.sum)}\n{d.name}_count{{{labels}}} {h.count}\n")
                 parts.append("".join(lines).encode())
         else:
             parts += [b""] * len(HISTOGRAMS)

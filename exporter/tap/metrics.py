@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+from llmslo.gofloat import client_float
 
 from exporter.tap.classes import SloConfig
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
@@ -55,7 +55,7 @@ def bucket_edges(ladder: Iterable[float], thresholds: Iterable[float]) -> tuple[
 
 def le_label(seconds: float) -> str:
     """How a bucket edge appears in the `le` label (Go float formatting: 0.5 -> "0.5", 1 -> "1.0")."""
-    return floatToGoString(seconds)
+    return client_float(seconds)
 
 
 class Histogram:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.utils import floatToGoString
+from llmslo.gofloat import client_float
 
 from exporter.tap.cli import add_arguments, metrics_address
 
@@ -124,7 +124,7 @@ def merge_expositions(texts: Iterable[str]) -> str:
     out: list[str] = []
     for block in blocks.values():
         out += block.header
-        out += [f"{key} {floatToGoString(value)}" for key, value in block.series.items()]
+        out += [f"{key} {client_float(value)}" for key, value in block.series.items()]
     return "\n".join(out) + "\n" if out else ""
 
 

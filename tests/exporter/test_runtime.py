@@ -26,7 +26,8 @@ from exporter.guard import (
     CardinalityGuard,
 )
 from exporter.model import NormSample
-from exporter.series import complete_histogram, go_float
+from exporter.series import complete_histogram
+from llmslo.gofloat import go_g as go_float
 from exporter.sources.http import new_session
 from llmslo import conventions as c
 

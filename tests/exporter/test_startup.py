@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.utils import floatToGoString as reference_float_to_go_string
 
 from exporter import cli
-from exporter.adapters.base import floatToGoString
+from llmslo.gofloat import client_float as floatToGoString
 from exporter.config import ExporterConfig
 
 from tests.exporter.test_cli import REPO
