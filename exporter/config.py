@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmslo.durations import parse_go_duration
+
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
 ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "tap")
@@ -123,29 +125,11 @@ class ExporterConfig:
 # Small value parsers (each raises ValueError with a human message; callers add the location)
 # --------------------------------------------------------------------------------------
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
-_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
 
 
-def parse_go_duration(text: str) -> float:
-    """Seconds from a Go duration such as `1s`, `500ms`, `1m30s`, or `0` (as Prometheus' own files write them)."""
-    text = str(text).strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"{text!r} is not a Go duration (write e.g. 1s or 500ms)")
-    return total
-
-
-def parse_duration(value: Any) -> float:
+def parse_seconds_or_go_duration(value: Any) -> float:
     """Seconds from a number of seconds (`5`, `"2.5"`) or a Go duration (`500ms`, `5s`, `1m30s`); more than zero."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration, got {value!r}")
@@ -335,7 +319,7 @@ def _load_target(path: str, index: int, data: Any) -> TargetConfig:
         model=r.get("model", _str, "", "use the served model name"),
         pod=r.get("pod", _str, "", "use the pod name"),
         namespace=r.get("namespace", _str, "", "use the namespace name"),
-        timeout_s=r.get("timeout", parse_duration, None, "use a duration such as 2s"),
+        timeout_s=r.get("timeout", parse_seconds_or_go_duration, None, "use a duration such as 2s"),
         max_page_bytes=r.get("max_page_bytes", parse_size, None, "use a size such as 16MiB"),
     )
 
@@ -355,7 +339,7 @@ def _load_discovery(path: str, data: Any) -> KubernetesDiscovery:
         model_annotation=r.get("model_annotation", _str, d.model_annotation, text),
         tap_port_annotation=r.get("tap_port_annotation", _str, d.tap_port_annotation, text),
         namespaces=r.get("namespaces", _str_list, d.namespaces, "use a list of namespace names"),
-        refresh_interval_s=r.get("refresh_interval", parse_duration, d.refresh_interval_s, "use a duration such as 30s"),
+        refresh_interval_s=r.get("refresh_interval", parse_seconds_or_go_duration, d.refresh_interval_s, "use a duration such as 30s"),
         api_server=r.get("api_server", lambda v: check_url(_str(v)), d.api_server, "use https://host:port"),
         service_account_dir=r.get("service_account_dir", _str, d.service_account_dir, "use a directory path"),
     )
@@ -394,13 +378,13 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
     d = ExporterConfig()
     config = ExporterConfig(
         listen=r.get("listen", parse_listen, d.listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}"),
-        interval_s=r.get("interval", parse_duration, d.interval_s, "use a duration such as 5s"),
+        interval_s=r.get("interval", parse_seconds_or_go_duration, d.interval_s, "use a duration such as 5s"),
         gpu=r.get("gpu", parse_gpu_spec, d.gpu, f"write {GPU_SPEC_HELP}"),
-        gpu_timeout_s=r.get("gpu_timeout", parse_duration, d.gpu_timeout_s, "use a duration such as 5s"),
+        gpu_timeout_s=r.get("gpu_timeout", parse_seconds_or_go_duration, d.gpu_timeout_s, "use a duration such as 5s"),
         node_name=r.get("node_name", _str, d.node_name, "use the Kubernetes node name"),
         web_config_file=r.get("web_config_file", _str, d.web_config_file, "use a file path"),
         log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
-        timeout_s=scrape.get("timeout", parse_duration, d.timeout_s, "use a duration such as 3s"),
+        timeout_s=scrape.get("timeout", parse_seconds_or_go_duration, d.timeout_s, "use a duration such as 3s"),
         max_page_bytes=scrape.get("max_page_bytes", parse_size, d.max_page_bytes, "use a size such as 16MiB"),
         limits=Limits(
             max_series_per_target=limits.get("max_series_per_target", _positive_int, d.limits.max_series_per_target, "use a whole number such as 20000"),
@@ -467,7 +451,7 @@ def merge_cli(
     if gpu is not None:
         changes["gpu"] = flag("gpu", parse_gpu_spec, gpu, f"write {GPU_SPEC_HELP}")
     if interval is not None:
-        changes["interval_s"] = flag("interval", parse_duration, interval, "give seconds, e.g. 5")
+        changes["interval_s"] = flag("interval", parse_seconds_or_go_duration, interval, "give seconds, e.g. 5")
     if web_config is not None:
         changes["web_config_file"] = web_config
     if node_name is not None:

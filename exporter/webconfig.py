@@ -32,7 +32,8 @@ from typing import Any
 import bcrypt
 import yaml
 
-from exporter.config import ConfigError, parse_go_duration
+from exporter.config import ConfigError
+from llmslo.durations import parse_go_duration
 
 CLIENT_AUTH_TYPES = {
     "NoClientCert": ssl.CERT_NONE,
