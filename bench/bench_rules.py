@@ -32,7 +32,7 @@ import yaml
 from bench.report import Row
 from llmslo import conventions as C
 from slogen.generate import generate_file
-from slogen.generators.options import GenOptions
+from slogen.rules.options import GenOptions
 
 SECTION_ACC = "SLO rules: 30-day SLI accuracy on uneven traffic"
 SECTION_COST = "SLO rules: evaluation cost"

@@ -1,7 +1,7 @@
 """Alertmanager for the local stack: slogen's generated routing with the demo's webhook as on-call, and the process.
 
 The configuration is `alerts/alertmanager.yaml` as `slogen build` generated it for the demo's window catalog
-(slogen/generators/alertmanager.py): the same routes, grouping, inhibition and timers an operator deploys, the
+(slogen/artifacts/alertmanager.py): the same routes, grouping, inhibition and timers an operator deploys, the
 timers compressed with the catalog. The demo only fills the placeholder receivers: `llmslo-page` posts to
 <webhook>/page and `llmslo-ticket` to <webhook>/ticket, with resolved notifications on. Gossip is off
 (`--cluster.listen-address=`), state lives in the work dir.
@@ -20,7 +20,7 @@ import yaml
 from demo.procs import Child, Supervisor, free_port
 from llmslo.files import write_atomic
 from slogen.durations import format_seconds, parse_duration
-from slogen.generators.alertmanager import PAGE_RECEIVER
+from slogen.artifacts.alertmanager import PAGE_RECEIVER
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
 RECEIVER_PREFIX = "llmslo-"  # generated receivers are llmslo-<route>

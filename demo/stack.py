@@ -29,7 +29,7 @@ from llmslo.files import write_atomic
 from simulator.loadgen import run_load
 from simulator.stats import RequestRecord
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
-from slogen.generators.alertmanager import ALERTMANAGER_FILE
+from slogen.artifacts.alertmanager import ALERTMANAGER_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SLOS = REPO / "slos"

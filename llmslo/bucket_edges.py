@@ -6,7 +6,7 @@ does not exist: an engine-sourced `llmslo/latency` SLI at such a T is blind (a w
 without the edge has no error ratio) or wrong (an engine without the edge in a cluster with one
 counts every request as too slow). slogen checks each engine-sourced threshold against this table
 at build time (slogen/plugins/llm.py) and alerts at run time where series lack the edge anyway
-(slogen/generators/bucket_alerts.py): engines configured with other buckets are not in any table.
+(slogen/rules/bucket_alerts.py): engines configured with other buckets are not in any table.
 
 One table, `ROWS`: one row per engine kind and version range whose edges differ, with the finite
 edges (seconds, as the exporter writes them after unit conversion) of each latency metric as

@@ -413,7 +413,7 @@ class SLO:
 
 
 # --------------------------------------------------------------------------------------
-# Capacity and health alerts slogen generates next to the SLO rules (slogen/generators/health.py)
+# Capacity and health alerts slogen generates next to the SLO rules (slogen/rules/health.py)
 # --------------------------------------------------------------------------------------
 class HEALTH:
     GROUP = "llmslo-health"  # rule group name, and the stem of its rule, test and PrometheusRule files
@@ -444,7 +444,7 @@ def by_name() -> dict[str, MetricDef]:
 
 
 # --------------------------------------------------------------------------------------
-# Capacity: KV seats and time to exhaustion (slogen/generators/capacity.py, docs/metrics.md "KV seats")
+# Capacity: KV seats and time to exhaustion (slogen/rules/capacity.py, docs/metrics.md "KV seats")
 # --------------------------------------------------------------------------------------
 class CAPACITY:
     GROUP = "llmslo-capacity"  # rule group name, and the stem of its rule, test and PrometheusRule files

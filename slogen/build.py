@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Callable
 
 from slogen.errors import SpecError, SpecErrors
-from slogen.generators import SLOResult, generate
-from slogen.generators.alertmanager import alertmanager_files
-from slogen.generators.artifacts import artifact_generator
-from slogen.generators import health
-from slogen.generators.health import HealthOptions
-from slogen.generators.health_tests import health_tests
-from slogen.generators import capacity
-from slogen.generators.capacity import CapacityOptions
-from slogen.generators.capacity_tests import capacity_tests
-from slogen.generators.options import GenOptions
-from slogen.generators.tests import service_tests
-from slogen.generators.tiers import override_error
+from slogen.rules import SLOResult, generate
+from slogen.artifacts.alertmanager import alertmanager_files
+from slogen.artifacts.files import artifact_generator
+from slogen.rules import health
+from slogen.rules.health import HealthOptions
+from slogen.promtests.health_tests import health_tests
+from slogen.rules import capacity
+from slogen.rules.capacity import CapacityOptions
+from slogen.promtests.capacity_tests import capacity_tests
+from slogen.rules.options import GenOptions
+from slogen.promtests.slo_tests import service_tests
+from slogen.rules.tiers import override_error
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.loaders.windows import merge
@@ -186,8 +186,8 @@ CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecas
 # The build, in order. Append artifact generators here.
 ARTIFACT_GENERATORS: list[ArtifactGenerator] = [rule_files, rule_tests, prometheus_rules, health_rules,
                                                      capacity_rules]
-ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (generators/artifacts.py)
-ARTIFACT_GENERATORS.append(alertmanager_files)  # alerts/alertmanager.yaml: routing and inhibition (generators/alertmanager.py)
+ARTIFACT_GENERATORS.append(artifact_generator)  # dashboards/, docs/runbooks/, KEDA, deploy/ (artifacts/files.py)
+ARTIFACT_GENERATORS.append(alertmanager_files)  # alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)
 
 
 def compile_catalog(options: BuildOptions) -> Catalog:

@@ -18,11 +18,11 @@ from slogen.durations import DAY, format_duration, parse_duration
 from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
-from slogen.generators import generate
-from slogen.generators.health import HealthOptions
-from slogen.generators.capacity import CapacityOptions
-from slogen.generators.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
-from slogen.generators.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
+from slogen.rules import generate
+from slogen.rules.health import HealthOptions
+from slogen.rules.capacity import CapacityOptions
+from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
+from slogen.rules.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
                                        UNREACHABLE_RESCALE, GenOptions)
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from slogen.generators import generate
-from slogen.generators.options import GenOptions
+from slogen.rules import generate
+from slogen.rules.options import GenOptions
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.model import SLO

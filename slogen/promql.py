@@ -1,43 +1,70 @@
-"""PromQL building blocks over the conventions' names, shared by dashboards, KEDA and runbooks.
+"""The one PromQL builder: matchers, selectors, rates and aggregations, for rules, dashboards, KEDA and runbooks.
 
-Every metric and label name a query mentions comes in as a constant from `llmslo.conventions`;
-this module only knows PromQL syntax. Keeping syntax and names apart is what lets a test parse
-the names back out of every generated query and compare them with the conventions.
+Every metric and label name a query mentions comes in as a constant from `llmslo.conventions`
+(or from a spec's own selector); this module only knows PromQL syntax. Keeping syntax and names
+apart is what lets a test parse the names back out of every generated query and compare them
+with the conventions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from llmslo import conventions as c
 
+# Sloth's template variable for a rule's rate window; slogen expands it per window.
+WINDOW = "{{.window}}"
 
-@dataclass(frozen=True)
-class Matcher:
-    """One label matcher, e.g. `namespace=~"$namespace"`."""
+
+def quote(value: str) -> str:
+    """The inside of a double-quoted PromQL string literal for `value`."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class Matcher(NamedTuple):
+    """One label matcher, e.g. `namespace=~"$namespace"`.
+
+    `quoted` is the value as written between the double quotes (already escaped), so a matcher
+    parsed from a spec's selector renders back exactly as its author wrote it.
+    """
 
     label: str
     op: str  # = != =~ !~
-    value: str
+    quoted: str
 
     def render(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"')
-        return f'{self.label}{self.op}"{escaped}"'
+        return f'{self.label}{self.op}"{self.quoted}"'
+
+
+def matcher(label: str, op: str, value: str) -> Matcher:
+    """A matcher on the plain (unescaped) `value`."""
+    return Matcher(label, op, quote(value))
 
 
 def eq(label: str, value: str) -> Matcher:
-    return Matcher(label, "=", value)
+    return matcher(label, "=", value)
 
 
 def regex(label: str, value: str) -> Matcher:
-    return Matcher(label, "=~", value)
+    return matcher(label, "=~", value)
 
 
-def selector(metric: str, matchers: Iterable[Matcher] = ()) -> str:
-    """`metric{a="x", b=~"y"}`; the braces are left out when there are no matchers."""
-    rendered = ", ".join(m.render() for m in matchers)
+def selector(metric: str, matchers: Iterable[Matcher] = (), *, compact: bool = False) -> str:
+    """`metric{a="x", b=~"y"}` (`compact`: no space after commas, as rule files are written);
+    the braces are left out when there are no matchers."""
+    rendered = ("," if compact else ", ").join(m.render() for m in matchers)
     return f"{metric}{{{rendered}}}" if rendered else metric
+
+
+def rule_selector(metric: str, matchers: Iterable[Matcher] = ()) -> str:
+    """A selector as rule files write it (Sloth's style, no space after commas)."""
+    return selector(metric, matchers, compact=True)
+
+
+def any_of(values: Iterable[str]) -> str:
+    """A regex matching any of `values` (tap outcomes, finished reasons): `upstream_timeout|client_gave_up`."""
+    return "|".join(values)
 
 
 def by(labels: Sequence[str]) -> str:
@@ -50,12 +77,13 @@ def agg(op: str, expr: str, labels: Sequence[str] = ()) -> str:
     return f"{op} {grouping} ({expr})" if grouping else f"{op}({expr})"
 
 
-def rate(metric: str, matchers: Iterable[Matcher], window: str) -> str:
-    return f"rate({selector(metric, matchers)}[{window}])"
+def rate(sel: str, window: str = WINDOW) -> str:
+    """`rate(sel[window])`; the default window is Sloth's template variable, as rules write it."""
+    return f"rate({sel}[{window}])"
 
 
 def sum_rate(metric: str, matchers: Iterable[Matcher], window: str, labels: Sequence[str] = ()) -> str:
-    return agg("sum", rate(metric, matchers, window), labels)
+    return agg("sum", rate(selector(metric, matchers), window), labels)
 
 
 def ratio(numerator: str, denominator: str) -> str:
@@ -65,13 +93,13 @@ def ratio(numerator: str, denominator: str) -> str:
 def histogram_quantile(q: float, histogram: c.MetricDef, matchers: Iterable[Matcher], window: str,
                        labels: Sequence[str] = ()) -> str:
     """A quantile from a histogram's buckets, keeping `le` plus the grouping labels."""
-    grouped = agg("sum", rate(histogram.bucket(), matchers, window), (*labels, c.LABEL_LE))
+    grouped = agg("sum", rate(selector(histogram.bucket(), matchers), window), (*labels, c.LABEL_LE))
     return f"histogram_quantile({q:g}, {grouped})"
 
 
 def bucket_rates(histogram: c.MetricDef, matchers: Iterable[Matcher], window: str) -> str:
     """Per-bucket rates summed by `le`: the input of a heatmap panel."""
-    return agg("sum", rate(histogram.bucket(), matchers, window), (c.LABEL_LE,))
+    return agg("sum", rate(selector(histogram.bucket(), matchers), window), (c.LABEL_LE,))
 
 
 def or_zero(expr: str) -> str:

@@ -45,7 +45,7 @@ RECEIVERS = (PAGE_RECEIVER, TICKET_RECEIVER)
 PAGE_GROUP_BY = (C.LABEL_SERVICE, LABEL_CLUSTER)  # one incident: a service in a cluster
 TICKET_GROUP_BY = (C.LABEL_SERVICE, C.LABEL_SLO, LABEL_CLUSTER)  # one ticket per SLO and cluster
 HEALTH_GROUP_BY = (LABEL_ALERTNAME, LABEL_CLUSTER)
-CRITICAL = "critical"  # the health alerts' severity that pages (slogen.generators.health)
+CRITICAL = "critical"  # the health alerts' severity that pages (slogen.rules.health)
 DEFAULT_PERIOD = 30 * 24 * 3_600_000  # the catalog that sets the timers when no SLO alerts
 
 

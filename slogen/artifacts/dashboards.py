@@ -16,10 +16,10 @@ from grafanalib import core as g
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.generators import grafana as gf
-from slogen.generators import queries as q
-from slogen.generators.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
-from slogen.generators.views import (
+from slogen.artifacts import grafana as gf
+from slogen import promql as q
+from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
+from slogen.artifacts.views import (
     SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
 )
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import load_paths as load_autoscaling
-from slogen.generators.dashboards import dashboard_files
-from slogen.generators.deploy import deploy_files
-from slogen.generators.hpa import hpa_files
-from slogen.generators.keda import keda_files
-from slogen.generators.runbooks import runbook_files
-from slogen.generators.views import AlertView, alert_views, from_context
+from slogen.artifacts.dashboards import dashboard_files
+from slogen.artifacts.deploy import deploy_files
+from slogen.artifacts.hpa import hpa_files
+from slogen.artifacts.keda import keda_files
+from slogen.artifacts.runbooks import runbook_files
+from slogen.artifacts.views import AlertView, alert_views, from_context
 
 
 def dashboards(results: Sequence) -> dict[str, str]:
@@ -78,7 +78,7 @@ def artifact_generator(catalog, options) -> dict[str, str]:
     inputs = [Path(p) for p in getattr(options, "inputs", ())]
     root = (inputs[0] if inputs[0].is_dir() else inputs[0].parent).parent if inputs else Path(".")
     from slogen.build import capacity_alerts, health_alerts, prometheus_rule_path  # the core owns those rule files
-    from slogen.generators.health import alert_views as health_views
+    from slogen.artifacts.views import health_alert_views as health_views
     from llmslo.conventions import CAPACITY, HEALTH
 
     health = health_alerts(options) if hasattr(options, "health") else []

@@ -11,7 +11,6 @@ modern panels below, and `dashboard_json` drops the legacy keys by name (an expl
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import attr
@@ -188,26 +187,3 @@ def dashboard_json(dashboard: g.Dashboard) -> dict[str, Any]:
 def render(dashboard: g.Dashboard) -> str:
     """Deterministic text: sorted keys, two-space indent, trailing newline."""
     return json.dumps(dashboard_json(dashboard), indent=2, sort_keys=True) + "\n"
-
-
-def iter_queries(dashboard: dict[str, Any]):
-    """(panel title, expr) for every Prometheus query in a dashboard JSON, rows included."""
-    def walk(panels):
-        for panel in panels:
-            for target in panel.get("targets", []):
-                if "expr" in target:
-                    yield panel.get("title", ""), target["expr"]
-            yield from walk(panel.get("panels", []))
-    yield from walk(dashboard.get("panels", []))
-    for variable in dashboard.get("templating", {}).get("list", []):
-        if variable.get("type") == "query":
-            yield f"variable {variable['name']}", variable_series(variable["query"])
-
-
-_LABEL_VALUES = re.compile(r"^label_values\((?P<series>.+),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)$", re.DOTALL)
-
-
-def variable_series(query: str) -> str:
-    """The series selector inside Grafana's `label_values(series, label)` (a PromQL expression)."""
-    m = _LABEL_VALUES.match(query.strip())
-    return m.group("series") if m else query

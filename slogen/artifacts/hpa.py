@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from slogen.autoscaling import Pool
-from slogen.generators.keda import HEADER, Signal, behavior, render, signals
-from slogen.generators.views import SLOView
+from slogen.artifacts.keda import HEADER, Signal, behavior, render, signals
+from slogen.artifacts.views import SLOView
 
 OUTPUT_DIR = "deploy/generated/hpa"
 HPAS = f"{OUTPUT_DIR}/horizontalpodautoscalers.yaml"

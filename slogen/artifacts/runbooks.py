@@ -16,11 +16,11 @@ from pathlib import Path
 import jinja2
 
 from llmslo import conventions as c
-from slogen.generators import queries as q
-from slogen.generators.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
-from slogen.generators.dashboards import FLEET_FILE, slo_dashboard_path
+from slogen import promql as q
+from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
+from slogen.artifacts.dashboards import FLEET_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
-from slogen.generators.views import (
+from slogen.artifacts.views import (
     ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
 )
 

@@ -86,7 +86,7 @@ class AlertView:
 
 ALERT_BURN = "burn"
 ALERT_NO_DATA = "no_data"
-ALERT_BUCKET_EDGE = "bucket_edge"  # series lack a latency threshold's bucket (generators/bucket_alerts.py)
+ALERT_BUCKET_EDGE = "bucket_edge"  # series lack a latency threshold's bucket (rules/bucket_alerts.py)
 
 
 def window_seconds(window: str) -> int:
@@ -95,7 +95,7 @@ def window_seconds(window: str) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Adapter from the core model (slogen.model / slogen.generators.options)
+# Adapter from the core model (slogen.model / slogen.rules.options)
 # --------------------------------------------------------------------------------------
 _PLUGIN_KINDS = {
     "llmslo/latency": SLI_LATENCY,
@@ -113,10 +113,10 @@ def _float(text: str | None) -> float | None:
 
 
 def from_context(ctx) -> SLOView:
-    """The view of one resolved SLO (`slogen.generators.options.SLOContext`)."""
+    """The view of one resolved SLO (`slogen.rules.options.SLOContext`)."""
     from slogen.durations import format_duration
-    from slogen.generators.sli import windows as recorded_windows
-    from slogen.generators.tiers import guard_windows, page_min_bad_events
+    from slogen.rules.sli import windows as recorded_windows
+    from slogen.rules.tiers import guard_windows, page_min_bad_events
     from slogen.model import EventsSLI, RawSLI
 
     slo = ctx.slo
@@ -161,7 +161,7 @@ def alert_views(results) -> list[AlertView]:
     runbook, whatever names, tiers or modes produced it. `results` are `SLOResult`s.
     """
     from llmslo.conventions import SLO as C
-    from slogen.generators import bucket_alerts
+    from slogen.rules import bucket_alerts
 
     by_name: dict[str, AlertView] = {}
     for result in results:
@@ -189,3 +189,10 @@ def alert_views(results) -> list[AlertView]:
                     summary=rule.annotations.get("summary", ""),
                 )
     return [by_name[name] for name in sorted(by_name)]
+
+
+def health_alert_views(alerts) -> list[AlertView]:
+    """What the runbook generator needs of each health or capacity alert (`kind` is its runbook topic);
+    `alerts` are `slogen.rules.health.HealthAlert`s."""
+    return [AlertView(a.rule.alert, a.topic, labels=dict(a.rule.labels), summary=a.runbook_summary,
+                      condition=a.condition, for_=a.rule.for_) for a in alerts]

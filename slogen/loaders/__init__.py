@@ -29,11 +29,6 @@ class Loaded:
     files: list[str] = field(default_factory=list)
 
 
-def load_path(path: str | Path) -> list[SLO]:
-    """The SLOs in a file or directory; raises SpecErrors listing every problem."""
-    return load_paths([path]).slos
-
-
 def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windows_only: bool = False,
                raise_errors: bool = True) -> Loaded:
     result = Loaded()

@@ -17,6 +17,8 @@ import re
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.globs import glob_regex
+from slogen import promql
+from slogen.promql import Matcher, any_of, quote, rule_selector
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture
 from slogen.plugins import PluginError, SLIPluginRequest, register_sli_plugin
 
@@ -46,17 +48,9 @@ LATENCY_METRICS = {
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
-Matcher = tuple[str, str, str]  # (label, op, value as it appears between the quotes)
-
-
 # --------------------------------------------------------------------------------------
 # PromQL building blocks
 # --------------------------------------------------------------------------------------
-
-
-def promql_string(value: str) -> str:
-    """The inside of a double-quoted PromQL string literal for `value`."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def parse_selector(text: str) -> list[Matcher]:
@@ -75,7 +69,7 @@ def parse_selector(text: str) -> list[Matcher]:
         if not m:
             raise PluginError(f"cannot parse label matchers in selector {text!r} at {body[pos:]!r}", "selector",
                               'use name="value", name!="value", name=~"regex" or name!~"regex", comma-separated')
-        matchers.append((m.group(1), m.group(2), m.group(3)))
+        matchers.append(Matcher(m.group(1), m.group(2), m.group(3)))
         pos = m.end()
         if pos < len(body):
             if body[pos] != ",":
@@ -83,11 +77,6 @@ def parse_selector(text: str) -> list[Matcher]:
                                   "separate matchers with commas")
             pos += 1
     return matchers
-
-
-def selector(metric: str, matchers: list[Matcher]) -> str:
-    inner = ",".join(f'{name}{op}"{value}"' for name, op, value in matchers)
-    return f"{metric}{{{inner}}}" if inner else metric
 
 
 def glob_example(globs: str) -> str:
@@ -118,16 +107,7 @@ def le_label(threshold: float) -> str:
 
 
 def aggregate(inner: str, by: tuple[str, ...]) -> str:
-    return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
-
-
-def rate(sel: str) -> str:
-    return f"rate({sel}[{{{{.window}}}}])"
-
-
-def any_of(values: tuple[str, ...]) -> str:
-    """A regex matching any of `values` (tap outcomes, finished reasons): `upstream_timeout|client_gave_up`."""
-    return "|".join(values)
+    return promql.agg("sum", inner, by)
 
 
 def late_selector(matchers: list[Matcher]) -> str:
@@ -137,8 +117,8 @@ def late_selector(matchers: list[Matcher]) -> str:
     or whose client gave up after its objective had passed has no latency sample, yet it is the
     slowest request of all. A latency SLI over the tap adds these to its bad and total events.
     """
-    late = (c.LABEL_OUTCOME, "=~", any_of(c.TAP_LATE_OUTCOMES))
-    return selector(c.TAP_REQUESTS.name, matchers + [late])
+    late = Matcher(c.LABEL_OUTCOME, "=~", any_of(c.TAP_LATE_OUTCOMES))
+    return rule_selector(c.TAP_REQUESTS.name, matchers + [late])
 
 
 def late_fixtures(metric: str, labels: dict[str, str]) -> tuple[SeriesFixture, ...]:
@@ -235,7 +215,7 @@ def _model_matchers(opts: _Options) -> tuple[list[Matcher], dict[str, str]]:
     if not models:
         return [], {}
     regex = glob_regex(models)
-    return [(c.LABEL_MODEL, "=~", promql_string(regex))], {c.LABEL_MODEL: glob_example(models)}
+    return [promql.matcher(c.LABEL_MODEL, "=~", regex)], {c.LABEL_MODEL: glob_example(models)}
 
 
 # --------------------------------------------------------------------------------------
@@ -348,8 +328,8 @@ def engine_latency_selectors(sli: EventsSLI) -> tuple[str, str, str] | None:
         return None
     count_sel, bucket_sel = sli.sources
     name, brace, _ = bucket_sel.partition("{")
-    kept = [m for m in parse_selector(brace + _) if m[0] != c.LABEL_LE] if brace else []
-    return count_sel, bucket_sel, selector(name, kept)
+    kept = [m for m in parse_selector(brace + _) if m.label != c.LABEL_LE] if brace else []
+    return count_sel, bucket_sel, rule_selector(name, kept)
 
 
 # --------------------------------------------------------------------------------------
@@ -394,7 +374,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         if source != SOURCE_TAP:
             raise PluginError("slo_class is a label of the tap's series only", "slo_class",
                               'use models: "<globs>" to pick requests at the engine, or source: "tap"')
-        matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
+        matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", slo_class)] + matchers
         base[c.LABEL_SLO_CLASS] = slo_class
     matchers = matchers + model_m
     plugin_options = dict(opts.raw)
@@ -403,11 +383,11 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         if measured != threshold:  # rounded: everything downstream (runbooks, dashboards) shows what is measured
             plugin_options.update(threshold=be.edge_text(measured), threshold_as_written=opts.get("threshold"))
             threshold = measured
-    le = (c.LABEL_LE, "=~", promql_string(le_regex(threshold)))
-    count_sel = selector(family.count(), matchers)
-    bucket_sel = selector(family.bucket(), matchers + [le])
-    count = aggregate(rate(count_sel), by)
-    good = aggregate(rate(bucket_sel), by)
+    le = promql.matcher(c.LABEL_LE, "=~", le_regex(threshold))
+    count_sel = rule_selector(family.count(), matchers)
+    bucket_sel = rule_selector(family.bucket(), matchers + [le])
+    count = aggregate(promql.rate(count_sel), by)
+    good = aggregate(promql.rate(bucket_sel), by)
     error_query, total_query = f"{count}\n-\n{good}", count
     fixtures: tuple[SeriesFixture, ...] = ()
     labels = _fixture_labels(base, matchers, by)
@@ -417,7 +397,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
             SeriesFixture(family.bucket(), {**labels, c.LABEL_LE: le_label(threshold)}, "good"),
         )
     if source == SOURCE_TAP:
-        error_query, total_query = _with_late(count, good, aggregate(rate(late_selector(matchers)), by))
+        error_query, total_query = _with_late(count, good, aggregate(promql.rate(late_selector(matchers)), by))
         if labels is not None:
             fixtures += late_fixtures(c.TAP_REQUESTS.name, labels)
     return EventsSLI(
@@ -454,14 +434,14 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
         opts.number(name, lo=0)
     by = opts.by()
     model_l: dict[str, str] = {}  # `models` maps requests to this class in the tap; slo_class applies it here
-    matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + opts.matchers()
+    matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", slo_class)] + opts.matchers()
     # Every outcome but the neutral ones: the bad ones (a deadline hit, a client that gave up) count
     # in the total and never as good, so a hung engine burns goodput at a ratio of 1.
     neutral = any_of(c.TAP_NEUTRAL_OUTCOMES)
-    total_sel = selector(c.TAP_REQUESTS.name, matchers + [(c.LABEL_OUTCOME, "!~", neutral)])
-    good_sel = selector(c.GOODPUT_REQUESTS.name, matchers)
-    total = aggregate(rate(total_sel), by)
-    good = aggregate(rate(good_sel), by)
+    total_sel = rule_selector(c.TAP_REQUESTS.name, matchers + [Matcher(c.LABEL_OUTCOME, "!~", neutral)])
+    good_sel = rule_selector(c.GOODPUT_REQUESTS.name, matchers)
+    total = aggregate(promql.rate(total_sel), by)
+    good = aggregate(promql.rate(good_sel), by)
     fixtures: tuple[SeriesFixture, ...] = ()
     labels = _fixture_labels({c.LABEL_SLO_CLASS: slo_class, **model_l}, opts.matchers(), by)
     if labels is not None:
@@ -495,7 +475,7 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
                               "remove it; the tap's bad outcomes are fixed: " + ", ".join(c.TAP_BAD_OUTCOMES))
         slo_class = opts.get("slo_class")
         if slo_class:
-            matchers = [(c.LABEL_SLO_CLASS, "=", promql_string(slo_class))] + matchers
+            matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", slo_class)] + matchers
             base[c.LABEL_SLO_CLASS] = slo_class
         metric = c.TAP_REQUESTS.name
         label = c.LABEL_OUTCOME
@@ -514,8 +494,8 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
         label = c.LABEL_REASON
         neutral = ()
         good_value = next(r for r in c.FINISHED_REASONS if r not in bad)
-    bad_sel = selector(metric, matchers + [(label, "=~", any_of(bad))])
-    total_sel = selector(metric, matchers + ([(label, "!~", any_of(neutral))] if neutral else []))
+    bad_sel = rule_selector(metric, matchers + [Matcher(label, "=~", any_of(bad))])
+    total_sel = rule_selector(metric, matchers + ([Matcher(label, "!~", any_of(neutral))] if neutral else []))
     fixtures: tuple[SeriesFixture, ...] = ()
     labels = _fixture_labels(base, opts.matchers(), by)
     if labels is not None:
@@ -526,8 +506,8 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
         if source == SOURCE_TAP:
             fixtures += late_fixtures(metric, labels)
     return EventsSLI(
-        error_query=aggregate(rate(bad_sel), by),
-        total_query=aggregate(rate(total_sel), by),
+        error_query=aggregate(promql.rate(bad_sel), by),
+        total_query=aggregate(promql.rate(total_sel), by),
         sources=(total_sel,),
         fixtures=fixtures,
         plugin=AVAILABILITY,
@@ -548,8 +528,8 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
     by = opts.by()
     model_m, model_l = _model_matchers(opts)
     matchers = opts.matchers() + model_m
-    usage_sel = selector(c.KV_CACHE_USAGE.name, matchers)
-    aux_sel = f'{c.SLO.KV_SATURATED}{{{c.SLO.LABEL_ID}="{promql_string(req.slo_id)}"}}'
+    usage_sel = rule_selector(c.KV_CACHE_USAGE.name, matchers)
+    aux_sel = f'{c.SLO.KV_SATURATED}{{{c.SLO.LABEL_ID}="{quote(req.slo_id)}"}}'
     aux = RecordingRule(
         record=c.SLO.KV_SATURATED,
         expr=f"{usage_sel} > bool {threshold!r}",
@@ -561,8 +541,8 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
         fixtures = (SeriesFixture(c.KV_CACHE_USAGE.name, labels, "gauge", good_value=round(threshold * 0.6, 6),
                                   bad_value=round(threshold + (1 - threshold) * 0.5, 6)),)
     return EventsSLI(
-        error_query=aggregate(f"sum_over_time({aux_sel}[{{{{.window}}}}])", by),
-        total_query=aggregate(f"count_over_time({aux_sel}[{{{{.window}}}}])", by),
+        error_query=aggregate(f"sum_over_time({aux_sel}[{promql.WINDOW}])", by),
+        total_query=aggregate(f"count_over_time({aux_sel}[{promql.WINDOW}])", by),
         aux_rules=(aux,),
         sources=(usage_sel,),
         fixtures=fixtures,

@@ -17,9 +17,9 @@ from __future__ import annotations
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from slogen.durations import MINUTE
-from slogen.generators.capacity import CapacityOptions
-from slogen.generators.health import HealthAlert
-from slogen.generators.health_tests import CLUSTER, STEP, expand
+from slogen.rules.capacity import CapacityOptions
+from slogen.rules.health import HealthAlert
+from slogen.promtests.health_tests import CLUSTER, STEP, expand
 from slogen.gofmt import go_g, label_filter
 
 BLOCK = 16

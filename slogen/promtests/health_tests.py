@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE
-from slogen.generators.health import HealthAlert, HealthOptions
+from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.gofmt import go_g, label_filter
 
 STEP = "1m"

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slogen.generators.alerts import low_traffic_tier
-from slogen.generators.options import SLOContext
-from slogen.generators.sli import windows as sli_windows
-from slogen.generators.tiers import page_min_bad_events
+from slogen.rules.alerts import low_traffic_tier
+from slogen.rules.options import SLOContext
+from slogen.rules.sli import windows as sli_windows
+from slogen.rules.tiers import page_min_bad_events
 from slogen.model import Tier
 
 ROBUST_MARGIN = 0.05  # a checkpoint is robust when no deciding ratio is within 5% of its threshold

@@ -18,7 +18,7 @@ Sloth events SLIs of the form `sum(rate(metric{...}[{{.window}}]))`), these scen
   * no data: no source series, so the no-data alert fires after its `for`; and, per cluster
     (the SLI's `by`, or the `cluster` of its sources when it sums them), one cluster of two going
     dark fires it for that cluster only.
-Expectations come from generators/simulate.py, and each check is placed on both sides of a
+Expectations come from promtests/simulate.py, and each check is placed on both sides of a
 tier's transition at steps where no deciding ratio is within 5% of its threshold, so the tests
 pin the firing and resolving times to one evaluation interval without being brittle.
 """
@@ -31,12 +31,12 @@ from dataclasses import dataclass, replace
 
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
-from slogen.generators import SLOResult
-from slogen.generators.alerts import (kept_labels, low_traffic_tier, no_data_alert_name, no_data_lookback,
+from slogen.rules import SLOResult
+from slogen.rules.alerts import (kept_labels, low_traffic_tier, no_data_alert_name, no_data_lookback,
                                      no_data_scope, no_data_selectors, sli_by)
-from slogen.generators.bucket_alerts import bucket_edge_tests
-from slogen.generators.simulate import Simulation, simulate
-from slogen.generators.tiers import page_min_bad_events
+from slogen.rules.bucket_alerts import bucket_edge_tests
+from slogen.promtests.simulate import Simulation, simulate
+from slogen.rules.tiers import page_min_bad_events
 from slogen.gofmt import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from slogen.plugins.llm import PluginError, parse_selector
@@ -87,7 +87,7 @@ def service_tests(results: list[SLOResult], rule_file: str, step: int | None = N
             skipped.append(SkippedSLO(r.slo.id, reason))
             continue
         tests += _slo_tests(r, fixtures, step, history)
-        tests += bucket_edge_tests(r, step)  # generators/bucket_alerts.py: a cluster without the threshold's bucket
+        tests += bucket_edge_tests(r, step)  # rules/bucket_alerts.py: a cluster without the threshold's bucket
     if not tests:
         return None, skipped
     # Evaluate groups in file order (SLI, metadata, alerts per SLO), so alerts see the ratios

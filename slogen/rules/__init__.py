@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slogen import plugins
-from slogen.generators.alerts import alert_rules
-from slogen.generators.bucket_alerts import bucket_edge_groups
-from slogen.generators.metadata import meta_rules
-from slogen.generators.options import GenOptions, SLOContext
-from slogen.generators.sli import sli_rules
-from slogen.generators.tiers import resolve
+from slogen.rules.alerts import alert_rules
+from slogen.rules.bucket_alerts import bucket_edge_groups
+from slogen.rules.metadata import meta_rules
+from slogen.rules.options import GenOptions, SLOContext
+from slogen.rules.sli import sli_rules
+from slogen.rules.tiers import resolve
 from slogen.model import SLO, RuleGroup, SLORules
 
 EXTRA_GROUP_PREFIX = "sloth-slo-extra-rules-"

@@ -21,9 +21,9 @@ import re
 from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
-from slogen.generators.options import SLOContext, dec
-from slogen.generators.links import dashboard_url, slo_dashboard_uid
-from slogen.generators.tiers import page_min_bad_events
+from slogen.rules.options import SLOContext, dec
+from slogen.links import dashboard_url, slo_dashboard_uid
+from slogen.rules.tiers import page_min_bad_events
 from slogen.gofmt import go_g, label_filter
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
 

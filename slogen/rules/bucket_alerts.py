@@ -35,8 +35,8 @@ from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
-from slogen.generators.alerts import SEVERITY, runbook_url, slo_dashboard_link
-from slogen.generators.options import SLOContext
+from slogen.rules.alerts import SEVERITY, runbook_url, slo_dashboard_link
+from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_kinds, engine_latency_selectors, le_label, parse_selector
 

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE, format_duration
-from slogen.generators.alerts import SEVERITY, runbook_url
-from slogen.generators.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
-from slogen.generators.views import AlertView
+from slogen.rules.alerts import SEVERITY, runbook_url
+from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.gofmt import go_g
 from slogen.model import Rule, RuleGroup
 
@@ -186,9 +185,3 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
 
 def health_group(alerts: list[HealthAlert]) -> RuleGroup:
     return RuleGroup(H.GROUP, [a.rule for a in alerts])
-
-
-def alert_views(alerts: list[HealthAlert]) -> list[AlertView]:
-    """What the runbook generator needs of each health alert (`kind` is its runbook topic)."""
-    return [AlertView(a.rule.alert, a.topic, labels=dict(a.rule.labels), summary=a.runbook_summary,
-                      condition=a.condition, for_=a.rule.for_) for a in alerts]

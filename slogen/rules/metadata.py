@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration, hours
-from slogen.generators.options import SLOContext, dec
+from slogen.rules.options import SLOContext, dec
 from slogen.gofmt import go_f, go_g, label_filter
 from slogen.model import Rule, RuleGroup
 

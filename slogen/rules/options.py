@@ -9,7 +9,7 @@ from typing import Mapping
 from slogen import VERSION_LABEL
 from slogen.durations import DAY
 from slogen.loaders.windows import BUILTIN
-from slogen.generators.links import DEFAULT_GRAFANA_URL
+from slogen.links import DEFAULT_GRAFANA_URL
 from slogen.model import SLO, AlertWindows, Tier
 
 DEFAULT_RUNBOOK_BASE_URL = "https://runbooks.example.com/llmslo"

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
-from slogen.generators.options import SLOContext
-from slogen.generators.tiers import guard_windows
+from slogen.rules.options import SLOContext
+from slogen.rules.tiers import guard_windows
 from slogen.gofmt import label_filter
 from slogen.loaders.common import WINDOW_TPL_RE
 from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup

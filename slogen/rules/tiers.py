@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from slogen.durations import DAY, format_duration
 from slogen.errors import SpecError
-from slogen.generators.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
+from slogen.rules.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 from slogen.model import SLO, EventsSLI, RawSLI, Tier
 
 

@@ -15,12 +15,12 @@ import yaml
 
 from llmslo import conventions as c
 from slogen.build import BuildOptions, build as slogen_build, prometheus_rule_path
-from slogen.generators.artifacts import artifact_generator
-from slogen.generators.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
-from slogen.generators.grafana import iter_queries
-from slogen.generators.keda import OUTPUT as KEDA_OUTPUT
-from slogen.generators.options import GenOptions
-from slogen.generators.promql_names import metric_names
+from slogen.artifacts.files import artifact_generator
+from slogen.artifacts.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
+from tests.helpers.dashboards import iter_queries
+from slogen.artifacts.keda import OUTPUT as KEDA_OUTPUT
+from slogen.rules.options import GenOptions
+from tests.helpers.promql_names import metric_names
 
 BASE_URL = "https://git.example.com/llm/blob/main"
 
@@ -153,7 +153,7 @@ def test_slo_series_read_by_artifacts_are_recorded_rules(build):
             for obj in yaml.safe_load_all(text):
                 for trigger in (obj or {}).get("spec", {}).get("triggers", []):
                     reads.setdefault(path, set()).update(metric_names(trigger["metadata"]["query"]))
-    from slogen.generators.capacity import CapacityOptions, recording_rules
+    from slogen.rules.capacity import CapacityOptions, recording_rules
 
     exported = {c.PROM_ALERTS} | {r.record for r in recording_rules(CapacityOptions())}  # llmslo-capacity's records
     for m in c.ALL_METRICS:
@@ -206,7 +206,7 @@ def test_the_tap_reads_the_configmap_it_mounts(build, tmp_path):
 def test_no_health_alerts_option_drops_their_files(build):
     import dataclasses
 
-    from slogen.generators.health import HealthOptions
+    from slogen.rules.health import HealthOptions
 
     (root, options, catalog), _, files = build
     without = dataclasses.replace(options, health=HealthOptions(enabled=False))

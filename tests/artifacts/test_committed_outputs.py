@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from slogen.build import BuildOptions, compile_catalog
-from slogen.generators.artifacts import artifact_generator
+from slogen.artifacts.files import artifact_generator
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from llmslo import conventions as c
-from slogen.generators import dashboards as d
-from slogen.generators.grafana import iter_queries, variable_series
-from slogen.generators.promql_names import metric_names
+from slogen.artifacts import dashboards as d
+from tests.helpers.dashboards import iter_queries, variable_series
+from tests.helpers.promql_names import metric_names
 
 # Grafana's variables, replaced by what Grafana would send, so Prometheus can parse the queries.
 GRAFANA_MACROS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "1m"}
@@ -30,7 +30,7 @@ def defined_names(slos) -> set[str]:
         names |= {m.bucket(), m.count(), m.sum()} if m.kind == "histogram" else {m.name}
     names |= {c.SLO.OBJECTIVE, c.SLO.ERROR_BUDGET, c.SLO.TIME_PERIOD_DAYS, c.SLO.CURRENT_BURN_RATE,
               c.SLO.PERIOD_BURN_RATE, c.SLO.PERIOD_ERROR_BUDGET_REMAINING, c.SLO.INFO}
-    from slogen.generators.capacity import CapacityOptions, recording_rules
+    from slogen.rules.capacity import CapacityOptions, recording_rules
 
     names |= {r.record for r in recording_rules(CapacityOptions())}  # alerts/llmslo-capacity.rules.yaml
     for slo in slos:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from slogen.autoscaling import load_text
-from slogen.generators import hpa, keda
+from slogen.artifacts import hpa, keda
 from tests.artifacts.test_keda import SPEC
 
 K8S_VERSIONS = ("1.30", kubernetes_validate.utils.latest_version())

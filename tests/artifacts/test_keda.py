@@ -11,8 +11,8 @@ import yaml
 
 from llmslo import conventions as c
 from slogen.autoscaling import AutoscalingError, load_paths, load_text
-from slogen.generators import keda
-from slogen.generators.promql_names import metric_names
+from slogen.artifacts import keda
+from tests.helpers.promql_names import metric_names
 
 SPEC = """
 version: "llmslo/autoscaling/v1"
@@ -223,7 +223,7 @@ pools:
 def test_kv_seats_trigger_beside_queue_depth_in_keda_and_hpa(promtool, tmp_path, crd):
     """Seats wanted over the pool's recorded p99 seats, a `Value` with target 1: 8 wanted, 4 free -> 2 (double);
     none free -> 80 (as fast as scale_up allows); no seats series (no capacity rules, no traffic) -> 0."""
-    from slogen.generators import hpa
+    from slogen.artifacts import hpa
 
     pools = load_text(SEATS_SPEC, "autoscaling/pools.yaml").pools
     objects = [o for o in yaml.safe_load_all(keda.keda_files(pools, [])[keda.OUTPUT]) if o]

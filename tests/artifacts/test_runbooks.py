@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.generators import runbooks as rb
-from slogen.generators.promql_names import metric_names
-from slogen.generators.views import AlertView
+from slogen.artifacts import runbooks as rb
+from tests.helpers.promql_names import metric_names
+from slogen.artifacts.views import AlertView
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["Meaning", "Impact", "Diagnosis", "Mitigation"]
@@ -139,10 +139,11 @@ def test_rendering_is_deterministic(files, sample_alerts):
 
 @pytest.fixture
 def health_files() -> dict[str, str]:
-    from slogen.generators import health
+    from slogen.artifacts.views import health_alert_views
+    from slogen.rules import health
 
     alerts = health.health_alerts(health.HealthOptions(), "https://runbooks.example.com")
-    return rb.runbook_files(health.alert_views(alerts))
+    return rb.runbook_files(health_alert_views(alerts))
 
 
 def test_health_runbooks_have_the_sections_and_their_condition(health_files, check_exprs):

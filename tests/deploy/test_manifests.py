@@ -253,7 +253,7 @@ def test_dockerfile_runs_the_exporter_as_a_non_root_user():
 
 
 def test_every_deployed_alert_has_a_runbook_in_the_repository(built):
-    from slogen.generators.alerts import runbook_path
+    from slogen.rules.alerts import runbook_path
 
     rules = find(built["production"], "PrometheusRule")
     alerts = [r for obj in rules for g in obj["spec"]["groups"] for r in g["rules"] if "alert" in r]

@@ -1,9 +1,8 @@
 """Pull the metric names out of a PromQL expression.
 
 Why: every query slogen writes into a dashboard, a KEDA trigger or a runbook must name only
-series that the exporter, the tap or the generated rules produce. Tests (and `slogen build`'s
-own check) parse the names back out and compare them with `llmslo.conventions` and the
-generated recording rules, so a rename or a typo fails loudly instead of drawing an empty panel.
+series that the exporter, the tap or the generated rules produce. Tests parse the names back
+out and compare them with `llmslo.conventions` and the generated recording rules, so a rename or a typo fails loudly instead of drawing an empty panel.
 
 This is a tokenizer, not a full parser: it understands strings, label matchers `{...}`, range
 and subquery brackets `[...]`, grouping clauses (`by`, `without`, `on`, `ignoring`,

@@ -29,8 +29,8 @@ from demo.webhook import Notification, WebhookReceiver
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
 from slogen.build import BuildOptions, build
 from slogen.durations import DAY, MINUTE, SECOND
-from slogen.generators.alertmanager import ALERTMANAGER_FILE, alertmanager_config
-from slogen.generators.options import GenOptions
+from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config
+from slogen.rules.options import GenOptions
 from slogen.model import AlertWindow, AlertWindows
 
 pytestmark = pytest.mark.integration

@@ -21,12 +21,12 @@ import yaml
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as c
 from slogen.autoscaling import load_paths as load_autoscaling
-from slogen.generators import generate
-from slogen.generators.dashboards import dashboard_files
-from slogen.generators.grafana import iter_queries
-from slogen.generators.keda import keda_files
-from slogen.generators.options import GenOptions
-from slogen.generators.views import from_context
+from slogen.rules import generate
+from slogen.artifacts.dashboards import dashboard_files
+from tests.helpers.dashboards import iter_queries
+from slogen.artifacts.keda import keda_files
+from slogen.rules.options import GenOptions
+from slogen.artifacts.views import from_context
 from slogen.loaders import load_paths
 from slogen.writers import rule_file
 

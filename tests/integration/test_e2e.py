@@ -26,7 +26,7 @@ from demo.procs import live_children_of, live_processes_in_groups
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
-from slogen.generators.links import slo_dashboard_uid
+from slogen.links import slo_dashboard_uid
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from demo.alertmanager import (AlertmanagerTimers, PAGE_ROUTE, TICKET_ROUTE, bui
                                write_config)
 from demo.procs import StartError, Supervisor, live_processes_in_groups
 from demo.prometheus import PrometheusTimers, build_config as prom_config
-from slogen.generators.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER
+from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER
 
 REPO = Path(__file__).resolve().parents[2]
 

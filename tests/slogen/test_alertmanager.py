@@ -16,9 +16,9 @@ from llmslo import conventions as c
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
 from slogen.build import BuildOptions, build
 from slogen.cli import main
-from slogen.generators.alertmanager import (ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER, alertmanager_config,
+from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER, alertmanager_config,
                                             timers)
-from slogen.generators.options import GenOptions
+from slogen.rules.options import GenOptions
 from slogen.loaders.windows import BUILTIN, load_catalog_path
 from slogen.durations import DAY, format_duration
 

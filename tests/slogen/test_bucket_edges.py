@@ -27,9 +27,10 @@ from llmslo import conventions as c
 from slogen.build import BuildOptions, build, rule_files, rule_tests, rules_path
 from slogen.build import tests_path as service_tests_path
 from slogen.errors import SpecErrors
-from slogen.generators import generate, views
-from slogen.generators.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
-from slogen.generators.options import GenOptions
+from slogen.rules import generate
+from slogen.artifacts import views
+from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
+from slogen.rules.options import GenOptions
 from slogen.loaders import load_paths
 from slogen.plugins import PluginError, SLIPluginRequest, sli_plugin
 from slogen.plugins.llm import LATENCY_METRICS, le_regex
@@ -275,7 +276,7 @@ def test_the_alert_gets_its_own_runbook():
     results = _results("on-edge.yaml")
     (view,) = [v for v in views.alert_views(results) if v.kind == views.ALERT_BUCKET_EDGE]
     assert view.name == "EdgesTTFTOnEdgeBudgetBurnThresholdNotABucketEdge" and not view.tiers
-    from slogen.generators.runbooks import render_runbook
+    from slogen.artifacts.runbooks import render_runbook
 
     text = render_runbook(view)
     assert "unless ignoring (le)" in text and "count by (cluster, engine, le)" in text

@@ -20,7 +20,7 @@ from slogen.build import BuildOptions, capacity_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors
-from slogen.generators.capacity import CapacityOptions, capacity_alerts, capacity_group
+from slogen.rules.capacity import CapacityOptions, capacity_alerts, capacity_group
 from slogen.gofmt import label_filter
 from slogen.writers import rule_file
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES

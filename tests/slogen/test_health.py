@@ -14,10 +14,10 @@ from slogen.build import BuildOptions, build, health_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors
-from slogen.generators.alerts import runbook_path
-from slogen.generators.health import HealthOptions
-from slogen.generators.options import GenOptions
-from slogen.generators.promql_names import metric_names
+from slogen.rules.alerts import runbook_path
+from slogen.rules.health import HealthOptions
+from slogen.rules.options import GenOptions
+from tests.helpers.promql_names import metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = f"alerts/{c.HEALTH.GROUP}.rules.yaml"

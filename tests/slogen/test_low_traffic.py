@@ -14,10 +14,11 @@ import yaml
 
 from slogen.cli import main
 from slogen.durations import parse_duration
-from slogen.generators import generate
-from slogen.generators.options import DEFAULT_PAGE_MIN_BAD_EVENTS, GenOptions
-from slogen.generators.tests import service_tests
-from slogen.loaders import load_path, load_paths
+from slogen.rules import generate
+from slogen.rules.options import DEFAULT_PAGE_MIN_BAD_EVENTS, GenOptions
+from slogen.promtests.slo_tests import service_tests
+from slogen.loaders import load_paths
+from tests.helpers.specs import load_path
 from slogen.writers import rule_file
 from slogen.yamlio import dump
 

@@ -7,9 +7,9 @@ import textwrap
 import pytest
 
 from slogen.errors import SpecErrors
-from slogen.generators import generate
-from slogen.generators.options import GenOptions
-from slogen.loaders import load_path
+from slogen.rules import generate
+from slogen.rules.options import GenOptions
+from tests.helpers.specs import load_path
 from slogen.model import EventsSLI, RatioSLI, RawSLI
 
 V1 = """\

@@ -13,10 +13,10 @@ import yaml
 from llmslo import conventions as c
 from slogen.durations import SECOND
 from slogen.generate import generate_file
-from slogen.generators import generate
-from slogen.generators.options import GenOptions
-from slogen.generators.tests import service_tests
-from slogen.loaders import load_path
+from slogen.rules import generate
+from slogen.rules.options import GenOptions
+from slogen.promtests.slo_tests import service_tests
+from tests.helpers.specs import load_path
 from slogen.writers import rule_file
 from slogen.yamlio import dump
 

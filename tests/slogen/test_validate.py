@@ -8,7 +8,8 @@ import pytest
 
 from slogen.cli import main
 from slogen.errors import SpecErrors
-from slogen.loaders import load_path, load_paths
+from slogen.loaders import load_paths
+from tests.helpers.specs import load_path
 
 
 def test_every_good_fixture_is_accepted(sloth_testdata, capsys):

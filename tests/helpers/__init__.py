@@ -1,0 +1,1 @@
+"""Helpers only tests use: reading generated outputs back (PromQL names, dashboard queries) and loading specs."""
