@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from exporter.adapters import sglang, tap, tgi, trtllm_serve, trtllm_triton, vllm
 from exporter.adapters.base import Adapter
 from exporter.model import MetricFamily
-from llmslo.conventions import VLLM
 
 __all__ = ["ADAPTERS", "WANT_ALL", "Adapter", "detect", "get"]
 
@@ -21,17 +20,7 @@ ADAPTERS: dict[str, Adapter] = {
 }
 
 WANT_ALL: frozenset[str] = frozenset().union(*(a.wanted for a in ADAPTERS.values()))
-
-# Family-name prefixes that identify an engine. Triton is recognized by its TRT-LLM backend gauges,
-# not by `nv_inference_*`, which every Triton model has.
-_PREFIXES = (
-    (VLLM.PREFIX, vllm.KIND),
-    ("sglang:", sglang.KIND),
-    ("tgi_", tgi.KIND),
-    ("nv_trt_llm_", trtllm_triton.KIND),
-    ("trtllm_", trtllm_serve.KIND),
-)
-
+_DETECTABLE = tuple(a for a in ADAPTERS.values() if a.detect_prefixes or a.detect_names)
 
 def get(kind: str) -> Adapter:
     """The adapter for an engine kind; a KeyError names the kinds that exist."""
@@ -42,16 +31,16 @@ def get(kind: str) -> Adapter:
 
 
 def detect(families: Mapping[str, MetricFamily]) -> str | None:
-    """The engine kind whose families are on the page (the one with most of them), or None."""
+    """The engine kind whose families are on the page (the one with most of them), or None.
+
+    Each adapter declares the family names that are its own (`Adapter.claims`); they do not overlap.
+    """
     counts: dict[str, int] = {}
     for name in families:
-        for prefix, kind in _PREFIXES:
-            if name.startswith(prefix):
-                counts[kind] = counts.get(kind, 0) + 1
+        for adapter in _DETECTABLE:
+            if adapter.claims(name):
+                counts[adapter.kind] = counts.get(adapter.kind, 0) + 1
                 break
-        else:
-            if name in tap.WANTED:
-                counts[tap.KIND] = counts.get(tap.KIND, 0) + 1
     if not counts:
         return None
     return max(counts, key=lambda kind: counts[kind])

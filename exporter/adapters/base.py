@@ -21,11 +21,18 @@ AdaptFn = Callable[[Mapping[str, MetricFamily], Mapping[str, str]], list[NormSam
 
 @dataclass(frozen=True)
 class Adapter:
-    """One engine kind: the family names it reads (so the parser can skip the rest) and its pure mapping."""
+    """One engine kind: the family names it reads (so the parser can skip the rest), its pure mapping, and the
+    family names that identify it on a page (for `engine: auto`): each adapter says what is its own."""
 
     kind: str
     wanted: frozenset[str]
     adapt: AdaptFn
+    detect_prefixes: tuple[str, ...] = ()  # family-name prefixes only this engine writes
+    detect_names: frozenset[str] = frozenset()  # or whole family names, where the engine has no prefix of its own
+
+    def claims(self, family: str) -> bool:
+        """Whether a family of this name says the page is this engine's."""
+        return family.startswith(self.detect_prefixes) or family in self.detect_names
 
 
 # ------------------------------------------------------------------------------------------

@@ -189,4 +189,4 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     return out.samples()
 
 
-ADAPTER = Adapter(KIND, WANTED, adapt)
+ADAPTER = Adapter(KIND, WANTED, adapt, detect_prefixes=(P,))

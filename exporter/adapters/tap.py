@@ -38,4 +38,4 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     return out.samples()
 
 
-ADAPTER = Adapter(KIND, WANTED, adapt)
+ADAPTER = Adapter(KIND, WANTED, adapt, detect_names=WANTED)  # the tap's names share the llm_ prefix

@@ -142,4 +142,5 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     return out.samples()
 
 
-ADAPTER = Adapter(KIND, WANTED, adapt)
+# Recognized by its TRT-LLM backend gauges, not by `nv_inference_*`, which every Triton model has.
+ADAPTER = Adapter(KIND, WANTED, adapt, detect_prefixes=("nv_trt_llm_",))

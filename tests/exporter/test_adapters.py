@@ -170,6 +170,15 @@ def test_registry_kinds_want_all_and_get():
         adapters.get("llamacpp")
 
 
+def test_each_adapter_declares_its_own_families_and_no_two_claim_one():
+    """Detection lives with each adapter (Adapter.claims): every engine claims the families it reads, only its own."""
+    for adapter in adapters.ADAPTERS.values():
+        claimed = {name for name in adapters.WANT_ALL if adapter.claims(name)}
+        assert claimed and claimed <= adapter.wanted, adapter.kind
+        others = [a.kind for a in adapters.ADAPTERS.values() if a is not adapter and any(a.claims(n) for n in claimed)]
+        assert not others, (adapter.kind, others)
+
+
 def test_detect_returns_none_for_a_page_of_no_known_engine():
     assert adapters.detect(parse("# TYPE node_load1 gauge\nnode_load1 0.5\n")) is None
     assert adapters.detect({}) is None
