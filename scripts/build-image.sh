@@ -67,6 +67,7 @@ ca=${ca:-${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.c
 index=${PIP_INDEX_URL:-$(host_pip config get global.index-url 2>/dev/null || true)}
 
 args=(--layers --isolation "$BUILDAH_ISOLATION" -f deploy/Dockerfile -t "$IMAGE"
+      --ignorefile deploy/Dockerfile.dockerignore
       --build-arg "PYTHON_IMAGE=$base" --secret "id=pip-ca,src=$ca")
 [ -n "$index" ] && args+=(--build-arg "PIP_INDEX_URL=$index")
 echo "build-image: buildah bud $IMAGE from $base (pip CA: $ca${index:+, index: $index})" >&2
