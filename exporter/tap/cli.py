@@ -20,18 +20,11 @@ import ssl
 import sys
 from collections.abc import Sequence
 
-from exporter.tap.admission import (
-    DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, Admission, non_negative_float,
-    non_negative_int, poll_seconds,
-)
+from exporter.tap.admission import Admission
 from exporter.tap.classes import SloConfigError, load_slo_config
-from exporter.tap.deadlines import (
-    FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S, DeadlineError, derive_deadlines,
-)
-from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
-from exporter.tap.proxy import (
-    DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES, TapSettings,
-)
+from exporter.tap.deadlines import DeadlineError, derive_deadlines
+from exporter.tap.options import add_arguments
+from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
 
 log = logging.getLogger("llmslo.tap")
@@ -40,151 +33,6 @@ DESCRIPTION = (
     "Relay an OpenAI-compatible engine unchanged while timing every completion (TTFT, TPOT, E2E) "
     "and counting goodput per SLO class; the tap's metrics are served on --metrics-listen."
 )
-
-
-def host_port(value: str) -> tuple[str, int]:
-    """HOST:PORT, [IPv6]:PORT or :PORT (all interfaces); port 0 picks a free port."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 0.0.0.0:8001)")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-def metrics_address(value: str) -> tuple[str, int] | str:
-    """HOST:PORT as for --listen, or unix:PATH (a unix socket; unix:@NAME is Linux's abstract
-    namespace, no file at all: what the workers of --workers serve their metrics on)."""
-    if value.startswith("unix:") and len(value) > 5:
-        path = value[5:]
-        return "\0" + path[1:] if path.startswith("@") else path
-    return host_port(value)
-
-
-def positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
-    return n
-
-
-def positive_float(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = 0.0
-    if not x > 0 or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return x
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Every tap option. `--workers` re-creates them for its worker processes from this list."""
-    p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="where clients connect")
-    p.add_argument("--upstream", required=True, metavar="URL", help="the engine's base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument(
-        "--metrics-listen", type=metrics_address, required=True, metavar="HOST:PORT",
-        help="where the tap serves its /metrics (or unix:PATH)",
-    )
-    p.add_argument(
-        "--workers", type=positive_int, default=1, metavar="N",
-        help="relay in N processes sharing the proxy port (one core each); /metrics sums them (default 1)",
-    )
-    p.add_argument(
-        "--reuse-port", action="store_true",
-        help="bind the proxy port with SO_REUSEPORT, so that several processes share it (--workers does this)",
-    )
-    p.add_argument(
-        "--upstream-ca", default="", metavar="FILE",
-        help="PEM certificates to trust for an https:// upstream (default: the system's CAs)",
-    )
-    p.add_argument(
-        "--slo", action="extend", nargs="+", default=[], metavar="FILE",
-        help="SLO YAML files or directories (repeatable): goodput classes and tap latency thresholds",
-    )
-    p.add_argument(
-        "--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
-        help=f"reject larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})",
-    )
-    p.add_argument(
-        "--no-inject-usage", action="store_true",
-        help="never add stream_options.include_usage upstream; n_out then counts chunks (usage_source=chunks)",
-    )
-    p.add_argument(
-        "--models-refresh", type=refresh_seconds, default=DEFAULT_REFRESH_S, metavar="SECONDS",
-        help="read the upstream's GET /v1/models this often: only the names it lists, or that a class's model "
-        f"globs match, become model label values (0: never read it, globs only; default {DEFAULT_REFRESH_S:g})",
-    )
-    p.add_argument(
-        "--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-        help="auto: uvloop when installed (less CPU and a shorter tail per relayed chunk), else asyncio's own",
-    )
-    p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
-    p.add_argument(
-        "--first-token-timeout", type=positive_float, default=None, metavar="SECONDS",
-        help=f"end a streamed completion with no output event after this long as upstream_timeout (504, or the "
-             f"stream broken off); default: {FIRST_TOKEN_FLOOR_S:g} s or {MULTIPLE:g}x the largest TTFT objective",
-    )
-    p.add_argument(
-        "--stall-timeout", type=positive_float, default=None, metavar="SECONDS",
-        help=f"end a completion whose response stops flowing for this long as upstream_timeout; default: "
-             f"{STALL_FLOOR_S:g} s or {MULTIPLE:g}x the largest TPOT objective",
-    )
-    p.add_argument(
-        "--response-timeout", type=positive_float, default=None, metavar="SECONDS",
-        help=f"answer 504 when any other request has no response head after this long; default: "
-             f"{RESPONSE_FLOOR_S:g} s or {MULTIPLE:g}x the largest TTFT or E2E objective",
-    )
-    p.add_argument(
-        "--trust-slo-headers", action="store_true",
-        help="honour the x-slo-class, x-slo-ttft-ms and x-slo-tpot-ms request headers (off by default: any "
-             "client could otherwise choose the objectives its own requests are judged by)",
-    )
-    p.add_argument(
-        "--max-connections", type=positive_int, default=None, metavar="N",
-        help="refuse client connections beyond N with 503 (default: half the open-file limit, which the tap "
-             "raises to its hard limit at start, less a reserve)",
-    )
-    p.add_argument(
-        "--head-timeout", type=positive_float, default=DEFAULT_HEAD_TIMEOUT_S, metavar="SECONDS",
-        help=f"a request head must arrive whole within this long; trickling bytes do not extend it "
-             f"(default {DEFAULT_HEAD_TIMEOUT_S:g})",
-    )
-    p.add_argument(
-        "--max-buffered-body-bytes", type=positive_int, default=DEFAULT_MAX_BUFFERED_BODY_BYTES, metavar="N",
-        help=f"answer 503 to a request whose body would take the bodies held by the tap over N bytes "
-             f"(default {DEFAULT_MAX_BUFFERED_BODY_BYTES})",
-    )
-    p.add_argument(
-        "--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
-        help="close a client connection with no request in flight after this long without a byte (default 75)",
-    )
-    p.add_argument(
-        "--admission", action="store_true",
-        help="KV admission: read the engine's /metrics (vLLM names) and answer new completions 429 with Retry-After "
-             "while its seats at p99 context are under --admission-min-seats or its queue is over "
-             "--admission-max-queue; requests already admitted are never touched; an unreadable engine is admitted to",
-    )
-    p.add_argument(
-        "--admission-min-seats", type=non_negative_float, default=DEFAULT_MIN_SEATS, metavar="SEATS",
-        help=f"refuse while free KV tokens / p99 request footprint is under this (default {DEFAULT_MIN_SEATS:g})",
-    )
-    p.add_argument(
-        "--admission-max-queue", type=non_negative_int, default=DEFAULT_MAX_QUEUE, metavar="N",
-        help=f"refuse while the engine has more than N requests waiting (default {DEFAULT_MAX_QUEUE})",
-    )
-    p.add_argument(
-        "--admission-poll-interval", type=poll_seconds, default=DEFAULT_POLL_S, metavar="SECONDS",
-        help=f"read the engine's /metrics this often for admission (default {DEFAULT_POLL_S:g})",
-    )
-    p.add_argument(
-        "--admission-footprint", type=positive_int, default=DEFAULT_FALLBACK_FOOTPRINT, metavar="TOKENS",
-        help="the p99 request footprint (prompt + output tokens) to assume until the engine's request token "
-             f"histograms have a finished request (default {DEFAULT_FALLBACK_FOOTPRINT})",
-    )
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -313,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     fd_limit = raise_fd_limit()
     if args.workers > 1:
-        from exporter.tap.workers import run_workers
+        from exporter.tap.workers import run_workers  # the parent of N workers: loaded only when asked for
 
         return run_workers(args)
     try:

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from llmslo.gofloat import client_float
 
-from exporter.tap.cli import add_arguments, metrics_address
+from exporter.tap.addresses import format_host_port, metrics_address
+from exporter.tap.options import add_arguments
+from llmslo.gofloat import client_float
 
 log = logging.getLogger("llmslo.tap")
 
@@ -52,10 +53,6 @@ class Worker:
         return address
 
 
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 # Options each worker gets its own value for; every other option is passed on as the parent got it.
 _PER_WORKER = frozenset({"listen", "metrics_listen", "workers", "reuse_port"})
 
@@ -63,13 +60,13 @@ _PER_WORKER = frozenset({"listen", "metrics_listen", "workers", "reuse_port"})
 def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
     """The command line of one worker: this tap's settings, on the shared port, metrics on its socket.
 
-    Generic over the tap's option list (exporter.tap.cli.add_arguments), so an option added
+    Generic over the tap's option list (exporter.tap.options.add_arguments), so an option added
     there reaches the workers without being named here."""
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     host = args.listen[0]
     argv = [
-        sys.executable, "-m", "exporter.tap", "--listen", _host_port(host, port), "--reuse-port",
+        sys.executable, "-m", "exporter.tap", "--listen", format_host_port(host, port), "--reuse-port",
         "--metrics-listen", f"unix:{w.socket_name}",
     ]
     for action in parser._actions:
@@ -209,8 +206,8 @@ class Parent:
             metrics_port = runner.addresses[0][1] if not isinstance(where, str) else 0
             log.info(
                 "event=tap_listening proxy=http://%s metrics=%s/metrics upstream=%s workers=%d",
-                _host_port(host, self.port),
-                f"unix:{where}" if isinstance(where, str) else f"http://{_host_port(where[0], metrics_port)}",
+                format_host_port(host, self.port),
+                f"unix:{where}" if isinstance(where, str) else f"http://{format_host_port(where[0], metrics_port)}",
                 self.args.upstream, len(self.workers),
             )
             supervisors = [asyncio.create_task(self._supervise(w)) for w in self.workers]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.tap import cli
+from exporter.tap.addresses import format_host_port, host_port
 
 
 def test_add_parser_registers_tap_on_a_parent_cli(tmp_path: Path) -> None:
@@ -25,7 +26,12 @@ def test_add_parser_registers_tap_on_a_parent_cli(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["8001", "host:", "host:99999", "host:http"])
 def test_listen_must_be_host_port(bad: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="HOST:PORT"):
-        cli.host_port(bad)
+        host_port(bad)
+
+
+@pytest.mark.parametrize("host, port", [("0.0.0.0", 8001), ("::1", 0), ("127.0.0.1", 65535)])
+def test_an_address_written_for_a_worker_reads_back(host: str, port: int) -> None:
+    assert host_port(format_host_port(host, port)) == (host, port)
 
 
 def test_bad_slo_file_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ import argparse
 
 import pytest
 
-from exporter.tap.cli import add_arguments
+from exporter.tap.options import add_arguments
 from exporter.tap.workers import _PER_WORKER, Worker, worker_argv
 
 
@@ -38,6 +38,12 @@ def _not_default(action: argparse.Action) -> object:
         if value != action.default:
             return value
     raise AssertionError(f"no test value for --{action.dest}")
+
+
+def test_only_the_per_worker_options_are_rewritten() -> None:
+    """Options skipped by the generic loop are exactly those each worker gets its own value for: adding an
+    option to _PER_WORKER would hide it from the test below, so the set is pinned here."""
+    assert _PER_WORKER == {"listen", "metrics_listen", "workers", "reuse_port"}
 
 
 def test_every_option_reaches_the_workers() -> None:
