@@ -12,7 +12,7 @@ import sys
 from simulator import cliargs, plan
 from simulator.api import SimulatorServer, start
 from simulator.clock import RealClock
-from simulator.costmodel import CostModel
+from simulator.costmodel import CostModel, CostParams
 from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS
 from simulator.stats import render_text
 from simulator.virtual import simulate
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     cliargs.add_workload_arguments(virtual)
     cliargs.add_slo_arguments(virtual)
     virtual.add_argument("--metrics-out", default="", help="also write the run's final vLLM /metrics page here")
+    virtual.add_argument("--offline", action="store_true",
+                         help="no API server: requests reach the engine at once, as in vLLM's offline benchmark "
+                              "(LLM.generate); without it each pays the frontend's latency")
 
     planner = sub.add_parser("plan", help="the highest arrival rate per replica that meets an SLO file's goodput "
                           "objective, and the replicas a target rate needs (docs/capacity.md)")
@@ -80,8 +83,9 @@ async def _serve(args: argparse.Namespace) -> int:
 def _virtual(args: argparse.Namespace) -> int:
     spec = cliargs.workload_spec(args)
     config = cliargs.engine_config(args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
+    params = dataclasses.replace(CostParams(), frontend_latency_s=0.0) if args.offline else None
     run = simulate(config, spec, ttft_slo=args.ttft, tpot_slo=args.tpot, faults=cliargs.fault_state(args, 0.0),
-                   metrics=bool(args.metrics_out))
+                   metrics=bool(args.metrics_out), cost_params=params)
     if run.metrics is not None:
         write_atomic(args.metrics_out, run.metrics.render().decode())
     print(json.dumps(run.summary, indent=2) if args.json else render_text(run.summary))

@@ -9,7 +9,10 @@ import math
 from simulator.config import BATCHING_MODES, EngineConfig
 from simulator.faults import ERROR_MODES, FaultState
 from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS, get_deployment
-from simulator.workload import LengthDist, WorkloadSpec, parse_lora_mix
+from simulator.workload import DATASETS, LengthDist, WorkloadSpec, parse_lora_mix
+
+# Lengths of the synthetic workload when no flag says otherwise: a chat-like prompt and answer.
+PROMPT_LEN, PROMPT_SIGMA, OUTPUT_LEN, OUTPUT_SIGMA = 500, 0.5, 150, 0.6
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, multi_preset: bool = False) -> None:
@@ -30,6 +33,10 @@ def add_engine_arguments(p: argparse.ArgumentParser, multi_preset: bool = False)
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--max-num-batched-tokens", type=int, default=2048)
     g.add_argument("--max-model-len", type=int, default=0, help="default: the model's context length")
+    g.add_argument("--no-chunked-prefill", action="store_true",
+                   help="vLLM V0's default: whole prompts in prefill-only steps, before any decode")
+    g.add_argument("--num-scheduler-steps", type=int, default=1,
+                   help="vLLM V0's multi-step scheduling: new requests join only every N steps (default 1)")
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--batching", choices=BATCHING_MODES, default="continuous")
     g.add_argument("--output-len-median", type=int, default=150,
@@ -48,18 +55,25 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--rate", type=float, required=True, help="mean arrivals per second (Poisson)")
-    g.add_argument("--duration", type=float, required=True, help="seconds of arrivals")
+    g.add_argument("--rate", type=float, required=True,
+                   help="mean arrivals per second (Poisson); inf with --num-requests: all at t=0 (vLLM's "
+                        "--request-rate inf)")
+    g.add_argument("--duration", type=float, default=None, help="seconds of arrivals (or give --num-requests)")
+    g.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int, default=0,
+                   help="exactly this many requests instead of a duration (vLLM's --num-prompts)")
     add_workload_shape_arguments(g)
     g.add_argument("--workload-seed", type=int, default=0)
 
 
 def add_workload_shape_arguments(g: argparse._ActionsContainer) -> None:
     """Lengths, shared prefixes and LoRA mix: everything about the workload but its rate and duration."""
-    g.add_argument("--prompt-len", type=int, default=500, help="median prompt tokens (lognormal)")
-    g.add_argument("--prompt-sigma", type=float, default=0.5)
-    g.add_argument("--output-len", type=int, default=150, help="median output tokens (lognormal)")
-    g.add_argument("--output-sigma", type=float, default=0.6)
+    g.add_argument("--dataset", choices=("synthetic", *DATASETS), default="synthetic",
+                   help="sharegpt: ShareGPT-like lengths with vLLM's benchmark filter (prompt <= 1024, prompt + "
+                        "output <= 2048; means ~202 / ~179 tokens) instead of the length flags below")
+    g.add_argument("--prompt-len", type=int, default=None, help=f"median prompt tokens (lognormal; {PROMPT_LEN})")
+    g.add_argument("--prompt-sigma", type=float, default=None, help=f"0: every prompt the median ({PROMPT_SIGMA})")
+    g.add_argument("--output-len", type=int, default=None, help=f"median output tokens (lognormal; {OUTPUT_LEN})")
+    g.add_argument("--output-sigma", type=float, default=None, help=f"0: every output the median ({OUTPUT_SIGMA})")
     g.add_argument("--shared-prefix", type=float, default=0.0, help="fraction of each prompt from a shared system prompt")
     g.add_argument("--num-prefixes", type=int, default=4, help="distinct shared system prompts")
     g.add_argument("--lora-mix", default="", help="ADAPTER=SHARE,... requests sent to LoRA adapters")
@@ -87,6 +101,8 @@ def engine_config(args: argparse.Namespace, lora_fallback: tuple[str, ...] = ())
         block_size=args.block_size,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        chunked_prefill=not args.no_chunked_prefill,
+        num_scheduler_steps=args.num_scheduler_steps,
         max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching,
         num_gpu_blocks_override=args.num_gpu_blocks,
@@ -114,11 +130,35 @@ def fault_state(args: argparse.Namespace, now: float) -> FaultState:
 
 
 def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
+    num_requests = getattr(args, "num_requests", 0) or 0
+    if args.duration is None and not num_requests:
+        raise ValueError("workload: give --duration (seconds of arrivals) or --num-requests")
+    if args.duration is not None and num_requests:
+        raise ValueError("workload: --duration and --num-requests both say when arrivals stop; give one")
+    lengths = (args.prompt_len, args.prompt_sigma, args.output_len, args.output_sigma)
+    dataset = getattr(args, "dataset", "synthetic")
+    if dataset != "synthetic":
+        if any(v is not None for v in lengths):
+            raise ValueError(f"workload: --dataset {dataset} sets the lengths; drop --prompt-len, --prompt-sigma, "
+                             "--output-len and --output-sigma (or use --dataset synthetic)")
+        d = DATASETS[dataset]
+        prompt, output, max_prompt, max_total = d.prompt_len, d.output_len, d.max_prompt_len, d.max_total_len
+    else:
+        p_len, p_sigma, o_len, o_sigma = (default if v is None else v for v, default in
+                                          zip(lengths, (PROMPT_LEN, PROMPT_SIGMA, OUTPUT_LEN, OUTPUT_SIGMA)))
+        if p_len < 1 or o_len < 1 or p_sigma < 0 or o_sigma < 0:
+            raise ValueError("workload: --prompt-len and --output-len must be >= 1, the sigmas >= 0")
+        prompt = LengthDist(p_len, p_sigma, 1, max(p_len * 8, 16))
+        output = LengthDist(o_len, o_sigma, 1, max(o_len * 10, 16))
+        max_prompt = max_total = 0
     return WorkloadSpec(
         rate=args.rate,
-        duration=args.duration,
-        prompt_len=LengthDist(args.prompt_len, args.prompt_sigma, 1, max(args.prompt_len * 8, 16)),
-        output_len=LengthDist(args.output_len, args.output_sigma, 1, max(args.output_len * 10, 16)),
+        duration=args.duration if args.duration is not None else 1.0,
+        num_requests=num_requests,
+        prompt_len=prompt,
+        output_len=output,
+        max_prompt_len=max_prompt,
+        max_total_len=max_total,
         shared_prefix=args.shared_prefix,
         num_prefixes=args.num_prefixes,
         lora_mix=parse_lora_mix(args.lora_mix),

@@ -16,6 +16,11 @@ class EngineConfig:
     block_size: int = 16
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    # vLLM V0's knobs, to replay benchmarks of V0 releases (e.g. the v0.6.0 blog): prompts whole in prefill-only
+    # steps that go before any decode (--no-chunked-prefill), and new requests joining only every N steps
+    # (--num-scheduler-steps, V0's multi-step scheduling). The defaults are V1's.
+    chunked_prefill: bool = True
+    num_scheduler_steps: int = 1
     max_model_len: int = 0  # 0: the model preset's context length
     enable_prefix_caching: bool = True
     num_gpu_blocks_override: int = 0  # 0: derive from the preset's HBM arithmetic
@@ -36,6 +41,9 @@ class EngineConfig:
         need(self.block_size > 0, "--block-size", "must be a positive number of tokens")
         need(self.max_num_seqs > 0, "--max-num-seqs", "must be at least 1")
         need(self.max_num_batched_tokens > 0, "--max-num-batched-tokens", "must be at least 1")
+        need(1 <= self.num_scheduler_steps <= 64, "--num-scheduler-steps", "must be from 1 to 64")
+        need(self.chunked_prefill or self.batching == "continuous", "--no-chunked-prefill",
+             "applies to --batching continuous only")
         need(self.max_model_len >= 0, "--max-model-len", "must be >= 0 (0 = the preset's)")
         need(self.num_gpu_blocks_override >= 0, "--num-gpu-blocks", "must be >= 0 (0 = derive from the preset)")
         need(self.batching in BATCHING_MODES, "--batching", f"must be one of {', '.join(BATCHING_MODES)}")

@@ -1,13 +1,22 @@
-"""How long one engine step takes: a roofline over compute and memory traffic.
+"""How long one engine step takes, from the GPU's measured speeds and what the step computes.
 
-A step runs every scheduled token through the model once. Its time is the larger of
-  compute  = (2 x params x tokens + attention FLOPs) / (tp x peak FLOP/s x MFU)
-  memory   = (weight bytes / tp + KV bytes read) / (HBM bandwidth x efficiency)
-plus a fixed per-step overhead (scheduling, kernel launches), a per-sequence cost (sampling, detokenizing)
-and, with tensor parallelism, two all-reduces per layer. Prefill is compute-bound, so it grows with the
-tokens processed; decode is memory-bound, so it grows with the batch's total context and, past the
-roofline knee, with batch size. The defaults are calibrated so Llama-3-8B on one H100 decodes at ~11 ms per step
-at small batch and answers a 500-token prompt in ~55 ms TTFT at low load (frontend latency included).
+A step runs every scheduled token through the model once. Its time is the sum of what cannot overlap:
+
+  linear     = max(linear FLOPs / (tp x peak FLOP/s x matmul efficiency),
+                   weight bytes / tp / (HBM bandwidth x bandwidth efficiency))
+  attention  = attention FLOPs / (tp x peak x matmul efficiency) + KV bytes read / (HBM x bandwidth efficiency)
+  all-reduce = 2 per layer with tp > 1: link latency + activation bytes x 2 (tp-1)/tp / link bandwidth
+  fixed      = per-step CPU overhead + per-layer small kernels (norms, rotary, activation, launches)
+  per seq    = sampling and output processing, per scheduled sequence
+
+The linear layers (QKV, output, MLP, LM head) are one GEMM per weight for the whole batch, so reading a weight
+overlaps with multiplying by it: a roofline, per step. Attention is a separate kernel per layer that reads each
+sequence's own KV cache, so in a mixed step the decode sequences' KV reads add to the prefill's GEMM time
+rather than hiding behind it. The LM head runs only for sequences that sample a token this step (vLLM computes
+logits for the last position of each), not for every prompt token; the embedding is a row lookup (no FLOPs).
+
+The efficiencies are the GPU preset's (measured: Vidur's A100 kernel profile, see presets.py); the overheads
+below are the engine's, the same on every GPU. docs/simulator.md states the error against published vLLM runs.
 """
 
 from __future__ import annotations
@@ -19,11 +28,9 @@ from simulator.presets import Deployment
 
 @dataclass(frozen=True)
 class CostParams:
-    prefill_mfu: float = 0.5  # fraction of peak FLOP/s reached by the model's matmuls
-    bandwidth_efficiency: float = 0.7  # fraction of peak HBM bandwidth reached by weight and KV reads
-    step_overhead_s: float = 0.004  # scheduler, input preparation, kernel launches
-    per_seq_overhead_s: float = 0.00002  # sampling and detokenizing one sequence
-    allreduce_latency_s: float = 0.000008  # one all-reduce across the TP group (two per layer)
+    step_overhead_s: float = 0.0008  # scheduler, input preparation, CUDA-graph launch: once per step
+    layer_overhead_s: float = 0.000050  # per layer: the small non-GEMM kernels' launch and run time
+    per_seq_overhead_s: float = 0.000004  # sampling and output processing, per scheduled sequence
     frontend_latency_s: float = 0.035  # API server: parse, tokenize, hand to the engine core
 
 
@@ -35,30 +42,46 @@ class StepShape:
     num_seqs: int
     context_tokens: int
     attention_pairs: float  # sum over sequences of new_tokens x (already computed + new_tokens / 2)
+    num_sampled: int = -1  # sequences that sample a token (run the LM head); -1: all of them
 
 
 class CostModel:
     def __init__(self, deployment: Deployment, params: CostParams | None = None) -> None:
         self.params = params or CostParams()
         p, m, g, tp = self.params, deployment.model, deployment.gpu, deployment.tp
-        self._flops_per_s = tp * g.peak_flops * p.prefill_mfu
-        self._bytes_per_s = g.mem_bandwidth_bytes_s * p.bandwidth_efficiency
-        self._linear_flops_per_token = 2 * m.params
+        self._flops_per_s = tp * g.peak_flops * g.matmul_efficiency
+        self._bytes_per_s = g.mem_bandwidth_bytes_s * g.bandwidth_efficiency
+        self._body_flops_per_token = 2 * m.layer_params
+        self._head_flops_per_sample = 2 * m.head_params
         self._attn_flops_per_pair = 4 * m.layers * m.hidden
-        self._weight_bytes = m.weight_bytes / tp
+        self._layer_weight_bytes = m.layer_params * m.dtype_bytes / tp
+        self._weight_bytes = (m.layer_params + m.head_params) * m.dtype_bytes / tp
         self._kv_bytes_per_token = m.kv_bytes_per_token(tp)
-        self._fixed_s = p.step_overhead_s + (2 * m.layers * p.allreduce_latency_s if tp > 1 else 0.0)
+        self._fixed_s = p.step_overhead_s + m.layers * p.layer_overhead_s
+        self._allreduces = 2 * m.layers if tp > 1 else 0
+        self._allreduce_latency_s = g.link_latency_s
+        # Ring all-reduce of one token's activations: each GPU sends and receives 2 (tp-1)/tp of them.
+        self._allreduce_s_per_token = (m.hidden * m.dtype_bytes * 2 * (tp - 1) / tp / g.link_bandwidth_bytes_s
+                                       if tp > 1 else 0.0)
 
     def step_time(self, shape: StepShape) -> float:
-        flops = self._linear_flops_per_token * shape.num_tokens + self._attn_flops_per_pair * shape.attention_pairs
-        compute = flops / self._flops_per_s
-        memory = (self._weight_bytes + self._kv_bytes_per_token * shape.context_tokens) / self._bytes_per_s
-        return self._fixed_s + self.params.per_seq_overhead_s * shape.num_seqs + max(compute, memory)
+        sampled = shape.num_seqs if shape.num_sampled < 0 else shape.num_sampled
+        linear_flops = self._body_flops_per_token * shape.num_tokens + self._head_flops_per_sample * sampled
+        linear = max(linear_flops / self._flops_per_s, self._weight_bytes / self._bytes_per_s)
+        attention = (self._attn_flops_per_pair * shape.attention_pairs / self._flops_per_s
+                     + self._kv_bytes_per_token * shape.context_tokens / self._bytes_per_s)
+        allreduce = self._allreduces * (self._allreduce_latency_s + self._allreduce_s_per_token * shape.num_tokens)
+        return self._fixed_s + self.params.per_seq_overhead_s * shape.num_seqs + linear + attention + allreduce
+
+    def layers_linear_time(self, tokens: int) -> float:
+        """The transformer layers' linear operators alone (no LM head, attention or overheads): what Vidur's
+        kernel profile times, so the preset's efficiencies can be checked against it."""
+        return max(self._body_flops_per_token * tokens / self._flops_per_s, self._layer_weight_bytes / self._bytes_per_s)
 
     def decode_step_time(self, batch: int, context_per_seq: int) -> float:
         """A pure decode step: `batch` sequences, one token each, with `context_per_seq` tokens of context."""
         return self.step_time(StepShape(batch, batch, batch * (context_per_seq + 1), batch * (context_per_seq + 0.5)))
 
     def prefill_step_time(self, prompt_tokens: int) -> float:
-        """One sequence's whole prompt in one step."""
-        return self.step_time(StepShape(prompt_tokens, 1, prompt_tokens, prompt_tokens * prompt_tokens / 2))
+        """One sequence's whole prompt in one step (it samples its first token)."""
+        return self.step_time(StepShape(prompt_tokens, 1, prompt_tokens, prompt_tokens * prompt_tokens / 2, 1))

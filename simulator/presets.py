@@ -1,8 +1,20 @@
 """GPU and model presets, and the KV-cache capacity they imply.
 
-The numbers are public spec-sheet figures (HBM size, memory bandwidth, dense BF16 tensor throughput) and the
-models' published configs (layers, KV heads, head dimension). Capacity follows vLLM's own arithmetic: the KV
-cache gets what is left of `HBM x gpu_memory_utilization` after the weights and an activation reserve.
+The numbers are public spec-sheet figures (HBM size, memory bandwidth, dense BF16 tensor throughput, NVLink or
+PCIe bandwidth) and the models' published configs (layers, KV heads, head dimension, vocabulary). Capacity
+follows vLLM's own arithmetic: the KV cache gets what is left of `HBM x gpu_memory_utilization` after the
+weights and an activation reserve.
+
+Speed needs two measured efficiencies per GPU, the share of peak a real kernel reaches:
+- A100: Vidur's published A100 profile of Llama-3-8B's 32 layers of linear operators: 9.8 ms for one token
+  (13.96 GB of weights: 1.42 TB/s, 0.70 of 2.04 TB/s) and 146 ms for 2048 tokens (28.6 TFLOP: 196 TFLOP/s, 0.63
+  of 312). Ampere's other parts (A100-40GB) share them.
+- Hopper (H100, H200): 0.80 of HBM bandwidth (small-batch decode of Llama-3-8B: the v0.6.0 blog's 8.7 ms TPOT at
+  QPS 2 on H100, vLLM CI's 833 ms for 128 tokens at batch 8 on H200) and 0.50 of the dense BF16 peak (prefill:
+  Hopper's GEMMs at a few thousand tokens reach about half of 989 TFLOP/s, the blog's prefill-heavy throughput).
+- Ada (L40S, L4): no published vLLM profile; Ampere's efficiencies are assumed (docs/simulator.md says so).
+All-reduce across the tensor-parallel group uses the GPU's interconnect: NVLink's all-reduce bus bandwidth as
+nccl-tests report it (about 80 % of the per-direction link rate) and a small-message latency of ~10 us.
 """
 
 from __future__ import annotations
@@ -18,6 +30,10 @@ class GpuPreset:
     hbm_bytes: int
     mem_bandwidth_bytes_s: float  # HBM bandwidth
     peak_flops: float  # dense BF16 tensor FLOP/s
+    bandwidth_efficiency: float  # share of peak HBM bandwidth that weight-streaming GEMMs and KV reads reach
+    matmul_efficiency: float  # share of peak FLOP/s that large (prefill) GEMMs and attention reach
+    link_bandwidth_bytes_s: float  # all-reduce bus bandwidth between GPUs of one TP group
+    link_latency_s: float  # one small all-reduce
 
 
 @dataclass(frozen=True)
@@ -29,11 +45,23 @@ class ModelPreset:
     kv_heads: int
     head_dim: int
     max_model_len: int
+    vocab: int  # the embedding's and the LM head's rows
+    tied_embeddings: bool = False  # one matrix for the embedding and the LM head
     dtype_bytes: int = 2  # BF16 weights and KV cache
 
     @property
     def weight_bytes(self) -> float:
         return self.params * self.dtype_bytes
+
+    @property
+    def head_params(self) -> float:
+        """The LM head: vocab x hidden, run only for the positions that sample a token."""
+        return self.vocab * self.hidden
+
+    @property
+    def layer_params(self) -> float:
+        """The transformer layers' weights: all but the embedding (a lookup) and the LM head."""
+        return self.params - self.head_params * (1 if self.tied_embeddings else 2)
 
     def kv_bytes_per_token(self, tp: int = 1) -> float:
         """K and V for every layer, per GPU: layers x kv_heads x head_dim x 2 x dtype_bytes / tp."""
@@ -68,22 +96,23 @@ class Deployment:
 GPUS: dict[str, GpuPreset] = {
     g.name: g
     for g in (
-        GpuPreset("H100-80GB", 80 * GIB, 3.35e12, 989e12),
-        GpuPreset("H200-141GB", 141 * GIB, 4.8e12, 989e12),
-        GpuPreset("A100-80GB", 80 * GIB, 2.04e12, 312e12),
-        GpuPreset("A100-40GB", 40 * GIB, 1.56e12, 312e12),
-        GpuPreset("L40S-48GB", 48 * GIB, 0.864e12, 362e12),
-        GpuPreset("L4-24GB", 24 * GIB, 0.3e12, 121e12),
+        # name, HBM, bandwidth, BF16 peak, bandwidth and matmul efficiency, link bus bandwidth and latency
+        GpuPreset("H100-80GB", 80 * GIB, 3.35e12, 989e12, 0.80, 0.46, 360e9, 10e-6),  # NVLink 4: 450 GB/s/dir
+        GpuPreset("H200-141GB", 141 * GIB, 4.8e12, 989e12, 0.80, 0.46, 360e9, 10e-6),
+        GpuPreset("A100-80GB", 80 * GIB, 2.04e12, 312e12, 0.70, 0.63, 240e9, 10e-6),  # NVLink 3: 300 GB/s/dir
+        GpuPreset("A100-40GB", 40 * GIB, 1.56e12, 312e12, 0.70, 0.63, 240e9, 10e-6),
+        GpuPreset("L40S-48GB", 48 * GIB, 0.864e12, 362e12, 0.70, 0.63, 25e9, 20e-6),  # PCIe 4.0 x16
+        GpuPreset("L4-24GB", 24 * GIB, 0.3e12, 121e12, 0.70, 0.63, 25e9, 20e-6),
     )
 }
 
 MODELS: dict[str, ModelPreset] = {
     m.name: m
     for m in (
-        ModelPreset("meta-llama/Llama-3.1-8B-Instruct", 8.03e9, 32, 4096, 8, 128, 8192),
-        ModelPreset("meta-llama/Llama-3.1-70B-Instruct", 70.6e9, 80, 8192, 8, 128, 8192),
-        ModelPreset("mistralai/Mistral-7B-Instruct-v0.3", 7.25e9, 32, 4096, 8, 128, 8192),
-        ModelPreset("Qwen/Qwen2.5-7B-Instruct", 7.62e9, 28, 3584, 4, 128, 8192),
+        ModelPreset("meta-llama/Llama-3.1-8B-Instruct", 8.03e9, 32, 4096, 8, 128, 8192, 128256),
+        ModelPreset("meta-llama/Llama-3.1-70B-Instruct", 70.6e9, 80, 8192, 8, 128, 8192, 128256),
+        ModelPreset("mistralai/Mistral-7B-Instruct-v0.3", 7.25e9, 32, 4096, 8, 128, 8192, 32768),
+        ModelPreset("Qwen/Qwen2.5-7B-Instruct", 7.62e9, 28, 3584, 4, 128, 8192, 152064),
     )
 }
 
@@ -97,6 +126,8 @@ DEPLOYMENTS: dict[str, Deployment] = {
     for d in (
         Deployment("llama3-8b-h100", _LLAMA8, GPUS["H100-80GB"]),
         Deployment("llama3-8b-a100", _LLAMA8, GPUS["A100-80GB"]),
+        Deployment("llama3-8b-a100-40gb", _LLAMA8, GPUS["A100-40GB"]),
+        Deployment("llama3-8b-h200", _LLAMA8, GPUS["H200-141GB"]),
         Deployment("llama3-8b-l4", _LLAMA8, GPUS["L4-24GB"], activation_reserve_bytes=2 * GIB),
         Deployment("llama3-70b-h100x4", _LLAMA70, GPUS["H100-80GB"], tp=4),
         Deployment("llama3-70b-h200x2", _LLAMA70, GPUS["H200-141GB"], tp=2),

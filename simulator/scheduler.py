@@ -7,6 +7,11 @@ queue). If nothing was preempted, waiting requests are admitted in arrival order
 `max_num_seqs` and free blocks allow; a request whose LoRA adapter would need a slot when all `max_loras`
 are taken is skipped this step (deferred) and keeps its place.
 
+V0 (to replay benchmarks of vLLM's V0 releases): with chunked prefill off, waiting requests are admitted
+first, whole prompts within the token budget, and a step that admits any runs prompts only: the running
+requests get no token that step. With `num_scheduler_steps` N > 1 (V0's multi-step), requests are admitted
+only at the start of a block of N steps, so an arrival waits for the running block to end.
+
 Static: a batch is formed only when the previous one has fully drained. Each member reserves blocks for its
 whole sequence up front, so nothing is preempted, and a member that finishes early keeps its slot (padding:
 it still costs a decode token per step and holds its KV) until the longest member is done.
@@ -49,6 +54,9 @@ class Scheduler:
         self.running: list[Request] = []
         self.held: list[Request] = []  # static batching: finished members still padding the batch
         self.num_preemptions = 0
+        self.chunked = config.chunked_prefill
+        self.block_steps = config.num_scheduler_steps
+        self._block_pos = 0  # steps into the current multi-step block; admissions only at 0
 
     # ------------------------------------------------------------------ queue
     def add(self, req: Request) -> None:
@@ -83,8 +91,16 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         if self.static and not self.running and not self.held:
             self._form_static_batch(now, step)
+        admit = not self.static and (self._block_pos == 0 or not self.running)
+        self._block_pos = (self._block_pos + 1) % self.block_steps if self.running or self.waiting else 0
+        if admit and not self.chunked and self.waiting:
+            self._admit_waiting(now, step, budget)
+            if step.entries:  # V0: a prompt step; the running requests wait for the next one
+                self._block_pos = 0
+                step.shape = self._shape(step.entries)
+                return step
         preempted = self._schedule_running(step, budget - sum(n for _, n in step.entries))
-        if not self.static and not preempted:
+        if admit and self.chunked and not preempted:
             self._admit_waiting(now, step, budget - sum(n for _, n in step.entries))
         step.shape = self._shape(step.entries)
         return step
@@ -151,7 +167,11 @@ class Scheduler:
                 req.deferred = True
                 continue
             computed = self.kv.get_computed_blocks(req)
-            n = min(req.num_tokens - len(computed) * self.kv.block_size, budget)
+            n = req.num_tokens - len(computed) * self.kv.block_size
+            if n > budget:
+                if not self.chunked and step.entries:
+                    break  # V0: whole prompts only; this one waits for the next prompt step
+                n = budget if self.chunked else n  # a prompt longer than the budget still runs, alone
             if not self.kv.allocate_slots(req, n, computed):
                 break
             self._admit(req, now, computed, step)
@@ -180,18 +200,20 @@ class Scheduler:
         self.waiting.extendleft(reversed(skipped))
 
     def _shape(self, entries: list[tuple[Request, int]]) -> StepShape:
-        tokens = context = 0
+        tokens = context = sampled = 0
         pairs = 0.0
         for req, n in entries:
             c = req.num_computed_tokens
             tokens += n
             context += c + n
             pairs += n * (c + n / 2)
+            if c + n >= req.num_prompt_tokens + req.num_output_tokens:  # caught up: it samples a token
+                sampled += 1
         for req in self.held:  # static batching's padding still runs through the model
             tokens += 1
             context += req.num_tokens
             pairs += req.num_tokens
-        return StepShape(tokens, len(entries) + len(self.held), context, pairs)
+        return StepShape(tokens, len(entries) + len(self.held), context, pairs, sampled + len(self.held))
 
     # ------------------------------------------------------------------ update
     def update(self, step: ScheduledStep, now: float) -> StepOutcome:
