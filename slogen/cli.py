@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from slogen import VERSION_LABEL
-from slogen.build import ARTIFACT_GENERATORS, BuildOptions, build, stale_outputs, write_outputs
+from slogen.build import ARTIFACT_GENERATORS, BuildOptions, build
+from slogen.outputs import stale_outputs, write_outputs
 from slogen.durations import DAY, format_duration, parse_duration
 from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors

@@ -35,6 +35,7 @@ from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
+from slogen.rules.files import capacity_alerts, health_alerts
 from slogen.writers import GENERATED_MARKER
 from slogen.yamlio import dump
 
@@ -162,11 +163,8 @@ def alertmanager_file(config: dict, version: str) -> str:
 
 def alertmanager_files(catalog, options) -> dict[str, str]:
     """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
-    from slogen.build import capacity_alerts, health_alerts  # the core owns the health and capacity alerts' options
-
     alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
-    if not alerting and not getattr(options.health, "enabled", False) and not getattr(
-            getattr(options, "capacity", None), "enabled", False):
+    if not alerting and not options.health.enabled and not options.capacity.enabled:
         return {}
     catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
     compat = options.gen.sloth_compat

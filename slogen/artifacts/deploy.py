@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 
 import yaml
 
+from slogen.paths import PROMETHEUS_RULE_DIR
 from slogen.writers import GENERATED_MARKER
 
-GENERATED_DIR = "deploy/generated"
+GENERATED_DIR = PROMETHEUS_RULE_DIR
 KUSTOMIZATION = f"{GENERATED_DIR}/kustomization.yaml"
 TAP_SLO_CONFIG = "deploy/examples/inference/slo-config.generated.yaml"
 TAP_CONFIGMAP = "llmslo-slos"  # mounted by the tap sidecar at /etc/llmslo/slos

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.build import BuildOptions, build as slogen_build, prometheus_rule_path
-from slogen.artifacts.files import artifact_generator
+from slogen.artifacts.files import artifact_files
+from slogen.build import BuildOptions, build as slogen_build
+from slogen.paths import prometheus_rule_path
 from slogen.artifacts.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
 from tests.helpers.dashboards import iter_queries
 from slogen.artifacts.keda import OUTPUT as KEDA_OUTPUT
@@ -219,6 +220,6 @@ def test_no_health_alerts_option_drops_their_files(build):
 
 def test_build_is_deterministic(build):
     (root, options, catalog), _, files = build
-    again = artifact_generator(catalog, options)
+    again = artifact_files(catalog, options)
     assert again and all(files[p] == text for p, text in again.items())
     assert KEDA_OUTPUT in again  # autoscaling/ was found next to the input directory

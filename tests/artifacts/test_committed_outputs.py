@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slogen.build import BuildOptions, compile_catalog
-from slogen.artifacts.files import artifact_generator
+from slogen.artifacts.files import artifact_files
+from slogen.catalog import BuildOptions, compile_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_committed_artifacts_are_current(monkeypatch):
     monkeypatch.chdir(ROOT)  # `slogen build` runs from the repository root
     options = BuildOptions()
-    files = artifact_generator(compile_catalog(options), options)
+    files = artifact_files(compile_catalog(options), options)
     stale = [p for p, text in files.items() if not (ROOT / p).is_file() or (ROOT / p).read_text() != text]
     assert stale == [], "run `slogen build` and commit: " + ", ".join(stale)
     for folder, suffix in (("dashboards", ".json"), ("docs/runbooks", ".md")):

@@ -24,8 +24,11 @@ from exporter.config import ENGINE_KINDS as EXPORTER_KINDS
 from exporter.promtext import parse
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
-from slogen.build import BuildOptions, build, rule_files, rule_tests, rules_path
-from slogen.build import tests_path as service_tests_path
+from slogen.build import BuildOptions, build
+from slogen.paths import rules_path
+from slogen.paths import tests_path as service_tests_path
+from slogen.promtests.files import rule_tests
+from slogen.rules.files import rule_files
 from slogen.errors import SpecErrors
 from slogen.rules import generate
 from slogen.artifacts import views

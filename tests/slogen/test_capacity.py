@@ -16,7 +16,8 @@ from exporter import adapters
 from exporter.promtext import parse
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.build import BuildOptions, capacity_rules
+from slogen.build import BuildOptions
+from slogen.rules.files import capacity_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.build import BuildOptions, build, health_rules
+from slogen.build import BuildOptions, build
+from slogen.rules.files import health_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors
