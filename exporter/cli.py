@@ -11,7 +11,6 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from exporter import logs
 from exporter.config import (
@@ -30,9 +29,9 @@ EXIT_CONFIG = 2
 EXIT_NOTHING_READ = 1
 
 
-def build_parser(tap_cli: Any | None = None) -> argparse.ArgumentParser:
-    """The exporter's parser; `tap` is a placeholder unless the tap's CLI module is given (its own
-    parser is built only when `tap` is run: importing it costs start-up time every run would pay)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The exporter's parser; `tap` is a placeholder (the tap's own parser is built only when `tap`
+    is run: importing it costs start-up time every run would pay)."""
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Per-node exporter: NVML and LLM engines' /metrics in, one normalized /metrics out.",
@@ -52,31 +51,16 @@ def build_parser(tap_cli: Any | None = None) -> argparse.ArgumentParser:
     p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
     p.add_argument("--log-level", metavar="LEVEL", help="debug, info (default), warning or error")
     sub = p.add_subparsers(dest="command", metavar="{tap}")
-    if tap_cli is not None:
-        tap_cli.add_parser(sub)
-    else:
-        sub.add_parser("tap", help=f"run the goodput tap, an in-line streaming proxy (`{PROG} tap --help`)",
-                       add_help=False)
+    sub.add_parser("tap", help=f"run the goodput tap, an in-line streaming proxy (`{PROG} tap --help`)",
+                   add_help=False)
     return p
-
-
-def _load_tap_cli() -> Any | None:
-    try:
-        from exporter.tap import cli as tap_cli
-    except ModuleNotFoundError as exc:
-        if exc.name in ("exporter.tap", "exporter.tap.cli"):
-            return None
-        raise
-    return tap_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["tap"]:
-        tap_cli = _load_tap_cli()
-        if tap_cli is None:
-            print(f"{PROG}: the goodput tap is not installed in this build (exporter/tap is missing)", file=sys.stderr)
-            return EXIT_CONFIG
+        from exporter.tap import cli as tap_cli  # on demand: the exporter's own runs skip the tap's imports
+
         return int(tap_cli.main(args_list[1:]) or 0)
     parser = build_parser()
     args, unknown = parser.parse_known_args(args_list)

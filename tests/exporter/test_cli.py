@@ -127,15 +127,6 @@ def test_tap_subcommand_is_wired_to_the_tap(capsys):
     assert done.returncode == 0 and "--upstream" in done.stdout
 
 
-def test_tap_subcommand_without_the_tap_installed(monkeypatch, capsys):
-    import exporter.tap
-
-    monkeypatch.setitem(sys.modules, "exporter.tap.cli", None)  # as if exporter/tap/cli.py were absent
-    monkeypatch.delattr(exporter.tap, "cli", raising=False)
-    assert cli.main(["tap", "--listen", ":1"]) == 2
-    assert "goodput tap is not installed" in capsys.readouterr().err
-
-
 def test_help_lists_every_flag(capsys):
     try:
         cli.main(["--help"])
