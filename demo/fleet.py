@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -47,10 +51,20 @@ class FleetTimers:
     vmalert's evaluation and write-back of recordings (a recording is visible to the next rule only after it)."""
 
     remote_write_deadline_s: float = 1.0  # Prometheus queue_config.batch_send_deadline (default 5s)
-    latency_offset_s: float = 1.0  # VictoriaMetrics -search.latencyOffset: newer samples are hidden (default 30s)
+    # VictoriaMetrics -search.latencyOffset (default 30s): queries do not see samples newer than this. It must
+    # cover a scrape's trip (batch deadline + ingestion), or a rule can read a half-written scrape (a histogram's
+    # _count newer than its _bucket series reads as errors); the demo's 2s covers its 1s deadline.
+    latency_offset_s: float = 2.0
     evaluation_interval_s: float = 1.0  # vmalert -evaluationInterval, for every group
     write_back_s: float = 0.5  # vmalert -remoteWrite.flushInterval: recordings reach the store this often
-    resend_delay_s: float = 1.0  # vmalert -rule.resendDelay
+    # vmalert -rule.resendDelay. vmalert also stamps each alert it sends with endsAt = 4 x max(interval, resend
+    # delay) after the evaluation; at a 1s interval that is 4s, and a ruler lagging on a busy machine delivers
+    # alerts Alertmanager already takes as resolved (no page at all). 4s gives them 16s.
+    resend_delay_s: float = 4.0
+    # Measured on Debian's VictoriaMetrics 1.79: a sample of an existing series is searchable about 1s after it
+    # arrives, a new series about 9-10s after its first sample. Each recording rule's first output is a new
+    # series, so a chain of N recordings needs about N x 10s after start-up before its last link has data.
+    new_series_s: float = 10.0
 
     def hop_s(self) -> float:
         """Worst-case delay one recording rule adds on top of what Prometheus alone would: it is evaluated,
@@ -237,9 +251,20 @@ class FleetStack(LocalStack):
         self.timings["start_s"] = time.monotonic() - t0
 
     async def stop(self) -> None:
+        """vmalert first, while the store still takes its last writes (otherwise it retries for seconds), then
+        the clusters, then the rest."""
+        await asyncio.get_running_loop().run_in_executor(None, self._stop_vmalert)
         for c in self.clusters.values():
             await c.stop()
         await super().stop()
+
+    def _stop_vmalert(self) -> None:
+        for child in self.sup.children:
+            if child.name == "vmalert" and child.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pgid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.proc.wait(timeout=self.sup.grace_s)
 
     def process_groups(self) -> list[int]:
         return self.sup.process_groups() + [g for c in self.clusters.values() for g in c.sup.process_groups()]
@@ -281,11 +306,12 @@ class FleetStack(LocalStack):
 def fleet_bound(stack: FleetStack, tier: str, bad_share: float, completion_lag_s: float) -> float:
     """Seconds from the fault to the page, at most: the local stack's bound (demo/incident.py) plus the fleet's
     hops: remote-write batching and, per rule hop (raw -> SLI ratio -> alert), vmalert's write-back and the
-    store's latency offset."""
+    store's latency offset; plus one new series' delay, for SLI ratios first recorded during the incident (a
+    short steady phase)."""
     slo = find_ttft_slo(stack.settings.slo_paths, Scenario().slo_class)
     t = stack.fleet.timers
     base = expected_fire_bound(stack.settings, stack.page_timers(), slo, tier, bad_share, completion_lag_s)
-    return base + t.remote_write_deadline_s + t.latency_offset_s + 2 * t.hop_s()
+    return base + t.remote_write_deadline_s + t.latency_offset_s + 2 * t.hop_s() + t.new_series_s
 
 
 def page_clusters(notes: list[Notification]) -> set[str]:
