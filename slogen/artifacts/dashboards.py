@@ -38,6 +38,14 @@ FLEET_VARIABLES = (
 )
 
 
+# Per-engine and per-pool panels keep `cluster`: with the cluster variable on All (a fleet store), two clusters'
+# pods of one name (a StatefulSet's chat-0) or pools of one namespace and model are different lines, not one sum.
+ENGINE_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD)
+POOL_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL)
+ENGINE_LEGEND = "{{namespace}}/{{pod}} {{cluster}}"  # no cluster label (one Prometheus): the name alone
+POOL_LEGEND = "{{namespace}}/{{model}} {{cluster}}"
+
+
 def _var(name: str) -> str:
     return "$" + name
 
@@ -186,10 +194,10 @@ def _source_panels(slo: SLOView, grid: _Grid) -> list:
         return [grid.place(_timeseries("Requests by outcome", [target], unit="reqps", stack=True), 24, 8)]
     if slo.sli_kind == SLI_KV_HEADROOM:
         m = [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]
-        usage = q.agg("max", q.selector(c.KV_CACHE_USAGE.name, m), (c.LABEL_NAMESPACE, c.LABEL_POD))
+        usage = q.agg("max", q.selector(c.KV_CACHE_USAGE.name, m), ENGINE_BY)
         steps = ((None, "green"), (slo.threshold, "red")) if slo.threshold else ((None, "green"),)
         return [grid.place(_timeseries("KV-cache usage per engine vs the headroom threshold",
-                                       [gf.prom_target(usage, "{{namespace}}/{{pod}}")], unit="percentunit",
+                                       [gf.prom_target(usage, ENGINE_LEGEND)], unit="percentunit",
                                        steps=steps, threshold_style="line"), 24, 8)]
     return []
 
@@ -296,12 +304,12 @@ def _fleet_matchers() -> list[q.Matcher]:
 
 
 def _gpu_matchers() -> list[q.Matcher]:
-    # GPU series carry dcgm-exporter's `Hostname`, not `node`; the node variable filters both.
+    # GPU series carry dcgm-exporter's `hostname`, not `node`; the node variable filters both.
     return [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR)), q.regex(c.LABEL_HOSTNAME, _var("node"))]
 
 
 def _per_engine(expr_op: str, metric: c.MetricDef, m: list[q.Matcher]) -> str:
-    return q.agg(expr_op, q.selector(metric.name, m), (c.LABEL_NAMESPACE, c.LABEL_POD))
+    return q.agg(expr_op, q.selector(metric.name, m), ENGINE_BY)
 
 
 def _fleet_variables() -> list[g.Template]:
@@ -319,7 +327,7 @@ def fleet_dashboard() -> g.Dashboard:
     m = _fleet_matchers()
     gm = _gpu_matchers()
     grid = _Grid()
-    engine_legend = "{{namespace}}/{{pod}}"
+    engine_legend = ENGINE_LEGEND
     p: list = [grid.row("Throughput and goodput")]
     p.append(grid.place(_timeseries("Goodput vs raw output tokens/s", [
         gf.prom_target(q.sum_rate(c.GOODPUT_TOKENS.name, m, RATE), "goodput tokens/s (tap)", "A"),
@@ -368,16 +376,16 @@ def fleet_dashboard() -> g.Dashboard:
     p.append(grid.place(_timeseries("Free KV-cache blocks per engine (seats left)",
                                     [gf.prom_target(_per_engine("sum", c.KV_BLOCKS_FREE, m), engine_legend)]), 8, 8))
     p.append(grid.place(_timeseries("Preemption rate per engine", [gf.prom_target(
-        q.sum_rate(c.PREEMPTIONS.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD)), engine_legend)],
+        q.sum_rate(c.PREEMPTIONS.name, m, RATE, ENGINE_BY), engine_legend)],
         unit="reqps", description="Requests evicted for lack of KV blocks; any sustained rate hurts TPOT."), 8, 8))
     p.append(grid.place(_timeseries("Prefix-cache hit rate per engine", [gf.prom_target(q.ratio(
-        q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD)),
-        q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, (c.LABEL_NAMESPACE, c.LABEL_POD))), engine_legend)],
+        q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, ENGINE_BY),
+        q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, ENGINE_BY)), engine_legend)],
         unit="percentunit"), 8, 8))
 
     p.append(grid.row("Capacity: KV seats"))
-    pool_by = (c.LABEL_NAMESPACE, c.LABEL_MODEL)
-    pool_legend = "{{namespace}}/{{model}}"
+    pool_by = POOL_BY
+    pool_legend = POOL_LEGEND
     seats_note = ("Pool series have no node label: they show while Node is All. "
                   "Engines without request-size histograms (TGI, trtllm-serve) have no seats (docs/metrics.md, KV seats).")
     p.append(grid.place(_timeseries("KV seats per pool (p99 and p50 request size)", [
@@ -391,7 +399,7 @@ def fleet_dashboard() -> g.Dashboard:
         description="At the trend of the last minutes (deriv of the p99 seats). No data: seats are not falling. "
                     + seats_note), 8, 8))
     p.append(grid.place(_timeseries("KV seats per engine (p99)", [
-        gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), (c.LABEL_NAMESPACE, c.LABEL_POD)), engine_legend)],
+        gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), ENGINE_BY), engine_legend)],
         description=seats_note), 8, 8))
     p.append(grid.place(_timeseries("Queue per pool", [
         gf.prom_target(q.agg("sum", q.selector(c.REQUESTS_WAITING.name, m), pool_by), "waiting " + pool_legend)],
@@ -401,7 +409,7 @@ def fleet_dashboard() -> g.Dashboard:
         description="Running requests evicted for lack of KV blocks: seats already ran out."), 12, 8))
 
     p.append(grid.row("GPU memory"))
-    gpu_legend = "{{Hostname}} GPU {{gpu}}"
+    gpu_legend = "{{%s}} GPU {{gpu}} {{cluster}}" % c.LABEL_HOSTNAME
     p.append(grid.place(_timeseries("HBM used per GPU", [gf.prom_target(q.selector(c.GPU_MEMORY_USED.name, gm), gpu_legend)],
                                     unit="bytes"), 8, 8))
     p.append(grid.place(_timeseries("HBM free per GPU", [gf.prom_target(q.selector(c.GPU_MEMORY_FREE.name, gm), gpu_legend)],
