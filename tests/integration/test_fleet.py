@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration
 WALL_BUDGET_S = 75.0  # the whole test on two busy cores; about 45 s when the machine is otherwise idle
 RATE_INTERVAL = "30s"  # $__rate_interval: the load has drained when the dashboards are read, so look 30 s back
 FLEET_DASHBOARD = "llm-serving-fleet.json"
+KEEPS_CLUSTER = re.compile(r"\bby \(cluster\b")
 BINARIES = ("victoria-metrics", "vmalert", "prometheus", "prometheus-alertmanager")
 
 
@@ -97,6 +98,13 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
                     break
                 await asyncio.sleep(1.0)
             out["queries"], out["empty"] = len(queries), empty
+            # With the cluster variable on All, panels that keep `cluster` (per engine, per pool) show both.
+            split = {}
+            for title, expr in queries:
+                if KEEPS_CLUSTER.search(expr) and not may_be_empty(expr):
+                    result = await prom.query(for_cluster(expr, ".*"))
+                    split[f"{title}: {expr}"] = {r["metric"].get(C.LABEL_CLUSTER) for r in result}
+            out["split"] = split
             out["dashboards_ready_s"] = time.monotonic() - started
             out["cluster_values"] = await stack.label_values(C.LABEL_CLUSTER, C.REQUESTS_RUNNING.name)
 
@@ -140,6 +148,9 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
     assert out["queries"] > 20
     assert out["empty"] == [], "\n".join(out["empty"])
     assert out["cluster_values"] == sorted(fleet.clusters)
+    assert len(out["split"]) >= 10, out["split"]
+    one_cluster = {k: v for k, v in out["split"].items() if v != set(fleet.clusters)}
+    assert one_cluster == {}, one_cluster
 
     assert elapsed < WALL_BUDGET_S, f"the fleet test took {elapsed:.0f}s (budget {WALL_BUDGET_S:.0f}s)"
 
