@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench build clean deps system-deps image image-test
+.PHONY: demo fleet test bench build clean deps system-deps image image-test
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,12 +14,18 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 
-# Debian packages the tests and the demo run for real: promtool, Prometheus, Alertmanager, nginx (tap benchmark).
+# Debian packages the tests and the demo run for real: promtool, Prometheus, Alertmanager, nginx (tap benchmark),
+# VictoriaMetrics with vmagent and vmalert (the fleet).
 system-deps:
 	@./scripts/install-system-deps.sh
 
 demo: deps system-deps
 	$(BIN)/python -m demo
+
+# The fleet on one machine: two clusters remote-writing into VictoriaMetrics, slogen's rules in vmalert, an
+# incident in cluster a (docs/scaling.md).
+fleet: deps system-deps
+	$(BIN)/python -m demo --fleet
 
 test: deps system-deps
 	$(BIN)/python -m pytest
