@@ -1,7 +1,7 @@
 """deploy/policy/image-signatures.yaml: sigstore policy-controller ClusterImagePolicies.
 
-Checked three ways: against the upstream CRD's v1beta1 schema with unknown fields rejected
-(tests/deploy/schemas/policy-controller, see its PROVENANCE.md); against the rules the
+Checked three ways: against the ClusterImagePolicy v1beta1 schema with unknown fields rejected
+(tests/deploy/clusterimagepolicy_schema.py, written from upstream's CRD); against the rules the
 policy-controller's validating webhook adds (restated from upstream's Go validation); and for
 coverage: every image the overlays run in a namespace that opts in is matched by a policy, with
 the glob semantics upstream documents (`*` any run of non-`/` characters, `**` anything, the
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import copy
 import re
-import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
 
-CRD = Path(__file__).with_name("schemas") / "policy-controller" / "policy.sigstore.dev_clusterimagepolicies.yaml"
-API_VERSION = "policy.sigstore.dev/v1beta1"
+from tests.deploy.clusterimagepolicy_schema import API_VERSION, cluster_image_policy_schema
+
 INCLUDE = "policy.sigstore.dev/include"
 RELEASE_ISSUER = "https://token.actions.githubusercontent.com"
 MODES = ("enforce", "warn")
@@ -29,16 +26,7 @@ GLOB_CHARS = re.compile(r"^[a-zA-Z0-9\-_:/*.@]+$")
 
 @pytest.fixture(scope="module")
 def schema() -> dict:
-    k8s = sys.modules["llmslo_tests_k8s_schemas"]  # loaded by conftest: strict() rejects unknown fields
-    crd = yaml.safe_load(CRD.read_text())
-    assert crd["spec"]["group"] == "policy.sigstore.dev" and crd["spec"]["names"]["kind"] == "ClusterImagePolicy"
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1" and v["served"]]
-    s = k8s.strict(version["schema"]["openAPIV3Schema"])
-    s["properties"]["apiVersion"] = {"const": API_VERSION}
-    s["properties"]["kind"] = {"const": "ClusterImagePolicy"}
-    s["properties"].setdefault("metadata", {"type": "object"})  # the API server's ObjectMeta, not the CRD's
-    s["required"] = ["apiVersion", "kind", "metadata", "spec"]
-    return s
+    return cluster_image_policy_schema()
 
 
 def schema_errors(schema: dict, obj: dict) -> list[str]:
