@@ -16,11 +16,18 @@ LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class Matcher(NamedTuple):
-    """One label matcher; `value` as it appears between PromQL's double quotes (escapes kept)."""
+    """One label matcher, e.g. `namespace=~"$namespace"`: the one Matcher type (slogen.promql renders it).
+
+    `quoted` is the value as written between the double quotes (already escaped), so a matcher
+    parsed from a spec's selector renders back exactly as its author wrote it.
+    """
 
     label: str
     op: str  # = != =~ !~
-    value: str
+    quoted: str
+
+    def render(self) -> str:
+        return f'{self.label}{self.op}"{self.quoted}"'
 
 
 def parse_selector(text: str) -> tuple[Matcher, ...]:

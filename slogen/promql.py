@@ -9,32 +9,12 @@ with the conventions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
 from llmslo import conventions as c
+from llmslo.selectors import Matcher, quote  # the one Matcher (spec selectors are parsed into it too)
 
 # Sloth's template variable for a rule's rate window; slogen expands it per window.
 WINDOW = "{{.window}}"
-
-
-def quote(value: str) -> str:
-    """The inside of a double-quoted PromQL string literal for `value`."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-class Matcher(NamedTuple):
-    """One label matcher, e.g. `namespace=~"$namespace"`.
-
-    `quoted` is the value as written between the double quotes (already escaped), so a matcher
-    parsed from a spec's selector renders back exactly as its author wrote it.
-    """
-
-    label: str
-    op: str  # = != =~ !~
-    quoted: str
-
-    def render(self) -> str:
-        return f'{self.label}{self.op}"{self.quoted}"'
 
 
 def matcher(label: str, op: str, value: str) -> Matcher:
