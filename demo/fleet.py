@@ -340,7 +340,9 @@ async def fleet_status(stack: FleetStack, window: str) -> list[str]:
             g = next((float(x["value"][1]) for x in good if x["metric"] == r["metric"]), float("nan"))
             parts.append(f"{r['metric'].get(cls, '?')} {float(r['value'][1]):.1f} req/s goodput {g:.0%}")
         here = sorted({a.get("name", "?") for a in firing if a.get("labels", {}).get(cl) == name})
-        lines.append(f"  cluster {name}: {'; '.join(parts) or 'no traffic yet'}; firing: {', '.join(here) or 'nothing'}")
+        parts = parts or [f"no traffic in the store yet (a new series is searchable ~{stack.fleet.timers.new_series_s:.0f}s "
+                          "after its first sample)"]
+        lines.append(f"  cluster {name}: {'; '.join(parts)}; firing: {', '.join(here) or 'nothing'}")
     return lines
 
 
