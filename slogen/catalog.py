@@ -1,6 +1,6 @@
 """The build's one input: every file `slogen build` reads, loaded once, plus the rules compiled from it.
 
-Generation reads only this catalog (`slogen.build`'s chain of pure functions), so nothing after
+Generation reads only this catalog (`slogen.build`'s chain of generators), so nothing after
 `compile_catalog` touches the disk until `slogen.outputs` writes the result. That is what makes a
 build reproducible from its catalog, and a test able to feed the generators literals.
 """

@@ -6,7 +6,7 @@ almost-broken neighbour that must stay quiet. It asserts: nothing fires before t
 holds, nothing fires one step before the alert's `for` has passed, and then exactly the broken
 series fires, with all its labels (including `cluster`) and the annotations expanded for it;
 the GPU-error and tap-refusal alerts also resolve.
-Thresholds come from the options, so the tests follow any `--kv-saturation-threshold` etc.
+Thresholds come from the options, so the tests follow any `--kv-usage-threshold` etc.
 """
 
 from __future__ import annotations

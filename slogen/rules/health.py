@@ -39,7 +39,7 @@ TOPIC_TAP_REFUSALS = "tap_refusals"
 
 @dataclass(frozen=True)
 class HealthOptions:
-    """Thresholds of the health alerts (`slogen build --kv-saturation-threshold ...`); durations in ms."""
+    """Thresholds of the health alerts (`slogen build --kv-usage-threshold ...`); durations in ms."""
 
     enabled: bool = True
     gpu_lost_for: int = 2 * MINUTE
