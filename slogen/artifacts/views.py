@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmslo import sli_plugins as sp
 from slogen.durations import parse_duration
 
 # SLI kinds slogen knows (the llmslo/* plugins), plus Sloth's own two shapes.
@@ -21,8 +20,8 @@ SLI_KV_HEADROOM = "kv_headroom"  # share of engine-time with KV-cache usage over
 SLI_EVENTS = "events"  # Sloth `events` (error_query / total_query) or a foreign plugin
 SLI_RAW = "raw"  # Sloth `raw` (error_ratio_query)
 
-LATENCY_METRICS = tuple(sp.LATENCY_METRICS)  # the contract's (llmslo/sli_plugins.py)
-SOURCES = sp.SOURCES
+LATENCY_METRICS = ("ttft", "tpot", "e2e", "itl")
+SOURCES = ("tap", "engine")
 
 
 @dataclass(frozen=True)
@@ -99,20 +98,18 @@ def window_seconds(window: str) -> int:
 # Adapter from the core model (slogen.model / slogen.rules.options)
 # --------------------------------------------------------------------------------------
 _PLUGIN_KINDS = {
-    sp.LatencyParams: SLI_LATENCY,
-    sp.GoodputParams: SLI_GOODPUT,
-    sp.AvailabilityParams: SLI_AVAILABILITY,
-    sp.KvHeadroomParams: SLI_KV_HEADROOM,
+    "llmslo/latency": SLI_LATENCY,
+    "llmslo/goodput": SLI_GOODPUT,
+    "llmslo/availability": SLI_AVAILABILITY,
+    "llmslo/kv-headroom": SLI_KV_HEADROOM,
 }
 
 
-def _source(params: sp.PluginParams | None) -> str:
-    """Which side measures the SLI: the plugin's source; goodput is the tap's, KV headroom the engine's."""
-    if isinstance(params, (sp.LatencyParams, sp.AvailabilityParams)):
-        return params.source
-    if isinstance(params, sp.GoodputParams):
-        return sp.SOURCE_TAP
-    return sp.SOURCE_ENGINE if isinstance(params, sp.KvHeadroomParams) else ""
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
 
 
 def from_context(ctx) -> SLOView:
@@ -124,8 +121,12 @@ def from_context(ctx) -> SLOView:
 
     slo = ctx.slo
     sli = slo.sli
-    params = sli.params if isinstance(sli, EventsSLI) else None  # the plugin's resolved parameters, if any
-    kind = _PLUGIN_KINDS.get(type(params), SLI_RAW if isinstance(sli, RawSLI) else SLI_EVENTS)
+    options: dict[str, str] = dict(getattr(sli, "plugin_options", {}) or {})
+    plugin = getattr(sli, "plugin", "") if isinstance(sli, EventsSLI) else ""
+    kind = _PLUGIN_KINDS.get(plugin, SLI_RAW if isinstance(sli, RawSLI) else SLI_EVENTS)
+    source = options.get("source", "tap" if kind in (SLI_LATENCY, SLI_GOODPUT, SLI_AVAILABILITY) else "")
+    if kind == SLI_KV_HEADROOM:
+        source = "engine"
     tiers = tuple(
         BurnTier(t.name, t.severity, t.long, t.short, float(t.factor))
         for t in ctx.tiers
@@ -139,10 +140,10 @@ def from_context(ctx) -> SLOView:
         period=format_duration(ctx.period),
         description=slo.description,
         sli_kind=kind,
-        latency_metric=params.metric if isinstance(params, sp.LatencyParams) else "",
-        threshold=params.threshold if isinstance(params, (sp.LatencyParams, sp.KvHeadroomParams)) else None,
-        source=_source(params),
-        slo_class=getattr(params, "slo_class", ""),
+        latency_metric=options.get("metric", "") if kind == SLI_LATENCY else "",
+        threshold=_float(options.get("threshold", "0.9" if kind == SLI_KV_HEADROOM else None)),
+        source=source,
+        slo_class=options.get("slo_class", ""),
         windows=tuple(format_duration(w) for w in recorded_windows(ctx)),
         base_window=format_duration(ctx.base_window),
         traffic_weighted=not ctx.opts.sloth_compat and not isinstance(sli, RawSLI),
