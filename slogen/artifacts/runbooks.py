@@ -105,7 +105,8 @@ def _slo_queries(slo: SLOView) -> dict[str, str]:
 
 
 def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
-    per_engine = (c.LABEL_NAMESPACE, c.LABEL_POD)
+    # `cluster` first: read from a fleet store, two clusters' pods of one name stay apart (as on the dashboards).
+    per_engine = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD)
     tap = [q.eq(c.LABEL_SLO_CLASS, slo.slo_class)] if slo and slo.slo_class else []
     threshold = slo.threshold if slo and slo.threshold else None
     out = {

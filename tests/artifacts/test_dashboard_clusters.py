@@ -1,8 +1,9 @@
-"""Generated dashboards keep clusters apart when they read a fleet store (docs/scaling.md).
+"""Generated dashboards and runbooks keep clusters apart when they read a fleet store (docs/scaling.md).
 
 With the cluster variable on All, a panel that aggregates per engine `by (namespace, pod)` or per pool
 `by (namespace, model)` sums two clusters' pods of one name (a StatefulSet's chat-0 exists in each) into one
-line. Every aggregation that names a pod or a pool must keep `cluster` too, and its legend must show it.
+line. Every aggregation that names a pod or a pool must keep `cluster` too, and a legend must show it; the
+runbooks' per-engine queries likewise.
 The fleet integration test (tests/integration/test_fleet.py) runs these queries against VictoriaMetrics.
 """
 
@@ -18,6 +19,7 @@ from llmslo import conventions as c
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+RUNBOOKS = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
 BY = re.compile(r"\bby\s*\(([^)]*)\)")
 
 
@@ -54,3 +56,15 @@ def test_the_fleet_dashboard_has_per_engine_and_per_pool_panels():
                for clause in BY.findall(expr)]
     assert sum(1 for g in clauses if c.LABEL_POD in g) >= 10
     assert sum(1 for g in clauses if {c.LABEL_NAMESPACE, c.LABEL_MODEL} <= g) >= 4
+
+
+def test_runbook_queries_per_engine_keep_the_cluster():
+    wrong, per_engine = [], 0
+    for path in RUNBOOKS:
+        for clause in BY.findall(path.read_text(encoding="utf-8")):
+            groups = {g.strip() for g in clause.split(",") if g.strip()}
+            if c.LABEL_POD in groups:
+                per_engine += 1
+                if c.LABEL_CLUSTER not in groups:
+                    wrong.append(f"{path.name}: by ({clause})")
+    assert per_engine >= 10 and wrong == [], wrong
