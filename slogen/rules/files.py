@@ -47,15 +47,29 @@ def prometheus_rules(catalog, options) -> dict[str, str]:
     return out
 
 
+def _refuse(problems: list[tuple[str, str]], what: str) -> None:
+    """SpecErrors naming every bad build option (and the flag that sets it), if any."""
+    if problems:
+        raise SpecErrors([SpecError("slogen build", f"{what} option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
+                          for name, why in problems])
+
+
+def _group_files(name: str, group, head: str, test_doc: dict, component: str) -> dict[str, str]:
+    """A build-wide group's rule file, promtool tests and PrometheusRule (`component` labels the latter)."""
+    return {
+        rules_path(name): rule_file([group], head),
+        tests_path(name): head + "\n" + dump(test_doc),
+        prometheus_rule_path(name): prometheus_rule(
+            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}),
+    }
+
+
 def health_alerts(options) -> list[health.HealthAlert]:
     """The capacity and health alerts this build generates (none with `--no-health-alerts`)."""
     h = options.health
     if not h.enabled:
         return []
-    problems = h.problems()
-    if problems:
-        raise SpecErrors([SpecError("slogen build", f"health alert option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
-                          for name, why in problems])
+    _refuse(h.problems(), "health alert")
     return health.health_alerts(h, options.gen.runbook_base_url, dict(options.gen.extra_labels), options.gen.grafana_url)
 
 
@@ -67,13 +81,7 @@ def health_rules(catalog, options) -> dict[str, str]:
     group = health.health_group(alerts)
     head = HEALTH_HEADER.format(version=options.gen.version)
     test_doc = health_tests(alerts, options.health, Path(rules_path(HEALTH.GROUP)).name)
-    return {
-        rules_path(HEALTH.GROUP): rule_file([group], head),
-        tests_path(HEALTH.GROUP): head + "\n" + dump(test_doc),
-        prometheus_rule_path(HEALTH.GROUP): prometheus_rule(
-            HEALTH.GROUP, [group], head=head,
-            managed_labels={**K8S_LABELS, "app.kubernetes.io/component": "health"}),
-    }
+    return _group_files(HEALTH.GROUP, group, head, test_doc, "health")
 
 
 def capacity_alerts(options) -> list[health.HealthAlert]:
@@ -81,10 +89,7 @@ def capacity_alerts(options) -> list[health.HealthAlert]:
     k = options.capacity
     if not k.enabled:
         return []
-    problems = k.problems()
-    if problems:
-        raise SpecErrors([SpecError("slogen build", f"capacity option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
-                          for name, why in problems])
+    _refuse(k.problems(), "capacity")
     return capacity.capacity_alerts(k, options.gen.runbook_base_url, dict(options.gen.extra_labels), options.gen.grafana_url)
 
 
@@ -96,10 +101,4 @@ def capacity_rules(catalog, options) -> dict[str, str]:
     group = capacity.capacity_group(options.capacity, alerts)
     head = CAPACITY_HEADER.format(version=options.gen.version)
     test_doc = capacity_tests(alerts, options.capacity, Path(rules_path(CAPACITY.GROUP)).name)
-    return {
-        rules_path(CAPACITY.GROUP): rule_file([group], head),
-        tests_path(CAPACITY.GROUP): head + "\n" + dump(test_doc),
-        prometheus_rule_path(CAPACITY.GROUP): prometheus_rule(
-            CAPACITY.GROUP, [group], head=head,
-            managed_labels={**K8S_LABELS, "app.kubernetes.io/component": "capacity"}),
-    }
+    return _group_files(CAPACITY.GROUP, group, head, test_doc, "capacity")
