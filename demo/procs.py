@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,10 +31,35 @@ class StartError(RuntimeError):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback port the OS says is free now (for programs that cannot report the port they bound)."""
+    """A loopback port the OS says is free now (for programs that cannot report the port they bound).
+
+    Chosen below the kernel's ephemeral range when there is room: the program binds it a moment later, and
+    meanwhile any outgoing connection on the machine (a scrape, remote-write, the load generator) takes its
+    source port from that range and could take this one first ("address already in use").
+    """
+    low = _ephemeral_low()
+    if low > _FIXED_LOW + 1000:
+        for _ in range(50):
+            port = random.randrange(_FIXED_LOW, low)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+_FIXED_LOW = 10000  # below: well-known and registered services' ports
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 try:
