@@ -300,7 +300,7 @@ def _latency(r: _Reader) -> LatencyParams:
         raise PluginOptionError("threshold_rounding applies to source: engine only", "threshold_rounding",
                                 "remove it: the tap adds every threshold it reads to its histograms' edges")
     if source == SOURCE_TAP and LATENCY_METRICS[metric].tap is None:
-        raise PluginOptionError(f"metric {metric!r} is only measured by the engine, not the tap", "metric",
+        raise PluginOptionError(f"metric {metric!r} is only measured by the engine, not the tap", "source",
                                 f'set source: engine, or use one of {", ".join(TAP_LATENCY_METRICS)} with the tap')
     slo_class = r.get("slo_class")
     selection = r.selection()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmslo.sli_plugins import PluginParams
 from slogen.durations import format_duration, hours
 
 # --------------------------------------------------------------------------------------
@@ -61,6 +62,8 @@ class EventsSLI:
     fixtures: tuple[SeriesFixture, ...] = ()  # source series for generated tests
     plugin: str = ""  # built-in plugin id this SLI came from, if any
     plugin_options: dict[str, str] = field(default_factory=dict)  # the plugin's options, as written
+    # The llmslo plugin's resolved parameters (llmslo.sli_plugins): what later stages read, never the strings.
+    params: PluginParams | None = None
     by: tuple[str, ...] = ()  # labels the queries keep through aggregation (e.g. cluster)
     # Events are rule-evaluation samples (a time-based SLI such as llmslo/kv-headroom), not requests:
     # the error query counts samples per window, and traffic never runs low, so no low-traffic guard.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llmslo import sli_plugins as sp
 from slogen.durations import parse_duration
 
 # SLI kinds slogen knows (the llmslo/* plugins), plus Sloth's own two shapes.
@@ -20,8 +21,8 @@ SLI_KV_HEADROOM = "kv_headroom"  # share of engine-time with KV-cache usage over
 SLI_EVENTS = "events"  # Sloth `events` (error_query / total_query) or a foreign plugin
 SLI_RAW = "raw"  # Sloth `raw` (error_ratio_query)
 
-LATENCY_METRICS = ("ttft", "tpot", "e2e", "itl")
-SOURCES = ("tap", "engine")
+LATENCY_METRICS = tuple(sp.LATENCY_METRICS)  # the contract's (llmslo/sli_plugins.py)
+SOURCES = sp.SOURCES
 
 
 @dataclass(frozen=True)
@@ -98,18 +99,20 @@ def window_seconds(window: str) -> int:
 # Adapter from the core model (slogen.model / slogen.rules.options)
 # --------------------------------------------------------------------------------------
 _PLUGIN_KINDS = {
-    "llmslo/latency": SLI_LATENCY,
-    "llmslo/goodput": SLI_GOODPUT,
-    "llmslo/availability": SLI_AVAILABILITY,
-    "llmslo/kv-headroom": SLI_KV_HEADROOM,
+    sp.LatencyParams: SLI_LATENCY,
+    sp.GoodputParams: SLI_GOODPUT,
+    sp.AvailabilityParams: SLI_AVAILABILITY,
+    sp.KvHeadroomParams: SLI_KV_HEADROOM,
 }
 
 
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
+def _source(params: sp.PluginParams | None) -> str:
+    """Which side measures the SLI: the plugin's source; goodput is the tap's, KV headroom the engine's."""
+    if isinstance(params, (sp.LatencyParams, sp.AvailabilityParams)):
+        return params.source
+    if isinstance(params, sp.GoodputParams):
+        return sp.SOURCE_TAP
+    return sp.SOURCE_ENGINE if isinstance(params, sp.KvHeadroomParams) else ""
 
 
 def from_context(ctx) -> SLOView:
@@ -121,12 +124,8 @@ def from_context(ctx) -> SLOView:
 
     slo = ctx.slo
     sli = slo.sli
-    options: dict[str, str] = dict(getattr(sli, "plugin_options", {}) or {})
-    plugin = getattr(sli, "plugin", "") if isinstance(sli, EventsSLI) else ""
-    kind = _PLUGIN_KINDS.get(plugin, SLI_RAW if isinstance(sli, RawSLI) else SLI_EVENTS)
-    source = options.get("source", "tap" if kind in (SLI_LATENCY, SLI_GOODPUT, SLI_AVAILABILITY) else "")
-    if kind == SLI_KV_HEADROOM:
-        source = "engine"
+    params = sli.params if isinstance(sli, EventsSLI) else None  # the plugin's resolved parameters, if any
+    kind = _PLUGIN_KINDS.get(type(params), SLI_RAW if isinstance(sli, RawSLI) else SLI_EVENTS)
     tiers = tuple(
         BurnTier(t.name, t.severity, t.long, t.short, float(t.factor))
         for t in ctx.tiers
@@ -140,10 +139,10 @@ def from_context(ctx) -> SLOView:
         period=format_duration(ctx.period),
         description=slo.description,
         sli_kind=kind,
-        latency_metric=options.get("metric", "") if kind == SLI_LATENCY else "",
-        threshold=_float(options.get("threshold", "0.9" if kind == SLI_KV_HEADROOM else None)),
-        source=source,
-        slo_class=options.get("slo_class", ""),
+        latency_metric=params.metric if isinstance(params, sp.LatencyParams) else "",
+        threshold=params.threshold if isinstance(params, (sp.LatencyParams, sp.KvHeadroomParams)) else None,
+        source=_source(params),
+        slo_class=getattr(params, "slo_class", ""),
         windows=tuple(format_duration(w) for w in recorded_windows(ctx)),
         base_window=format_duration(ctx.base_window),
         traffic_weighted=not ctx.opts.sloth_compat and not isinstance(sli, RawSLI),

@@ -15,6 +15,7 @@ from slogen.errors import SpecError, SpecErrors
 from slogen.loaders import k8s, openslo, sloth, windows
 from slogen.loaders.common import Reporter
 from slogen.model import SLO, AlertWindows
+from llmslo.sli_plugins import GoodputParams, same_class
 from llmslo.specfile import SUFFIXES as YAML_SUFFIXES  # noqa: F401
 from llmslo.specfile import SpecFileError, read_documents
 from llmslo.specfile import discover as discover
@@ -70,6 +71,8 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
         result.warnings += r.warnings
     if not windows_only and not allow_duplicates:
         result.errors += duplicate_errors(result.slos)
+    if not windows_only:
+        result.errors += goodput_class_errors(result.slos)
     if raise_errors and result.errors:
         raise SpecErrors(result.errors)
     return result
@@ -96,6 +99,28 @@ def _load_doc(doc: object, r: Reporter, i: int, refs: openslo.V1Refs) -> list[SL
             fix='use version: "prometheus/v1", a sloth.slok.dev/v1 PrometheusServiceLevel or AlertWindows, '
                 "or an OpenSLO openslo/v1alpha or openslo/v1 SLO")
     return []
+
+
+def goodput_class_errors(slos: list[SLO]) -> list[SpecError]:
+    """A goodput class named by several SLOs must have one definition (ttft, tpot, models), as the tap refuses
+    otherwise (llmslo.sli_plugins.same_class): it holds each request of a class to one objective."""
+    first: dict[str, SLO] = {}
+    errors = []
+    for slo in slos:
+        params = getattr(slo.sli, "params", None)
+        if not isinstance(params, GoodputParams):
+            continue
+        seen = first.setdefault(params.slo_class, slo)
+        if seen is slo or same_class(seen.sli.params, params):  # type: ignore[union-attr, arg-type]
+            continue
+        errors.append(SpecError(
+            slo.origin.file, f"slo_class {params.slo_class!r} is also defined by SLO {seen.id!r} in {seen.origin.file}"
+            + (f":{seen.origin.line}" if seen.origin.line else "") + " with other thresholds or models",
+            field=f"{slo.origin.path}.sli.plugin.options" if slo.origin.path else "sli.plugin.options", slo=slo.id,
+            fix="give each class one definition: the same ttft, tpot and models in every goodput SLO of the class",
+            line=slo.origin.line,
+        ))
+    return errors
 
 
 def duplicate_errors(slos: list[SLO]) -> list[SpecError]:

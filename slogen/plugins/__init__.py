@@ -10,16 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from llmslo.plugin_errors import PluginOptionError
 from slogen.model import SLI, SLO, SLORules
 
 
-class PluginError(ValueError):
-    """A plugin rejected its options; `option` names the offending one."""
-
-    def __init__(self, message: str, option: str = "", fix: str = ""):
-        super().__init__(message)
-        self.option = option
-        self.fix = fix
+# A plugin rejected its options; `option` names the offending one, `fix` what to write. The llmslo/*
+# contract's error, so slogen's loader reports the contract's refusals and any plugin's alike.
+PluginError = PluginOptionError
 
 
 @dataclass(frozen=True)

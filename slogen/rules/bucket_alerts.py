@@ -34,11 +34,13 @@ from __future__ import annotations
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.conventions import SLO as C
+from llmslo.engine_thresholds import engine_kinds
+from llmslo.sli_plugins import LatencyParams
 from slogen.durations import format_duration
 from slogen.rules.alerts import SEVERITY, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
-from slogen.plugins.llm import engine_kinds, engine_latency_selectors, le_label, parse_selector
+from slogen.plugins.llm import engine_latency_selectors, le_label
 
 GROUP_PREFIX = "llmslo-bucket-edges-"
 ALERT_SUFFIX = "ThresholdNotABucketEdge"
@@ -71,8 +73,14 @@ def _where(labels: tuple[str, ...]) -> str:
     return ", ".join(f"{label} {_l(label)}" for label in labels if label != c.LABEL_ENGINE)
 
 
+def _params(sli: EventsSLI) -> LatencyParams:
+    """The resolved parameters of an engine-sourced latency SLI (engine_latency_selectors chose it)."""
+    assert isinstance(sli.params, LatencyParams)
+    return sli.params
+
+
 def _metric(sli: EventsSLI) -> str:
-    return sli.plugin_options.get("metric", "")
+    return _params(sli).metric
 
 
 def bucket_edge_groups(ctx: SLOContext) -> list[RuleGroup]:
@@ -153,13 +161,12 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
     selectors = engine_latency_selectors(sli)
     if total is None or good is None or selectors is None:
         return []
-    count_sel = selectors[0]
-    body = count_sel[count_sel.index("{"):] if "{" in count_sel else ""
-    metric = _metric(sli)
-    row = next(iter(be.rows(engine_kinds(parse_selector(body)), metric)), None)
+    p = _params(sli)
+    metric = p.metric
+    row = next(iter(be.rows(engine_kinds(p.selection.matchers), metric)), None)
     if row is None:
         return []
-    threshold = float(sli.plugin_options["threshold"])
+    threshold = p.threshold
     lo, hi = be.nearest(row.edges[metric], threshold)
     other = lo if lo is not None else hi if hi is not None else threshold / 2
     base = {**total.labels, c.LABEL_ENGINE: row.kind}
@@ -244,11 +251,10 @@ def runbook_details_for(ctx: SLOContext) -> dict:
     """`runbook_details` of one resolved SLO (its SLI must be an engine-sourced latency SLI)."""
     sli = ctx.slo.sli
     count_sel, bucket_sel, bucket_any = engine_latency_selectors(sli)
-    body = count_sel[count_sel.index("{"):] if "{" in count_sel else ""
-    o = sli.plugin_options
-    return runbook_details(o.get("metric", ""), o.get("threshold", ""), count_sel, bucket_sel, bucket_any, scope(sli),
-                           engine_kinds(parse_selector(body)), o.get("threshold_as_written", ""),
-                           o.get("threshold_rounding", ""))
+    p = _params(sli)
+    o = sli.plugin_options  # the spec's own spelling of the threshold, for the runbook's text
+    return runbook_details(p.metric, o.get("threshold", ""), count_sel, bucket_sel, bucket_any, scope(sli),
+                           engine_kinds(p.selection.matchers), o.get("threshold_as_written", ""), p.rounding)
 
 
 __all__ = ["ALERT_SUFFIX", "GROUP_PREFIX", "TIER", "alert_name", "bucket_edge_groups",

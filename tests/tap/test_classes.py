@@ -157,7 +157,7 @@ slos:
         (goodput_slo('{slo_class: a, ttft: "1", models: [a, b]}'), ["options.models", "comma-separated"]),
         (
             goodput_slo("{metric: itl, threshold: '0.1', source: tap}").replace("llmslo/goodput", "llmslo/latency"),
-            ["options.metric", "'itl'", "source: engine"],
+            ["options.source", "'itl'", "source: engine"],
         ),
         (
             goodput_slo("{metric: ttft, source: tap}").replace("llmslo/goodput", "llmslo/latency"),
