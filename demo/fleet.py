@@ -31,12 +31,16 @@ from pathlib import Path
 
 import aiohttp
 
-from demo.alertmanager import build_config, find_binary, load_generated, start_alertmanager, write_config
-from demo.incident import Scenario, describe, expected_fire_bound, fastest_page_tier, find_ttft_slo, pipeline_lag_s
+from demo import show
+from demo.alertmanager import (PAGE_ROUTE, build_config, find_binary, load_generated, start_alertmanager,
+                               write_config)
+from demo.incident import (Scenario, SloRef, describe, expected_fire_bound, fastest_page_tier,
+                           pipeline_lag_s, run_incident)
 from demo.procs import Child, Supervisor, free_port
-from demo.prometheus import EXPORTER_JOB, PROMETHEUS_BINARIES, PromClient, PrometheusTimers
+from demo.prometheus import EXPORTER_JOB, PROMETHEUS_BINARIES, PrometheusTimers
 from demo.stack import DEFAULT_ENGINES, EngineSpec, LocalStack, StackSettings
 from demo.webhook import Notification
+from exporter.tap.classes import load_slo_config
 from llmslo import conventions as C
 from slogen.durations import format_seconds
 
@@ -183,6 +187,18 @@ def _binary(candidates: tuple[str, ...]) -> str:
 
 # ---------------------------------------------------------------------------------------------------- stacks
 @dataclass
+class FleetSupervisor(Supervisor):
+    """The central processes' supervisor; `check_alive` (what the incident loop calls) covers every cluster's too."""
+
+    clusters: list[Supervisor] = field(default_factory=list)
+
+    def check_alive(self) -> None:
+        super().check_alive()
+        for sup in self.clusters:
+            sup.check_alive()
+
+
+@dataclass
 class ClusterStack(LocalStack):
     """One cluster: the local stack's engines, taps and exporter; a Prometheus agent instead of a Prometheus."""
 
@@ -215,14 +231,13 @@ class FleetStack(LocalStack):
         self.fleet.validate()
         self.settings = replace(self.fleet.stack, engines=self.fleet.all_engines(), cluster="fleet")
         super().__post_init__()
+        self.sup = FleetSupervisor(self.sup.log_dir)
 
     async def start(self) -> None:
         t0 = time.monotonic()
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         _binary(VICTORIA_METRICS_BINARIES)  # both checked before anything starts
         vmalert_binary = _binary(VMALERT_BINARIES)
-        from exporter.tap.classes import load_slo_config
-
         self.slo = load_slo_config([str(p) for p in self.settings.slo_paths])
         self._check_classes()
         self.rule_files = list(self.settings.prebuilt_rules) or await self._build_rules()
@@ -244,6 +259,7 @@ class FleetStack(LocalStack):
                         node=f"{name}-{self.fleet.stack.node}", workdir=self.workdir / f"cluster-{name}",
                         keep_workdir=True),
                 remote_write_url=self.vm_url, deadline_s=self.fleet.timers.remote_write_deadline_s)
+            self.sup.clusters.append(self.clusters[name].sup)
         await asyncio.gather(self.sup.wait_http(child, f"{self.vmalert_url}/-/healthy", timeout_s=30),
                              *(c.start() for c in self.clusters.values()))
         order = {e.name: i for i, e in enumerate(self.settings.engines)}
@@ -269,17 +285,6 @@ class FleetStack(LocalStack):
     def process_groups(self) -> list[int]:
         return self.sup.process_groups() + [g for c in self.clusters.values() for g in c.sup.process_groups()]
 
-    def check_alive(self) -> None:
-        self.sup.check_alive()
-        for c in self.clusters.values():
-            c.sup.check_alive()
-
-    def cluster_of(self, engine_name: str) -> str:
-        for name, c in self.clusters.items():
-            if any(e.spec.name == engine_name for e in c.engines):
-                return name
-        raise KeyError(engine_name)
-
     async def vmalert_alerts(self) -> list[dict]:
         """vmalert's active alerts (pending and firing), each with its labels and state."""
         async with self.session.get(self.vmalert_url + "/api/v1/alerts") as resp:
@@ -303,12 +308,11 @@ class FleetStack(LocalStack):
 
 
 # ---------------------------------------------------------------------------------------------------- the demo
-def fleet_bound(stack: FleetStack, tier: str, bad_share: float, completion_lag_s: float) -> float:
+def fleet_bound(stack: FleetStack, slo: SloRef, tier: str, bad_share: float, completion_lag_s: float) -> float:
     """Seconds from the fault to the page, at most: the local stack's bound (demo/incident.py) plus the fleet's
     hops: remote-write batching and, per rule hop (raw -> SLI ratio -> alert), vmalert's write-back and the
     store's latency offset; plus one new series' delay, for SLI ratios first recorded during the incident (a
     short steady phase)."""
-    slo = find_ttft_slo(stack.settings.slo_paths, Scenario().slo_class)
     t = stack.fleet.timers
     base = expected_fire_bound(stack.settings, stack.page_timers(), slo, tier, bad_share, completion_lag_s)
     return base + t.remote_write_deadline_s + t.latency_offset_s + 2 * t.hop_s() + t.new_series_s
@@ -316,8 +320,6 @@ def fleet_bound(stack: FleetStack, tier: str, bad_share: float, completion_lag_s
 
 def page_clusters(notes: list[Notification]) -> set[str]:
     """The `cluster` of every firing alert on-call was paged for."""
-    from demo.alertmanager import PAGE_ROUTE
-
     return {a.get("labels", {}).get(C.LABEL_CLUSTER, "") for n in notes
             if n.route == PAGE_ROUTE and n.status == "firing" for a in n.firing()}
 
@@ -347,8 +349,6 @@ async def fleet_status(stack: FleetStack, window: str) -> list[str]:
 
 
 async def run_fleet_demo(args: argparse.Namespace) -> int:
-    from demo.incident import run_incident
-
     base = StackSettings.fast() if args.fast else StackSettings()
     fleet = FleetSettings(stack=replace(base, workdir=Path(args.workdir) if args.workdir else None,
                                         keep_workdir=bool(args.workdir)))
@@ -369,8 +369,6 @@ async def run_fleet_demo(args: argparse.Namespace) -> int:
         seen = [0]
 
         async def on_tick(phase: str) -> None:
-            from demo import show
-
             for note in stack.webhook.notifications[seen[0]:]:
                 print("\n".join(show.render_notification(t0, note)), flush=True)
             seen[0] = len(stack.webhook.notifications)
@@ -384,8 +382,6 @@ async def run_fleet_demo(args: argparse.Namespace) -> int:
 
         report = await run_incident(stack, scenario, on_tick)
         await on_tick("done")
-        from demo import show
-
         print("\n=== what happened ===")
         print("\n".join(show.timeline(t0, report.events)))
         print("\n=== what on-call received ===")
@@ -398,7 +394,7 @@ async def run_fleet_demo(args: argparse.Namespace) -> int:
               f"{', '.join(others) or 'nothing'}")
         if report.fired and report.incident_at:
             print(f"\npaged {report.fired.received_at - report.incident_at:.1f}s after the fault in cluster "
-                  f"{fleet.incident_cluster} ({describe(report.fired)}); bound {fleet_bound(stack, fastest_page_tier(stack.settings), 1.0, 0.0):.0f}s "
+                  f"{fleet.incident_cluster} ({describe(report.fired)}); bound {fleet_bound(stack, report.slo, fastest_page_tier(stack.settings), 1.0, 0.0):.0f}s "
                   f"plus the slowed requests' latency (pipeline {pipeline_lag_s(stack.settings, stack.page_timers()):.0f}s "
                   f"+ fleet hops)")
         ok = report.fired is not None and paged == {fleet.incident_cluster} and not others

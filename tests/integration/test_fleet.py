@@ -73,7 +73,7 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
             out["start_s"] = stack.timings["start_s"]
             report = await run_incident(stack, scenario)
             out["report"] = report
-            out["bound"] = fleet_bound(stack, fastest_page_tier(stack.settings), 1.0,
+            out["bound"] = fleet_bound(stack, report.slo, fastest_page_tier(stack.settings), 1.0,
                                        _slowed_latency(report, t_from=report.incident_at))
             out["vmalert"] = await stack.vmalert_alerts()
             out["notes"] = list(stack.webhook.notifications)
