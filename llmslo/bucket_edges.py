@@ -148,6 +148,20 @@ ROWS: tuple[EdgeRow, ...] = (
 )
 
 
+# The goodput tap's default ladders (seconds; exporter/tap/metrics.py), to which each tap adds every threshold
+# of the SLO files it reads. Chosen to resolve interactive objectives (tens to hundreds of ms) and long
+# generations. Every tap of a deployment reads the same files, so the tap's histograms share one ladder
+# fleet-wide: the one source whose buckets may be summed across engines (slogen.promql.check_one_ladder).
+TAP_LATENCY_LADDER = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0, 60.0, 120.0, 300.0,
+)
+TAP_TPOT_LADDER = (
+    0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3,
+    0.5, 1.0, 2.5,
+)
+
+
 def rows(kinds: Iterable[str] = ENGINE_KINDS, metric: str | None = None) -> list[EdgeRow]:
     """The rows of these engine kinds (in table order); with `metric`, only those that export it."""
     wanted = set(kinds)

@@ -70,16 +70,47 @@ def ratio(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator})"
 
 
+# A sum of bucket series is a histogram only if every series shares one bucket ladder: summed by `le`
+# across engines of different kinds (vLLM 0.25/0.5/0.75..., SGLang 0.2/0.4/0.6..., Triton 0.1/0.5/2/5),
+# each `le` counts a different subset of engines, the cumulative counts stop rising, every quantile
+# jumps to the next shared edge and a heatmap's differences go negative (issue #18). A grouping that
+# keeps one of these labels sums one engine kind (or one engine) at a time:
+LADDER_LABELS = (c.LABEL_ENGINE, c.LABEL_POD)
+# The tap's histograms have one ladder fleet-wide: every tap builds its edges from the same default list
+# united with the thresholds of the same SLO files (deploy/generated's ConfigMap), whatever engine is behind it.
+UNIFORM_LADDER_HISTOGRAMS = tuple(m for m in c.TAP_METRICS if m.kind == "histogram")
+
+
+class MixedLaddersError(ValueError):
+    """A histogram query that would sum bucket series of unlike ladders (a generator's bug, not a spec's)."""
+
+
+def check_one_ladder(histogram: c.MetricDef, labels: Sequence[str]) -> None:
+    """Refuse a sum by `le` that can mix bucket ladders: it must keep a LADDER_LABELS label or read a
+    histogram of UNIFORM_LADDER_HISTOGRAMS."""
+    if histogram in UNIFORM_LADDER_HISTOGRAMS or set(labels) & set(LADDER_LABELS):
+        return
+    uniform = ", ".join(m.name for m in UNIFORM_LADDER_HISTOGRAMS)
+    raise MixedLaddersError(
+        f"refusing to sum {histogram.bucket()} by ({', '.join((*labels, c.LABEL_LE))}): engines of different "
+        f"kinds have different bucket edges (llmslo/bucket_edges.py), so the sum mixes ladders, quantiles jump to "
+        f"the next shared edge and heatmap cells go negative (fix: keep {' or '.join(LADDER_LABELS)} in the "
+        f"grouping, e.g. labels=({c.LABEL_ENGINE!r},), or read a uniform-ladder histogram: {uniform})")
+
+
 def histogram_quantile(q: float, histogram: c.MetricDef, matchers: Iterable[Matcher], window: str,
                        labels: Sequence[str] = ()) -> str:
-    """A quantile from a histogram's buckets, keeping `le` plus the grouping labels."""
+    """A quantile from a histogram's buckets, keeping `le` plus the grouping labels (one ladder per group)."""
+    check_one_ladder(histogram, labels)
     grouped = agg("sum", rate(selector(histogram.bucket(), matchers), window), (*labels, c.LABEL_LE))
     return f"histogram_quantile({q:g}, {grouped})"
 
 
-def bucket_rates(histogram: c.MetricDef, matchers: Iterable[Matcher], window: str) -> str:
-    """Per-bucket rates summed by `le`: the input of a heatmap panel."""
-    return agg("sum", rate(selector(histogram.bucket(), matchers), window), (c.LABEL_LE,))
+def bucket_rates(histogram: c.MetricDef, matchers: Iterable[Matcher], window: str, labels: Sequence[str] = ()) -> str:
+    """Per-bucket rates summed by `le` (plus `labels`): the input of a heatmap panel, one ladder per group,
+    so that the cells Grafana derives by differencing neighbouring buckets are never negative."""
+    check_one_ladder(histogram, labels)
+    return agg("sum", rate(selector(histogram.bucket(), matchers), window), (*labels, c.LABEL_LE))
 
 
 def or_zero(expr: str) -> str:

@@ -28,16 +28,10 @@ from exporter.tap.classes import SloConfig
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
+from llmslo.bucket_edges import TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 
-# Seconds. Chosen to resolve interactive objectives (tens to hundreds of ms) and long generations.
-LATENCY_LADDER = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
-    30.0, 60.0, 120.0, 300.0,
-)
-TPOT_LADDER = (
-    0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3,
-    0.5, 1.0, 2.5,
-)
+# Seconds; defined in llmslo/bucket_edges.py, which slogen's generated dashboard tests read too.
+LATENCY_LADDER, TPOT_LADDER = TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 
 OVERFLOW_MODEL = "__other__"  # the model label of every request whose model may not be a label value
 MAX_MODELS = 64  # distinct model label values at most, the last guard behind exporter.tap.models
