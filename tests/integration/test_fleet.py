@@ -165,3 +165,35 @@ def _slowed_latency(report, t_from: float | None) -> float:
     e2e = [rec.e2e for t, rec, _ in report.load.records(report.engine) if t_from <= t < t_from + 3.0
            and rec.e2e is not None]
     return max(e2e, default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------- the pieces, fast
+def test_a_cluster_prometheus_only_scrapes_and_remote_writes_with_its_cluster_label():
+    from demo.fleet import agent_config
+    from demo.prometheus import PrometheusTimers
+
+    config = agent_config("127.0.0.1:9400", PrometheusTimers(1.0, 1.0, 1.0), "a", "http://127.0.0.1:8428", 1.0)
+    assert config["global"]["external_labels"] == {C.LABEL_CLUSTER: "a"}
+    assert config["remote_write"][0]["url"] == "http://127.0.0.1:8428/api/v1/write"
+    assert config["remote_write"][0]["queue_config"]["batch_send_deadline"] == "1s"
+    assert "rule_files" not in config and "alerting" not in config  # the fleet's rules run in vmalert
+
+
+def test_vmalert_runs_every_rule_file_with_the_fleet_settings(tmp_path):
+    from demo.fleet import FleetTimers, vmalert_argv
+
+    files = [tmp_path / "a.rules.yaml", tmp_path / "b.rules.yaml"]
+    argv = vmalert_argv("vmalert", files, "http://vm", "http://am", 8880, FleetTimers())
+    assert [a for a in argv if a.startswith("-rule=")] == [f"-rule={f}" for f in files]
+    assert {"-disableAlertgroupLabel", "-rule.resendDelay=4s", "-datasource.url=http://vm",
+            "-remoteWrite.url=http://vm", "-notifier.url=http://am"} <= set(argv)
+
+
+def test_fleet_settings_name_pods_per_cluster_and_refuse_a_missing_incident_cluster():
+    fleet = FleetSettings()
+    names = [e.name for e in fleet.all_engines()]
+    assert names[0].startswith(f"{fleet.incident_cluster}-") and len(set(names)) == len(names)
+    with pytest.raises(ValueError, match="incident_cluster"):
+        replace(fleet, incident_cluster="c").validate()
+    with pytest.raises(ValueError, match="two or more"):
+        replace(fleet, clusters=("a", "a")).validate()
