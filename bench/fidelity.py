@@ -92,7 +92,7 @@ def cases() -> list[Case]:
                 (30, "ShareGPT", "inf", tt, SAT_TTFT), (31, "decode-heavy 462/256", "inf", tt, SAT_TTFT),
                 (32, "prefill-heavy 462/16", "inf", tt, SAT_TTFT),
             ]
-        rows += [_blog(*(i, hw, w, r, m, v, g)) for (i, w, r, m, g), v in zip(spec, _BLOG_VALUES[hw])]
+        rows += [_blog(i, hw, w, r, m, v, g) for (i, w, r, m, g), v in zip(spec, _BLOG_VALUES[hw])]
     vidur = "Vidur A100 profile"
     rows += [
         Case("43", vidur, "8B A100, 32 layers' linear ops, 1 token", "linear_ms", 9.8, OTHER, preset="llama3-8b-a100",
