@@ -18,7 +18,7 @@ import jinja2
 from llmslo import conventions as c
 from slogen import promql as q
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
-from slogen.artifacts.dashboards import FLEET_FILE, slo_dashboard_path
+from slogen.artifacts.dashboards import ENGINE_BY, FLEET_FILE, goodput_ratio, slo_dashboard_path
 from slogen.plugins.llm import le_regex
 from slogen.artifacts.views import (
     ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
@@ -105,8 +105,9 @@ def _slo_queries(slo: SLOView) -> dict[str, str]:
 
 
 def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
-    # `cluster` first: read from a fleet store, two clusters' pods of one name stay apart (as on the dashboards).
-    per_engine = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD)
+    # `cluster` first: read from a fleet store, two clusters' pods of one name stay apart; node, kind and model
+    # keep engines configured as static targets (no pod) apart (as on the dashboards).
+    per_engine = ENGINE_BY
     tap = [q.eq(c.LABEL_SLO_CLASS, slo.slo_class)] if slo and slo.slo_class else []
     threshold = slo.threshold if slo and slo.threshold else None
     out = {
@@ -133,8 +134,8 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         # Requests that never completed because they were too late: what a hung engine looks like at the tap.
         "tap_late": q.sum_rate(c.TAP_REQUESTS.name, [*tap, q.regex(c.LABEL_OUTCOME, "|".join(c.TAP_LATE_OUTCOMES))],
                                WINDOW, (c.LABEL_MODEL, c.LABEL_OUTCOME)),
-        "goodput_by_class": q.ratio(q.sum_rate(c.GOODPUT_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,)),
-                                    q.sum_rate(c.TAP_REQUESTS.name, tap, WINDOW, (c.LABEL_SLO_CLASS,))),
+        # As the SLI counts: neutral outcomes out of the total, a class in outage at 0 (as on the dashboards).
+        "goodput_by_class": goodput_ratio(tap, (c.LABEL_SLO_CLASS,), WINDOW),
         # The tap's own refusals (never request outcomes), next to the requests it did relay, per tap.
         "tap_refusals": q.sum_rate(c.TAP_REFUSALS.name, [], WINDOW, (*per_engine, c.LABEL_REASON)),
         "tap_capacity_refusals": q.sum_rate(

@@ -153,13 +153,17 @@ def test_fleet_dashboard_covers_the_serving_signals(dashboards):
     for record in (c.CAPACITY.POOL_SEATS_P99, c.CAPACITY.POOL_SEATS_P50, c.CAPACITY.POOL_MINUTES_TO_EXHAUSTION,
                    c.CAPACITY.SEATS_P99):  # the capacity row
         assert record in names, record
-    for hist in (c.TTFT, c.TPOT):
+    for hist in (c.TTFT, c.TPOT, c.TAP_TTFT, c.TAP_TPOT):
         assert hist.bucket() in names
     heatmaps = [p for p in all_panels(fleet) if p["type"] == "heatmap"]
     assert {p["title"] for p in heatmaps} == {"TTFT heatmap", "TPOT heatmap"}
+    # Heatmaps and fleet-wide percentiles read the tap (one ladder); the engines' histograms only per engine kind.
+    assert all(c.PREFIX + "tap_" in t["expr"] for p in heatmaps for t in p["targets"])
     quantiles = [e for _, e in iter_queries(fleet) if e.startswith("histogram_quantile(")]
     for q in ("0.5", "0.9", "0.99"):
-        assert sum(e.startswith(f"histogram_quantile({q},") for e in quantiles) == 2
+        assert sum(e.startswith(f"histogram_quantile({q},") for e in quantiles) == 4
+    for e in quantiles:
+        assert c.PREFIX + "tap_" in e or "sum by (engine, le)" in e, e
 
 
 def test_slo_dashboard_panels(dashboards, sample_slos):
