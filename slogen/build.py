@@ -14,6 +14,7 @@ from slogen.artifacts.alertmanager import alertmanager_files
 from slogen.artifacts.files import artifact_files
 from slogen.catalog import BuildOptions, Catalog, compile_catalog
 from slogen.errors import SpecError, SpecErrors
+from slogen.promtests.dashboards import dashboard_test_files
 from slogen.promtests.files import rule_tests
 from slogen.rules.files import capacity_rules, health_rules, prometheus_rules, rule_files
 
@@ -27,6 +28,7 @@ ARTIFACT_GENERATORS: list[ArtifactGenerator] = [
     health_rules,  # alerts/llmslo-health.*, its PrometheusRule
     capacity_rules,  # alerts/llmslo-capacity.*, its PrometheusRule
     artifact_files,  # dashboards/, docs/runbooks/, KEDA and HPA, deploy/ (artifacts/files.py)
+    dashboard_test_files,  # dashboards/dashboards.test.yaml: every panel's number on a synthetic fleet
     alertmanager_files,  # alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)
 ]
 

@@ -210,9 +210,10 @@ def _source_panels(slo: SLOView, grid: _Grid) -> list:
         return _latency_panels(slo, grid)
     if slo.sli_kind == SLI_GOODPUT:
         m = _source_matchers(slo, tap=True)
+        counted = q.sum_rate(c.TAP_REQUESTS.name, [*m, _sli_outcomes()], RATE)
         return [grid.place(_timeseries("Requests within objective vs requests the SLI counts", [
-            gf.prom_target(q.sum_rate(c.GOODPUT_REQUESTS.name, m, RATE), "goodput req/s", "A"),
-            gf.prom_target(q.sum_rate(c.TAP_REQUESTS.name, [*m, _sli_outcomes()], RATE), "counted req/s", "B"),
+            gf.prom_target(f"{q.sum_rate(c.GOODPUT_REQUESTS.name, m, RATE)} or 0 * {counted}", "goodput req/s", "A"),
+            gf.prom_target(counted, "counted req/s", "B"),
         ], unit="reqps", description="Goodput requests met both the TTFT and the TPOT objective of their class. Counted: "
                                      "every request of the class but those whose outcome is "
                                      f"{' or '.join(c.TAP_NEUTRAL_OUTCOMES)} (nobody's failure, left out of the SLI)."),
@@ -493,8 +494,10 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         unit="m", steps=((None, "red"), (15, "orange"), (60, "green")), threshold_style="line",
         description="At the trend of the last minutes (deriv of the p99 seats). No data: seats are not falling. "
                     + seats_note), 8, 8))
+    # Seats are recorded per conventions.CAPACITY.ENGINE_LABELS, without node.
     p.append(grid.place(_timeseries("KV seats per engine (p99)", [
-        gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), ENGINE_BY), engine_legend)],
+        gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), K.ENGINE_LABELS),
+                       "{{namespace}}/{{pod}} {{model}} ({{engine}}) {{cluster}}")],
         description=seats_note), 8, 8))
     p.append(grid.place(_timeseries("Queue per pool", [
         gf.prom_target(q.agg("sum", q.selector(c.REQUESTS_WAITING.name, m), pool_by), "waiting " + pool_legend)],
