@@ -3,6 +3,9 @@
 Why these triggers, and these shapes (docs/autoscaling.md has the long version):
 - queue depth and KV-cache utilisation are leading signals: they rise before latency does, and
   they are per-replica quantities, so they use `AverageValue` (desired = ceil(sum / target));
+  the HPA divides the sum by every replica, those still loading weights (no series yet) included,
+  so the average `kubectl get hpa` shows for KV usage is under the ready replicas' own while
+  replicas start; the desired count, ceil(sum / target), does not depend on it;
 - the TTFT burn rate is the SLO's own verdict on a SHORT window; it is a fleet-level ratio, not
   a per-replica quantity, so it uses `Value` (desired = ceil(current x burn / target));
 - every query returns exactly one sample (`sum`/`max`), `or vector(0)` so a pool with no
