@@ -276,6 +276,12 @@ def _targets(dashboard: dict):
     yield from panels_of(dashboard.get("panels", []))
 
 
+def _cumulative(samples: list[Sample]) -> bool:
+    """Whether a heatmap's `le` buckets rise with `le`: Grafana draws the differences of neighbours as cells."""
+    values = [v for _, v in sorted(samples, key=lambda s: float(s[0].get(c.LABEL_LE, "nan")))]
+    return all(a <= b for a, b in zip(values, values[1:]))
+
+
 def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None) -> dict:
     """The promtool test document for every panel of every generated dashboard (`files`: path -> JSON text)."""
     files = files if files is not None else d.dashboard_files(slos)
@@ -296,6 +302,9 @@ def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None
                                         fix="add its answer to slogen/promtests/dashboards.py (and series to "
                                             "fleet_scenario.py if the fleet lacks them): every panel proves its number"))
                 continue
+            if target.get("format") == "heatmap" and not _cumulative(expected):
+                errors.append(SpecError(path, f"{where}: a heatmap whose buckets do not rise with `le` (Grafana would "
+                                              "draw negative cells)", fix="read one bucket ladder (promql.check_one_ladder)"))
             carried = set().union(*(set(lb) for lb, _ in expected))
             for label in _LEGEND_LABEL.findall(target.get("legendFormat", "")):
                 if label not in carried:

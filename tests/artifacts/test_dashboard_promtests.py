@@ -118,3 +118,11 @@ def test_a_panel_without_an_answer_stops_the_build(views, monkeypatch):
                                                            if k[0] != "Goodput ratio now"})
     with pytest.raises(SpecErrors, match="'Goodput ratio now' .* has no expected answer"):
         pt.dashboard_tests(views)
+
+
+def test_a_heatmap_with_falling_buckets_is_refused():
+    """The old engine TTFT heatmap on this fleet (vLLM, SGLang and Triton buckets summed by le) fell from 32 at
+    le=0.1 to 20 at le=0.2: Grafana drew a cell of -12 requests/s. The tap's buckets only rise."""
+    old = [({"le": "0.1"}, 32.0), ({"le": "0.2"}, 20.0), ({"le": "0.25"}, 40.0), ({"le": "+Inf"}, 160.0)]
+    assert not pt._cumulative(old)
+    assert pt._cumulative(pt.fleet_answers([])[("TTFT heatmap", "A")])
