@@ -135,7 +135,8 @@ def _pools(f: fs.Fleet, i: int) -> list[Sample]:
 # --------------------------------------------------------------------------------------
 def _windows(slo: SLOView) -> list[str]:
     from slogen.artifacts.views import window_seconds
-    return sorted({*slo.windows, slo.period}, key=window_seconds)
+    tiers = {w for t in slo.tiers for w in (t.long_window, t.short_window)}
+    return sorted({*slo.windows, *tiers, slo.period, slo.base_window}, key=window_seconds)
 
 
 def error_ratio(slo: SLOView, window: str) -> float:
@@ -285,7 +286,8 @@ def _cumulative(samples: list[Sample]) -> bool:
 def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None) -> dict:
     """The promtool test document for every panel of every generated dashboard (`files`: path -> JSON text)."""
     files = files if files is not None else d.dashboard_files(slos)
-    by_path = {d.FLEET_FILE: fleet_answers(slos), **{d.slo_dashboard_path(s): slo_answers(s) for s in slos}}
+    fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
+    by_path = {d.FLEET_FILE: fleet_answers(slos, fleet), **{d.slo_dashboard_path(s): slo_answers(s, fleet) for s in slos}}
     errors: list[SpecError] = []
     main, month = [], []
     for path in sorted(files):
@@ -321,7 +323,7 @@ def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None
                                           "dashboard does not have", fix="remove it from slogen/promtests/dashboards.py"))
     if errors:
         raise SpecErrors(errors)
-    series = fs.fleet_series() + [s for slo in slos for s in slo_series(slo)]
+    series = fs.fleet_series(fleet) + [s for slo in slos for s in slo_series(slo)]
     month_inputs = [s for slo in slos for s in month_series(slo)]
 
     def group(name: str, inputs, cases) -> dict:

@@ -12,7 +12,7 @@ promtool, which compares floats exactly, can hold the dashboards to the value de
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
@@ -41,6 +41,8 @@ class Engine:
     running: int
     ttft: Dist = ()
     tpot: Dist = ()
+    itl: Dist = ()
+    e2e: Dist = ()
     finished: tuple[tuple[str, int], ...] = ()  # finished reason -> per second
     prompt_tps: int = 0
     generation_tps: int = 0
@@ -54,7 +56,7 @@ class Engine:
         return {k: v for k, v in out.items() if v}  # Prometheus has no empty labels
 
     def edges(self, metric: str) -> tuple[float, ...]:
-        """This kind's real edges for `ttft`/`tpot` (the newest row of the table)."""
+        """This kind's real edges for a latency metric (the newest row of the table)."""
         return be.rows([self.kind], metric)[0].edges[metric]
 
 
@@ -72,6 +74,7 @@ class TapClass:
     goodput_tps: int
     ttft: Dist = ()
     tpot: Dist = ()
+    e2e: Dist = ()
 
     def labels(self) -> dict[str, str]:
         return {c.LABEL_ENGINE: "tap", c.LABEL_MODEL: self.model, c.LABEL_SLO_CLASS: self.slo_class,
@@ -106,10 +109,12 @@ FLEET = Fleet(
     engines=(
         Engine("vllm", "vllm-0", "llm", "node-a", "llama-3-8b", 16, 2000, 0.5, 2, 8,
                ttft=((0.07, 32), (0.2, 8), (0.6, 8), (1.8, 16)), tpot=((0.02, 32), (0.045, 16), (0.09, 16)),
+               itl=((0.02, 64), (0.06, 32)), e2e=((0.7, 32), (2.2, 16), (8.0, 16)),
                finished=((c.FINISHED_STOP, 40), (c.FINISHED_LENGTH, 8), (c.FINISHED_ABORT, 2)),
                prompt_tps=4096, generation_tps=2048, preemptions=1, prefix=(320, 1024), lora=(2, 1, 4)),
         Engine("sglang", "sglang-0", "llm", "node-b", "llama-3-8b", 64, 900, 0.75, 1, 6,
                ttft=((0.15, 20), (0.5, 12), (1.3, 8), (7.0, 8)), tpot=((0.018, 24), (0.05, 8), (0.3, 8)),
+               itl=((0.012, 48), (0.03, 16)), e2e=((1.5, 24), (5.0, 8), (30.0, 8)),
                finished=((c.FINISHED_COMPLETED, 32), (c.FINISHED_ERROR, 2)),
                prompt_tps=4096, generation_tps=2048, prefix=(512, 1024)),
         Engine(be.TRTLLM_TRITON, "triton-0", "llm", "node-b", "mixtral-8x7b", 0, 0, 0.25, 0, 3,
@@ -128,14 +133,15 @@ FLEET = Fleet(
         TapClass("vllm-0", "node-a", "llama-3-8b", "interactive",
                  ((c.OUTCOME_OK, 40), (c.OUTCOME_UPSTREAM_ERROR, 2), (c.OUTCOME_CLIENT_DISCONNECTED, 6),
                   (c.OUTCOME_CLIENT_ERROR, 2)), 32, 4096, 3072,
-                 ttft=((0.12, 20), (0.4, 12), (0.9, 8)), tpot=((0.018, 24), (0.035, 8), (0.09, 8))),
+                 ttft=((0.12, 20), (0.4, 12), (0.9, 8)), tpot=((0.018, 24), (0.035, 8), (0.09, 8)),
+                 e2e=((1.2, 32), (4.0, 8))),
         TapClass("sglang-0", "node-b", "llama-3-8b", "interactive",
                  ((c.OUTCOME_OK, 20), (c.OUTCOME_ABORTED, 2), (c.OUTCOME_CLIENT_GAVE_UP, 2)), 16, 2048, 1536,
-                 ttft=((0.08, 12), (0.3, 4), (0.6, 4)), tpot=((0.015, 16), (0.06, 4))),
+                 ttft=((0.08, 12), (0.3, 4), (0.6, 4)), tpot=((0.015, 16), (0.06, 4)), e2e=((0.9, 16), (2.5, 4))),
         # Every batch request too slow or failing: no goodput series at all.
         TapClass("vllm-0", "node-a", "batch-mixtral", "batch",
                  ((c.OUTCOME_OK, 10), (c.OUTCOME_UPSTREAM_ERROR, 6), (c.OUTCOME_CLIENT_DISCONNECTED, 2)), 0, 3072, 0,
-                 ttft=((6.5, 6), (12.0, 4)), tpot=((0.2, 10),)),
+                 ttft=((6.5, 6), (12.0, 4)), tpot=((0.2, 10),), e2e=((40.0, 10),)),
     ),
     gpus=(Gpu("node-a", "0", 60 * GB, 80 * GB), Gpu("node-a", "1", 20 * GB, 80 * GB), Gpu("node-b", "0", 76 * GB, 80 * GB)),
     seats_p99={"vllm-0": 15, "sglang-0": 28, "qwen-7b/vllm": 3, "qwen-7b/sglang": 2},
@@ -173,8 +179,21 @@ def merge(dists: list[Dist]) -> Dist:
 
 
 def tap_edges(metric: str) -> tuple[float, ...]:
-    """The tap's ladder for `ttft`/`tpot` (its thresholds are edges of the ladder in this fleet's SLOs)."""
-    return be.TAP_LATENCY_LADDER if metric == "ttft" else be.TAP_TPOT_LADDER
+    """The tap's default ladder for `ttft`/`tpot`/`e2e` (the SLO thresholds it adds change no answer here)."""
+    return be.TAP_TPOT_LADDER if metric == "tpot" else be.TAP_LATENCY_LADDER
+
+
+# The histogram each side writes a latency to (as llmslo/latency's `metric` option names it).
+ENGINE_HISTOGRAMS = {"ttft": c.TTFT, "tpot": c.TPOT, "itl": c.ITL, "e2e": c.E2E}
+TAP_HISTOGRAMS = {"ttft": c.TAP_TTFT, "tpot": c.TAP_TPOT, "e2e": c.TAP_E2E}
+
+
+def fleet_for(classes: set[str], f: Fleet = FLEET) -> Fleet:
+    """The fleet with a tap class for each of `classes` (the SLOs' own): one not in it gets a copy of the
+    first class's taps, so every class-scoped panel has data."""
+    template = f.taps[0].slo_class
+    extra = sorted(classes - {t.slo_class for t in f.taps})
+    return replace(f, taps=f.taps + tuple(replace(t, slo_class=k) for k in extra for t in f.taps if t.slo_class == template))
 
 
 def engine_key(e: Engine) -> str:
@@ -227,9 +246,9 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
         if e.lora:
             out += [(c.LORA_ADAPTERS_RUNNING.name, lb, gauge(e.lora[0])), (c.LORA_ADAPTERS_WAITING.name, lb, gauge(e.lora[1])),
                     (c.LORA_ADAPTERS_MAX.name, lb, gauge(e.lora[2]))]
-        for metric, dist, name in ((c.TTFT, e.ttft, "ttft"), (c.TPOT, e.tpot, "tpot")):
-            if dist:
-                out += _histogram(metric, lb, dist, e.edges(name))
+        for name, metric in ENGINE_HISTOGRAMS.items():
+            if getattr(e, name):
+                out += _histogram(metric, lb, getattr(e, name), e.edges(name))
         seats = f.seats_p99.get(engine_key(e))
         if seats is not None:
             out.append((K.SEATS_P99, {k: lb[k] for k in K.ENGINE_LABELS if k in lb}, gauge(seats)))
@@ -240,9 +259,9 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
             out.append((c.GOODPUT_REQUESTS.name, lb, counter(t.goodput)))
             out.append((c.GOODPUT_TOKENS.name, {**lb, c.LABEL_USAGE_SOURCE: c.USAGE_SOURCE_ENGINE}, counter(t.goodput_tps)))
         out.append((c.OUTPUT_TOKENS.name, {**lb, c.LABEL_USAGE_SOURCE: c.USAGE_SOURCE_ENGINE}, counter(t.output_tps)))
-        for metric, dist, name in ((c.TAP_TTFT, t.ttft, "ttft"), (c.TAP_TPOT, t.tpot, "tpot")):
-            if dist:
-                out += _histogram(metric, lb, dist, tap_edges(name))
+        for name, metric in TAP_HISTOGRAMS.items():
+            if getattr(t, name):
+                out += _histogram(metric, lb, getattr(t, name), tap_edges(name))
     for g in f.gpus:
         lb = g.labels()
         out += [(c.GPU_MEMORY_USED.name, lb, gauge(g.used)), (c.GPU_MEMORY_TOTAL.name, lb, gauge(g.total)),

@@ -114,8 +114,8 @@ def test_a_legend_naming_a_missing_label_stops_the_build(views, monkeypatch):
 
 def test_a_panel_without_an_answer_stops_the_build(views, monkeypatch):
     answers = pt.fleet_answers
-    monkeypatch.setattr(pt, "fleet_answers", lambda slos: {k: v for k, v in answers(slos).items()
-                                                           if k[0] != "Goodput ratio now"})
+    monkeypatch.setattr(pt, "fleet_answers", lambda slos, f: {k: v for k, v in answers(slos, f).items()
+                                                              if k[0] != "Goodput ratio now"})
     with pytest.raises(SpecErrors, match="'Goodput ratio now' .* has no expected answer"):
         pt.dashboard_tests(views)
 
@@ -126,3 +126,10 @@ def test_a_heatmap_with_falling_buckets_is_refused():
     old = [({"le": "0.1"}, 32.0), ({"le": "0.2"}, 20.0), ({"le": "0.25"}, 40.0), ({"le": "+Inf"}, 160.0)]
     assert not pt._cumulative(old)
     assert pt._cumulative(pt.fleet_answers([])[("TTFT heatmap", "A")])
+
+
+def test_every_kind_of_slo_gets_passing_dashboard_tests(promtool, sample_slos, tmp_path):
+    """Not just slos/: engine-sourced latency (ITL too), tap E2E, engine availability, KV headroom, a Sloth raw
+    SLI without event rates (time-weighted month budget); `slogen build` must not stop on a valid spec."""
+    proc = promtool_test(promtool, pt.dashboard_tests(sample_slos), tmp_path)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout[-3000:] + proc.stderr
