@@ -48,6 +48,10 @@ class Simulation:
         return [k for k in range(1, len(s)) if not s[k].firing and s[k - 1].firing]
 
 
+_MEMO: dict[tuple, Simulation] = {}
+_MEMO_LIMIT = 4096
+
+
 def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool,
              traffic: list[float] | None = None, units: float = 1.0) -> Simulation:
     """Evaluate every enabled tier (and each guarded page tier's ticket twin) at each step 0..len(bad)-1.
@@ -55,9 +59,29 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
     Request SLIs: step k adds `traffic[k]` units of traffic (1 when not given), `bad[k]` of it bad
     (step 0 is the counters' first sample, so bad[0] is ignored); a unit is `units` events, which
     only the low-traffic guard's counts read. Gauge SLIs: bad[k] is 1 while saturated.
+
+    Remembered by everything it reads (windows, tiers, budget, guard, scenario): SLOs of one shape
+    (objective, alert windows, options) share their simulations, which made most of a large build's
+    time. Callers treat the result as read-only.
     """
+    need = page_min_bad_events(ctx) if not gauge else 0
+    key = (ctx.base_window, ctx.derive_above, ctx.opts.sloth_compat, ctx.error_budget, need, tuple(tiers), tuple(bad),
+           step, gauge, None if traffic is None else tuple(traffic), units)
+    found = _MEMO.get(key)
+    if found is None:
+        found = _simulate(ctx, tiers, bad, step, gauge, traffic, units, need)
+        if len(_MEMO) >= _MEMO_LIMIT:  # also 0: remember nothing
+            _MEMO.clear()
+        _MEMO[key] = found
+    return found
+
+
+def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool,
+              traffic: list[float] | None, units: float, need: int) -> Simulation:
     n = len(bad)
     base = ctx.base_window
+    derive_above = ctx.derive_above  # a property: read once, not per step and window
+    sloth_compat = ctx.opts.sloth_compat
     m = base // step
     # Cumulative counts: E[k] bad events, T[k] events up to step k.
     if gauge:
@@ -87,7 +111,7 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
 
     def ratio(k: int, w: int) -> float | None:
         steps = w // step
-        if w == base or w <= ctx.derive_above or ctx.opts.sloth_compat:
+        if w == base or w <= derive_above or sloth_compat:
             e, t = window(k, steps)
         else:
             lo = max(0, k - steps)
@@ -98,7 +122,7 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
     def bad_events(k: int, w: int) -> float | None:
         """What the guard reads: the recorded bad-event rate over w, times w in seconds."""
         steps = w // step
-        if w == base or w <= ctx.derive_above:
+        if w == base or w <= derive_above:
             e, t = window(k, steps)
             return e * units if k >= 1 else None
         first = max(1, k - steps)  # avg_over_time over the base rate's samples in [t - w, t] (from step 1 on)
@@ -107,7 +131,6 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
         return (PE[k] - PE[first - 1]) * (w / base) / (k - first + 1) * units
 
     thresholds = {t.name: t.factor * float(ctx.error_budget) for t in tiers}
-    need = page_min_bad_events(ctx) if not gauge else 0
     states: dict[str, list[TierState]] = {t.name: [] for t in tiers}
     states.update({low_traffic_tier(t.name): [] for t in tiers if need and t.severity == "page"})
     for k in range(n):
