@@ -90,12 +90,41 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _write_file(path: Path, text: str) -> None:
-    """One new file in the staged tree (tests replace this to inject a failed write)."""
+    """One new file in the staged tree (tests replace this to inject a failed write). Made durable with the
+    rest of the stage by one `_sync_staged` before any swap: an fsync per file cost 1 ms each, 3 s of a
+    3,000-file build."""
     with open(path, "x", encoding="utf-8") as fh:
         fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
     os.chmod(path, 0o644)
+
+
+def _load_syncfs():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int,)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNCFS = _load_syncfs()
+
+
+def _sync_staged(paths: list[Path]) -> None:
+    """Flush every staged file to disk before the swaps, once per file system (syncfs; os.sync elsewhere)."""
+    devices: set[int] = set()
+    for path in paths:
+        dev = os.stat(path).st_dev
+        if dev in devices:
+            continue
+        devices.add(dev)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _SYNCFS is None or _SYNCFS(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -314,6 +343,7 @@ def replace_tree(files: dict[str, str], out: str | Path, dirs: set[str] | list[s
             s = _stage(out, r, by_root[r], gone_by_root[r])
             if s is not None:
                 stages.append(s)
+        _sync_staged([s.staged for s in stages])
         done: list[_Stage] = []
         try:
             for s in stages:

