@@ -24,7 +24,6 @@ _OTHER_BREAKS = re.compile("[\x85\u2028\u2029]")
 _STR_TAG = "tag:yaml.org,2002:str"
 _RESOLVER = yaml.resolver.Resolver()
 _IMPLICIT_FIRST = frozenset(k for k in yaml.resolver.Resolver.yaml_implicit_resolvers if k)  # may read as non-str
-_PLAIN_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/($\\")
 _SIMPLE_KEY_MAX = 128  # PyYAML writes longer keys as complex (`? `) keys
 
 _VALUE_CACHE: dict[str, tuple[str, tuple[str, ...]] | None] = {}  # str -> (head, literal lines) or None
@@ -43,15 +42,26 @@ def _remember(cache: dict, key: str, value: Any) -> Any:
     return value
 
 
-def _plain(s: str) -> bool:
-    """Whether PyYAML's emitter writes `s` plain, decided without it for the common case (ASCII text that
-    starts with a letter, digit or one of `_/($\\`, does not end in a space or a colon, holds no `: ` or
-    ` #`, and that no implicit resolver reads as another type); False means "ask PyYAML", not "quoted"."""
-    if not s or s[0] not in _PLAIN_FIRST or s[-1] in " :" or not (s.isascii() and s.isprintable()):
-        return False
-    if ": " in s or " #" in s:
-        return False
-    return s[0] not in _IMPLICIT_FIRST or _RESOLVER.resolve(yaml.ScalarNode, s, (True, False)) == _STR_TAG
+def _line(s: str) -> str | None:
+    """How PyYAML writes a one-line ASCII string as a block value: plain when its emitter allows it and no
+    implicit resolver reads it as another type, else single-quoted (its analysis always allows that for
+    such text); None for other text (ask PyYAML). Mirrors Emitter.analyze_scalar for this subset."""
+    if not s:
+        return "''"
+    if not (s.isascii() and s.isprintable()):
+        return None  # tabs, control characters, non-ASCII: PyYAML decides
+    plain = s[0] != " " and s[-1] != " " and not s.startswith(("---", "..."))
+    if plain:
+        first, after = s[0], s[1:2]
+        if first in "#,[]{}&*!|>'\"%@`":
+            plain = False
+        elif first in "?:-" and (after == "" or after == " "):
+            plain = False
+        elif ": " in s or s.endswith(":") or " #" in s:
+            plain = False
+    if plain and (s[0] not in _IMPLICIT_FIRST or _RESOLVER.resolve(yaml.ScalarNode, s, (True, False)) == _STR_TAG):
+        return s
+    return "'" + s.replace("'", "''") + "'"
 
 
 def _literal(s: str) -> tuple[str, tuple[str, ...]] | None:
@@ -72,8 +82,10 @@ def _value_text(s: str, dump: Callable[[Any], str]) -> tuple[str, tuple[str, ...
         found = _literal(s)
         if found is not None:
             return found
-    elif _plain(s):
-        return s, ()
+    else:
+        line = _line(s)
+        if line is not None:
+            return line, ()
     text = dump([s])  # "- X\n", or "- |\n  line\n  line\n" for a literal block
     if not text.startswith("- ") or not text.endswith("\n") or _OTHER_BREAKS.search(text):
         return None  # NEL and the Unicode separators break lines too, at an indentation of their own
@@ -90,8 +102,10 @@ def _value_text(s: str, dump: Callable[[Any], str]) -> tuple[str, tuple[str, ...
 
 def _key_text(s: str, dump: Callable[[Any], str]) -> str | None:
     """How PyYAML writes `s` as a simple mapping key; None when it writes a complex (`? `) key."""
-    if len(s) < _SIMPLE_KEY_MAX and _plain(s):
-        return s
+    if 0 < len(s) < _SIMPLE_KEY_MAX and "\n" not in s:  # PyYAML writes an empty key as `? ''`
+        line = _line(s)
+        if line is not None:
+            return line
     text = dump({s: None})
     if not text.endswith(": null\n") or text.startswith("? ") or _OTHER_BREAKS.search(text):
         return None
