@@ -15,7 +15,7 @@ is uniform by default; the low-traffic scenarios pass the requests of each step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slogen.rules.alerts import low_traffic_tier
 from slogen.rules.options import SLOContext
@@ -38,14 +38,22 @@ class Simulation:
     step: int  # ms
     bad: list[float]  # share of bad events (or 1/0 saturated state for gauge SLIs) in step k
     states: dict[str, list[TierState]]  # tier name -> state at each step
+    # (tier, firing edge) -> steps: shared simulations are asked the same questions many times
+    _edges: dict[tuple[str, bool], list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def fire_steps(self, tier: str) -> list[int]:
-        s = self.states[tier]
-        return [k for k in range(1, len(s)) if s[k].firing and not s[k - 1].firing]
+        return list(self._steps(tier, True))
 
     def resolve_steps(self, tier: str) -> list[int]:
-        s = self.states[tier]
-        return [k for k in range(1, len(s)) if not s[k].firing and s[k - 1].firing]
+        return list(self._steps(tier, False))
+
+    def _steps(self, tier: str, fire: bool) -> list[int]:
+        found = self._edges.get((tier, fire))
+        if found is None:
+            s = self.states[tier]
+            found = self._edges[(tier, fire)] = [k for k in range(1, len(s))
+                                                  if s[k].firing == fire and s[k - 1].firing != fire]
+        return found
 
 
 _MEMO: dict[tuple, Simulation] = {}
