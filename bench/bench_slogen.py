@@ -58,14 +58,15 @@ pools:
       ttft_burn_rate: {slo: svc0/slo0, above: 2, window: 5m}
 """
 
-NOTES = {SECTION: (
+NOTE = (
     "Wall time of one `python -m slogen.cli` process on N synthetic SLOs in N/10 prometheus/v1 files (every "
     "llmslo plugin, tap and engine sources, Sloth events and raw SLIs, alerts on), best of 3 (1 at 1,000 SLOs "
     "before). Full: `slogen build` with every output (rules, promtool tests, dashboards, runbooks, KEDA/HPA, "
     "deploy). Rules: `slogen generate` (the rule files only). Peer: the same command on slogen and llmslo at "
     f"{BEFORE_COMMIT} (before issue 16's speed work), same specs, same run. Targets (issue 16): full build of "
     "1,000 SLOs under 10 s, rules under 1 s."
-)}
+)
+NOTES = {SECTION: NOTE}
 
 
 def write_specs(root: Path, n: int) -> Path:
@@ -113,7 +114,7 @@ def timed(argv: list[str], root: Path, pythonpath: str, repeat: int) -> float:
     return best
 
 
-def profile_summary(argv: list[str], root: Path, top: int = 12) -> str:
+def profile_summary(argv: list[str], root: Path, top: int = 6) -> str:
     """The functions holding the most own time in one in-process run of the current tree."""
     from slogen.cli import main
 
@@ -129,8 +130,8 @@ def profile_summary(argv: list[str], root: Path, top: int = 12) -> str:
     stats = pstats.Stats(prof, stream=out)
     total = sum(s[2] for s in stats.stats.values())  # type: ignore[attr-defined]
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
-    lines = [f"{(file.rsplit('/', 2)[-2:] and '/'.join(file.rsplit('/', 2)[-2:]))}:{line} {fn} "
-             f"{tt:.2f} s own, {ct:.2f} s with callees" for (file, line, fn), (_, _, tt, ct, _) in rows]
+    lines = [f"{'/'.join(file.rsplit('/', 2)[-2:])}:{line} {fn}: {tt:.2f} s own, {ct:.2f} s with callees"
+             for (file, line, fn), (_, _, tt, ct, _) in rows]
     return f"profile of `slogen {argv[0]}` (in-process, {total:.1f} s own time in all):\n  " + "\n  ".join(lines)
 
 
@@ -154,6 +155,9 @@ def run() -> list[Row]:
                         profiles.append(profile_summary(argv, root))
     for p in profiles:
         print(p, file=sys.stderr)
+    NOTES[SECTION] = NOTE + "\n\nWhere the time goes now (" + "; ".join(
+        p.split("\n")[0].removeprefix("profile of ") for p in profiles) + "), by own time:\n\n" + "\n".join(
+        "    " + line.strip() for p in profiles for line in p.split("\n")[:7])
     return rows
 
 
