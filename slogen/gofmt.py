@@ -1,51 +1,12 @@
 """Number and string formatting as Go prints it, so `--sloth-compat` output matches Sloth's.
 
-Sloth renders floats with `%g`/`%v` (shortest round-trip digits; exponent form when the
-decimal exponent is < -4 or >= 6) and `strconv.FormatFloat(f, 'f', -1, 64)`. Python's repr()
-yields the same shortest digits; only the layout differs.
+Sloth renders floats with `%g`/`%v` and `strconv.FormatFloat(f, 'f', -1, 64)`: `go_g` and `go_f`,
+from llmslo.gofloat (the one float formatter the exporter and the tap use too).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
-
-
-def _digits(x: float) -> tuple[str, int]:
-    """Shortest round-trip digits of |x| and the decimal point position (as strconv's decimal)."""
-    sign, digits, exp = Decimal(repr(abs(x))).as_tuple()
-    ds = "".join(map(str, digits)).rstrip("0") or "0"
-    # value = 0.ds * 10**dp
-    dp = len(digits) + exp
-    if ds == "0":
-        dp = 0
-    return ds, dp
-
-
-def go_f(x: float) -> str:
-    """strconv.FormatFloat(x, 'f', -1, 64)."""
-    if x == int(x) and abs(x) < 1e16:
-        return str(int(x))
-    ds, dp = _digits(x)
-    sign = "-" if x < 0 else ""
-    if dp <= 0:
-        return f"{sign}0.{'0' * -dp}{ds}"
-    if dp >= len(ds):
-        return sign + ds + "0" * (dp - len(ds))
-    return f"{sign}{ds[:dp]}.{ds[dp:]}"
-
-
-def go_g(x: float) -> str:
-    """fmt's %v / %g for a float64 with shortest precision (exponent when exp < -4 or exp >= 6)."""
-    if x == 0:
-        return "0"
-    ds, dp = _digits(x)
-    exp = dp - 1
-    if exp < -4 or exp >= 6:
-        sign = "-" if x < 0 else ""
-        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
-        esign = "-" if exp < 0 else "+"
-        return f"{sign}{mant}e{esign}{abs(exp):02d}"
-    return go_f(x)
+from llmslo.gofloat import go_f, go_g  # the one float formatter, re-exported for slogen's callers
 
 
 def go_quote(s: str) -> str:
@@ -73,3 +34,6 @@ def go_quote(s: str) -> str:
 def label_filter(labels: dict[str, str]) -> str:
     """prometheus/common LabelSet.String(): `{a="1", b="2"}`, keys sorted."""
     return "{" + ", ".join(f"{k}={go_quote(v)}" for k, v in sorted(labels.items())) + "}"
+
+
+__all__ = ["go_f", "go_g", "go_quote", "label_filter"]
