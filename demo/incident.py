@@ -23,9 +23,9 @@ from demo.alertmanager import PAGE_ROUTE, AlertmanagerTimers
 from demo.stack import EngineProcs, LoadResult, LocalStack
 from demo.webhook import Notification
 from llmslo import conventions as C
+from llmslo import sli_plugins as sp
 from simulator.stats import RequestRecord
 
-LATENCY_PLUGIN = "llmslo/latency"
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,13 @@ def find_ttft_slo(slo_paths: tuple[Path, ...], slo_class: str) -> SloRef:
                 continue
             for slo in doc["slos"]:
                 plugin = ((slo.get("sli") or {}).get("plugin") or {})
-                opts = plugin.get("options") or {}
-                if (plugin.get("id") == LATENCY_PLUGIN and opts.get("metric") == "ttft"
-                        and opts.get("source", "tap") == "tap" and opts.get("slo_class") == slo_class):
+                if plugin.get("id") != sp.LATENCY:
+                    continue
+                p = sp.read_options(sp.LATENCY, plugin.get("options"))  # the contract's reading, as the tap's
+                assert isinstance(p, sp.LatencyParams)
+                if p.metric == "ttft" and p.source == sp.SOURCE_TAP and p.slo_class == slo_class:
                     return SloRef(str(doc.get("service", "")), str(slo["name"]), float(slo["objective"]),
-                                  float(opts["threshold"]), slo_class)
+                                  p.threshold, slo_class)
     raise LookupError(f"no llmslo/latency SLO with metric: ttft, source: tap, slo_class: {slo_class} in "
                       f"{', '.join(map(str, slo_paths))}; the demo's incident needs one to page on")
 
