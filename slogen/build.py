@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from slogen.artifacts.alertmanager import alertmanager_files
+from slogen.artifacts.dashboards import remembering
 from slogen.artifacts.files import artifact_files
 from slogen.catalog import BuildOptions, Catalog, compile_catalog
 from slogen.errors import SpecError, SpecErrors
@@ -37,10 +38,11 @@ def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = No
     """The catalog and every generated file (relative path -> text, sorted); nothing is written."""
     catalog = compile_catalog(options)
     artifacts: dict[str, str] = {}
-    for gen in ARTIFACT_GENERATORS if generators is None else generators:
-        for path, text in gen(catalog, options).items():
-            if path in artifacts:
-                raise SpecErrors([SpecError(path, f"two artifact generators both produce {path}",
-                                            fix="give each generator its own output paths")])
-            artifacts[path] = text
+    with remembering():  # the dashboards are rendered once for the files and their tests
+        for gen in ARTIFACT_GENERATORS if generators is None else generators:
+            for path, text in gen(catalog, options).items():
+                if path in artifacts:
+                    raise SpecErrors([SpecError(path, f"two artifact generators both produce {path}",
+                                                fix="give each generator its own output paths")])
+                artifacts[path] = text
     return catalog, dict(sorted(artifacts.items()))

@@ -8,7 +8,8 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import attr
@@ -536,19 +537,31 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
 # --------------------------------------------------------------------------------------
 # Generator entry point
 # --------------------------------------------------------------------------------------
-_LAST_FILES: list = []  # [(views, files)]: one build asks twice (the dashboards, then their tests)
+_REMEMBERED: list[list] = []  # one [(views, files)] per open `remembering()`
+
+
+@contextmanager
+def remembering() -> Iterator[None]:
+    """Within it, dashboard_files answers equal views from memory: one build asks twice (the dashboards,
+    then their tests), and rendering 2,000 dashboards took 2 s. Scoped to a build, so a change between
+    builds (or a test's patch) is always seen."""
+    _REMEMBERED.append([])
+    try:
+        yield
+    finally:
+        _REMEMBERED.pop()
 
 
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
-    """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO.
-
-    The last answer is remembered (views are frozen, so equal views give equal files): a build's
-    dashboards and its dashboard tests both ask, and rendering 2,000 dashboards took 2 s."""
+    """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
+    memo = _REMEMBERED[-1] if _REMEMBERED else None
     key = tuple(slos)
-    if _LAST_FILES and _LAST_FILES[0][0] == key:
-        return dict(_LAST_FILES[0][1])
+    for views, files in memo or ():
+        if views == key:
+            return dict(files)
     files = {FLEET_FILE: gf.render(fleet_dashboard(slos))}
     for slo in sorted(slos, key=lambda s: s.slo_id):
         files[slo_dashboard_path(slo)] = gf.render(slo_dashboard(slo))
-    _LAST_FILES[:] = [(key, files)]
+    if memo is not None:
+        memo[:] = [(key, files)]
     return dict(files)
