@@ -448,8 +448,9 @@ def by_name() -> dict[str, MetricDef]:
 # --------------------------------------------------------------------------------------
 class CAPACITY:
     GROUP = "llmslo-capacity"  # rule group name, and the stem of its rule, test and PrometheusRule files
-    # One engine replica (the series' identity) and one pool (the replicas of one model in one namespace/cluster).
-    ENGINE_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_POD, LABEL_MODEL, LABEL_ENGINE)
+    # One engine replica (the series' identity: node too, so two static targets of one model on two nodes stay
+    # two) and one pool (the replicas of one model in one namespace/cluster).
+    ENGINE_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_POD, LABEL_NODE, LABEL_MODEL, LABEL_ENGINE)
     POOL_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_MODEL)
     # Recorded series (level:metric:operations). Per engine:
     FREE_TOKENS = "llm:kv_cache_free_tokens"  # free blocks x block size

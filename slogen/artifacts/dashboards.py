@@ -495,7 +495,7 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         unit="m", steps=((None, "red"), (15, "orange"), (60, "green")), threshold_style="line",
         description="At the trend of the last minutes (deriv of the p99 seats). No data: seats are not falling. "
                     + seats_note), 8, 8))
-    # Seats are recorded per conventions.CAPACITY.ENGINE_LABELS, without node.
+    # Seats are recorded per conventions.CAPACITY.ENGINE_LABELS (an engine's identity).
     p.append(grid.place(_timeseries("KV seats per engine (p99)", [
         gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), K.ENGINE_LABELS),
                        "{{namespace}}/{{pod}} {{model}} ({{engine}}) {{cluster}}")],

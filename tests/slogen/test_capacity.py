@@ -142,3 +142,33 @@ def test_default_build_has_the_capacity_files_and_runbooks():
     _, fewer = build(dataclasses.replace(BuildOptions(), capacity=CapacityOptions(enabled=False)))
     assert set(artifacts) - set(fewer) == {RULES, TESTS, f"deploy/generated/prometheusrule-{K.GROUP}.yaml",
                                            *(f"docs/runbooks/{n}.md" for n in K.ALERTS)}
+
+
+def test_two_static_targets_of_one_model_on_two_nodes_keep_their_own_seats(promtool, tmp_path):
+    """Engines scraped as static targets carry no pod: node is what tells two replicas apart. Seats are recorded
+    per engine identity (node included), so each node's seats are its own free tokens over its own footprint,
+    not the two summed (and, before node was kept, one series for both: 2x the seats of either)."""
+    opts = CapacityOptions()
+    ident = {c.LABEL_NAMESPACE: "llm", c.LABEL_MODEL: "m", c.LABEL_ENGINE: "vllm"}
+    series, checks = [], []
+    for node, free_blocks in (("n1", 100), ("n2", 40)):
+        labels = {**ident, c.LABEL_NODE: node}
+        series += [{"series": c.KV_BLOCKS_FREE.name + label_filter(labels), "values": f"{free_blocks}x10"},
+                   {"series": c.KV_BLOCK_SIZE.name + label_filter(labels), "values": "16x10"}]
+        # Every request: 100 prompt tokens (bucket 128) and 28 output tokens (bucket 32); 1 request a minute.
+        for metric, edges, at in ((c.REQUEST_PROMPT_TOKENS, (64, 128, 256), 128), (c.REQUEST_GENERATION_TOKENS, (16, 32, 64), 32)):
+            for le in (*edges, "+Inf"):
+                n = "0+1x10" if le == "+Inf" or le >= at else "0x10"
+                series.append({"series": f"{metric.name}_bucket" + label_filter({**labels, c.LABEL_LE: str(le)}),
+                               "values": n})
+        footprint = _quantile(0.99, {64: 0, 128: 1, 256: 1, math.inf: 1}) + _quantile(0.99, {16: 0, 32: 1, 64: 1, math.inf: 1})
+        expected = free_blocks * 16 / footprint
+        sel = label_filter({c.LABEL_NODE: node})
+        checks.append({"expr": f"count(abs({K.SEATS_P99}{sel} - {expected!r}) < {expected * 1e-9!r})",
+                       "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 1}]})
+    checks.append({"expr": f"count({K.SEATS_P99})", "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 2}]})
+    group = capacity_group(opts, capacity_alerts(opts, "https://runbooks.example.com"))
+    doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+           "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}]}
+    done = _promtool_test(promtool, {"rules.yaml": rule_file([group], "# test\n"), "test.yaml": yaml.safe_dump(doc)}, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
