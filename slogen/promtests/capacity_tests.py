@@ -19,7 +19,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen.durations import MINUTE
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert
-from slogen.promtests.health_tests import CLUSTER, STEP, expand
+from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check
 from slogen.gofmt import go_g, label_filter
 
 BLOCK = 16
@@ -57,15 +57,6 @@ def _engine_series(labels: dict[str, str], free: str, waiting: str, end: int) ->
 
 def _num(x: float) -> str:
     return go_g(round(x, 6))
-
-
-def _check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -> dict:
-    rule = alert.rule
-    expected = []
-    if fires is not None:
-        expected.append({"exp_labels": dict(sorted({**fires, **rule.labels}.items())),
-                         "exp_annotations": {k: expand(v, fires) for k, v in sorted(rule.annotations.items())}})
-    return {"eval_time": f"{minute}m", "alertname": rule.alert, "exp_alerts": expected}
 
 
 def _sample(name: str, labels: dict[str, str], minute: int, value: float) -> dict:

@@ -125,7 +125,8 @@ def expand(template: str, labels: dict[str, str]) -> str:
     return template
 
 
-def _check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -> dict:
+def alert_check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -> dict:
+    """One promtool alert check: at `minute`, `alert` fires with `fires`' labels, or (None) does not fire."""
     rule = alert.rule
     expected = []
     if fires is not None:
@@ -140,7 +141,7 @@ def health_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str)
     tests = []
     for alert in alerts:
         s = staged[alert.rule.alert]
-        checks = [_check(alert, m, None) for m in s.quiet] + [_check(alert, m, s.fires) for m in s.firing]
+        checks = [alert_check(alert, m, None) for m in s.quiet] + [alert_check(alert, m, s.fires) for m in s.firing]
         tests.append({
             "name": f"{alert.rule.alert}: {s.title}",
             "interval": STEP,
