@@ -112,3 +112,18 @@ def test_multi_step_raises_ttft_under_load_and_v1_defaults_are_unchanged():
     multi = simulate(EngineConfig(num_scheduler_steps=10), spec).summary["ttft_s"]["mean"]
     assert multi > v1 + 0.02
 
+
+
+def test_v0_seats_decide_ttft_past_saturation():
+    """V0 admits prompts before decoding: with a seat for every prompt all of them are prefilled first, so TTFT
+    does not depend on the output length; with fewer seats the rest wait for sequences to finish decoding. This is
+    why the vLLM v0.6.0 blog rows are replayed with its max_num_seqs 512 (bench/fidelity.py)."""
+    def ttft(seats: int, output: int) -> float:
+        config = EngineConfig(chunked_prefill=False, max_num_batched_tokens=8192, num_scheduler_steps=10,
+                              max_num_seqs=seats)
+        spec = WorkloadSpec(rate=math.inf, duration=1.0, num_requests=48, prompt_len=LengthDist(462, 0),
+                            output_len=LengthDist(output, 0))
+        return simulate(config, spec).summary["ttft_s"]["mean"]
+
+    assert ttft(64, 16) == pytest.approx(ttft(64, 128), rel=1e-9)
+    assert ttft(24, 128) > 2 * ttft(64, 128)
