@@ -36,8 +36,11 @@ BLOG_N = "500"
 # tokens per prompt step), multi-step scheduling with 10 steps per block, and 512 seats. The seats decide TTFT
 # past saturation: V0 admits prompts before decoding, so with 512 seats all 500 prompts get in and the load shows
 # as slower decode steps; with 256 the rest queue behind finishing sequences.
+# vLLM 0.6.0 also processed a step's outputs while the next step ran (async output processing, on by default; the
+# blog: "performing the processing of the n-th step output while executing the n+1-th step"), so tokens reach the
+# client one step late.
 V0_BUDGET = ("--no-chunked-prefill", "--max-num-batched-tokens", "8192", "--num-scheduler-steps", "10",
-             "--max-num-seqs", "512", "--gpu-memory-utilization", "0.9")
+             "--max-num-seqs", "512", "--gpu-memory-utilization", "0.9", "--async-output-proc")
 WORKLOADS = {
     "ShareGPT": ("--dataset", "sharegpt"),
     "prefill-heavy 462/16": ("--prompt-len", "462", "--prompt-sigma", "0", "--output-len", "16", "--output-sigma", "0"),

@@ -37,6 +37,9 @@ def add_engine_arguments(p: argparse.ArgumentParser, multi_preset: bool = False)
                    help="vLLM V0's default: whole prompts in prefill-only steps, before any decode")
     g.add_argument("--num-scheduler-steps", type=int, default=1,
                    help="vLLM V0's multi-step scheduling: new requests join only every N steps (default 1)")
+    g.add_argument("--async-output-proc", action="store_true",
+                   help="vLLM V0's (0.6.x) asynchronous output processing: a step's tokens reach clients when the "
+                        "next step ends")
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--batching", choices=BATCHING_MODES, default="continuous")
     g.add_argument("--output-len-median", type=int, default=150,
@@ -103,6 +106,7 @@ def engine_config(args: argparse.Namespace, lora_fallback: tuple[str, ...] = ())
         max_num_batched_tokens=args.max_num_batched_tokens,
         chunked_prefill=not args.no_chunked_prefill,
         num_scheduler_steps=args.num_scheduler_steps,
+        async_output_proc=args.async_output_proc,
         max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching,
         num_gpu_blocks_override=args.num_gpu_blocks,

@@ -21,6 +21,10 @@ class EngineConfig:
     # (--num-scheduler-steps, V0's multi-step scheduling). The defaults are V1's.
     chunked_prefill: bool = True
     num_scheduler_steps: int = 1
+    # V0's asynchronous output processing (vLLM 0.6.0, PRs 7049/7921/8050, on by default there): a step's outputs
+    # are processed while the next step runs, so its tokens and finishes reach clients when that next step ends
+    # (at once if nothing runs next). V1 hands them over as the step ends (False).
+    async_output_proc: bool = False
     max_model_len: int = 0  # 0: the model preset's context length
     enable_prefix_caching: bool = True
     num_gpu_blocks_override: int = 0  # 0: derive from the preset's HBM arithmetic

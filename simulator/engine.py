@@ -23,7 +23,7 @@ from simulator.costmodel import CostModel, CostParams
 from simulator.faults import FaultState
 from simulator.kvcache import KVCacheManager
 from simulator.request import FINISH_ABORT, FINISH_ERROR, Request, Status
-from simulator.scheduler import ScheduledStep, Scheduler
+from simulator.scheduler import ScheduledStep, Scheduler, StepOutcome
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class EngineCore:
         self._live: dict[str, Request] = {}
         self._abort_after: dict[str, int] = {}  # request id -> output tokens before an injected abort
         self._kv_factor_applied = 1.0
+        # V0 async output processing: the last step's outcome, handed over when the next step ends
+        self._held: tuple[list[Request], StepOutcome] | None = None  # (first tokens in it, the outcome)
 
     # ------------------------------------------------------------------ requests
     def new_request(
@@ -174,7 +176,7 @@ class EngineCore:
 
     # ------------------------------------------------------------------ stepping
     def has_work(self) -> bool:
-        return bool(self._pending) or self.scheduler.has_work()
+        return bool(self._pending) or self.scheduler.has_work() or self._held is not None
 
     def next_wakeup(self) -> float | None:
         """When an idle engine must look again without being told: a pending request becomes ready or a
@@ -203,9 +205,11 @@ class EngineCore:
             self._kv_factor_applied = self.faults.kv_capacity_factor
         self._release_pending(now)
         if self.faults.stalled(now):
+            self._deliver_held(now)
             return None
         scheduled = self.scheduler.schedule(now)
         if not scheduled.entries:
+            self._deliver_held(now)  # nothing runs next: V0 drains its output processor at once
             return None
         duration = self.cost.step_time(scheduled.shape) * self.faults.slowdown
         return PlannedStep(scheduled, now, duration)
@@ -218,8 +222,30 @@ class EngineCore:
             now, now - planned.start, s.shape.num_tokens, out.token_reqs, s.num_preempted, s.prefix_queries,
             s.prefix_hits,
         )
+        if self.config.async_output_proc:
+            # V0: this step's outputs are processed while the next step runs; the last step's reach clients now
+            self._deliver_held(now)
+            self._held = ([r for r in out.token_reqs if r.num_output_tokens == 1], out)
+            out = StepOutcome()
         for obs in self.observers:
             obs.on_step(self, stats)
+        self._deliver(out)
+        return stats
+
+    def _deliver_held(self, now: float) -> None:
+        """Hand the held step's tokens and finishes to clients at `now`: first-token and finish times move there
+        (the engine-side metrics already saw the step when it ended)."""
+        if self._held is None:
+            return
+        firsts, out = self._held
+        self._held = None
+        for req in firsts:
+            req.first_token_time = now
+        for req in out.finished:
+            req.last_token_time = req.finished_time = now
+        self._deliver(out)
+
+    def _deliver(self, out: StepOutcome) -> None:
         for req in out.finished:
             self._finish(req, req.finish_reason)
         for req in out.token_reqs:
@@ -230,7 +256,6 @@ class EngineCore:
             cut = self._abort_after.get(req.request_id)
             if cut is not None and req.num_output_tokens >= cut:
                 self.abort(req.request_id)
-        return stats
 
 
 class RealtimeLoop:

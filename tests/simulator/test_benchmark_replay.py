@@ -9,9 +9,10 @@ import statistics
 
 import pytest
 
-from simulator import cli
+from simulator import cli, cliargs
 from simulator.config import EngineConfig
 from simulator.clock import VirtualClock
+from simulator.costmodel import CostParams
 from simulator.engine import EngineCore
 from simulator.virtual import simulate
 from simulator.workload import DATASETS, LengthDist, WorkloadSpec, generate
@@ -127,3 +128,37 @@ def test_v0_seats_decide_ttft_past_saturation():
 
     assert ttft(64, 16) == pytest.approx(ttft(64, 128), rel=1e-9)
     assert ttft(24, 128) > 2 * ttft(64, 128)
+
+
+def test_v0_async_output_processing_hands_a_step_over_when_the_next_one_ends():
+    """vLLM 0.6.0 processed step n's outputs while step n+1 ran (PRs 7049/7921/8050): a token reaches the client
+    when the next step ends, or at once when nothing runs next. Two requests at once, V0 whole-prompt steps and
+    3 output tokens each: one prompt step, then two decode steps, then nothing."""
+    class Steps:
+        def __init__(self) -> None:
+            self.durations: list[float] = []
+
+        def on_step(self, core, stats) -> None:
+            self.durations.append(stats.duration)
+
+        def on_finished(self, req) -> None:
+            pass
+
+    def run(async_out: bool):
+        config = EngineConfig(chunked_prefill=False, max_num_batched_tokens=8192, async_output_proc=async_out)
+        spec = WorkloadSpec(rate=math.inf, duration=1.0, num_requests=2, prompt_len=LengthDist(100, 0),
+                            output_len=LengthDist(3, 0))
+        steps = Steps()
+        return simulate(config, spec, observers=(steps,)).summary, steps.durations
+
+    (sync, steps), (late, late_steps) = run(False), run(True)
+    assert late_steps == steps and len(steps) == 3  # the schedule is the same; only the hand-over moves
+    frontend = CostParams().frontend_latency_s
+    assert sync["ttft_s"]["mean"] == pytest.approx(frontend + steps[0], rel=1e-9)
+    assert late["ttft_s"]["mean"] == pytest.approx(frontend + steps[0] + steps[1], rel=1e-9)
+    # nothing runs after the last token's step, so it is handed over at once: E2E is unchanged
+    assert late["e2e_s"]["mean"] == pytest.approx(sync["e2e_s"]["mean"], rel=1e-9)
+    assert late["e2e_s"]["mean"] == pytest.approx(frontend + sum(steps), rel=1e-9)
+    assert EngineConfig().async_output_proc is False  # V1, the default, hands tokens over as the step ends
+    args = cli._parser().parse_args(["virtual", "--rate", "1", "--async-output-proc"])
+    assert cliargs.engine_config(args).async_output_proc
