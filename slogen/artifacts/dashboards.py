@@ -171,6 +171,22 @@ def _sli_outcomes() -> q.Matcher:
     return q.matcher(c.LABEL_OUTCOME, "!~", q.any_of(c.TAP_NEUTRAL_OUTCOMES))
 
 
+LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_gave_up)"
+LATE_NOTE = ("Requests the engine never answered in time (the tap's deadline) or whose client left once the objective "
+             "had passed. They never complete, so the latency percentiles and heatmaps cannot show them: during an "
+             "engine hang the percentiles go blank or stay low, and this panel rises.")
+
+
+def _late_requests(matchers: Sequence[q.Matcher], labels: Sequence[str]) -> g.Target:
+    """Rate of the tap's late outcomes (conventions.TAP_LATE_OUTCOMES), which the latency SLIs count as slow;
+    0, not "No data", where requests flow and none was late (the tap creates an outcome's series on first use)."""
+    late = q.matcher(c.LABEL_OUTCOME, "=~", q.any_of(c.TAP_LATE_OUTCOMES))
+    legend = " ".join(f"{{{{{label}}}}}" for label in labels) or "late"
+    expr = (f"{q.sum_rate(c.TAP_REQUESTS.name, [*matchers, late], RATE, labels)}\nor\n"
+            f"0 * {q.sum_rate(c.TAP_REQUESTS.name, matchers, RATE, labels)}")
+    return gf.prom_target(expr, legend, "A")
+
+
 def goodput_ratio(m: list[q.Matcher], by: tuple[str, ...] = (), window: str = RATE) -> str:
     """Goodput over the requests the goodput SLI counts (neutral outcomes left out), 0 for a class that has
     requests but no goodput series yet (the tap creates the counter on a class's first good request).
@@ -197,11 +213,12 @@ def _latency_panels(slo: SLOView, grid: _Grid) -> list:
     targets = [gf.prom_target(q.histogram_quantile(p, hist, m, RATE), f"p{round(p * 100)}", ref) for p, ref in QUANTILES]
     return [
         grid.place(_timeseries(title, targets, unit="s", steps=steps, threshold_style="line",
-                               description=f"From {hist.name} (client-side, the tap; completed requests only)."), 12, 8),
+                               description=f"From {hist.name} (client-side, the tap; completed requests only)."), 8, 8),
         grid.place(gf.Heatmap(title=f"{name} distribution", dataSource=gf.PROMETHEUS,
                               targets=[gf.prom_target(q.bucket_rates(hist, m, RATE), "{{le}}", heatmap=True)],
                               unit="s", description=f"Bucket rates of {hist.bucket()}: one bucket ladder for every tap."),
-                   12, 8),
+                   8, 8),
+        grid.place(_timeseries(LATE_TITLE, [_late_requests(m, ())], unit="reqps", description=LATE_NOTE), 8, 8),
     ]
 
 
@@ -439,6 +456,8 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
             gf.prom_target(q.histogram_quantile(quant, metric, m, RATE), f"p{round(quant * 100)}", ref)
             for quant, ref in QUANTILES
         ], unit="s", description=tap_note), 12, 8))
+    p.append(grid.place(_timeseries(LATE_TITLE + " by SLO class", [_late_requests(m, (c.LABEL_SLO_CLASS,))],
+                                    unit="reqps", description=LATE_NOTE), 24, 6))
     p.append(grid.row("Latency inside the engines (per engine kind)"))
     for metric, label in ((c.TTFT, "TTFT"), (c.TPOT, "TPOT")):
         p.append(grid.place(_timeseries(f"Engine {label} p50 / p90 / p99 per engine kind", [

@@ -88,6 +88,9 @@ def fleet_answers(slos: Sequence[SLOView], f: fs.Fleet = fs.FLEET) -> Answers:
         ("Goodput vs raw output tokens/s", "C"): [({}, float(sum(e.generation_tps for e in f.engines)))],
         ("Goodput ratio by SLO class", "A"): [({c.LABEL_SLO_CLASS: k}, goodput[k] / counted[k]) for k in classes],
         ("Goodput ratio now", "A"): [({}, sum(goodput.values()) / sum(counted.values()))],
+        (d.LATE_TITLE + " by SLO class", "A"): _sum_by([({c.LABEL_SLO_CLASS: t.slo_class},
+                                                         n if o in c.TAP_LATE_OUTCOMES else 0)
+                                                        for t in f.taps for o, n in t.outcomes], (c.LABEL_SLO_CLASS,)),
         ("Prompt and generation tokens/s by model", "A"): _sum_by([(lb, e.prompt_tps) for lb, e in eng], (c.LABEL_MODEL,)),
         ("Prompt and generation tokens/s by model", "B"): _sum_by([(lb, e.generation_tps) for lb, e in eng], (c.LABEL_MODEL,)),
         ("Queue depth per engine", "A"): by_engine(lambda e: e.waiting),
@@ -234,8 +237,10 @@ def _source_answers(slo: SLOView, f: fs.Fleet) -> Answers:
         metric, name = slo.latency_metric, slo.latency_metric.upper()
         buckets = _tap_buckets(metric, taps)
         title = f"{name} percentiles vs the {slo.threshold:g}s threshold" if slo.threshold else f"{name} percentiles"
+        late = [n for t in taps for o, n in t.outcomes if o in c.TAP_LATE_OUTCOMES]
         return {**_quantiles(title, lambda: [({}, buckets)]),
-                (f"{name} distribution", "A"): [({c.LABEL_LE: _le(e)}, float(n)) for e, n in buckets]}
+                (f"{name} distribution", "A"): [({c.LABEL_LE: _le(e)}, float(n)) for e, n in buckets],
+                (d.LATE_TITLE, "A"): [({}, float(sum(late)))] if taps else []}
     if slo.sli_kind == SLI_LATENCY:
         name = slo.latency_metric.upper()
         title = f"{name} percentiles vs the {slo.threshold:g}s threshold" if slo.threshold else f"{name} percentiles"

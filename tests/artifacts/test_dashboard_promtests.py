@@ -106,6 +106,19 @@ def test_mixed_ladders_are_refused_by_the_guard_and_fail_promtool(promtool, view
     _fails_on(promtool, views, tmp_path, "histogram_quantile(0.9, sum by (le) (rate(llm_time_to_first_token_seconds_bucket")
 
 
+def test_a_hang_shows_in_the_late_requests_panels_and_in_no_percentile(promtool, views, tmp_path, monkeypatch):
+    """The batch tap's 4 requests/s that hit the tap's deadline (upstream_timeout) never complete: no latency
+    histogram holds them, so only the late-requests panels show a hang. Counting them out fails the test."""
+    batch = pt.fleet_answers(views)[(d.LATE_TITLE + " by SLO class", "A")]
+    assert sorted(batch, key=str) == [({"slo_class": "batch"}, 4.0), ({"slo_class": "interactive"}, 2.0)]
+    batch_ttft = next(v for v in views if v.slo_id == "batch-ttft")
+    assert pt.slo_answers(batch_ttft)[(d.LATE_TITLE, "A")] == [({}, 4.0)]
+    gave_up_only = q.matcher(c.LABEL_OUTCOME, "=", c.OUTCOME_CLIENT_GAVE_UP)  # the engine's hang left out
+    monkeypatch.setattr(d, "_late_requests", lambda m, labels: d.gf.prom_target(
+        q.sum_rate(c.TAP_REQUESTS.name, [*m, gave_up_only], d.RATE, labels), "late", "A"))
+    _fails_on(promtool, views, tmp_path, 'got: {slo_class="interactive"} 2E+00')
+
+
 def test_a_legend_naming_a_missing_label_stops_the_build(views, monkeypatch):
     monkeypatch.setattr(d, "ENGINE_LEGEND", "{{Hostname}} {{pod}}")
     with pytest.raises(SpecErrors, match=r"legend names \{\{Hostname\}\}"):
