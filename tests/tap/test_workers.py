@@ -81,6 +81,10 @@ def _spawn(upstream_url: str, workers: int) -> tuple[subprocess.Popen[str], str,
         lines.append(line)
         m = re.search(r"event=tap_listening proxy=(\S+) metrics=(\S+)", line)
         if m:
+            # The parent is ready once every worker's metrics socket answers; a worker's own log line may still
+            # be on its way through the shared stderr pipe.
+            while len(re.findall(r"event=tap_worker_listening", "".join(lines))) < workers and time.monotonic() < deadline:
+                lines.append(popen.stderr.readline())
             return popen, m.group(1), m.group(2), lines
         if not line and popen.poll() is not None:
             break
