@@ -104,3 +104,29 @@ def test_override_period_uses_the_demo_catalog_it_is_given(workdir, capsys):
                  "--no-autoscaling"]) == 0
     text = (workdir / "demo" / "alerts" / "chat.rules.yaml").read_text()
     assert "slo:sli_error:ratio_rate10s" in text and "vector(1)" in text and "ratio_rate30d" not in text
+
+
+def test_a_parallel_build_makes_the_same_files_and_notes(tmp_path):
+    """From PARALLEL_MIN_SLOS SLOs on, the promtool tests are generated in a forked child: same bytes, and the
+    notes (SLOs left without tests) in the same places as one process makes them."""
+    from bench.bench_slogen import write_specs
+
+    options = b.BuildOptions(inputs=(str(write_specs(tmp_path, 20)),))
+    one_catalog, one = b.build(options, parallel=False)
+    two_catalog, two = b.build(options, parallel=True)
+    assert two == one and any(p.endswith(".test.yaml") for p in one)
+    assert two_catalog.notes == one_catalog.notes and any("no generated tests" in n for n in one_catalog.notes)
+
+
+def test_a_parallel_build_raises_the_error_one_process_raises(workdir, monkeypatch):
+    """The child fails, the generator runs again here and raises; its error comes first, as in the chain."""
+    def tests_fail(catalog, options):
+        raise b.SpecErrors([b.SpecError("alerts/chat.test.yaml", "tests broke", fix="-")])
+
+    def later_fails(catalog, options):
+        raise b.SpecErrors([b.SpecError("dashboards/x.json", "dashboards broke", fix="-")])
+
+    monkeypatch.setattr(b, "rule_tests", tests_fail)
+    for parallel in (False, True):
+        with pytest.raises(b.SpecErrors, match="tests broke"):
+            b.build(b.BuildOptions(), [b.rule_files, tests_fail, later_fails], parallel=parallel)
