@@ -49,11 +49,15 @@ class _Forked:
     wording and order."""
 
     def __init__(self, gen: ArtifactGenerator, catalog: Catalog, options: BuildOptions) -> None:
-        self.gen, self.pid = gen, None
+        """Raises OSError when no child can be started (the caller then builds in one process)."""
         fd, self.path = tempfile.mkstemp(prefix="slogen-build-", suffix=".pickle")
         os.close(fd)
         notes_before = len(catalog.notes)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.unlink(self.path)
+            raise
         if pid == 0:  # the child: generate, hand back, never return into the caller's stack
             status = 1
             try:
@@ -76,12 +80,19 @@ class _Forked:
             os.unlink(self.path)
 
 
-def _parallel(catalog: Catalog, chain: list[ArtifactGenerator], parallel: bool | None) -> bool:
+def _forked_tests(catalog: Catalog, options: BuildOptions, chain: list[ArtifactGenerator],
+                  parallel: bool | None) -> _Forked | None:
+    """The promtool tests started in a child, or None: one process (not asked for, no fork, fork failed)."""
     if rule_tests not in chain or not hasattr(os, "fork"):
-        return False
+        return None
     if parallel is None:
-        return len(catalog.slos) >= PARALLEL_MIN_SLOS and (os.cpu_count() or 1) > 1
-    return parallel
+        parallel = len(catalog.slos) >= PARALLEL_MIN_SLOS and (os.cpu_count() or 1) > 1
+    if not parallel:
+        return None
+    try:
+        return _Forked(rule_tests, catalog, options)
+    except OSError:
+        return None
 
 
 def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = None,
@@ -90,7 +101,7 @@ def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = No
     generate the promtool tests in a forked child (default: from PARALLEL_MIN_SLOS SLOs on); same bytes."""
     catalog = compile_catalog(options)
     chain = ARTIFACT_GENERATORS if generators is None else generators
-    forked = _Forked(rule_tests, catalog, options) if _parallel(catalog, chain, parallel) else None
+    forked = _forked_tests(catalog, options, chain, parallel)
     artifacts: dict[str, str] = {}
 
     def add(files: dict[str, str]) -> None:
@@ -111,6 +122,7 @@ def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = No
         catalog.notes[notes_at:notes_at] = done[1]
         return done[0]
 
+    gen = chain[0]
     try:
         with remembering():  # the dashboards are rendered once for the files and their tests
             for gen in chain:
