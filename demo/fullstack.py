@@ -172,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo", action="append", default=[], metavar="PATH", help="SLO files (default slos/)")
     p.add_argument("--workdir", metavar="DIR", help="keep configs, logs and notifications here (default: a temp dir, "
                                                      "removed at exit)")
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="sim: the embedded simulator (default); vllm: a real vLLM (CPU build, `make vllm-deps`)")
     args = p.parse_args(argv)
+    if args.engine == "vllm":
+        p.error("--engine vllm: not built yet")
     return asyncio.run(_guarded(args))
 
 

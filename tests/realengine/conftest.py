@@ -1,0 +1,47 @@
+"""Fixtures of the real-engine tier: a real vLLM (CPU build) serving a tiny random-weight Llama.
+
+`vllm` is one engine shared by a test file (module scope); `start_vllm(config)` starts another with its own
+settings (a smaller KV cache, say) and stops it at the end of the test. Engines run with one OpenMP thread, so
+the stack in front of them has the other core. Their logs land in the test's tmp directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from realengine import vllm_server
+from realengine.vllm_server import VllmConfig, VllmServer
+
+
+def pytest_collection_modifyitems(config, items):
+    why = vllm_server.available()
+    if why:  # fail loudly: a tier that silently skips would hide that nothing ran
+        raise pytest.UsageError(f"real-engine tier: {why}")
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    return vllm_server.model_dir()
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory, tiny_model) -> Iterator[VllmServer]:
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with VllmServer(VllmConfig(), log_path=log, model=tiny_model) as server:
+        yield server
+
+
+@pytest.fixture
+def start_vllm(tmp_path, tiny_model) -> Iterator[Callable[[VllmConfig], VllmServer]]:
+    started: list[VllmServer] = []
+
+    def start(config: VllmConfig) -> VllmServer:
+        server = VllmServer(config, log_path=tmp_path / f"vllm-{len(started)}.log", model=tiny_model)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
