@@ -1,0 +1,494 @@
+"""The goodput tap in front of the real vLLM (CPU build): what the tap counts equals what its clients measured.
+
+Each client times its own requests (first and last content token as it reads them, the token count from
+`usage` or, with `ignore_eos`, exactly `max_tokens`); the tap runs as its own process (`python -m exporter
+tap`, as operators run it) and its /metrics must agree: outcome counts and token counts exactly, TTFT and
+TPOT sums within the relay's measured delay per request, bucket placement at the objectives exactly, and the
+goodput count exactly. Then the paths a simulator cannot prove: clients leaving mid-stream, a real engine
+hang (SIGSTOP of vLLM's engine core while its API server answers), and KV admission in front of the engine.
+
+The machine is small and shared, so the workloads make two populations far apart (short prompts alone
+against long unique prompts queued behind each other) instead of relying on absolute speed, and every
+comparison is between the tap and the client, never against a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from realengine.vllm_server import SERVED_NAME, VllmServer, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = SERVED_NAME
+TTFT_OBJ = 0.1  # seconds
+TPOT_OBJ = 0.015
+# What the client's clock may add to the tap's per request: the tap's arrival is after the client's send,
+# and the client reads each event after the tap relayed it (loopback, a shared 2-core machine under load).
+TOL = 0.05
+SLO_YAML = f"""\
+version: "prometheus/v1"
+service: "real"
+slos:
+  - name: goodput
+    objective: 95
+    sli: {{plugin: {{id: llmslo/goodput, options: {{slo_class: interactive, ttft: "{TTFT_OBJ}", tpot: "{TPOT_OBJ}"}}}}}}
+"""
+CLS = "interactive"
+WORDS = 4000  # the tiny model's word-level vocabulary has w1..w4000 among its words: one token each
+
+
+def prompt(n: int, rng: random.Random) -> str:
+    """n tokens of random words: unique, so that prefix caching cannot shorten the prefill."""
+    return " ".join(f"w{rng.randint(1, WORDS)}" for _ in range(n))
+
+
+# ------------------------------------------------------------------------------------------------
+# The tap, as its own process
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Tap:
+    proc: subprocess.Popen
+    url: str
+    metrics_url: str
+    log: Path
+
+    def samples(self) -> dict[tuple[str, frozenset], float]:
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
+            text = r.read().decode()
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    def value(self, name: str, **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for (n, ls), v in self.samples().items() if n == name and want <= ls)
+
+    def outcomes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for (n, ls), v in self.samples().items():
+            if n == "llm_tap_requests_total" and v:
+                o = dict(ls)["outcome"]
+                out[o] = out.get(o, 0) + int(v)
+        return out
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.log.read_text(errors="replace")
+
+
+def start_tap(upstream: str, tmp: Path, *extra: str) -> Tap:
+    slo = tmp / "slo.yaml"
+    slo.write_text(SLO_YAML)
+    port, mport = free_port(), free_port()
+    log = tmp / f"tap-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "tap", "--listen", f"127.0.0.1:{port}", "--upstream", upstream,
+         "--metrics-listen", f"127.0.0.1:{mport}", "--slo", str(slo), *extra],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    tap = Tap(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{mport}/metrics", log)
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the tap exited with {proc.returncode}: {log.read_text()}")
+        try:
+            if "llm_tap_requests_total" in str(tap.samples()) or tap.samples() is not None:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            tap.stop()
+            raise RuntimeError(f"the tap did not start: {log.read_text()}")
+        time.sleep(0.1)
+    # the model becomes a label value once the tap has read the engine's /v1/models (up to 2 s at start)
+    return tap
+
+
+@pytest.fixture
+def tap_factory(tmp_path) -> Iterator:
+    taps: list[Tap] = []
+
+    def make(upstream: str, *extra: str) -> Tap:
+        d = tmp_path / f"tap{len(taps)}"
+        d.mkdir()
+        taps.append(start_tap(upstream, d, *extra))
+        return taps[-1]
+
+    yield make
+    for t in taps:
+        t.stop()
+
+
+# ------------------------------------------------------------------------------------------------
+# The client: it times every request itself
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    kind: str  # what the test meant this request to be
+    stream: bool
+    status: int = 0
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    events: int = 0  # content events read
+    usage: int | None = None  # usage.completion_tokens the client saw
+    expected_tokens: int = 0  # max_tokens (ignore_eos: exactly that many)
+    done: bool = False  # read `data: [DONE]` (streams) / a whole JSON body
+    broken: str = ""  # how the response ended otherwise
+    left: bool = False  # the client closed the connection itself
+    headers: dict = field(default_factory=dict)
+    body: str = ""
+    saw_usage_chunk: bool = False
+    ended_at: float = 0.0  # time.perf_counter() when the client was done with it
+
+    @property
+    def n_out(self) -> int:
+        return self.usage if self.usage is not None else self.expected_tokens
+
+    def good(self) -> bool:
+        if self.status != 200 or not self.done:
+            return False
+        if self.stream:
+            return self.ttft is not None and self.ttft <= TTFT_OBJ and (self.tpot or 0.0) <= TPOT_OBJ
+        return self.e2e is not None and self.e2e <= TTFT_OBJ + (self.n_out - 1) * TPOT_OBJ
+
+
+def content_of(doc: dict) -> bool:
+    for c in doc.get("choices") or []:
+        if c.get("text") or (c.get("delta") or {}).get("content"):
+            return True
+    return False
+
+
+async def call(session: aiohttp.ClientSession, base: str, *, kind: str, chat: bool, stream: bool, text: str,
+               max_tokens: int, ask_usage: bool = False, leave_after_events: int | None = None,
+               leave_after_s: float | None = None, read_timeout: float = 60.0,
+               on_first: asyncio.Event | None = None) -> Result:
+    """One request, timed as its user sees it. `leave_after_events`/`leave_after_s`: the client closes the
+    connection after reading that many content events / after that long (whichever first)."""
+    body: dict = {"model": MODEL, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream}
+    if chat:
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    if ask_usage:  # vLLM answers 400 to stream_options on a request that does not stream
+        body["stream_options"] = {"include_usage": True}
+    res = Result(kind, stream, expected_tokens=max_tokens)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    t0 = time.perf_counter()
+    first = last = None
+
+    async def run() -> None:
+        nonlocal first, last
+        async with session.post(base + path, json=body, timeout=aiohttp.ClientTimeout(total=read_timeout)) as r:
+            res.status = r.status
+            res.headers = dict(r.headers)
+            if r.status != 200 or not stream:
+                raw = await r.read()
+                res.e2e = time.perf_counter() - t0
+                res.body = raw.decode(errors="replace")
+                if r.status == 200:
+                    doc = json.loads(raw)
+                    res.usage = doc["usage"]["completion_tokens"]
+                    res.done = True
+                return
+            async for line in r.content:
+                now = time.perf_counter()
+                if line.startswith(b"data: [DONE]"):
+                    res.done = True
+                    continue
+                if not line.startswith(b"data: {"):
+                    continue
+                doc = json.loads(line[6:])
+                if isinstance(doc.get("usage"), dict):
+                    res.usage = doc["usage"]["completion_tokens"]
+                    res.saw_usage_chunk = True
+                if content_of(doc):
+                    first = first or now
+                    last = now
+                    if on_first is not None:
+                        on_first.set()
+                    res.events += 1
+                    if leave_after_events is not None and res.events >= leave_after_events:
+                        res.left = True
+                        return  # leaving the context closes the connection (the body was not read whole)
+            res.e2e = time.perf_counter() - t0
+
+    try:
+        if leave_after_s is not None:
+            try:
+                await asyncio.wait_for(run(), leave_after_s)
+            except asyncio.TimeoutError:
+                res.left = True
+        else:
+            await run()
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+        res.broken = type(e).__name__
+        res.e2e = time.perf_counter() - t0
+    res.ended_at = time.perf_counter()
+    if first is not None:
+        res.ttft = first - t0
+        n = res.n_out
+        res.tpot = (last - first) / (n - 1) if n > 1 else 0.0
+    return res
+
+
+def engine_counter(server: VllmServer, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    total = 0.0
+    for fam in text_string_to_metric_families(server.metrics()):
+        for s in fam.samples:
+            if s.name == name and want <= set(s.labels.items()):
+                total += s.value
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. Counts, tokens, TTFT, TPOT and goodput equal what the clients measured
+# ------------------------------------------------------------------------------------------------
+async def goodput_workload(base: str) -> list[Result]:
+    rng = random.Random(23)
+    out: list[Result] = []
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        # (a) fast: short prompts, two at a time, streamed and not, chat and completions, usage asked or injected
+        for i in range(12):
+            out += await asyncio.gather(*(
+                call(s, base, kind="fast", chat=(i + j) % 2 == 0, stream=i % 3 != 2, text=prompt(3 + i, rng),
+                     max_tokens=8 + 2 * i, ask_usage=(i + j) % 3 == 0 and i % 3 != 2) for j in range(2)))
+        # (b) slow TTFT: long unique prompts queued behind two long prefills (hogs: one output token, not streamed)
+        group = []
+        for j in range(6):
+            hog = j < 2
+            group.append(asyncio.create_task(call(
+                s, base, kind="hog" if hog else "queued", chat=j % 2 == 0, stream=not hog and j != 5,
+                text=prompt(1950 if hog else 1900, rng), max_tokens=1 if hog else (2 if j == 5 else 12),
+                ask_usage=j == 3)))
+            await asyncio.sleep(0.005)  # arrival order
+        out += await asyncio.gather(*group)
+
+        # (c) slow TPOT: short streams that started alone; once their first token is out, long prefills arrive
+        # and each of the streams' next decoding steps waits for one of them
+        started = [asyncio.Event() for _ in range(2)]
+        victims = [asyncio.create_task(call(s, base, kind="stalled", chat=j == 0, stream=True, text=prompt(4, rng),
+                                            max_tokens=20, ask_usage=True, on_first=started[j])) for j in range(2)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 30)
+        hogs = [call(s, base, kind="hog", chat=False, stream=False, text=prompt(1950, rng), max_tokens=1)
+                for _ in range(5)]
+        out += await asyncio.gather(*victims, *hogs)
+    return out
+
+
+def test_the_taps_counts_latencies_and_goodput_equal_what_the_clients_measured(vllm, tap_factory):
+    tap = tap_factory(vllm.url)
+    results = asyncio.run(goodput_workload(tap.url))
+    assert all(r.status == 200 and r.done and not r.broken for r in results), [
+        (r.kind, r.status, r.broken) for r in results if r.status != 200 or not r.done]
+    streams = [r for r in results if r.stream]
+    plain = [r for r in results if not r.stream]
+    for r in results:  # the engine produced what was asked, and the tap took back the usage it injected
+        assert r.n_out == r.expected_tokens, (r.kind, r.usage, r.expected_tokens)
+    assert not any(r.saw_usage_chunk for r in streams if r.usage is None)
+    # role-only first chunk and coalesced chunks: vLLM may put several tokens in one event, so events <= tokens
+    assert all(1 <= r.events <= r.n_out for r in streams)
+
+    def v(name: str, **labels: str) -> float:
+        return tap.value(name, slo_class=CLS, **labels)
+
+    # requests per outcome and tokens: exact
+    assert tap.outcomes() == {"ok": len(results)}
+    assert v("llm_tap_requests_total", model=MODEL) == len(results), "the model label is the engine's served name"
+    assert v("llm_output_tokens_total") == sum(r.n_out for r in results)
+    assert v("llm_output_tokens_total", usage_source="usage") == sum(r.n_out for r in results)
+    # TTFT and TPOT: counts exact, sums within the relay's delay per request; the client's TTFT includes the tap's
+    n = len(streams)
+    assert v("llm_tap_time_to_first_token_seconds_count") == n
+    assert v("llm_tap_time_per_output_token_seconds_count") == n
+    assert v("llm_tap_e2e_request_latency_seconds_count") == len(results)
+    ttft_client = sum(r.ttft for r in streams)
+    ttft_tap = v("llm_tap_time_to_first_token_seconds_sum")
+    assert ttft_tap <= ttft_client + 0.002 * n and ttft_client - ttft_tap <= TOL * n / 5, (ttft_tap, ttft_client)
+    tpot_client = sum(r.tpot for r in streams)
+    tpot_tap = v("llm_tap_time_per_output_token_seconds_sum")
+    assert abs(tpot_client - tpot_tap) <= 0.005 * n, (tpot_tap, tpot_client)
+    e2e_client = sum(r.e2e for r in results)
+    e2e_tap = v("llm_tap_e2e_request_latency_seconds_sum")
+    assert e2e_tap <= e2e_client and e2e_client - e2e_tap <= TOL * len(results) / 5, (e2e_tap, e2e_client)
+
+    # bucket placement at the objectives: the tap's edges include them exactly
+    def near(values: list[float], edge: float, below: float, above: float) -> int:
+        return sum(1 for x in values if edge - below < x <= edge + above)
+
+    ttfts = [r.ttft for r in streams]
+    tpots = [r.tpot for r in streams]
+    ttft_le = v("llm_tap_time_to_first_token_seconds_bucket", le=str(TTFT_OBJ))
+    tpot_le = v("llm_tap_time_per_output_token_seconds_bucket", le=str(TPOT_OBJ))
+    client_ttft_le = sum(1 for x in ttfts if x <= TTFT_OBJ)
+    client_tpot_le = sum(1 for x in tpots if x <= TPOT_OBJ)
+    # the tap's TTFT is the client's less the relay's delay: a client value just above the edge may be below it
+    assert client_ttft_le <= ttft_le <= client_ttft_le + near(ttfts, TTFT_OBJ, 0, TOL)
+    assert abs(tpot_le - client_tpot_le) <= near(tpots, TPOT_OBJ, 0.005, 0.005)
+    # goodput: the client's own count of requests within both objectives, and their tokens
+    good = [r for r in results if r.good()]
+    ambiguous = near(ttfts, TTFT_OBJ, 0, TOL) + near(tpots, TPOT_OBJ, 0.005, 0.005) + sum(
+        1 for r in plain if abs(r.e2e - (TTFT_OBJ + (r.n_out - 1) * TPOT_OBJ)) <= TOL)
+    tap_good = v("llm_goodput_requests_total")
+    summary = {
+        "requests": len(results), "client_good": len(good), "tap_good": tap_good, "ambiguous": ambiguous,
+        "by_kind": {k: (sum(1 for r in results if r.kind == k and r.good()), sum(1 for r in results if r.kind == k))
+                    for k in ("fast", "queued", "stalled", "hog")},
+        "ttft_sum_client_minus_tap": round(ttft_client - ttft_tap, 4),
+        "tpot_sum_client_minus_tap": round(tpot_client - tpot_tap, 5),
+        "e2e_sum_client_minus_tap": round(e2e_client - e2e_tap, 4),
+    }
+    print("goodput:", json.dumps(summary))
+    assert 0 < len(good) < len(results), summary
+    if ambiguous == 0:
+        assert tap_good == len(good), summary
+        assert v("llm_goodput_tokens_total") == sum(r.n_out for r in good), summary
+    else:  # a request within the relay's delay of an objective could fall either side on the tap
+        assert len(good) <= tap_good <= len(good) + ambiguous, summary
+    # the populations: queued long prompts miss TTFT, stalled streams miss TPOT, hogs (not streamed) are late
+    assert not any(r.good() for r in results if r.kind in ("queued", "stalled", "hog")), summary
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Clients leaving: neutral while on time, client_gave_up once the objective had passed
+# ------------------------------------------------------------------------------------------------
+def engine_finished(server: VllmServer) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(server.metrics()):
+        for s in fam.samples:
+            if s.name == "vllm:request_success_total":
+                r = s.labels.get("finished_reason", "")
+                out[r] = out.get(r, 0.0) + s.value
+    return out
+
+
+async def leaving_workload(base: str) -> tuple[list[Result], list[Result]]:
+    rng = random.Random(25)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        # on time: streams with long outputs, left after five content events
+        early = await asyncio.gather(*(
+            call(s, base, kind="left_on_time", chat=j % 2 == 0, stream=True, text=prompt(5, rng), max_tokens=1500,
+                 ask_usage=j == 1, leave_after_events=5) for j in range(3)))
+        # queued behind four long prefills: their objective passes before their first token
+        tasks = [asyncio.create_task(call(s, base, kind="hog", chat=False, stream=False, text=prompt(1950, rng),
+                                          max_tokens=1)) for _ in range(4)]
+        await asyncio.sleep(0.02)
+        plans = [  # kind, stream, max_tokens, leave after events, leave after seconds
+            ("late_first_token_then_left", True, 50, 1, None),
+            ("left_before_first_token_late", True, 50, None, 0.3),
+            ("left_before_first_token_on_time", True, 50, None, 0.03),
+            ("left_unstreamed_late", False, 2, None, 0.3),
+            ("left_unstreamed_on_time", False, 1000, None, 0.3),
+        ]
+        for kind, stream, mt, k, secs in plans:
+            tasks.append(asyncio.create_task(call(s, base, kind=kind, chat=stream, stream=stream,
+                                                  text=prompt(1900, rng), max_tokens=mt, leave_after_events=k,
+                                                  leave_after_s=secs)))
+        late = await asyncio.gather(*tasks)
+    return list(early), list(late)
+
+
+def test_clients_that_leave_are_neutral_while_on_time_and_gave_up_once_late(vllm, tap_factory):
+    tap = tap_factory(vllm.url)
+    gen0 = engine_counter(vllm, "vllm:generation_tokens_total")
+    finished0 = engine_finished(vllm)
+    early, late = asyncio.run(leaving_workload(tap.url))
+    by = {r.kind: r for r in late}
+    assert all(r.left and r.events == 5 and r.ttft is not None and r.ttft <= TTFT_OBJ for r in early), [
+        (r.left, r.events, r.ttft) for r in early]
+    assert by["late_first_token_then_left"].left and by["late_first_token_then_left"].ttft > TTFT_OBJ
+    for kind in ("left_before_first_token_late", "left_before_first_token_on_time", "left_unstreamed_late",
+                 "left_unstreamed_on_time"):
+        assert by[kind].left and by[kind].events == 0 and by[kind].status in (0, 200), (kind, by[kind])
+    hogs = [r for r in late if r.kind == "hog"]
+    assert all(r.status == 200 and r.done for r in hogs)
+    deadline = time.monotonic() + 10
+    while sum(tap.outcomes().values()) < len(early) + len(late) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the tap counts a leaver when it sees the connection close
+    # three on-time streams, one stream left before its (on-time) first token, one unstreamed request whose
+    # good answer could still have come; and three that left once their objective had passed
+    assert tap.outcomes() == {"ok": 4, "client_disconnected": 5, "client_gave_up": 3}, tap.outcomes()
+    # the engine stopped generating for the leavers: far fewer tokens than the 3 x 1500 + 1000 + 3 x 50 asked
+    time.sleep(1.0)
+    generated = engine_counter(vllm, "vllm:generation_tokens_total") - gen0
+    finished = {k: v - finished0.get(k, 0.0) for k, v in engine_finished(vllm).items()}
+    print("engine after 8 leavers:", json.dumps({"generation_tokens": generated, "request_success_delta": finished}))
+    assert generated < 1500, generated
+    # what vLLM 0.32 itself counts for them (docs/metrics.md): its finished-request counter has only the hogs
+    assert finished.get("length", 0.0) == len(hogs), finished
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. A real engine hang: in-flight streams end as upstream_timeout, and the engine serves again after it
+# ------------------------------------------------------------------------------------------------
+STALL_S, FIRST_S, RESPONSE_S = 0.5, 1.0, 1.5
+
+
+async def hang_workload(base: str, server: VllmServer) -> dict:
+    rng = random.Random(3)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        started = [asyncio.Event() for _ in range(3)]
+        inflight = [asyncio.create_task(call(s, base, kind="inflight", chat=j != 1, stream=True, text=prompt(5, rng),
+                                             max_tokens=1900, ask_usage=j == 2, on_first=started[j]))
+                    for j in range(3)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 30)
+        t_hang = time.perf_counter()
+        server.hang()
+        try:
+            during = [asyncio.create_task(call(s, base, kind=k, chat=True, stream=st, text=prompt(5, rng),
+                                               max_tokens=8)) for k, st in (("new_stream", True), ("new_plain", False))]
+            ended = await asyncio.gather(*inflight, *during)
+            t_end = time.perf_counter()
+        finally:
+            server.resume()
+        after = await call(s, base, kind="after", chat=True, stream=True, text=prompt(5, rng), max_tokens=16,
+                           ask_usage=True, read_timeout=60)
+    return {"ended": ended, "after": after, "hang_s": t_end - t_hang, "t_hang": t_hang}
+
+
+def test_a_real_engine_hang_ends_in_flight_streams_as_upstream_timeout(vllm, tap_factory):
+    tap = tap_factory(vllm.url, "--stall-timeout", str(STALL_S), "--first-token-timeout", str(FIRST_S),
+                      "--response-timeout", str(RESPONSE_S))
+    out = asyncio.run(hang_workload(tap.url, vllm))
+    inflight = [r for r in out["ended"] if r.kind == "inflight"]
+    new = {r.kind: r for r in out["ended"] if r.kind != "inflight"}
+    # the streams were broken off (no [DONE], no last chunk) after some output, so no client takes them for whole
+    for r in inflight:
+        assert r.status == 200 and r.events >= 1 and not r.done and r.broken, r
+        assert r.events < 1900
+        # cut by the stall deadline: not before it, and not much after it (the tap checks several times a second)
+        assert STALL_S <= r.ended_at - out["t_hang"] < STALL_S + 2.5, r.ended_at - out["t_hang"]
+    # requests arriving during the hang: the tap answers 504 itself (nothing had reached the client)
+    assert new["new_stream"].status == 504 and "first token" in new["new_stream"].body, new["new_stream"]
+    assert new["new_plain"].status == 504 and "response" in new["new_plain"].body, new["new_plain"]
+    # within the deadlines (plus the tap's check interval and a loaded machine), not the clients' own timeouts
+    assert out["hang_s"] < RESPONSE_S + 3, out["hang_s"]
+    after = out["after"]
+    assert after.status == 200 and after.done and after.usage == 16, after
+    assert tap.outcomes() == {"upstream_timeout": 5, "ok": 1}, tap.outcomes()
+    assert tap.value("llm_goodput_requests_total") <= 1
+    print("hang:", json.dumps({"all_ended_after_s": round(out["hang_s"], 3),
+                               "streams_cut_after_s": [round(r.ended_at - out["t_hang"], 3) for r in inflight],
+                               "events_before_the_cut": [r.events for r in inflight]}))
