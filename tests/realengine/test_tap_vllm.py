@@ -96,9 +96,10 @@ class Tap:
         return self.log.read_text(errors="replace")
 
 
-def start_tap(upstream: str, tmp: Path, *extra: str) -> Tap:
+def start_tap(upstream: str, tmp: Path, *extra: str, objectives: tuple[float, float] = (TTFT_OBJ, TPOT_OBJ)) -> Tap:
     slo = tmp / "slo.yaml"
-    slo.write_text(SLO_YAML)
+    slo.write_text(SLO_YAML.replace(f'ttft: "{TTFT_OBJ}", tpot: "{TPOT_OBJ}"',
+                                    f'ttft: "{objectives[0]}", tpot: "{objectives[1]}"'))
     port, mport = free_port(), free_port()
     log = tmp / f"tap-{port}.log"
     proc = subprocess.Popen(
@@ -127,10 +128,10 @@ def start_tap(upstream: str, tmp: Path, *extra: str) -> Tap:
 def tap_factory(tmp_path) -> Iterator:
     taps: list[Tap] = []
 
-    def make(upstream: str, *extra: str) -> Tap:
+    def make(upstream: str, *extra: str, **kw) -> Tap:
         d = tmp_path / f"tap{len(taps)}"
         d.mkdir()
-        taps.append(start_tap(upstream, d, *extra))
+        taps.append(start_tap(upstream, d, *extra, **kw))
         return taps[-1]
 
     yield make
@@ -164,12 +165,12 @@ class Result:
     def n_out(self) -> int:
         return self.usage if self.usage is not None else self.expected_tokens
 
-    def good(self) -> bool:
+    def good(self, ttft_obj: float = TTFT_OBJ, tpot_obj: float = TPOT_OBJ) -> bool:
         if self.status != 200 or not self.done:
             return False
         if self.stream:
-            return self.ttft is not None and self.ttft <= TTFT_OBJ and (self.tpot or 0.0) <= TPOT_OBJ
-        return self.e2e is not None and self.e2e <= TTFT_OBJ + (self.n_out - 1) * TPOT_OBJ
+            return self.ttft is not None and self.ttft <= ttft_obj and (self.tpot or 0.0) <= tpot_obj
+        return self.e2e is not None and self.e2e <= ttft_obj + (self.n_out - 1) * tpot_obj
 
 
 def content_of(doc: dict) -> bool:
@@ -492,3 +493,135 @@ def test_a_real_engine_hang_ends_in_flight_streams_as_upstream_timeout(vllm, tap
     print("hang:", json.dumps({"all_ended_after_s": round(out["hang_s"], 3),
                                "streams_cut_after_s": [round(r.ended_at - out["t_hang"], 3) for r in inflight],
                                "events_before_the_cut": [r.events for r in inflight]}))
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. KV admission in front of the real engine
+# ------------------------------------------------------------------------------------------------
+async def burst(base: str, n: int, prompt_tokens: int, max_tokens: int, seed: int, stream: bool = True) -> list[Result]:
+    rng = random.Random(seed)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        return list(await asyncio.gather(*(
+            call(s, base, kind="burst", chat=j % 2 == 0, stream=stream, text=prompt(prompt_tokens, rng),
+                 max_tokens=max_tokens, ask_usage=stream) for j in range(n))))
+
+
+def wait_idle(server: VllmServer, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine_counter(server, "vllm:num_requests_running") + engine_counter(server, "vllm:num_requests_waiting") == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the engine did not go idle")
+
+
+ADMISSION = ("--admission", "--admission-poll-interval", "0.25")
+
+
+def test_below_capacity_the_gate_refuses_nothing(vllm, tap_factory):
+    """A burst of short requests the engine serves at once (16 seats running, KV for far more) is all admitted."""
+    tap = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "64")
+    asyncio.run(burst(tap.url, 2, 6, 16, seed=1))  # the engine's histograms see requests of this size
+    time.sleep(0.6)
+    wait_idle(vllm)
+    results = asyncio.run(burst(tap.url, 24, 6, 16, seed=2))
+    statuses = [r.status for r in results]
+    print("below capacity:", json.dumps({"statuses": {s: statuses.count(s) for s in set(statuses)},
+                                         "good": sum(r.good() for r in results), "tap": tap.outcomes()}))
+    assert statuses == [200] * 24 and all(r.done for r in results), statuses
+    assert tap.outcomes() == {"ok": 26}
+
+
+# objectives a loaded 2-core machine can meet for a handful of concurrent streams, not for two dozen
+OVERLOAD_OBJECTIVES = (1.0, 0.1)
+
+
+def test_under_overload_the_gate_refuses_and_what_it_admits_meets_objectives_better(vllm, tap_factory):
+    """Requests of 50 prompt + 500 output tokens (18 KV blocks of 128 once grown): about seven fit at once; a
+    burst of 24 starts 16 (max_num_seqs) that outgrow the cache and preempt, and queues the rest past the TTFT
+    objective. The gate admits what the free KV holds."""
+    obj = OVERLOAD_OBJECTIVES
+    plain = tap_factory(vllm.url, objectives=obj)
+    gated = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "600", "--admission-max-queue", "0",
+                        objectives=obj)
+    warm = asyncio.run(burst(gated.url, 2, 50, 500, seed=10))  # the engine's histograms see requests of this size
+    wait_idle(vllm)
+    without = asyncio.run(burst(plain.url, 24, 50, 500, seed=11))
+    wait_idle(vllm)
+    time.sleep(0.6)  # a reading of the idle engine
+    with_gate = asyncio.run(burst(gated.url, 24, 50, 500, seed=12))
+    admitted = [r for r in with_gate if r.status == 200]
+    refused = [r for r in with_gate if r.status == 429]
+    share = {
+        "without_gate_good": sum(r.good(*obj) for r in without), "without_gate_ttft_ok": sum(
+            r.ttft is not None and r.ttft <= obj[0] for r in without),
+        "with_gate_admitted": len(admitted), "with_gate_refused": len(refused),
+        "with_gate_good": sum(r.good(*obj) for r in admitted),
+        "with_gate_ttft_ok": sum(r.ttft is not None and r.ttft <= obj[0] for r in admitted),
+        "gated_tap": gated.outcomes(),
+    }
+    print("overload:", json.dumps(share))
+    assert all(r.status == 200 and r.done for r in without)
+    assert len(admitted) + len(refused) == 24 and refused and admitted, share
+    assert all(r.done for r in admitted)
+    for r in refused:  # the tap's own answer: 429 with Retry-After, nothing forwarded
+        assert r.headers.get("Retry-After") == "1", r.headers
+    warm_refused = sum(r.status == 429 for r in warm)
+    assert gated.outcomes() == {"ok": 2 - warm_refused + len(admitted), "refused": warm_refused + len(refused)}, share
+    # what it admits meets both objectives more often than the same burst without the gate
+    good_with = share["with_gate_good"] / len(admitted)
+    good_without = share["without_gate_good"] / len(without)
+    share["good_share_with"], share["good_share_without"] = round(good_with, 3), round(good_without, 3)
+    assert good_with > good_without, share
+
+
+class MetricsBlocker:
+    """A gateway in front of the real engine that forwards the API and answers 503 for /metrics."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.session: aiohttp.ClientSession | None = None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(status=503, text="metrics blocked\n")
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        body = await request.read()
+        async with self.session.request(request.method, self.upstream + request.path_qs, data=body,
+                                        headers={"content-type": request.headers.get("content-type", "")}) as r:
+            resp = web.StreamResponse(status=r.status, headers={"content-type": r.headers.get("content-type", "")})
+            await resp.prepare(request)
+            async for piece in r.content.iter_any():
+                await resp.write(piece)
+            await resp.write_eof()
+            return resp
+
+
+def test_with_the_engines_metrics_unreadable_the_gate_fails_open(vllm, tap_factory):
+    async def go() -> tuple[list[Result], float, float]:
+        blocker = MetricsBlocker(vllm.url)
+        blocker.session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_get("/metrics", blocker.metrics)
+        app.router.add_route("*", "/{tail:.*}", blocker.forward)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            tap = await asyncio.to_thread(tap_factory, f"http://127.0.0.1:{port}", *ADMISSION,
+                                          "--admission-max-queue", "0", "--admission-footprint", "4096")
+            await asyncio.sleep(0.6)
+            results = await burst(tap.url, 12, 400, 100, seed=20)
+            readable = await asyncio.to_thread(tap.value, "llm_tap_admission_engine_readable")
+            is_open = await asyncio.to_thread(tap.value, "llm_tap_admission_open")
+            return results, readable, is_open
+        finally:
+            await blocker.session.close()
+            await runner.cleanup()
+
+    results, readable, is_open = asyncio.run(go())
+    # a gate that could read this engine would refuse most of this burst (one seat of 4,096 tokens, no queue)
+    assert readable == 0 and is_open == 1
+    assert [r.status for r in results] == [200] * 12 and all(r.done for r in results)

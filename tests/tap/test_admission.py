@@ -80,10 +80,32 @@ def test_the_gate_refuses_at_the_floor_and_admits_again_when_seats_return() -> N
     assert gate.admit(), "seats returned"
     gate.update(reading(0.0, waiting=5))
     assert not gate.admit(), "queue above the ceiling"
-    gate.update(reading(0.0, waiting=2))
-    assert gate.admit() and gate.admit() and gate.admit() and not gate.admit(), "admitted since the reading count as queued"
-    gate.update(reading(0.0, waiting=2))
+    gate.update(reading(0.85, waiting=2))  # 2,400 free tokens: about 4 seats of ~600, 2 kept free
+    assert gate.admit() and gate.admit() and gate.admit() and not gate.admit(), "admitted since the reading take seats"
+    gate.update(reading(0.85, waiting=2))
     assert gate.admit(), "a new reading resets the count"
+
+
+def test_below_capacity_a_burst_within_one_poll_is_admitted_whole() -> None:
+    """Requests admitted since the reading take seats; they join the queue only beyond the free seats. The
+    gate used to count each as queued, capping it at max_queue + 1 requests per poll however idle the
+    engine (issue 25: a burst of 24 a real vLLM served at once got 19 refused)."""
+    gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=4, clock=time.monotonic)
+    gate.update(reading(0.0, waiting=0, prompt_tokens=8, output_tokens=16))  # 16,000 free tokens, ~24-token requests
+    assert gate.seats > 500
+    burst = 10 * (gate.max_queue + 1)  # ten times the old per-poll cap
+    assert all(gate.admit() for _ in range(burst)) and gate.refusals == 0
+    # a queue the engine reports still closes the gate, whatever the seats
+    gate.update(reading(0.0, waiting=5, prompt_tokens=8, output_tokens=16))
+    assert not gate.admit()
+
+
+def test_a_burst_still_cannot_take_more_seats_than_the_reading_found_free() -> None:
+    gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=100, clock=time.monotonic)
+    gate.update(reading(0.5, waiting=0))  # 8,000 free tokens, footprint ~600: 13.4 seats
+    admitted = sum(gate.admit() for _ in range(40))
+    assert admitted == int(gate.seats - gate.min_seats) + 1 == 13, admitted
+    assert gate.refusals == 27
 
 
 def test_a_stale_reading_fails_open() -> None:
