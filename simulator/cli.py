@@ -83,7 +83,8 @@ async def _serve(args: argparse.Namespace) -> int:
 def _virtual(args: argparse.Namespace) -> int:
     spec = cliargs.workload_spec(args)
     config = cliargs.engine_config(args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
-    params = dataclasses.replace(CostParams(), frontend_latency_s=0.0) if args.offline else None
+    base = config.deployment.cost_params or CostParams()
+    params = dataclasses.replace(base, frontend_latency_s=0.0) if args.offline else None
     run = simulate(config, spec, ttft_slo=args.ttft, tpot_slo=args.tpot, faults=cliargs.fault_state(args, 0.0),
                    metrics=bool(args.metrics_out), cost_params=params)
     if run.metrics is not None:

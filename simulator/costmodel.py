@@ -23,15 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.presets import Deployment
+from simulator.presets import CostParams, Deployment
 
-
-@dataclass(frozen=True)
-class CostParams:
-    step_overhead_s: float = 0.0008  # scheduler, input preparation, CUDA-graph launch: once per step
-    layer_overhead_s: float = 0.000050  # per layer: the small non-GEMM kernels' launch and run time
-    per_seq_overhead_s: float = 0.000004  # sampling and output processing, per scheduled sequence
-    frontend_latency_s: float = 0.035  # API server: parse, tokenize, hand to the engine core
+__all__ = ["CostModel", "CostParams", "StepShape"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +41,7 @@ class StepShape:
 
 class CostModel:
     def __init__(self, deployment: Deployment, params: CostParams | None = None) -> None:
-        self.params = params or CostParams()
+        self.params = params or deployment.cost_params or CostParams()
         p, m, g, tp = self.params, deployment.model, deployment.gpu, deployment.tp
         self._flops_per_s = tp * g.peak_flops * g.matmul_efficiency
         self._bytes_per_s = g.mem_bandwidth_bytes_s * g.bandwidth_efficiency

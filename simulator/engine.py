@@ -73,12 +73,14 @@ class EngineCore:
         self.clock = clock
         self.cost = CostModel(config.deployment, cost_params)
         self.faults = faults or FaultState()
-        if config.num_gpu_blocks * config.block_size < config.model_len:
+        if (config.num_gpu_blocks - 1) * config.block_size < config.model_len:  # less vLLM's null block
             raise ValueError(
-                f"engine config: the KV cache holds {config.num_gpu_blocks * config.block_size} tokens, less than "
+                f"engine config: the KV cache holds {(config.num_gpu_blocks - 1) * config.block_size} tokens (one of "
+                f"its {config.num_gpu_blocks} blocks is vLLM's null block), less than "
                 f"max_model_len={config.model_len}; lower --max-model-len or give the cache more blocks"
             )
-        self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching,
+                                 null_block=True)
         self.scheduler = Scheduler(config, self.kv)
         self.observers: list[EngineObserver] = []
         self.rng = random.Random(config.seed)

@@ -20,15 +20,19 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
-        if num_blocks <= 0:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 null_block: bool = False) -> None:
+        """`null_block`: block 0 is vLLM V1's null block (the block pool takes it out of the free queue at start
+        as a placeholder), so `num_blocks - 1` hold tokens, and usage is counted over those."""
+        if num_blocks <= (1 if null_block else 0):
             raise ValueError("kv cache: num_blocks must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self._null = 1 if null_block else 0
         self._ref_cnt = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self._null, num_blocks))
         self._cached: dict[int, int] = {}  # block hash -> block id
         self.reserved_blocks = 0  # withheld by a reduced-capacity fault
 
@@ -40,11 +44,11 @@ class KVCacheManager:
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._null - len(self._free)
 
     @property
     def usable_blocks(self) -> int:
-        return self.num_blocks - self.reserved_blocks
+        return self.num_blocks - self._null - self.reserved_blocks
 
     @property
     def usage(self) -> float:
@@ -53,22 +57,32 @@ class KVCacheManager:
 
     def set_capacity_factor(self, factor: float) -> None:
         """Withhold a share of the blocks (fault injection); in-use blocks are reclaimed as they free up."""
-        self.reserved_blocks = min(self.num_blocks - 1, int(round(self.num_blocks * (1.0 - factor))))
+        self.reserved_blocks = min(self.num_blocks - self._null - 1, int(round(self.num_blocks * (1.0 - factor))))
 
     def _available(self) -> int:
         return len(self._free) - self.reserved_blocks
 
     # ---------------------------------------------------------------- prefix cache
     def _block_hashes(self, req: Request) -> list[int]:
-        if not req.block_hashes:
-            bs, tokens = self.block_size, req.prompt_token_ids
-            parent = hash(req.lora or "")
-            hashes = []
-            for start in range(0, len(tokens) - bs + 1, bs):
-                parent = hash((parent, tuple(tokens[start : start + bs])))
+        """Hashes of the request's full blocks so far: its prompt's, then (as in vLLM V1, which caches every full
+        block up to `request.num_tokens`) those its generated tokens fill, so a request preempted and recomputed
+        finds its own blocks again while they are still cached. Generated tokens stand for themselves: position
+        `i` of request `seed` (the simulator's output words are a function of both), so no two requests share one."""
+        bs, hashes = self.block_size, req.block_hashes
+        full = req.num_tokens // bs
+        if len(hashes) < full:
+            prompt, n_prompt = req.prompt_token_ids, req.num_prompt_tokens
+            parent = hashes[-1] if hashes else hash(req.lora or "")
+            for i in range(len(hashes), full):
+                start, end = i * bs, (i + 1) * bs
+                if end <= n_prompt:
+                    chunk = tuple(prompt[start:end])
+                else:
+                    chunk = tuple(prompt[start:n_prompt]) + tuple(
+                        (req.seed, j) for j in range(max(start, n_prompt) - n_prompt, end - n_prompt))
+                parent = hash((parent, chunk))
                 hashes.append(parent)
-            req.block_hashes = hashes
-        return req.block_hashes
+        return hashes
 
     def get_computed_blocks(self, req: Request) -> list[int]:
         """Cached blocks matching the request's leading full blocks. The last token is always recomputed, as
@@ -86,21 +100,28 @@ class KVCacheManager:
 
     # ---------------------------------------------------------------- allocation
     def allocate_slots(
-        self, req: Request, num_new_tokens: int, computed: Sequence[int] = (), reserve_tokens: int = 0
+        self, req: Request, num_new_tokens: int, computed: Sequence[int] = (), reserve_tokens: int = 0,
+        must_fit_tokens: int = 0,
     ) -> bool:
         """Give `req` slots for `num_new_tokens` more tokens (after `computed` cache hits), or nothing and False.
         `reserve_tokens` asks for blocks up to that many tokens at once (static batching reserves the whole
-        sequence up front)."""
+        sequence up front). `must_fit_tokens` allocates only the chunk but refuses unless blocks for that many
+        tokens would fit now: vLLM V1's admission check (`scheduler_reserve_full_isl`, on by default), which
+        admits a waiting request only if its whole sequence fits, not just its first prefill chunk."""
         bs = self.block_size
-        if not computed and not reserve_tokens and req.num_registered_blocks >= len(req.block_hashes):
-            # The hot path (a decode token): no cache bookkeeping left, at most one new block.
-            if -(-(req.num_computed_tokens + num_new_tokens) // bs) <= len(req.block_ids):
+        if not computed and not reserve_tokens and not must_fit_tokens:
+            # The hot path (a decode token within its last block): nothing to allocate or register.
+            total = req.num_computed_tokens + num_new_tokens
+            if -(-total // bs) <= len(req.block_ids) and (not self.enable_prefix_caching
+                                                          or total // bs <= req.num_registered_blocks):
                 return True
         computed_tokens = req.num_computed_tokens + len(computed) * bs
         wanted_tokens = max(computed_tokens + num_new_tokens, reserve_tokens)
         need = cdiv(wanted_tokens, bs) - len(req.block_ids) - len(computed)
         revived = sum(1 for b in computed if self._ref_cnt[b] == 0)  # cached but free: leaves the free queue
         if need + revived > self._available():
+            return False
+        if must_fit_tokens and cdiv(must_fit_tokens, bs) - len(req.block_ids) - len(computed) + revived > self._available():
             return False
         for b in computed:
             if self._ref_cnt[b] == 0:
@@ -122,8 +143,10 @@ class KVCacheManager:
         return True
 
     def _register_full_blocks(self, req: Request, computed_tokens: int) -> None:
+        # the full blocks whose tokens are all known: prompt tokens, and generated ones already sampled
+        upto = min(computed_tokens, req.num_tokens) // self.block_size
         hashes = self._block_hashes(req)
-        upto = min(len(hashes), computed_tokens // self.block_size)
+        upto = min(upto, len(hashes))
         for i in range(req.num_registered_blocks, upto):
             b, h = req.block_ids[i], hashes[i]
             if h not in self._cached:
@@ -143,7 +166,7 @@ class KVCacheManager:
     # ---------------------------------------------------------------- checks
     def check_consistency(self) -> None:
         """Every block is either referenced or in the free queue, never both; for tests."""
-        for b in range(self.num_blocks):
+        for b in range(self._null, self.num_blocks):
             in_free = b in self._free
             if in_free == (self._ref_cnt[b] > 0) or self._ref_cnt[b] < 0:
                 raise AssertionError(f"block {b}: ref_cnt={self._ref_cnt[b]} in_free_queue={in_free}")

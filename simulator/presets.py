@@ -27,6 +27,17 @@ GIB = 1024**3
 
 
 @dataclass(frozen=True)
+class CostParams:
+    """The engine's own overheads (not the GPU's): the same on every GPU preset unless a deployment brings its
+    own (the CPU preset, whose engine runs eagerly on one core)."""
+
+    step_overhead_s: float = 0.0008  # scheduler, input preparation, CUDA-graph launch: once per step
+    layer_overhead_s: float = 0.000050  # per layer: the small non-GEMM kernels' launch and run time
+    per_seq_overhead_s: float = 0.000004  # sampling and output processing, per scheduled sequence
+    frontend_latency_s: float = 0.035  # API server: parse, tokenize, hand to the engine core
+
+
+@dataclass(frozen=True)
 class GpuPreset:
     name: str
     hbm_bytes: int
@@ -80,6 +91,7 @@ class Deployment:
     tp: int = 1
     gpu_memory_utilization: float = 0.9
     activation_reserve_bytes: float = 4 * GIB  # per GPU: activations, CUDA graphs, sampler buffers
+    cost_params: CostParams | None = None  # None: the engine overheads measured on GPUs (CostParams())
 
     def num_gpu_blocks(self, block_size: int) -> int:
         """KV blocks: (HBM x utilization - weights/tp - activation reserve) / (KV bytes/token x block_size)."""
@@ -105,6 +117,11 @@ GPUS: dict[str, GpuPreset] = {
         GpuPreset("A100-40GB", 40 * GIB, 1.56e12, 312e12, 0.85, 0.63, 240e9, 10e-6),  # HBM2: see above
         GpuPreset("L40S-48GB", 48 * GIB, 0.864e12, 362e12, 0.70, 0.63, 25e9, 20e-6),  # PCIe 4.0 x16
         GpuPreset("L4-24GB", 24 * GIB, 0.3e12, 121e12, 0.70, 0.63, 25e9, 20e-6),
+        # Not a GPU: one core of this project's 2-core test machine running vLLM's CPU build with one OpenMP
+        # thread (the real-engine tier). "HBM" is the KV space vLLM is given (VLLM_CPU_KVCACHE_SPACE=1 GiB) plus
+        # the weights; bandwidth and FLOP/s are what vLLM's own prefill and inter-token histograms measured
+        # (bench/sim_vs_vllm.py --calibrate), so the efficiencies are 1.
+        GpuPreset("CPU-1-thread", GIB + 15_000_000, 15e9, 140e9, 1.0, 1.0, 10e9, 10e-6),
     )
 }
 
@@ -115,6 +132,9 @@ MODELS: dict[str, ModelPreset] = {
         ModelPreset("meta-llama/Llama-3.1-70B-Instruct", 70.6e9, 80, 8192, 8, 128, 8192, 128256),
         ModelPreset("mistralai/Mistral-7B-Instruct-v0.3", 7.25e9, 32, 4096, 8, 128, 8192, 32768),
         ModelPreset("Qwen/Qwen2.5-7B-Instruct", 7.62e9, 28, 3584, 4, 128, 8192, 152064),
+        # realengine/build_model.py's random-weight Llama: 4 layers of hidden 256 (4 heads of 64, MLP 512), a tied
+        # 4096-word embedding, float32: 4 x (4 x 256^2 + 3 x 256 x 512 + 2 x 256) + 256 + 4096 x 256 parameters.
+        ModelPreset("tiny-llama", 3_672_320, 4, 256, 4, 64, 2048, 4096, tied_embeddings=True, dtype_bytes=4),
     )
 }
 
@@ -122,6 +142,15 @@ _LLAMA8 = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
 _LLAMA70 = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
 _MISTRAL = MODELS["mistralai/Mistral-7B-Instruct-v0.3"]
 _QWEN7 = MODELS["Qwen/Qwen2.5-7B-Instruct"]
+_TINY = MODELS["tiny-llama"]
+
+# The CPU engine's own overheads, fitted to vLLM 0.32's CPU build (eager mode, one OpenMP thread) on the lowest of
+# three measurements per point while the 2-core machine was shared (docs/simulator.md, "The simulator against
+# vLLM's own scheduler"): 1.5 ms per step (Python scheduling, input preparation, eager kernel launches), 70 us per
+# sequence (sampling, output processing), and 13.6 ms from the client to the engine core and back (the median of
+# lone requests' client TTFT less vLLM's engine-side prefill and queue time).
+CPU_ENGINE = CostParams(step_overhead_s=0.0015, layer_overhead_s=0.0, per_seq_overhead_s=0.00007,
+                        frontend_latency_s=0.0136)
 
 DEPLOYMENTS: dict[str, Deployment] = {
     d.name: d
@@ -136,6 +165,8 @@ DEPLOYMENTS: dict[str, Deployment] = {
         Deployment("mistral-7b-a100", _MISTRAL, GPUS["A100-80GB"]),
         Deployment("mistral-7b-l40s", _MISTRAL, GPUS["L40S-48GB"]),
         Deployment("qwen2.5-7b-h100", _QWEN7, GPUS["H100-80GB"]),
+        Deployment("tiny-llama-cpu", _TINY, GPUS["CPU-1-thread"], gpu_memory_utilization=1.0,
+                   activation_reserve_bytes=0, cost_params=CPU_ENGINE),
     )
 }
 

@@ -172,7 +172,9 @@ class Scheduler:
                 if not self.chunked and step.entries:
                     break  # V0: whole prompts only; this one waits for the next prompt step
                 n = budget if self.chunked else n  # a prompt longer than the budget still runs, alone
-            if not self.kv.allocate_slots(req, n, computed):
+            # V1 admits a request only if its whole sequence fits now, not just this chunk (vLLM's
+            # scheduler_reserve_full_isl); V0 runs whole prompts anyway
+            if not self.kv.allocate_slots(req, n, computed, must_fit_tokens=req.num_tokens if self.chunked else 0):
                 break
             self._admit(req, now, computed, step)
             if req.lora:

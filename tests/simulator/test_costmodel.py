@@ -20,6 +20,7 @@ GPU = {
     "A100-40": (1.56e12 * 0.85, 312e12 * 0.63, 240e9, 10e-6),
     "L40S": (0.864e12 * 0.70, 362e12 * 0.63, 25e9, 20e-6),
     "L4": (0.3e12 * 0.70, 121e12 * 0.63, 25e9, 20e-6),
+    "CPU": (15e9, 140e9, 10e9, 10e-6),  # one core running vLLM's CPU build: measured, efficiencies 1
 }
 # Model: parameters, layers, hidden, KV bytes per token (layers x kv_heads x 128 x 2 x 2), vocab.
 MODEL = {
@@ -27,7 +28,11 @@ MODEL = {
     "llama70": (70.6e9, 80, 8192, 80 * 8 * 128 * 4, 128256),
     "mistral7": (7.25e9, 32, 4096, 32 * 8 * 128 * 4, 32768),
     "qwen7": (7.62e9, 28, 3584, 28 * 4 * 128 * 4, 152064),
+    # float32, 4 KV heads of 64: 4 x 4 x 64 x 2 x 4 B per token; one tied 4096 x 256 matrix
+    "tiny": (3_672_320, 4, 256, 4 * 4 * 64 * 2 * 4, 4096),
 }
+# The CPU engine's own overheads (step, layer, sequence): bench/sim_vs_vllm.py --calibrate.
+OVERHEADS = {"tiny-llama-cpu": (1.5e-3, 0.0, 70e-6)}
 PRESETS = {
     "llama3-8b-h100": ("llama8", "H100", 1),
     "llama3-8b-a100": ("llama8", "A100-80", 1),
@@ -39,6 +44,7 @@ PRESETS = {
     "mistral-7b-a100": ("mistral7", "A100-80", 1),
     "mistral-7b-l40s": ("mistral7", "L40S", 1),
     "qwen2.5-7b-h100": ("qwen7", "H100", 1),
+    "tiny-llama-cpu": ("tiny", "CPU", 1),
 }
 
 
@@ -48,11 +54,14 @@ def by_hand(preset: str, tokens: int, seqs: int, sampled: int, context: int, pai
     bw, flops, link, latency = GPU[gpu]
     flops *= tp
     head = vocab * hidden  # untied: an embedding (a lookup) and an LM head of this size
-    body = params - 2 * head
-    linear = max((2 * body * tokens + 2 * head * sampled) / flops, (body + head) * 2 / tp / bw)
+    tied = model == "tiny"  # one matrix for both
+    body = params - (1 if tied else 2) * head
+    dtype = 4 if tied else 2
+    linear = max((2 * body * tokens + 2 * head * sampled) / flops, (body + head) * dtype / tp / bw)
     attention = 4 * layers * hidden * pairs / flops + kv / tp * context / bw
     comm = 2 * layers * (latency + tokens * hidden * 2 * 2 * (tp - 1) / tp / link) if tp > 1 else 0.0
-    return STEP + layers * LAYER + SEQ * seqs + linear + attention + comm
+    step, layer, seq = OVERHEADS.get(preset, (STEP, LAYER, SEQ))
+    return step + layers * layer + seq * seqs + linear + attention + comm
 
 
 def test_every_preset_is_pinned_here():

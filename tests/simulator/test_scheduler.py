@@ -68,7 +68,8 @@ def test_blocks_never_exceed_capacity_and_preempted_requests_resume_to_completio
 
 def test_preemption_picks_the_most_recently_admitted(make_config):
     clock = VirtualClock()
-    core = EngineCore(make_config(num_gpu_blocks_override=6, block_size=16, max_model_len=96), clock)
+    # 7 blocks of 16: one is vLLM's null block, the other 96 tokens hold one request of 40 + 50 at a time
+    core = EngineCore(make_config(num_gpu_blocks_override=7, block_size=16, max_model_len=96), clock)
     first = core.new_request(list(range(40)), 50, ignore_eos=True)
     second = core.new_request(list(range(1000, 1040)), 50, ignore_eos=True)
     run_virtual(core, clock, [(0.0, first), (0.001, second)])
