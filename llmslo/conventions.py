@@ -103,6 +103,19 @@ FINISHED_COMPLETED = "completed"
 FINISHED_REASONS = (FINISHED_STOP, FINISHED_LENGTH, FINISHED_ABORT, FINISHED_ERROR, FINISHED_COMPLETED)
 FINISHED_BAD_REASONS = (FINISHED_ABORT, FINISHED_ERROR)  # the rest finished as the client asked
 
+# A client's own 4xx (a malformed or invalid request, a prompt over the context length, an unknown model) is
+# never the engine's failure, on any engine: adapters count an engine's refusals of that kind in
+# llm_requests_rejected_total under the engine's own reason, and never as FINISHED_ERROR (nor anywhere else in
+# llm_requests_finished_total, so availability neither gains nor loses by them). 429 and 5xx are the engine's
+# overload or failure: refused that way, a request stays an `error`. The tap reads statuses the same way
+# (OUTCOME_CLIENT_ERROR is neutral, 429 is OUTCOME_UPSTREAM_ERROR).
+HTTP_TOO_MANY_REQUESTS = 429
+
+
+def http_status_is_client_fault(code: int) -> bool:
+    """Whether an HTTP status is the client's own fault: 4xx except 429 (the engine out of capacity)."""
+    return 400 <= code < 500 and code != HTTP_TOO_MANY_REQUESTS
+
 # LoRA adapter states on llm_lora_adapter_active.
 LABEL_LORA_STATE = "state"
 LORA_STATE_RUNNING = "running"

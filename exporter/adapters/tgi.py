@@ -5,10 +5,12 @@ model comes from the target's identity. TGI has no time-to-first-token histogram
 inter-token latency: none is invented. Nor does it report KV-cache blocks, preemptions, prefix-cache
 or LoRA state. Prompt and generated token totals are the sums of its per-request length histograms.
 Successes carry no finish reason (counted as `completed`). Failures carry `err`: `dropped` is a
-client that went away (the router found its response channel closed) and is an `abort`; every other
-kind (`validation`, `overloaded`, `template`, `incomplete`, `generation`, or one added later) is an
-`error`. The kinds raised before a request is queued (`overloaded`: the router's concurrent-request
-limit; `validation`; `template`) are also counted as refused, under their own name.
+client that went away (the router found its response channel closed) and is an `abort`. `validation`
+and `template` are the client's own fault (the router answers 422: parameters out of range, a prompt over
+`max_input_tokens`, a chat template that cannot render the messages): they are counted as refused, under
+their own name, and never as an `error` or anywhere else in llm_requests_finished_total. `overloaded` (the
+router's concurrent-request limit, answered 429) is refused too and stays an `error`: the engine was out of
+capacity. Every other kind (`incomplete`, `generation`, or one added later) is an `error` (fail-safe).
 
 TGI's only capacity signal is its batch token budget: `tgi_batch_max_total_tokens` (set at warmup) and
 `tgi_batch_current_max_tokens`, the tokens the running batch has reserved (prompt plus max_new_tokens,
@@ -33,6 +35,7 @@ REQUEST_FAILURE = "tgi_request_failure"  # label `err`: validation, overloaded, 
 FAILURE_KIND = "err"
 ERR_DROPPED = "dropped"  # backends/v3 queue.rs and backend.rs: the client dropped the request
 REFUSED_KINDS = frozenset({"overloaded", "validation", "template"})  # raised before the request is queued
+CLIENT_FAULT_KINDS = frozenset({"validation", "template"})  # 422 from the router: the request was at fault
 BATCH_MAX_TOTAL_TOKENS = "tgi_batch_max_total_tokens"  # backends/v3 lib.rs, set once at warmup
 BATCH_CURRENT_MAX_TOKENS = "tgi_batch_current_max_tokens"  # backends/v3 backend.rs, per batch
 REQUEST_DURATION = "tgi_request_duration"  # arrival to last token: E2E
@@ -64,8 +67,10 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     failures = families.get(REQUEST_FAILURE)
     out.add(c.REQUESTS_FINISHED, total(failures, lambda labels: labels.get(FAILURE_KIND) == ERR_DROPPED),
             extra={c.LABEL_REASON: c.FINISHED_ABORT})
-    out.add(c.REQUESTS_FINISHED, total(failures, lambda labels: labels.get(FAILURE_KIND) != ERR_DROPPED),
-            extra={c.LABEL_REASON: c.FINISHED_ERROR})
+    if values(failures):  # 0 when every failure was the client's own: the series stays, with nothing bad in it
+        out.add(c.REQUESTS_FINISHED,
+                total(failures, lambda labels: labels.get(FAILURE_KIND) not in CLIENT_FAULT_KINDS | {ERR_DROPPED}) or 0.0,
+                extra={c.LABEL_REASON: c.FINISHED_ERROR})
     for s in values(failures):
         kind = s.labels.get(FAILURE_KIND, "")
         if kind in REFUSED_KINDS:

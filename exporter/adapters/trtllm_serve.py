@@ -19,9 +19,11 @@ Prefix-cache hits are exact when the page has `trtllm_prompt_cached_tokens_total
 from the KV cache, counted per finished request next to `trtllm_prompt_tokens_total`): hits are that,
 queries the prompt tokens. Without it (older releases, or a counter that stays 0 while blocks are
 reused, i.e. an engine that does not report cached tokens), the block estimate above is used.
-`trtllm_request_error_total{http_code}` counts requests refused with an HTTP error (a malformed request
-is 400): each is `llm_requests_rejected_total{reason="http_<code>"}` and, since it never got an answer,
-an `error` in llm_requests_finished_total. `trtllm_num_paused_requests` is the paused count.
+`trtllm_request_error_total{http_code}` counts requests refused with an HTTP error: each is
+`llm_requests_rejected_total{reason="http_<code>"}`. A client's own 4xx (a malformed request is 400) is
+the client's fault, never the engine's failure: it stays there only. 429 and 5xx (the server out of
+capacity, or failing) are also an `error` in llm_requests_finished_total, since the request never got an
+answer; so is a code that is not a number (fail-safe). `trtllm_num_paused_requests` is the paused count.
 """
 
 from __future__ import annotations
@@ -74,6 +76,14 @@ def _model(labels: Mapping[str, str]) -> str | None:
     return None if name == UNDEFINED_MODEL else name
 
 
+def _client_fault(code: str) -> bool:
+    """A client's own 4xx; anything else (429, 5xx, an empty or unreadable code) counts as the engine's."""
+    try:
+        return c.http_status_is_client_fault(int(code.strip()))
+    except ValueError:
+        return False
+
+
 def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
     seen = {_model(s.labels): None for name in WANTED for s in values(families.get(name))}
     return list(seen) or [None]
@@ -95,7 +105,8 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     for s in values(families.get(REQUEST_ERRORS)):
         code = s.labels.get(HTTP_CODE, "")
         out.add(c.REQUESTS_REJECTED, s.value, _model(s.labels), {c.LABEL_REASON: f"http_{code}" if code else "http"})
-        out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: c.FINISHED_ERROR})
+        if not _client_fault(code):
+            out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: c.FINISHED_ERROR})
 
     for model in _models(families):
         def of_model(labels: dict[str, str], model: str | None = model) -> bool:

@@ -101,14 +101,15 @@ def test_vllm_reasons_and_an_unknown_one():
 # ------------------------------------------------------------------------------------------
 # TGI: err="dropped" is a client that went away
 # ------------------------------------------------------------------------------------------
-def test_tgi_dropped_is_abort_and_every_other_failure_is_error():
+def test_tgi_dropped_is_abort_the_clients_own_failures_nothing_and_every_other_failure_is_error():
     s = run(pages.tgi_page({"dropped": 4, "validation": 2, "overloaded": 1, "generation": 1, "incomplete": 1,
                             "template": 1, "brand_new": 3}), "tgi")
-    assert reasons(s) == {"completed": 10, "abort": 4, "error": 2 + 1 + 1 + 1 + 1 + 3}
+    # validation and template (422) are the client's own: refused, not finished badly
+    assert reasons(s) == {"completed": 10, "abort": 4, "error": 1 + 1 + 1 + 3}
 
 
 def test_tgi_without_dropped_requests_has_no_abort_series():
-    s = run(pages.tgi_page({"validation": 2}), "tgi")
+    s = run(pages.tgi_page({"generation": 2}), "tgi")
     assert reasons(s) == {"completed": 10, "error": 2}
 
 
@@ -272,7 +273,8 @@ def test_tgi_batch_token_budget_refusals_and_request_sizes():
     assert one(s, c.BATCH_RESERVED_TOKENS) == 2881
     rejected = {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)}
     assert rejected == {"overloaded": 5, "validation": 2}  # refused before queueing; not dropped or generation
-    assert reasons(s) == {"completed": 10, "abort": 1, "error": 5 + 2 + 1}  # refused ones stay errors
+    # overloaded (429) is the engine's, an error; validation (422) the client's own, never an error
+    assert reasons(s) == {"completed": 10, "abort": 1, "error": 5 + 1}
     assert one(s, c.REQUEST_PROMPT_TOKENS, "_count") == 3 and one(s, c.REQUEST_PROMPT_TOKENS, "_sum") == 6100
     assert buckets(s, c.REQUEST_PROMPT_TOKENS)[4095 / 100 * 49] == 2  # edge max_input_tokens/100 x 49 = 2006.55
     assert one(s, c.REQUEST_GENERATION_TOKENS, "_sum") == 41 + 41 + 4096
@@ -284,7 +286,26 @@ def test_trtllm_serve_paused_and_refused_requests():
     assert one(s, c.REQUESTS_PAUSED, model=pages.LLAMA) == 2
     rejected = {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)}
     assert rejected == {"http_400": 3, "http_503": 1}
-    assert reasons(s) == {"stop": 8, "error": 4}
+    assert reasons(s) == {"stop": 8, "error": 1}  # the 503 only: a client's own 400 is never the engine's failure
+
+
+def test_a_clients_own_4xx_is_never_an_error_on_any_engine():
+    """4xx but 429 is the client's fault: visible as refused, never in llm_requests_finished_total. 429, 5xx and a
+    code that cannot be read are the engine's (fail-safe)."""
+    errors = {"400": 3, "404": 2, "413": 1, "422": 4, "429": 5, "500": 6, "503": 7, "": 8, "abc": 9}
+    s = run(pages.trtllm_serve_page({"stop": 8}, errors=errors), "trtllm-serve")
+    rejected = {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)}
+    assert rejected == {"http_400": 3, "http_404": 2, "http_413": 1, "http_422": 4, "http_429": 5, "http_500": 6,
+                        "http_503": 7, "http": 8, "http_abc": 9}
+    assert reasons(s) == {"stop": 8, "error": 5 + 6 + 7 + 8 + 9}
+    # TGI: validation and template failures (422) are the client's; overloaded (429) and the rest the engine's
+    s = run(pages.tgi_page({"validation": 4, "template": 3}), "tgi")
+    assert {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)} == {"validation": 4, "template": 3}
+    assert reasons(s) == {"completed": 10, "error": 0}
+    s = run(pages.tgi_page({"validation": 4, "overloaded": 2, "incomplete": 1, "some_new_kind": 1}), "tgi")
+    assert reasons(s) == {"completed": 10, "error": 2 + 1 + 1}
+    assert [c.http_status_is_client_fault(code) for code in (399, 400, 404, 422, 429, 499, 500, 503)] == [
+        False, True, True, True, False, True, False, False]
 
 
 def test_trtllm_serve_exact_cached_prompt_tokens_win_over_the_block_estimate():
