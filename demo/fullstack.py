@@ -1,10 +1,11 @@
 """`python -m demo.fullstack`: the whole stack on this machine, a staged incident, the page, the all-clear.
 
-    slogen build (compressed alert windows) -> simulator engines (2 models, one with LoRA adapters)
-    -> a goodput tap in front of each -> the node exporter (fake GPUs) -> Prometheus (generated rules)
+    slogen build (compressed alert windows) -> simulator engines (2 models, one with LoRA adapters),
+    or with `--engine vllm` a real vLLM (CPU build, tiny model) -> a goodput tap in front of each -> the node exporter (fake GPUs) -> Prometheus (generated rules)
     -> Alertmanager (generated routing) -> a webhook receiver standing in for on-call
 
-It drives steady load, slows the interactive pool down until its TTFT budget burns fast enough to page,
+It drives steady load, slows the interactive pool down (the simulator through its fault API; the real
+engine by throttling its engine processes, so it really runs 30x slower) until its TTFT budget burns fast enough to page,
 recovers it, and waits for the page's all-clear. It prints live figures from Prometheus, every notification
 as on-call gets it (with its runbook and dashboard links), what Alertmanager held back, a timeline and
 `on-call notifications: N page, M ticket`; it exits 0 when the page fired and cleared, and always stops
@@ -26,24 +27,41 @@ from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, LoadDriver, Scenario, expected_fire_bound, fastest_page_tier,
                            find_ttft_slo, run_incident, sent_between)
 from demo.procs import StartError
-from demo.stack import DEFAULT_SLOS, LocalStack, StackSettings
+from demo.stack import DEFAULT_SLOS, VLLM, VLLM_ENGINES, VLLM_FAULT, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
 
 
 def _settings(args: argparse.Namespace) -> tuple[StackSettings, Scenario, float]:
     base = StackSettings.fast() if args.fast else StackSettings()
-    settings = replace(base, slo_paths=tuple(Path(p) for p in args.slo) or (DEFAULT_SLOS,),
+    default_slos = VLLM_SLOS if args.engine == VLLM else (DEFAULT_SLOS,)
+    settings = replace(base, slo_paths=tuple(Path(p) for p in args.slo) or default_slos,
                        workdir=Path(args.workdir) if args.workdir else None, keep_workdir=bool(args.workdir))
     steady = args.steady if args.steady is not None else (10.0 if args.fast else 20.0)
     scenario = Scenario(steady_s=steady, min_incident_s=0.0 if args.fast else 10.0,
                         max_incident_s=args.max_wait, max_resolve_s=args.max_wait)
+    if args.engine == VLLM:
+        settings, scenario = vllm_variant(settings, scenario)
     tick = 3.0 if args.fast else 5.0
     return settings, scenario, tick
 
 
+def vllm_variant(settings: StackSettings, scenario: Scenario) -> tuple[StackSettings, Scenario]:
+    """The same stack and story on a real vLLM: its engines where the simulators go, its real fault."""
+    return replace(settings, engines=VLLM_ENGINES, gpus=1), replace(scenario, fault=dict(VLLM_FAULT))
+
+
+def _what_starts(settings: StackSettings) -> str:
+    real = sum(1 for e in settings.engines if e.engine == VLLM)
+    sims = len(settings.engines) - real
+    kinds = ([f"{sims} simulated engine{'s' if sims != 1 else ''}"] if sims else []) + (
+        [f"{real} real vLLM engine{'s' if real != 1 else ''} (CPU build, tiny model; 30-60 s to start)"] if real else [])
+    n = len(settings.engines)
+    return f"{', '.join(kinds)}, {n} goodput tap{'s' if n != 1 else ''}"
+
+
 async def _run(args: argparse.Namespace) -> int:
     settings, scenario, tick = _settings(args)
-    print("llmslo demo: starting slogen, 2 simulated engines, 2 goodput taps, the exporter, Prometheus, "
+    print(f"llmslo demo: starting slogen, {_what_starts(settings)}, the exporter, Prometheus, "
           "Alertmanager ...", flush=True)
     async with LocalStack(settings) as stack:
         print(f"stack up in {stack.timings['start_s']:.1f}s (work dir {stack.workdir}):")
@@ -77,7 +95,7 @@ async def _run(args: argparse.Namespace) -> int:
         tier = scenario.page_tier or fastest_page_tier(settings)
         timers = stack.page_timers()
         bound = expected_fire_bound(settings, timers, slo, tier, bad_share=1.0, completion_lag_s=0.0)
-        print(f"incident plan: {scenario.steady_s:.0f}s steady load, then {scenario.fault} on the "
+        print(f"incident plan: {scenario.steady_s:.0f}s steady load, then {_fault_text(stack, scenario)} on the "
               f"{scenario.slo_class} pool; SLO {slo.service}/{slo.name} ({slo.objective}% of requests with "
               f"TTFT <= {slo.threshold_s}s) should page ({tier}) within ~{bound:.0f}s plus the slowed requests' latency.")
         print(f"on-call: slogen's alerts/alertmanager.yaml, its receivers posting to the webhook; pages grouped per "
@@ -100,6 +118,16 @@ async def _run(args: argparse.Namespace) -> int:
         good_prom = await stack.settled_goodput()
         await _note_held_back(stack, t0, held)
         return _summary(report, stack, t0, good_prom, held)
+
+
+def _fault_text(stack: LocalStack, scenario: Scenario) -> str:
+    engine = stack.engine(scenario.slo_class)
+    if engine.vllm is None:
+        return f"{scenario.fault} (the simulator's fault API)"
+    f = scenario.fault
+    period = f.get("period_s", 0.3)
+    return (f"a real {f['slowdown']:g}x slow-down (its vLLM engine core and worker run {1000 * period / f['slowdown']:.0f} "
+            f"ms of every {period:g} s and are stopped the rest, as under a CPU quota)")
 
 
 async def _note_held_back(stack: LocalStack, t0: float, held: dict[str, dict]) -> list[str]:
@@ -169,14 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady", type=float, default=None, metavar="SECONDS", help="steady load before the incident")
     p.add_argument("--max-wait", type=float, default=180.0, metavar="SECONDS",
                    help="give up waiting for the page (and for its all-clear) after this long (default 180)")
-    p.add_argument("--slo", action="append", default=[], metavar="PATH", help="SLO files (default slos/)")
+    p.add_argument("--slo", action="append", default=[], metavar="PATH",
+                   help="SLO files (default slos/; with --engine vllm demo/slos-vllm/chat.yaml and slos/fleet.yaml)")
     p.add_argument("--workdir", metavar="DIR", help="keep configs, logs and notifications here (default: a temp dir, "
                                                      "removed at exit)")
     p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
                    help="sim: the embedded simulator (default); vllm: a real vLLM (CPU build, `make vllm-deps`)")
     args = p.parse_args(argv)
-    if args.engine == "vllm":
-        p.error("--engine vllm: not built yet")
     return asyncio.run(_guarded(args))
 
 

@@ -1,5 +1,7 @@
-"""The whole product on one machine: slogen's rules, simulated engines behind goodput taps, the node
-exporter, Prometheus and Alertmanager, wired as they would be on a GPU node, on loopback ports.
+"""The whole product on one machine: slogen's rules, engines behind goodput taps, the node exporter,
+Prometheus and Alertmanager, wired as they would be on a GPU node, on loopback ports. The engines are the
+simulator (the default) or real vLLM engines (the CPU build serving the tiny model of `realengine/`:
+`VLLM_ENGINES`), the rest is the same.
 
 `LocalStack` is what `python -m demo.fullstack` and the end-to-end test both run; only the timings differ
 (`StackSettings.fast()` for the test). Every process is started in its own process group by a
@@ -9,7 +11,9 @@ exporter, Prometheus and Alertmanager, wired as they would be on a GPU node, on 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -19,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from demo import realload
 from demo.alertmanager import AlertmanagerTimers, build_config, load_generated, route_timers, start_alertmanager
 from demo.procs import Child, StartError, Supervisor, free_port
 from demo.prometheus import PromClient, PrometheusTimers, start_prometheus
@@ -26,6 +31,8 @@ from demo.webhook import WebhookReceiver
 from exporter.tap.classes import Objective, SloConfig, load_slo_config
 from llmslo import conventions as C
 from llmslo.files import write_atomic
+from realengine import vllm_server
+from realengine.vllm_server import VllmConfig, VllmServer
 from simulator.loadgen import run_load
 from simulator.stats import RequestRecord
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
@@ -38,12 +45,16 @@ DEMO_PERIOD = "1d"  # the period that catalog is for; `slogen build --override-p
 ALERTMANAGER_FILE_NAME = Path(ALERTMANAGER_FILE).name  # slogen writes it next to the rule files
 
 
+SIM = "sim"
+VLLM = "vllm"
+
+
 @dataclass(frozen=True)
 class EngineSpec:
-    """One simulated inference pod: the engine, its tap, and the traffic it gets."""
+    """One inference pod: the engine (simulated, or a real vLLM), its tap, and the traffic it gets."""
 
     name: str  # pod name, also the exporter's target name prefix
-    preset: str
+    preset: str  # the simulator's preset ("" for a real engine)
     model: str
     slo_class: str  # the goodput class its traffic falls in (by the SLO files' model globs)
     lora: tuple[str, ...] = ()
@@ -54,6 +65,9 @@ class EngineSpec:
     output_len: LengthDist = LengthDist(24, 0.3, 4, 64)
     shared_prefix: float = 0.5
     lora_mix: tuple[tuple[str, float], ...] = ()
+    engine: str = SIM  # SIM: the simulator; VLLM: a real vLLM (CPU build), served model name `model`
+    kv_blocks: int = 0  # VLLM: KV-cache blocks (--num-gpu-blocks-override); 0: VllmConfig's default
+    max_num_seqs: int = 16  # VLLM: the engine's batch limit
 
 
 # Served model names follow the SLO files' `models` globs (slos/chat.yaml: "llama-3-8b*,chat-*"; slos/batch.yaml:
@@ -67,6 +81,27 @@ DEFAULT_ENGINES = (
                gpu_memory_utilization=0.24, rate=1.0, prompt_len=LengthDist(800, 0.4, 64, 3000),
                output_len=LengthDist(32, 0.3, 8, 96)),
 )
+
+
+# The real engine: one vLLM (CPU build, `make vllm-deps`) serving the tiny random Llama of realengine/ under a
+# served name the interactive SLOs' model globs match (slos/chat.yaml: "chat-*"). Its KV cache (512 blocks of 32
+# tokens: 16,384 tokens) holds the batch limit's worth of these requests twice over, so a backlog queues without
+# preempting and the fleet's KV-headroom SLO (90%) stays out of the incident. Prompts are the model's own words
+# (demo/realload.py); lengths are the interactive pool's, a little shorter: the engine shares two CPU cores with
+# the whole stack.
+VLLM_ENGINES = (
+    EngineSpec("chat-vllm-0", "", "chat-tiny-llama", "interactive", engine=VLLM, kv_blocks=512, rate=2.0,
+               prompt_len=LengthDist(200, 0.4, 16, 800), output_len=LengthDist(16, 0.3, 4, 32), shared_prefix=0.5),
+)
+
+# The real engine's fault: 30 times slower, like the simulator's {"slowdown": 30}, for real (LocalStack.throttle):
+# its engine core and worker get 100 ms of every 3 s, as a CPU quota of cpu.max "100000 3000000" would allow. The
+# long period makes the damage plain: a request arriving in the stopped part waits up to 2.9 s for its first
+# token, and one whose tokens straddle a stop averages 190 ms or more per token, far past the SLOs' 1 s and
+# 100 ms, while the unlucky few that fit in a running slice stay fast; few requests land near a threshold.
+VLLM_FAULT = {"slowdown": 30.0, "period_s": 3.0}
+# The real-engine demo's SLOs: thresholds for the CPU engine (demo/slos-vllm/chat.yaml says why), and the fleet's.
+VLLM_SLOS = (REPO / "demo" / "slos-vllm" / "chat.yaml", DEFAULT_SLOS / "fleet.yaml")
 
 
 @dataclass(frozen=True)
@@ -97,11 +132,13 @@ class StackSettings:
 @dataclass
 class EngineProcs:
     spec: EngineSpec
-    sim_url: str
+    sim_url: str  # the engine's base URL (simulator or real vLLM)
     tap_url: str
     tap_metrics_url: str
-    sim: Child | None = None
+    sim: Child | None = None  # the engine's process (a real vLLM's API server: its group holds the engine core)
     tap: Child | None = None
+    vllm: VllmServer | None = None  # a real engine's handle (hang, resume, its processes)
+    throttle: asyncio.Task | None = None  # a real engine's fault in progress (see LocalStack.throttle)
 
 
 @dataclass
@@ -168,7 +205,12 @@ class LocalStack:
 
     async def stop(self) -> None:
         """Stop every process and server this stack started; safe to call twice."""
+        for e in self.engines:
+            await self._end_throttle(e)
         await self.sup.stop()
+        for e in self.engines:
+            if e.vllm is not None:  # one still starting (not yet under the supervisor), or its log file
+                await asyncio.get_running_loop().run_in_executor(None, e.vllm.stop)
         await self.webhook.stop()
         if self._session is not None:
             await self._session.close()
@@ -222,6 +264,10 @@ class LocalStack:
         return REPO / ALERTMANAGER_FILE
 
     def _spawn_engine(self, spec: EngineSpec) -> list:
+        if spec.engine == VLLM:
+            return self._spawn_vllm(spec)
+        if spec.engine != SIM:
+            raise StartError(f"engine {spec.name}: unknown engine kind {spec.engine!r} (sim or vllm)")
         sim_port, tap_port, tap_metrics_port = free_port(), free_port(), free_port()
         sim_argv = [sys.executable, "-m", "simulator.cli", "serve", "--host", "127.0.0.1", "--port", str(sim_port),
                     "--preset", spec.preset, "--model", spec.model, "--seed", str(len(self.engines))]
@@ -232,15 +278,52 @@ class LocalStack:
         procs = EngineProcs(spec, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{tap_port}",
                             f"http://127.0.0.1:{tap_metrics_port}/metrics")
         procs.sim = self.sup.spawn(f"sim-{spec.name}", sim_argv)
+        self._spawn_tap(procs, tap_port, tap_metrics_port)
+        self.engines.append(procs)
+        return [self.sup.wait_http(procs.sim, procs.sim_url + "/health"),
+                self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
+
+    def _spawn_tap(self, procs: EngineProcs, tap_port: int, tap_metrics_port: int) -> None:
         tap_argv = [sys.executable, "-m", "exporter.tap", "--listen", f"127.0.0.1:{tap_port}",
                     "--upstream", procs.sim_url, "--metrics-listen", f"127.0.0.1:{tap_metrics_port}",
                     "--log-level", "warning"]
         for p in self.settings.slo_paths:
             tap_argv += ["--slo", str(p)]
-        procs.tap = self.sup.spawn(f"tap-{spec.name}", tap_argv)
+        procs.tap = self.sup.spawn(f"tap-{procs.spec.name}", tap_argv)
+
+    def _spawn_vllm(self, spec: EngineSpec) -> list:
+        """A real vLLM (realengine.vllm_server) where the simulator would be. It starts in a thread (the model is
+        built on first use, the engine takes 30-60 s on two busy cores); once up, its API server joins the
+        supervisor, so its process group (engine core and worker included) is checked and stopped with the rest."""
+        why = vllm_server.available()
+        if why:
+            raise StartError(f"engine {spec.name}: the real engine cannot run here: {why}")
+        tap_port, tap_metrics_port = free_port(), free_port()
+        config = VllmConfig(served_name=spec.model, max_num_seqs=spec.max_num_seqs,
+                            **({"num_blocks": spec.kv_blocks} if spec.kv_blocks else {}))
+        self.sup.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.sup.log_dir / f"vllm-{spec.name}.log"
+        server = VllmServer(config, log_path=log)
+        procs = EngineProcs(spec, server.url, f"http://127.0.0.1:{tap_port}",
+                            f"http://127.0.0.1:{tap_metrics_port}/metrics", vllm=server)
+        self._spawn_tap(procs, tap_port, tap_metrics_port)
         self.engines.append(procs)
-        return [self.sup.wait_http(procs.sim, procs.sim_url + "/health"),
-                self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
+
+        def start() -> None:
+            server.model = server.model or vllm_server.model_dir()
+            server.start(timeout=VLLM_START_TIMEOUT_S)
+
+        async def up() -> None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, start)
+            except RuntimeError as e:
+                raise StartError(f"engine {spec.name} (vLLM): {e}; its log ({log}) ends:\n"
+                                 f"{_tail(log)}") from None
+            assert server.proc is not None
+            procs.sim = Child(f"vllm-{spec.name}", list(server.proc.args), server.proc, log)
+            self.sup.children.append(procs.sim)
+
+        return [up(), self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
 
     def _spawn_exporter(self):
         s = self.settings
@@ -296,7 +379,10 @@ class LocalStack:
             spec = self.workload(e, duration_s, seed + i)
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                              timeout=aiohttp.ClientTimeout(total=300)) as session:
-                records = await run_load(e.tap_url, spec, model=e.spec.model, session=session)
+                if e.spec.engine == VLLM:  # the tiny model's own words (demo/realload.py)
+                    records = await realload.run_load(e.tap_url, spec, model=e.spec.model, session=session)
+                else:
+                    records = await run_load(e.tap_url, spec, model=e.spec.model, session=session)
             items = generate(spec)  # the same seeded requests run_load sent, in the same order
             return LoadResult(e.spec, items, records, [self.objective(it.lora or e.spec.model) for it in items])
 
@@ -317,11 +403,63 @@ class LocalStack:
             return body
 
     async def stage_incident(self, name_or_class: str, fault: dict) -> dict:
-        """Degrade one pool through its simulator's admin fault API, e.g. {"slowdown": 30}."""
-        return await self.set_faults(self.engine(name_or_class), fault)
+        """Degrade one pool: a simulator through its admin fault API, e.g. {"slowdown": 30}; a real vLLM for
+        real, by throttling its engine processes ({"slowdown": N, "period_s": P}: see `throttle`)."""
+        engine = self.engine(name_or_class)
+        if engine.vllm is not None:
+            return await self.throttle(engine, float(fault["slowdown"]), float(fault.get("period_s", 0.3)))
+        return await self.set_faults(engine, fault)
 
     async def recover(self, name_or_class: str) -> dict:
-        return await self.set_faults(self.engine(name_or_class), {"reset": True})
+        engine = self.engine(name_or_class)
+        if engine.vllm is not None:
+            return await self._end_throttle(engine)
+        return await self.set_faults(engine, {"reset": True})
+
+    async def throttle(self, engine: EngineProcs, slowdown: float, period_s: float) -> dict:
+        """Make a real vLLM run `slowdown` times slower, as a CPU quota does: its engine core and worker
+        processes (the scheduler and the model; not the API server, which keeps answering /health and /metrics)
+        run for period/slowdown seconds of every `period_s` and are stopped (SIGSTOP) for the rest, the way the
+        kernel throttles a cgroup past its cpu.max quota. Every step, prefill and decode alike, takes its real
+        time; requests simply get 1/slowdown of the wall clock."""
+        assert engine.vllm is not None
+        if not slowdown > 1 or not period_s > 0:
+            raise ValueError(f"throttle: slowdown must be > 1 and period_s > 0 (got {slowdown}, {period_s})")
+        await self._end_throttle(engine)
+        pids = engine.vllm.processes("EngineCore") + engine.vllm.processes("Worker")
+        if not pids:
+            raise RuntimeError(f"{engine.spec.name}: no VLLM::EngineCore / VLLM::Worker process to throttle")
+        run_s = period_s / slowdown
+
+        def signal_all(sig: int) -> None:
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+        async def cycle() -> None:
+            try:
+                while True:
+                    signal_all(signal.SIGCONT)
+                    await asyncio.sleep(run_s)
+                    signal_all(signal.SIGSTOP)
+                    await asyncio.sleep(period_s - run_s)
+            finally:
+                signal_all(signal.SIGCONT)
+
+        engine.throttle = asyncio.ensure_future(cycle())
+        engine.throttle.pids = pids  # type: ignore[attr-defined]
+        return {"slowdown": slowdown, "period_s": period_s, "run_s": run_s, "pids": pids}
+
+    async def _end_throttle(self, engine: EngineProcs) -> dict:
+        """Stop throttling a real engine (it runs at full speed again at once); {} when it was not throttled."""
+        task, engine.throttle = engine.throttle, None
+        if task is None:
+            return {}
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # its finally: SIGCONT to every process
+        return {"resumed": getattr(task, "pids", [])}
 
     async def settled_goodput(self) -> float | None:
         """sum(llm_goodput_requests_total) once everything finished so far is in Prometheus: waits for an exporter
@@ -348,6 +486,16 @@ class LocalStack:
             out[f"{e.spec.name} (tap)"] = e.tap_url
             out[f"{e.spec.name} (engine)"] = e.sim_url
         return out
+
+
+VLLM_START_TIMEOUT_S = 300.0  # a real engine's start, model build included, on two busy cores
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
 
 
 @dataclass
