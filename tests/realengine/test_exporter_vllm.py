@@ -295,6 +295,61 @@ def test_every_exported_value_equals_the_real_engines_page_after_mixed_traffic(v
     assert _exported(got, "llm_requests_running") == 0
 
 
+def test_gauges_under_load_equal_the_engines_page_with_the_engine_core_stopped(vllm):
+    """At rest the gauges are 0 and usage 0; to compare them mid-flight, the engine core is stopped (SIGSTOP) with
+    requests running: the API server keeps serving the last page, which stays the same around the collection."""
+    comp = vllm.url + "/v1/completions"
+    n = 4
+    first_tokens = threading.Barrier(n + 1)
+    results: list[dict] = []
+
+    def run(i: int) -> None:
+        body = {"model": SERVED_NAME, "prompt": _words(700 + 50 * i, 40), "max_tokens": 400, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        req = urllib.request.Request(comp, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+        events, tokens = 0, None
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            for raw in r:
+                if raw.startswith(b"data: ") and b"[DONE]" not in raw:
+                    events += 1
+                    tokens = (json.loads(raw[len(b"data: "):]).get("usage") or {}).get("completion_tokens", tokens)
+                    if events == 2:  # tokens are flowing: one more event may carry several of them
+                        first_tokens.wait(timeout=TIMEOUT)
+        results.append({"tokens": tokens})
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    first_tokens.wait(timeout=TIMEOUT)
+    vllm.hang()
+    try:
+        time.sleep(1.0)  # the last stats the engine core sent before it stopped reach the API server
+        for _ in range(5):
+            page = vllm.metrics()
+            time.sleep(1.0)
+            if _vllm_lines(vllm.metrics()) != _vllm_lines(page):
+                continue
+            exported = _exporter_once(vllm.url)
+            if _vllm_lines(vllm.metrics()) == _vllm_lines(page):
+                break
+        else:
+            raise AssertionError("the page of a stopped engine kept changing")
+    finally:
+        vllm.resume()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+    assert [r["tokens"] for r in results] == [400] * n
+    want, got = expected_from_engine_page(page), exported_series(exported)
+    assert want.keys() == got.keys()
+    assert {k: got[k] for k in want if got[k] != want[k]} == {}
+    flat = _flat(page)
+    running, usage = _value(flat, "vllm:num_requests_running"), _value(flat, "vllm:kv_cache_usage_perc")
+    assert running == n == _exported(got, "llm_requests_running")
+    assert 0 < usage == _exported(got, "llm_kv_cache_usage_ratio")
+    free = _exported(got, "llm_kv_cache_free_blocks")
+    assert free == round(VllmConfig().num_blocks * (1 - usage)) < VllmConfig().num_blocks
+
+
 def test_a_clients_own_4xx_is_no_error_on_the_real_engine(vllm):
     base, exported_before = _collect_at_rest(vllm)
     comp = vllm.url + "/v1/completions"
