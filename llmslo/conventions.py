@@ -152,7 +152,7 @@ def _m(name: str, kind: str, help: str, labels: tuple[str, ...] = (), unit: str 
 REQUESTS_RUNNING = _m("requests_running", "gauge", "Requests in the running batch (decoding or prefilling).")
 REQUESTS_WAITING = _m("requests_waiting", "gauge", "Requests queued, waiting for admission to the batch.")
 KV_CACHE_USAGE = _m("kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use (0..1).", unit="ratio")
-KV_BLOCKS_TOTAL = _m("kv_cache_blocks", "gauge", "KV-cache blocks the engine allocated in total.")
+KV_BLOCKS_TOTAL = _m("kv_cache_blocks", "gauge", "KV-cache blocks the engine can give to requests, in total.")
 KV_BLOCKS_FREE = _m("kv_cache_free_blocks", "gauge", "Free KV-cache blocks: the serving capacity left (the seats).")
 KV_BLOCK_SIZE = _m("kv_cache_block_size_tokens", "gauge", "Tokens per KV-cache block (page size).")
 PREEMPTIONS = _m("preemptions_total", "counter", "Requests preempted (recomputed or swapped) for lack of KV blocks.")
@@ -325,6 +325,9 @@ class VLLM:
     NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
     KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
     GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"  # pre-0.10 name
+    # Families only the V0 engine writes (it swapped to CPU). V1 sets one block of num_gpu_blocks aside as
+    # its null block and reports usage over the rest; V0 has no null block.
+    V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
     NUM_PREEMPTIONS = "vllm:num_preemptions"  # counter family (samples end in _total)
     PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
     PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"

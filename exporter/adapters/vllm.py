@@ -51,6 +51,7 @@ WANTED = frozenset({
     V.GPU_PREFIX_CACHE_HITS, V.PROMPT_TOKENS, V.GENERATION_TOKENS, V.REQUEST_SUCCESS, V.TTFT, V.ITL,
     V.TPOT_LEGACY, V.REQUEST_TPOT, V.E2E, V.QUEUE_TIME, TIME_IN_QUEUE_V0, V.CACHE_CONFIG_INFO,
     V.LORA_REQUESTS_INFO, SLEEP_STATE, ADMISSION_REJECTIONS, V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS,
+    *V.V0_ONLY,
 })
 
 
@@ -80,15 +81,19 @@ def _asleep(families: Mapping[str, MetricFamily], page_model: str | None) -> dic
 def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str | None,
               asleep: Mapping[str | None, set[str]]) -> None:
     """Usage ratio from the usage gauge; total blocks and block size from cache_config_info;
-    free blocks = total x (1 - usage), per data-parallel engine, then summed. A sleeping engine's
+    free blocks = total x (1 - usage), per data-parallel engine, then summed. The total is the blocks
+    requests can use: V1 takes one of num_gpu_blocks as its null block and reports usage over the rest
+    (`BlockPool.get_usage`), so at rest free blocks are num_gpu_blocks - 1, never the null block too. A sleeping engine's
     free blocks are 0: its KV cache is released, whatever the usage gauge last said."""
     usage_fam = first_family(families, V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC)
+    null_blocks = null_block_count(families)
     usages = {s.labels.get(DP_ENGINE, ""): (s.labels.get(MODEL) or page_model, s.value) for s in values(usage_fam)}
     configs = {
         s.labels.get(DP_ENGINE, ""): (parse_number(s.labels.get(CACHE_BLOCK_SIZE)),
                                       parse_number(s.labels.get(CACHE_NUM_GPU_BLOCKS)))
         for s in values(families.get(V.CACHE_CONFIG_INFO))
     }
+    configs = {dp: (size, None if n is None else max(0.0, n - null_blocks)) for dp, (size, n) in configs.items()}
 
     def config_for(dp: str) -> tuple[float | None, float | None]:
         if dp in configs:
@@ -120,6 +125,11 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
             out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
             free = (0 if off else round(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model]))
             out.put(c.KV_BLOCKS_FREE, float(sum(free)), model)
+
+
+def null_block_count(families: Mapping[str, MetricFamily]) -> int:
+    """1 for a V1 engine (one block per data-parallel engine is the null block), 0 for V0."""
+    return 0 if any(values(families.get(name)) for name in V.V0_ONLY) else 1
 
 
 def _names(text: str | None) -> list[str]:

@@ -3,7 +3,8 @@
 The tap reads the engine it fronts (its vLLM-format /metrics, every `poll_s`) and keeps a gate:
 
 - seats at p99 context = free KV tokens / p99 per-request footprint, where free KV tokens =
-  (1 - vllm:kv_cache_usage_perc) x num_gpu_blocks x block_size (vllm:cache_config_info), and the
+  (1 - vllm:kv_cache_usage_perc) x usable blocks x block_size (vllm:cache_config_info; usable is
+  num_gpu_blocks - 1 on V1, whose usage leaves out its null block), and the
   footprint = p99 of vllm:request_prompt_tokens + p99 of vllm:request_generation_tokens over the
   requests that finished in the last `window_s` (the sum of the two p99s: an upper bound of the
   p99 of the sum, so the estimate errs towards fewer seats); with no request finished in the
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from exporter.adapters.vllm import null_block_count
 from exporter.model import MetricFamily
 from exporter.promtext import parse
 from llmslo import conventions as C
@@ -70,7 +72,7 @@ RETRY_AFTER_S = 1
 
 WANTED = frozenset({
     V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC, V.CACHE_CONFIG_INFO, V.NUM_REQUESTS_WAITING,
-    V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS,
+    V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS, *V.V0_ONLY,
 })
 
 
@@ -150,11 +152,12 @@ def read_engine(families: Mapping[str, MetricFamily]) -> Reading:
             continue
     if not configs:
         raise EngineReadError("cache_config_info has no block_size and num_gpu_blocks")
+    null_blocks = null_block_count(families)
     free = 0.0
     for s in usage_fam.samples:
         dp = s.labels.get("engine", "")
         block_size, blocks = configs.get(dp) or next(iter(configs.values()))
-        free += max(0.0, 1.0 - s.value) * blocks * block_size
+        free += max(0.0, 1.0 - s.value) * max(0.0, blocks - null_blocks) * block_size
     waiting_fam = families.get(V.NUM_REQUESTS_WAITING)
     waiting = sum(s.value for s in waiting_fam.samples) if waiting_fam is not None else 0.0
     return Reading(free, waiting, _buckets(families.get(V.REQUEST_PROMPT_TOKENS)),

@@ -193,8 +193,9 @@ def test_vllm_v1_values():
     assert one(s, c.REQUESTS_RUNNING, **m) == 3
     assert one(s, c.REQUESTS_WAITING, **m) == 1
     assert one(s, c.KV_CACHE_USAGE, **m) == pytest.approx(0.16335)
-    assert one(s, c.KV_BLOCKS_TOTAL, **m) == 27102  # cache_config_info num_gpu_blocks
-    assert one(s, c.KV_BLOCKS_FREE, **m) == round(27102 * (1 - 0.16335))
+    # cache_config_info num_gpu_blocks less V1's null block, which its usage gauge leaves out
+    assert one(s, c.KV_BLOCKS_TOTAL, **m) == 27102 - 1
+    assert one(s, c.KV_BLOCKS_FREE, **m) == round((27102 - 1) * (1 - 0.16335))
     assert one(s, c.KV_BLOCK_SIZE, **m) == 16
     assert one(s, c.PREEMPTIONS, **m) == 3
     assert one(s, c.PREFIX_CACHE_QUERIES, **m) == 163149
@@ -237,7 +238,7 @@ def test_vllm_0_10_transition_prefers_new_names_and_never_double_counts():
     assert one(s, c.ITL, "_count") == 45069 and bucket(s, c.ITL, 0.025) == 44651
     assert out_buckets(s, c.ITL) == page_buckets("vllm-v1-0.10-transition.prom", "vllm:time_per_output_token_seconds")
     assert pick(s, c.TPOT, "_count") == []  # no per-request TPOT on 0.10: none invented
-    assert one(s, c.KV_BLOCKS_TOTAL) == 27102 and one(s, c.KV_BLOCK_SIZE) == 16
+    assert one(s, c.KV_BLOCKS_TOTAL) == 27102 - 1 and one(s, c.KV_BLOCK_SIZE) == 16  # V1: the null block aside
 
 
 def test_vllm_v0_legacy_maps_old_names():
@@ -249,7 +250,7 @@ def test_vllm_v0_legacy_maps_old_names():
     assert one(s, c.QUEUE_TIME, "_count") == 240  # request_queue_time_seconds only, not + time_in_queue_requests
     assert one(s, c.PREEMPTIONS) == 3
     assert pick(s, c.PREFIX_CACHE_HITS) == []  # V0 only has a hit-rate gauge, no counters
-    assert one(s, c.KV_BLOCKS_TOTAL) == 27102 and one(s, c.KV_BLOCKS_FREE) == 22675
+    assert one(s, c.KV_BLOCKS_TOTAL) == 27102 and one(s, c.KV_BLOCKS_FREE) == 22675  # V0 has no null block
     finished = {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_FINISHED)}
     assert finished == {"stop": 216, "length": 21, "abort": 3}
     assert one(s, c.LORA_ADAPTERS_RUNNING) == 1 and one(s, c.LORA_ADAPTERS_WAITING) == 0
@@ -288,9 +289,14 @@ def test_vllm_data_parallel_engines_are_summed_not_duplicated():
              dp(config, "0", "1.0"), dp(config, "1", "1.0")]
     s = run_text("\n".join(keep + extra) + "\n", "vllm")
     assert one(s, c.REQUESTS_RUNNING) == 8
-    assert one(s, c.KV_BLOCKS_TOTAL) == 2 * 27102
+    assert one(s, c.KV_BLOCKS_TOTAL) == 2 * 27102  # a V0 page: no null block
     assert one(s, c.KV_CACHE_USAGE) == pytest.approx(0.5)
     assert one(s, c.KV_BLOCKS_FREE) == round(27102 * 0.75) + round(27102 * 0.25)
+    # the same engines on V1 (no V0-only family on the page): a null block per data-parallel engine
+    v1 = [ln for ln in keep + extra if "vllm:num_requests_swapped" not in ln and "vllm:cpu_cache_usage_perc" not in ln]
+    s = run_text("\n".join(v1) + "\n", "vllm")
+    assert one(s, c.KV_BLOCKS_TOTAL) == 2 * (27102 - 1)
+    assert one(s, c.KV_BLOCKS_FREE) == round(27101 * 0.75) + round(27101 * 0.25)
 
 
 # ------------------------------------------------------------------------------------------

@@ -184,9 +184,9 @@ def buckets(samples: list[NormSample], metric: c.MetricDef, **labels: str) -> di
 def test_vllm_sleep_state(sleep, sleeping):
     s = run(pages.vllm_page(sleep=sleep, usage=0.25, num_gpu_blocks=1000), "vllm")
     assert one(s, c.ENGINE_SLEEPING, model=pages.LLAMA) == sleeping
-    assert one(s, c.KV_BLOCKS_TOTAL) == 1000
-    # asleep: no seats, whatever the usage gauge last said; awake: total x (1 - usage)
-    assert one(s, c.KV_BLOCKS_FREE) == (0 if sleeping else 750)
+    assert one(s, c.KV_BLOCKS_TOTAL) == 999  # num_gpu_blocks less the null block
+    # asleep: no seats, whatever the usage gauge last said; awake: usable x (1 - usage)
+    assert one(s, c.KV_BLOCKS_FREE) == (0 if sleeping else round(999 * 0.75))
 
 
 def test_vllm_sleep_is_per_data_parallel_engine():
@@ -196,12 +196,12 @@ def test_vllm_sleep_is_per_data_parallel_engine():
                         'vllm:engine_sleep_state{engine="1",model_name="%s",sleep_state="awake"} 0.0' % pages.LLAMA)
     s = run(text, "vllm")
     assert one(s, c.ENGINE_SLEEPING) == 1
-    assert one(s, c.KV_BLOCKS_TOTAL) == 200 and one(s, c.KV_BLOCKS_FREE) == 50  # only engine 0's seats
+    assert one(s, c.KV_BLOCKS_TOTAL) == 198 and one(s, c.KV_BLOCKS_FREE) == round(99 * 0.5)  # only engine 0's seats
 
 
 def test_vllm_without_a_sleep_gauge_says_nothing_about_sleep():
     s = run(pages.vllm_page(usage=0.25), "vllm")
-    assert pick(s, c.ENGINE_SLEEPING) == [] and one(s, c.KV_BLOCKS_FREE) == 750
+    assert pick(s, c.ENGINE_SLEEPING) == [] and one(s, c.KV_BLOCKS_FREE) == round(999 * 0.75)
 
 
 def test_vllm_admission_rejections_by_reason_are_also_errors():

@@ -190,7 +190,8 @@ def expected_from_engine_page(page: str) -> Series:
         put("llm_requests_finished_total", v, reason="error")  # refused with 503: the engine's overload
     usage = _value(flat, "vllm:kv_cache_usage_perc")
     (cfg,) = [lab for n, lab, _ in flat if n == "vllm:cache_config_info"]
-    blocks, block_size = float(cfg["num_gpu_blocks"]), float(cfg["block_size"])
+    # usable blocks: vLLM V1 sets one of num_gpu_blocks aside as its null block and reports usage over the rest
+    blocks, block_size = float(cfg["num_gpu_blocks"]) - 1, float(cfg["block_size"])
     put("llm_kv_cache_usage_ratio", usage)
     put("llm_kv_cache_blocks", blocks)
     put("llm_kv_cache_block_size_tokens", block_size)
@@ -288,10 +289,10 @@ def test_every_exported_value_equals_the_real_engines_page_after_mixed_traffic(v
     assert delta("vllm:prefix_cache_hits_total") >= 96 * (len(results) - 1) * 0.5  # the prefix was found
     assert _exported(got, "llm_prefix_cache_hits_total") > 0
     assert _exported(got, "llm_requests_finished_total", reason="stop") >= 3
-    assert _exported(got, "llm_kv_cache_blocks") == VllmConfig().num_blocks
+    assert _exported(got, "llm_kv_cache_blocks") == VllmConfig().num_blocks - 1  # the null block aside
     assert _exported(got, "llm_kv_cache_block_size_tokens") == VllmConfig().block_size
     # at rest, the prefix cache holds blocks, yet they count as free (vLLM's usage gauge leaves them out)
-    assert _exported(got, "llm_kv_cache_free_blocks") == VllmConfig().num_blocks
+    assert _exported(got, "llm_kv_cache_free_blocks") == VllmConfig().num_blocks - 1
     assert _exported(got, "llm_requests_running") == 0
 
 
@@ -347,7 +348,7 @@ def test_gauges_under_load_equal_the_engines_page_with_the_engine_core_stopped(v
     assert running == n == _exported(got, "llm_requests_running")
     assert 0 < usage == _exported(got, "llm_kv_cache_usage_ratio")
     free = _exported(got, "llm_kv_cache_free_blocks")
-    assert free == round(VllmConfig().num_blocks * (1 - usage)) < VllmConfig().num_blocks
+    assert free == round((VllmConfig().num_blocks - 1) * (1 - usage)) < VllmConfig().num_blocks - 1
 
 
 def test_a_clients_own_4xx_is_no_error_on_the_real_engine(vllm):
@@ -434,5 +435,5 @@ def test_preemptions_through_a_small_kv_cache_equal_the_engines_count(start_vllm
     preemptions = _value(flat, "vllm:num_preemptions_total")
     assert preemptions > 0
     assert _exported(got, "llm_preemptions_total") == preemptions
-    assert _exported(got, "llm_kv_cache_blocks") == 16
+    assert _exported(got, "llm_kv_cache_blocks") == 16 - 1
     assert _value(flat, "vllm:request_success_total", finished_reason="length") == 6

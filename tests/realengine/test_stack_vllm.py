@@ -6,7 +6,8 @@ exporter, the tap and the engine, with Alertmanager running slogen's generated r
   chat service through the generated routing, its all-clear after recovery, and goodput counted by Prometheus
   (taps -> exporter -> Prometheus) equal to the load generator's own count.
 - The seats: the capacity rules' free tokens and seats against the engine's own figures: idle, the free tokens
-  equal the engine's kv_cache_size_tokens (vllm:cache_config_info); with long requests frozen in flight, they
+  equal the engine's kv_cache_size_tokens (vllm:cache_config_info) less the one block vLLM V1 keeps as its null
+  block; with long requests frozen in flight, they
   equal what the engine's usage gauge implies, the gauge itself equals the blocks those requests hold (counted
   from their own token counts), and llm:kv_seats:p99 equals the free tokens over the p99 footprint computed
   here from the engine's own request-size histograms.
@@ -211,9 +212,10 @@ def test_seats_equal_the_engines_own_kv_figures(tmp_path):
             n, b, size = int(info["num_gpu_blocks"]), int(info["block_size"]), int(info["kv_cache_size_tokens"])
             assert (n, b) == (128, 32) and size == n * b
 
-            # idle: every block free, the engine's whole KV size
-            out["idle"] = await _until(stack, free_expr, size)
-            assert out["idle"] == size, f"idle: Prometheus free tokens {out['idle']} != kv_cache_size_tokens {size}"
+            # idle: every block free but the null block vLLM V1 sets aside (kv_cache_size_tokens counts it)
+            usable = size - b
+            out["idle"] = await _until(stack, free_expr, usable)
+            assert out["idle"] == usable, f"idle: Prometheus free tokens {out['idle']} != kv_cache_size_tokens {size} - {b}"
 
             # requests of known sizes complete: the engine's own request-size histograms hold them
             sizes = [(40, 10), (90, 30), (150, 60), (300, 120), (600, 20), (70, 200), (250, 45), (500, 90)]
@@ -234,11 +236,11 @@ def test_seats_equal_the_engines_own_kv_figures(tmp_path):
             footprint = {q: histogram_quantile(q, prompt_b) + histogram_quantile(q, gen_b) for q in (0.99, 0.5)}
             out["footprint"] = footprint
             # idle again: the finished requests' blocks stay in the prefix cache, evictable, so free
-            assert await _until(stack, free_expr, size) == size
+            assert await _until(stack, free_expr, usable) == usable
             got = await _until(stack, f'llm:request_tokens:p99{{pod="{spec.name}"}}', footprint[0.99])
             assert got is not None and math.isclose(got, footprint[0.99], rel_tol=1e-9), (got, footprint)
-            got = await _until(stack, f'llm:kv_seats:p99{{pod="{spec.name}"}}', size / footprint[0.99])
-            assert got is not None and math.isclose(got, size / footprint[0.99], rel_tol=1e-9), (got, size, footprint)
+            got = await _until(stack, f'llm:kv_seats:p99{{pod="{spec.name}"}}', usable / footprint[0.99])
+            assert got is not None and math.isclose(got, usable / footprint[0.99], rel_tol=1e-9), (got, usable, footprint)
 
             # long requests in flight, then the engine core frozen (SIGSTOP): its page, the exporter's and
             # Prometheus' must agree on one state
@@ -277,12 +279,12 @@ def test_seats_equal_the_engines_own_kv_figures(tmp_path):
                 out["frozen"] = dict(tokens=frozen, usage=usage, held=held, engine_free_blocks=engine_free)
                 assert running == len(prompts)
                 assert engine_free == n - 1 - held, out["frozen"]
-                # the exporter reads free blocks as total x (1 - usage) (docs/metrics.md), seats follow
-                want_free = round(n * (1 - usage)) * b
+                # the exporter's free blocks are exactly the engine's (usable x (1 - usage)), seats follow
+                want_free = engine_free * b
                 got_free = await _until(stack, free_expr, want_free)
                 out["frozen"].update(prom_free_tokens=got_free, want_free_tokens=want_free)
                 assert got_free == want_free, out["frozen"]
-                assert got_free < size
+                assert got_free < usable
                 want_seats = want_free / footprint[0.99]
                 got_seats = await _until(stack, f'llm:kv_seats:p99{{pod="{spec.name}"}}', want_seats)
                 assert got_seats is not None and math.isclose(got_seats, want_seats, rel_tol=1e-9), (got_seats, want_seats)
