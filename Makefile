@@ -41,7 +41,8 @@ test: deps system-deps
 test-vllm: deps system-deps vllm-deps
 	LLMSLO_REAL_ENGINE=1 $(BIN)/python -m pytest tests/realengine -n 0
 
-bench: deps system-deps
+# The benchmarks include the tap and the exporter in front of a real vLLM (bench/bench_real_engine.py).
+bench: deps system-deps vllm-deps
 	$(BIN)/python -m bench
 
 build: deps

@@ -300,12 +300,12 @@ def test_gauges_under_load_equal_the_engines_page_with_the_engine_core_stopped(v
     """At rest the gauges are 0 and usage 0; to compare them mid-flight, the engine core is stopped (SIGSTOP) with
     requests running: the API server keeps serving the last page, which stays the same around the collection."""
     comp = vllm.url + "/v1/completions"
-    n = 4
+    n, out_tokens = 4, 1800  # long enough that none finishes before the engine core is stopped, even on idle cores
     first_tokens = threading.Barrier(n + 1)
     results: list[dict] = []
 
     def run(i: int) -> None:
-        body = {"model": SERVED_NAME, "prompt": _words(700 + 50 * i, 40), "max_tokens": 400, "ignore_eos": True,
+        body = {"model": SERVED_NAME, "prompt": _words(700 + 50 * i, 40), "max_tokens": out_tokens, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
         req = urllib.request.Request(comp, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
         events, tokens = 0, None
@@ -339,7 +339,7 @@ def test_gauges_under_load_equal_the_engines_page_with_the_engine_core_stopped(v
         vllm.resume()
     for t in threads:
         t.join(timeout=TIMEOUT)
-    assert [r["tokens"] for r in results] == [400] * n
+    assert [r["tokens"] for r in results] == [out_tokens] * n
     want, got = expected_from_engine_page(page), exported_series(exported)
     assert want.keys() == got.keys()
     assert {k: got[k] for k in want if got[k] != want[k]} == {}
