@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
 import subprocess
 import sys
 import threading
@@ -397,7 +398,10 @@ def test_client_disconnects_are_not_counted_as_aborts_by_vllm_0_32(vllm):
             if line.startswith(b"data: ") and b"[DONE]" not in line:
                 seen += 1
         started.wait(timeout=TIMEOUT)
-        conn.sock.close()
+        # shut the socket down for real: the response's file object still references it, so close() alone
+        # would leave the connection open and the engine streaming into the kernel's buffers to the end
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        resp.close()
         conn.close()
         return seen
 
