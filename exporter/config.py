@@ -17,7 +17,7 @@ from llmslo.durations import parse_go_duration
 
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
-ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "tap")
+ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "llamacpp", "tap")
 AUTO_KIND = "auto"
 TARGET_KINDS = ENGINE_KINDS + (AUTO_KIND,)
 URL_SCHEMES = ("http", "https", "file")

@@ -4,7 +4,7 @@ The exporter runs as a DaemonSet, so it lists only pods with `spec.nodeName=<thi
 the engine label, using the pod's service account (token re-read each time: projected tokens
 rotate). Pod metadata it reads, all names configurable:
 
-  label      llmslo.io/engine: vllm|sglang|tgi|trtllm-triton|trtllm-serve|tap|auto   (required)
+  label      llmslo.io/engine: vllm|sglang|tgi|trtllm-triton|trtllm-serve|llamacpp|tap|auto   (required)
   annotation llmslo.io/metrics-port   (else prometheus.io/port, else the container port named
                                        "metrics", else the pod's only container port)
   annotation llmslo.io/metrics-path   (else prometheus.io/path, else /metrics)

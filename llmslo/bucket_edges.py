@@ -37,7 +37,8 @@ SGLANG = "sglang"
 TGI = "tgi"
 TRTLLM_TRITON = "trtllm-triton"
 TRTLLM_SERVE = "trtllm-serve"
-ENGINE_KINDS = (VLLM, SGLANG, TGI, TRTLLM_TRITON, TRTLLM_SERVE)
+LLAMACPP = "llamacpp"
+ENGINE_KINDS = (VLLM, SGLANG, TGI, TRTLLM_TRITON, TRTLLM_SERVE, LLAMACPP)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,11 @@ ROWS: tuple[EdgeRow, ...] = (
             "NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py @ 050f80de (2026): MetricsCollector defaults",
             configurable="MetricsCollector(*_buckets=...) arguments",
             notes="no ITL"),
+    EdgeRow(LLAMACPP, "",
+            {},
+            "ggml-org/llama.cpp tools/server/server-task.cpp @ 0c1e570 (vendored by llama-cpp-python 0.3.36): "
+            "to_metrics() writes counters and gauges only",
+            notes="llama.cpp's server exports no latency histogram: its TTFT, TPOT, ITL and E2E come from the tap"),
 )
 
 

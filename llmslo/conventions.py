@@ -17,7 +17,7 @@ PREFIX = "llm_"
 # --------------------------------------------------------------------------------------
 # Labels
 # --------------------------------------------------------------------------------------
-LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | tap
+LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | llamacpp | tap
 # Each engine kind's latency histogram bucket edges, per version: llmslo/bucket_edges.py (ROWS, one table).
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
@@ -374,6 +374,36 @@ class VLLM:
     LABEL_MAX_LORA = "max_lora"
     LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
     LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"
+
+
+# --------------------------------------------------------------------------------------
+# llama.cpp's server (llama-server --metrics): what the llamacpp adapter reads.
+# --------------------------------------------------------------------------------------
+class LLAMACPP:
+    """Family names as llama.cpp writes them (tools/server/server-task.cpp, to_metrics(); llama.cpp 0c1e570).
+
+    Every value is one unlabelled sample; counters are typed `counter` and their names end in `_total`, so the
+    families are named without it. No model label, no histogram, no KV-cache gauge, no request counter."""
+
+    PREFIX = "llamacpp:"
+    # counters (cumulative since the server started)
+    PROMPT_TOKENS = "llamacpp:prompt_tokens"  # prompt tokens decoded: cached ones are not in it
+    PROMPT_TOKENS_CACHED = "llamacpp:prompt_tokens_cached"  # prompt tokens a slot reused from its KV cache
+    PROMPT_SECONDS = "llamacpp:prompt_seconds"
+    TOKENS_PREDICTED = "llamacpp:tokens_predicted"  # generated tokens, added when a request's slot is released
+    TOKENS_PREDICTED_SECONDS = "llamacpp:tokens_predicted_seconds"
+    N_DECODE = "llamacpp:n_decode"
+    N_TOKENS_MAX = "llamacpp:n_tokens_max"  # typed counter, but the largest sequence length seen
+    SPEC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
+    SPEC_ACCEPTED_TOKENS = "llamacpp:spec_decode_num_accepted_tokens"
+    SPEC_DRAFTS = "llamacpp:spec_decode_num_drafts"
+    SPEC_ACCEPTED_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"  # label `position`; only with drafts
+    # gauges
+    PROMPT_TOKENS_SECONDS = "llamacpp:prompt_tokens_seconds"  # throughput since the last scrape (a scrape resets it)
+    PREDICTED_TOKENS_SECONDS = "llamacpp:predicted_tokens_seconds"  # the same for generation
+    REQUESTS_PROCESSING = "llamacpp:requests_processing"  # slots processing a request
+    REQUESTS_DEFERRED = "llamacpp:requests_deferred"  # requests waiting for a free slot
+    N_BUSY_SLOTS_PER_DECODE = "llamacpp:n_busy_slots_per_decode"
 
 
 # --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.adapters import sglang, tap, tgi, trtllm_serve, trtllm_triton, vllm
+from exporter.adapters import llamacpp, sglang, tap, tgi, trtllm_serve, trtllm_triton, vllm
 from exporter.adapters.base import Adapter
 from exporter.model import MetricFamily
 
@@ -16,7 +16,8 @@ __all__ = ["ADAPTERS", "WANT_ALL", "Adapter", "detect", "get"]
 
 ADAPTERS: dict[str, Adapter] = {
     a.kind: a
-    for a in (vllm.ADAPTER, sglang.ADAPTER, tgi.ADAPTER, trtllm_triton.ADAPTER, trtllm_serve.ADAPTER, tap.ADAPTER)
+    for a in (vllm.ADAPTER, sglang.ADAPTER, tgi.ADAPTER, trtllm_triton.ADAPTER, trtllm_serve.ADAPTER,
+              llamacpp.ADAPTER, tap.ADAPTER)
 }
 
 WANT_ALL: frozenset[str] = frozenset().union(*(a.wanted for a in ADAPTERS.values()))

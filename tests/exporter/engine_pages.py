@@ -288,3 +288,71 @@ def triton_page(*, engine_model: str = "tensorrt_llm", frontends: Mapping[str, l
         for model, observed in ttft.items():
             lines += histogram("nv_inference_first_response_histogram_ms", model, observed, [100, 500, 2000, 5000])
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------
+# llama.cpp's server (llama-server --metrics), llama.cpp 0c1e570 as vendored by llama-cpp-python 0.3.36:
+# tools/server/server-task.cpp server_task_result_metrics::to_metrics(). Not prometheus_client: the server
+# writes the text itself, HELP, TYPE and one unlabelled sample per family, counters first, then gauges,
+# each value through a C++ stringstream (default precision: 6 significant digits, as printf's %g), then the
+# per-position speculative counter when any draft was accepted.
+# ------------------------------------------------------------------------------------------
+LLAMACPP_COUNTERS = (  # (name after "llamacpp:", HELP), in the server's order
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens"),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache"),
+    ("prompt_seconds_total", "Total time spent processing prompts"),
+    ("tokens_predicted_total", "Number of generation tokens processed"),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens"),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding"),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)"),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated"),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model"),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps"),
+)
+LLAMACPP_GAUGES = (
+    ("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
+    ("predicted_tokens_seconds", "Average generation throughput in tokens/s"),
+    ("requests_processing", "Number of requests processing"),
+    ("requests_deferred", "Number of requests deferred"),
+    ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call"),
+)
+
+
+def cpp_double(value: float) -> str:
+    """A double as `std::stringstream << double` writes it: %g with 6 significant digits."""
+    return f"{float(value):g}"
+
+
+def llamacpp_page(*, prompt_decoded: int = 0, prompt_cached: int | None = 0, predicted: int = 0,
+                  processing: int = 0, deferred: int = 0, prompt_us: int = 0, predicted_us: int = 0,
+                  n_decode: int = 0, n_busy_slots: int = 0, n_tokens_max: int = 0, prompt_rate: float = 0.0,
+                  predicted_rate: float = 0.0, drafts: tuple[int, int, int] = (0, 0, 0),
+                  accepted_per_pos: Iterable[int] = ()) -> str:
+    """The page from the server's state (server_metrics and the two per-scrape counts); `prompt_cached=None`
+    leaves out `prompt_tokens_cached_total`, as servers from before that counter write the page."""
+    counters = {
+        "prompt_tokens_total": prompt_decoded, "prompt_tokens_cached_total": prompt_cached,
+        "prompt_seconds_total": prompt_us / 1e6, "tokens_predicted_total": predicted,
+        "tokens_predicted_seconds_total": predicted_us / 1e6, "n_decode_total": n_decode,
+        "n_tokens_max": n_tokens_max, "spec_decode_num_draft_tokens_total": drafts[0],
+        "spec_decode_num_accepted_tokens_total": drafts[1], "spec_decode_num_drafts_total": drafts[2],
+    }
+    gauges = {
+        "prompt_tokens_seconds": prompt_rate, "predicted_tokens_seconds": predicted_rate,
+        "requests_processing": processing, "requests_deferred": deferred,
+        "n_busy_slots_per_decode": n_busy_slots / max(n_decode, 1),
+    }
+    lines: list[str] = []
+    for kind, items, values in (("counter", LLAMACPP_COUNTERS, counters), ("gauge", LLAMACPP_GAUGES, gauges)):
+        for name, help_text in items:
+            if values[name] is None:
+                continue
+            lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
+                      f"llamacpp:{name} {cpp_double(values[name])}"]
+    per_pos = list(accepted_per_pos)
+    if per_pos:
+        lines += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position",
+                  "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {n}'
+                  for i, n in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"

@@ -159,15 +159,15 @@ def test_adapters_are_pure(page):
 # Registry
 # ------------------------------------------------------------------------------------------
 def test_registry_kinds_want_all_and_get():
-    assert set(adapters.ADAPTERS) == {"vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "tap"}
+    assert set(adapters.ADAPTERS) == {"vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "llamacpp", "tap"}
     for kind, adapter in adapters.ADAPTERS.items():
         assert adapter.kind == kind and adapter is adapters.get(kind)
         assert adapter.wanted <= adapters.WANT_ALL
         assert not any(name.endswith("_created") for name in adapter.wanted)
     with pytest.raises(dataclasses.FrozenInstanceError):
         adapters.get("vllm").kind = "x"  # type: ignore[misc]
-    with pytest.raises(KeyError, match="unknown engine kind 'llamacpp'.*vllm"):
-        adapters.get("llamacpp")
+    with pytest.raises(KeyError, match="unknown engine kind 'ollama'.*vllm"):
+        adapters.get("ollama")
 
 
 def test_each_adapter_declares_its_own_families_and_no_two_claim_one():

@@ -1,4 +1,5 @@
-"""Fixtures of the real-engine tier: a real vLLM (CPU build) serving a tiny random-weight Llama.
+"""Fixtures of the real-engine tier: a real vLLM (CPU build) serving a tiny random-weight Llama (and llama.cpp's
+server, test_llamacpp.py, whose fixture lives in that file).
 
 `vllm` is one engine shared by a test file (module scope); `start_vllm(config)` starts another with its own
 settings (a smaller KV cache, say) and stops it at the end of the test. Engines run with one OpenMP thread, so
@@ -16,9 +17,14 @@ from realengine.vllm_server import VllmConfig, VllmServer
 
 
 def pytest_collection_modifyitems(config, items):
-    why = vllm_server.available()
-    if why:  # fail loudly: a tier that silently skips would hide that nothing ran
-        raise pytest.UsageError(f"real-engine tier: {why}")
+    """Each collected file needs its engine (a module's REAL_ENGINE, vLLM unless it says otherwise)."""
+    from realengine import llamacpp_server
+
+    checks = {"vllm": vllm_server.available, "llamacpp": llamacpp_server.available}
+    for engine in sorted({getattr(item.module, "REAL_ENGINE", "vllm") for item in items}):
+        why = checks[engine]()
+        if why:  # fail loudly: a tier that silently skips would hide that nothing ran
+            raise pytest.UsageError(f"real-engine tier: {why}")
 
 
 @pytest.fixture(scope="session")

@@ -144,9 +144,9 @@ def test_pinning_the_engine_narrows_the_check_to_its_rows():
 @pytest.mark.parametrize("selector,kinds", [
     ("", be.ENGINE_KINDS),
     ('{engine="sglang"}', (be.SGLANG,)),
-    ('{engine!="trtllm-triton"}', (be.VLLM, be.SGLANG, be.TGI, be.TRTLLM_SERVE)),
+    ('{engine!="trtllm-triton"}', (be.VLLM, be.SGLANG, be.TGI, be.TRTLLM_SERVE, be.LLAMACPP)),
     ('{engine=~"vllm|trtllm-.*"}', (be.VLLM, be.TRTLLM_TRITON, be.TRTLLM_SERVE)),
-    ('{engine!~"vllm|sglang", namespace="llm"}', (be.TGI, be.TRTLLM_TRITON, be.TRTLLM_SERVE)),
+    ('{engine!~"vllm|sglang", namespace="llm"}', (be.TGI, be.TRTLLM_TRITON, be.TRTLLM_SERVE, be.LLAMACPP)),
     ('{engine=~"vllm", engine!="vllm"}', ()),
 ])
 def test_engine_matchers_decide_which_kinds_are_checked(selector, kinds):
