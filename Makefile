@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo fleet test test-vllm bench build clean deps system-deps vllm-deps image image-test
+.PHONY: demo fleet test test-vllm test-llamacpp bench build clean deps system-deps vllm-deps llamacpp-deps image image-test
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,7 +39,15 @@ test: deps system-deps
 # The real-engine tier (tests/realengine): the stack in front of a real vLLM; its own target, run by .ci/run.
 # One file at a time: the engine takes a core, and timing equalities need the other.
 test-vllm: deps system-deps vllm-deps
-	LLMSLO_REAL_ENGINE=1 $(BIN)/python -m pytest tests/realengine -n 0
+	LLMSLO_REAL_ENGINE=1 $(BIN)/python -m pytest tests/realengine -n 0 --ignore=tests/realengine/test_llamacpp.py
+
+# llama.cpp's server built from the llama-cpp-python sdist into .cache/llamacpp/ (about 10 minutes on 2 cores, once).
+llamacpp-deps:
+	@PY=$(PY) ./scripts/install-llamacpp.sh
+
+# The second real engine: the exporter and the tap in front of llama.cpp's server (tests/realengine/test_llamacpp.py).
+test-llamacpp: deps system-deps llamacpp-deps
+	LLMSLO_REAL_ENGINE=1 $(BIN)/python -m pytest tests/realengine/test_llamacpp.py -n 0
 
 # The benchmarks include the tap and the exporter in front of a real vLLM (bench/bench_real_engine.py).
 bench: deps system-deps vllm-deps
