@@ -8,8 +8,7 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import attr
@@ -20,7 +19,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen.artifacts import grafana as gf
 from slogen import promql as q
 from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
-from slogen.artifacts.views import (
+from slogen.views import (
     SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
 )
 
@@ -556,31 +555,9 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
 # --------------------------------------------------------------------------------------
 # Generator entry point
 # --------------------------------------------------------------------------------------
-_REMEMBERED: list[list] = []  # one [(views, files)] per open `remembering()`
-
-
-@contextmanager
-def remembering() -> Iterator[None]:
-    """Within it, dashboard_files answers equal views from memory: one build asks twice (the dashboards,
-    then their tests), and rendering 2,000 dashboards took 2 s. Scoped to a build, so a change between
-    builds (or a test's patch) is always seen."""
-    _REMEMBERED.append([])
-    try:
-        yield
-    finally:
-        _REMEMBERED.pop()
-
-
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
     """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
-    memo = _REMEMBERED[-1] if _REMEMBERED else None
-    key = tuple(slos)
-    for views, files in memo or ():
-        if views == key:
-            return dict(files)
     files = {FLEET_FILE: gf.render(fleet_dashboard(slos))}
     for slo in sorted(slos, key=lambda s: s.slo_id):
         files[slo_dashboard_path(slo)] = gf.render(slo_dashboard(slo))
-    if memo is not None:
-        memo[:] = [(key, files)]
-    return dict(files)
+    return files
