@@ -92,24 +92,22 @@ def _refuse(problems: list[tuple[str, str]], what: str) -> None:
                           for name, why in problems])
 
 
+def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOptions) -> tuple[HealthAlert, ...]:
+    """The alerts `make` generates from `opts` (none when they are off); SpecErrors for bad options."""
+    if not opts.enabled:
+        return ()
+    _refuse(opts.problems(), what)
+    return tuple(make(opts, gen.runbook_base_url, dict(gen.extra_labels), gen.grafana_url))
+
+
 def health_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
     """The capacity and health alerts a build generates (none with `--no-health-alerts`)."""
-    h = options.health
-    if not h.enabled:
-        return ()
-    _refuse(h.problems(), "health alert")
-    return tuple(health.health_alerts(h, options.gen.runbook_base_url, dict(options.gen.extra_labels),
-                                      options.gen.grafana_url))
+    return _alerts(options.health, "health alert", health.health_alerts, options.gen)
 
 
 def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
     """The KV-seat alerts a build generates (none with `--no-capacity-rules`)."""
-    k = options.capacity
-    if not k.enabled:
-        return ()
-    _refuse(k.problems(), "capacity")
-    return tuple(capacity.capacity_alerts(k, options.gen.runbook_base_url, dict(options.gen.extra_labels),
-                                          options.gen.grafana_url))
+    return _alerts(options.capacity, "capacity", capacity.capacity_alerts, options.gen)
 
 
 def compile_catalog(options: BuildOptions) -> Catalog:

@@ -111,27 +111,26 @@ def _group_files(name: str, group, head: str, test_doc: dict, component: str) ->
     }
 
 
-def health_rules(catalog: Catalog) -> Produced:
-    """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
-    alerts = list(catalog.health_alerts)
+def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, group, component: str) -> Produced:
+    """A build-wide group's files (none without alerts): its rules, `tests(alerts, opts, rule file name)`."""
     if not alerts:
         return Produced({})
-    options = catalog.options
-    head = HEALTH_HEADER.format(version=options.gen.version)
-    test_doc = health_tests(alerts, options.health, Path(rules_path(HEALTH.GROUP)).name)
-    return Produced(_group_files(HEALTH.GROUP, health.health_group(alerts), head, test_doc, "health"))
+    head = head.format(version=catalog.options.gen.version)
+    test_doc = tests(list(alerts), opts, Path(rules_path(name)).name)
+    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component))
+
+
+def health_rules(catalog: Catalog) -> Produced:
+    """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
+    return _build_wide(catalog, catalog.health_alerts, catalog.options.health, HEALTH.GROUP, HEALTH_HEADER,
+                       health_tests, health.health_group, "health")
 
 
 def capacity_rules(catalog: Catalog) -> Produced:
     """alerts/llmslo-capacity.{rules,test}.yaml and its PrometheusRule: KV seats, their forecast and alerts."""
-    alerts = list(catalog.capacity_alerts)
-    if not alerts:
-        return Produced({})
-    options = catalog.options
-    head = CAPACITY_HEADER.format(version=options.gen.version)
-    test_doc = capacity_tests(alerts, options.capacity, Path(rules_path(CAPACITY.GROUP)).name)
-    group = capacity.capacity_group(options.capacity, alerts)
-    return Produced(_group_files(CAPACITY.GROUP, group, head, test_doc, "capacity"))
+    opts = catalog.options.capacity
+    return _build_wide(catalog, catalog.capacity_alerts, opts, CAPACITY.GROUP, CAPACITY_HEADER, capacity_tests,
+                       lambda alerts: capacity.capacity_group(opts, alerts), "capacity")
 
 
 def dashboards(catalog: Catalog) -> Produced:
