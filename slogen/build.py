@@ -1,9 +1,9 @@
-"""`slogen build`: the catalog in, every generated file out, as an ordered chain of generators.
+"""`slogen build`: the catalog in, every generated file out, through the explicit list of steps.
 
-Three stages: `slogen.catalog.compile_catalog` reads every input once; each artifact generator,
-`(catalog, options) -> {relative path: text}`, reads only the catalog and the options and opens
-no file (tests/slogen/test_layout.py holds them to it); `slogen.outputs` writes the result (or
-compares it, for `--check`). To add an artifact, append its generator to `ARTIFACT_GENERATORS`.
+Three stages: `slogen.catalog.compile_catalog` reads every input once and computes what several steps
+share; each step of `slogen.steps.STEPS` reads only that catalog and returns what it produces (files
+and notes); `slogen.outputs` writes the result (or compares it, for `--check`). Here the steps are run
+and their products joined: files by path (two steps making one path is an error), notes in step order.
 """
 
 from __future__ import annotations
@@ -11,65 +11,54 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-from typing import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from slogen.artifacts.alertmanager import alertmanager_files
-from slogen.artifacts.dashboards import remembering
-from slogen.artifacts.files import artifact_files
 from slogen.catalog import BuildOptions, Catalog, compile_catalog
 from slogen.errors import SpecError, SpecErrors
-from slogen.promtests.dashboards import dashboard_test_files
-from slogen.promtests.files import rule_tests
-from slogen.rules.files import capacity_rules, health_rules, prometheus_rules, rule_files
+from slogen.steps import STEPS, Produced, Step
 
-ArtifactGenerator = Callable[[Catalog, BuildOptions], dict[str, str]]
-
-# The build, in order. Append artifact generators here.
-ARTIFACT_GENERATORS: list[ArtifactGenerator] = [
-    rule_files,  # alerts/<service>.rules.yaml
-    rule_tests,  # alerts/<service>.test.yaml
-    prometheus_rules,  # deploy/generated/prometheusrule-<service>.yaml
-    health_rules,  # alerts/llmslo-health.*, its PrometheusRule
-    capacity_rules,  # alerts/llmslo-capacity.*, its PrometheusRule
-    artifact_files,  # dashboards/, docs/runbooks/, KEDA and HPA, deploy/ (artifacts/files.py)
-    dashboard_test_files,  # dashboards/dashboards.test.yaml: every panel's number on a synthetic fleet
-    alertmanager_files,  # alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)
-]
-
-
-# From this many SLOs on, the promtool tests (about 45% of a build) are generated in a forked child while this
-# process makes everything else: a 1,000-SLO build on 2 cores (bench slogen). Smaller builds stay in one process.
+# From this many SLOs on, the forkable steps (the promtool tests: about 45% of a build) run in a forked child
+# while this process runs the others: a 1,000-SLO build on 2 cores (bench slogen). Smaller builds stay in one process.
 PARALLEL_MIN_SLOS = 100
 
 
-class _Forked:
-    """One generator run in a forked child (it inherits the catalog; nothing is pickled on the way in), its files
-    and the notes it added handed back through a temporary file. Any failure in the child (an error in the
-    specs included) leaves `result()` None, and the caller runs the generator itself: errors keep their type,
-    wording and order."""
+@dataclass(frozen=True)
+class Built:
+    """A build's result: its catalog, every generated file (relative path -> text, sorted) and the steps' notes."""
 
-    def __init__(self, gen: ArtifactGenerator, catalog: Catalog, options: BuildOptions) -> None:
-        """Raises OSError when no child can be started (the caller then builds in one process)."""
+    catalog: Catalog
+    files: dict[str, str]
+    notes: tuple[str, ...]
+
+
+class _Forked:
+    """One step run in a forked child (it inherits the catalog; nothing is pickled on the way in), what it
+    produced handed back through a temporary file. Any failure in the child (an error in the specs included)
+    makes `produced()` run the step here instead, so an error keeps its type, wording and place."""
+
+    def __init__(self, step: Step, catalog: Catalog) -> None:
+        """Raises OSError when no child can be started (the caller then runs the step itself)."""
+        self.step, self.catalog = step, catalog
         fd, self.path = tempfile.mkstemp(prefix="slogen-build-", suffix=".pickle")
         os.close(fd)
-        notes_before = len(catalog.notes)
         try:
             pid = os.fork()
         except OSError:
             os.unlink(self.path)
             raise
-        if pid == 0:  # the child: generate, hand back, never return into the caller's stack
+        if pid == 0:  # the child: run the step, hand back, never return into the caller's stack
             status = 1
             try:
-                out = gen(catalog, options)
+                produced = step.run(catalog)
                 with open(self.path, "wb") as f:
-                    pickle.dump((out, catalog.notes[notes_before:]), f, protocol=pickle.HIGHEST_PROTOCOL)
+                    pickle.dump(produced, f, protocol=pickle.HIGHEST_PROTOCOL)
                 status = 0
             finally:
                 os._exit(status)
         self.pid = pid
 
-    def result(self) -> tuple[dict[str, str], list[str]] | None:
+    def _result(self) -> Produced | None:
         try:
             _, status = os.waitpid(self.pid, 0)
             if status != 0:
@@ -79,64 +68,62 @@ class _Forked:
         finally:
             os.unlink(self.path)
 
+    def produced(self) -> Produced:
+        done = self._result()
+        return done if done is not None else self.step.run(self.catalog)
 
-def _forked_tests(catalog: Catalog, options: BuildOptions, chain: list[ArtifactGenerator],
-                  parallel: bool | None) -> _Forked | None:
-    """The promtool tests started in a child, or None: one process (not asked for, no fork, fork failed)."""
-    if rule_tests not in chain or not hasattr(os, "fork"):
-        return None
+    def reap(self) -> None:
+        self._result()
+
+
+def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None) -> dict[int, _Forked]:
+    """The forkable steps started in children, by their place in `steps`; none in a one-process build."""
+    if not hasattr(os, "fork"):
+        return {}
     if parallel is None:
         parallel = len(catalog.slos) >= PARALLEL_MIN_SLOS and (os.cpu_count() or 1) > 1
-    if not parallel:
-        return None
+    forked: dict[int, _Forked] = {}
+    for i, step in enumerate(steps):
+        if parallel and step.forkable:
+            try:
+                forked[i] = _Forked(step, catalog)
+            except OSError:
+                break
+    return forked
+
+
+def _run(catalog: Catalog, steps: Sequence[Step], parallel: bool | None) -> list[Produced]:
+    """Every step's product, in step order; the first error in step order is the one raised."""
+    forked = _fork(catalog, steps, parallel)
+    made: list[Produced | None] = []
     try:
-        return _Forked(rule_tests, catalog, options)
-    except OSError:
-        return None
-
-
-def build(options: BuildOptions, generators: list[ArtifactGenerator] | None = None,
-          parallel: bool | None = None) -> tuple[Catalog, dict[str, str]]:
-    """The catalog and every generated file (relative path -> text, sorted); nothing is written. `parallel`:
-    generate the promtool tests in a forked child (default: from PARALLEL_MIN_SLOS SLOs on); same bytes."""
-    catalog = compile_catalog(options)
-    chain = ARTIFACT_GENERATORS if generators is None else generators
-    forked = _forked_tests(catalog, options, chain, parallel)
-    artifacts: dict[str, str] = {}
-
-    def add(files: dict[str, str]) -> None:
-        for path, text in files.items():
-            if path in artifacts:
-                raise SpecErrors([SpecError(path, f"two artifact generators both produce {path}",
-                                            fix="give each generator its own output paths")])
-            artifacts[path] = text
-
-    notes_at = len(catalog.notes)  # where the forked generator's notes go, as if it had run in its place
-
-    def forked_files() -> dict[str, str]:
-        done = forked.result()
-        if done is None:  # the child failed: the generator again, here, so an error is raised as it would be
-            before = len(catalog.notes)
-            done = (rule_tests(catalog, options), catalog.notes[before:])
-            del catalog.notes[before:]
-        catalog.notes[notes_at:notes_at] = done[1]
-        return done[0]
-
-    gen = chain[0]
-    try:
-        with remembering():  # the dashboards are rendered once for the files and their tests
-            for gen in chain:
-                if forked is not None and gen is rule_tests:
-                    notes_at = len(catalog.notes)
-                    continue
-                add(gen(catalog, options))
+        for i, step in enumerate(steps):
+            made.append(None if i in forked else step.run(catalog))
     except BaseException:
-        if forked is not None:
-            if chain.index(rule_tests) < chain.index(gen):
-                forked_files()  # an error of the tests, which come first in the chain, is the one to raise
-            else:
-                forked.result()  # reap the child and its file
+        failed = len(made)
+        for i, child in forked.items():
+            if i >= failed:
+                child.reap()
+        for i, child in forked.items():
+            if i < failed:
+                child.produced()  # an error of an earlier step comes first, as in one process
         raise
-    if forked is not None:
-        add(forked_files())
-    return catalog, dict(sorted(artifacts.items()))
+    for i, child in forked.items():
+        made[i] = child.produced()
+    return made  # type: ignore[return-value]
+
+
+def build(options: BuildOptions, steps: Sequence[Step] = STEPS, parallel: bool | None = None) -> Built:
+    """The catalog, every generated file and the notes; nothing is written. `parallel`: run the forkable
+    steps in forked children (default: from PARALLEL_MIN_SLOS SLOs on); same bytes, same notes."""
+    catalog = compile_catalog(options)
+    files: dict[str, str] = {}
+    notes: list[str] = []
+    for produced in _run(catalog, steps, parallel):
+        for path, text in produced.files.items():
+            if path in files:
+                raise SpecErrors([SpecError(path, f"two build steps both produce {path}",
+                                            fix="give each step its own output paths")])
+            files[path] = text
+        notes += produced.notes
+    return Built(catalog, dict(sorted(files.items())), tuple(notes))

@@ -1,8 +1,10 @@
-"""The build's one input: every file `slogen build` reads, loaded once, plus the rules compiled from it.
+"""The build's one input: every file `slogen build` reads, loaded once, plus what is computed from it once.
 
-Generation reads only this catalog (`slogen.build`'s chain of generators), so nothing after
-`compile_catalog` touches the disk until `slogen.outputs` writes the result. That is what makes a
-build reproducible from its catalog, and a test able to feed the generators literals.
+The build's steps (`slogen.steps`) read only this catalog, so nothing after `compile_catalog` touches the
+disk until `slogen.outputs` writes the result. That is what makes a build reproducible from its catalog,
+and a test able to feed the steps literals. The catalog is frozen: a step cannot leave anything in it
+for a later step; what several steps read (the SLOs' rules and views, the health and capacity alerts)
+is computed here, once.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from slogen.loaders import load_paths
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
 from slogen.rules import SLOResult, generate
+from slogen.rules import capacity, health
 from slogen.rules.capacity import CapacityOptions
-from slogen.rules.health import HealthOptions
+from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
 from slogen.rules.tiers import override_error
+from slogen.views import SLOView, from_context
 
 
 @dataclass(frozen=True)
@@ -35,18 +39,22 @@ class BuildOptions:
     autoscaling: bool = True  # generate KEDA objects from autoscaling/ next to the inputs
 
 
-@dataclass
+@dataclass(frozen=True)
 class Catalog:
-    """Everything generation reads: the SLOs and their rules, the alert windows, the autoscaling
-    pools and the SLO files' text (for the tap's ConfigMap)."""
+    """Everything the build's steps read: the options, the SLOs and their rules, the views the artifacts
+    read of them, the alert windows, the health and capacity alerts, the autoscaling pools and the SLO
+    files' text (for the tap's ConfigMap)."""
 
+    options: BuildOptions
     slos: list[SLO]
     results: list[SLOResult]
     windows: dict[int, AlertWindows]
     warnings: list[SpecError] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # e.g. SLOs left without generated tests, and why
     pools: tuple[Pool, ...] = ()  # autoscaling/ next to the inputs (none with `--no-autoscaling`)
     spec_files: dict[str, str] = field(default_factory=dict)  # SLO file path under the root -> its text
+    views: tuple[SLOView, ...] = ()  # one per result, in the results' order
+    health_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-health-alerts`
+    capacity_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-capacity-rules`
 
     @property
     def services(self) -> dict[str, list[SLOResult]]:
@@ -77,9 +85,34 @@ def spec_files(slos: list[SLO], root: Path) -> dict[str, str]:
     return out
 
 
+def _refuse(problems: list[tuple[str, str]], what: str) -> None:
+    """SpecErrors naming every bad build option (and the flag that sets it), if any."""
+    if problems:
+        raise SpecErrors([SpecError("slogen build", f"{what} option {name} {why}", fix=f"pass a valid --{name.replace('_', '-')}")
+                          for name, why in problems])
+
+
+def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOptions) -> tuple[HealthAlert, ...]:
+    """The alerts `make` generates from `opts` (none when they are off); SpecErrors for bad options."""
+    if not opts.enabled:
+        return ()
+    _refuse(opts.problems(), what)
+    return tuple(make(opts, gen.runbook_base_url, dict(gen.extra_labels), gen.grafana_url))
+
+
+def health_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
+    """The capacity and health alerts a build generates (none with `--no-health-alerts`)."""
+    return _alerts(options.health, "health alert", health.health_alerts, options.gen)
+
+
+def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
+    """The KV-seat alerts a build generates (none with `--no-capacity-rules`)."""
+    return _alerts(options.capacity, "capacity", capacity.capacity_alerts, options.gen)
+
+
 def compile_catalog(options: BuildOptions) -> Catalog:
-    """Load and validate every input, and generate the rules of every SLO; SpecErrors lists every
-    problem, AutoscalingError the first in autoscaling/."""
+    """Load and validate every input, generate the rules of every SLO, and compute what the steps share;
+    SpecErrors lists every problem, AutoscalingError the first in autoscaling/."""
     loaded = load_paths(list(options.inputs))
     extra = load_paths(list(options.windows_paths), windows_only=True).windows if options.windows_paths else []
     windows = merge(loaded.windows + extra, dict(options.gen.windows))
@@ -90,5 +123,6 @@ def compile_catalog(options: BuildOptions) -> Catalog:
     results = generate(loaded.slos, gen)
     root = input_root(options)
     pools = load_autoscaling([root / AUTOSCALING_DIR]).pools if options.autoscaling else ()
-    return Catalog(loaded.slos, results, windows, loaded.warnings, pools=pools,
-                   spec_files=spec_files(loaded.slos, root))
+    return Catalog(options, loaded.slos, results, windows, loaded.warnings, pools=pools,
+                   spec_files=spec_files(loaded.slos, root), views=tuple(from_context(r.ctx) for r in results),
+                   health_alerts=health_alerts(options), capacity_alerts=capacity_alerts(options))

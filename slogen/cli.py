@@ -130,9 +130,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     gen = _gen_options(args, _windows(args.windows))
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
                            autoscaling=args.autoscaling)
-    catalog, artifacts = build(options)
+    built = build(options)
+    catalog, artifacts = built.catalog, built.files
     _report([], catalog.warnings)
-    for note in catalog.notes:
+    for note in built.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.check:
         stale = stale_outputs(artifacts, args.out)

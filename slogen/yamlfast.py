@@ -127,13 +127,9 @@ def _float(x: float) -> str:
     return value
 
 
-def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
-    """`obj` as PyYAML writes it (`dump` is that writer, asked once per distinct string); None: not this writer's."""
-    if not isinstance(obj, (dict, list)) or not obj:
-        return None
-    out: list[str] = []
-    append = out.append
-    values, keys = _VALUE_CACHE, _KEY_CACHE
+def _scalar_writer(append: Callable[[str], None], dump: Callable[[Any], str]) -> Callable[[Any, int], None]:
+    """The writer of one scalar for `write` (a closure over its output, as hot as an inline one)."""
+    values = _VALUE_CACHE
 
     def scalar(value: Any, indent: int) -> None:
         """After `key:` or `-`: ` text\\n`, or a literal block's head and its lines at `indent`."""
@@ -159,6 +155,19 @@ def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
             append(" " + _float(value) + "\n")
         else:
             raise _Unsupported
+
+    return scalar
+
+
+def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
+    """`obj` as PyYAML writes it (`dump` is that writer, asked once per distinct string); None: not this writer's."""
+    if not isinstance(obj, (dict, list)) or not obj:
+        return None
+    out: list[str] = []
+    append = out.append
+    keys = _KEY_CACHE
+
+    scalar = _scalar_writer(append, dump)
 
     def mapping(m: dict, indent: int, first_inline: bool) -> None:
         pad = " " * indent

@@ -35,7 +35,6 @@ from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
-from slogen.rules.files import capacity_alerts, health_alerts
 from slogen.writers import GENERATED_MARKER
 from slogen.yamlio import dump
 
@@ -161,18 +160,4 @@ def alertmanager_file(config: dict, version: str) -> str:
     return HEADER.replace("VERSION", version, 1) + "\n" + dump(config)
 
 
-def alertmanager_files(catalog, options) -> dict[str, str]:
-    """Chain entry for `slogen build` (`slogen.build.ARTIFACT_GENERATORS`): `(Catalog, BuildOptions)`."""
-    alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
-    if not alerting and not options.health.enabled and not options.capacity.enabled:
-        return {}
-    catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
-    compat = options.gen.sloth_compat
-    tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
-    health = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, "")) for a in [*health_alerts(options), *capacity_alerts(options)]]
-    config = alertmanager_config(catalogs, tiers, health)
-    return {ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)}
-
-
-__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_file",
-           "alertmanager_files", "timers"]
+__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_file", "timers"]

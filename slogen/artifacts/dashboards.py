@@ -8,8 +8,7 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import attr
@@ -20,7 +19,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen.artifacts import grafana as gf
 from slogen import promql as q
 from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
-from slogen.artifacts.views import (
+from slogen.views import (
     SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
 )
 
@@ -416,12 +415,8 @@ def _kv_steps(slos: Sequence[SLOView]) -> tuple[tuple[float | None, str], ...]:
     return ((None, "green"), (thresholds[0], "red")) if thresholds else ((None, "green"),)
 
 
-def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
-    """Serving capacity and latency across engines, GPUs and LoRA adapters; thresholds from the SLOs."""
-    m = _fleet_matchers()
-    gm = _gpu_matchers()
-    grid = _Grid()
-    engine_legend = ENGINE_LEGEND
+def _throughput_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "Throughput and goodput" of the fleet dashboard: its header and panels, placed on `grid`."""
     p: list = [grid.row("Throughput and goodput")]
     p.append(grid.place(_timeseries("Goodput vs raw output tokens/s", [
         gf.prom_target(q.sum_rate(c.GOODPUT_TOKENS.name, m, RATE), "goodput tokens/s (tap)", "A"),
@@ -442,10 +437,14 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         gf.prom_target(q.sum_rate(c.PROMPT_TOKENS.name, m, RATE, (c.LABEL_MODEL,)), "prompt {{model}}", "A"),
         gf.prom_target(q.sum_rate(c.GENERATION_TOKENS.name, m, RATE, (c.LABEL_MODEL,)), "generation {{model}}", "B"),
     ]), 24, 7))
+    return p
 
+
+def _tap_latency_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "Latency as clients see it (the tap)" of the fleet dashboard: its header and panels, placed on `grid`."""
     # Fleet latency comes from the tap, whose buckets are one ladder fleet-wide; the engines' own histograms are
     # read per engine kind (each kind has its ladder). Summed over unlike ladders a p90 of 1.3 s read as 9 s.
-    p.append(grid.row("Latency as clients see it (the tap)"))
+    p: list = [grid.row("Latency as clients see it (the tap)")]
     tap_note = "Client-side, from the goodput tap (one bucket ladder on every tap); completed requests only."
     for metric, label in ((c.TAP_TTFT, "TTFT"), (c.TAP_TPOT, "TPOT")):
         p.append(grid.place(gf.Heatmap(title=f"{label} heatmap", dataSource=gf.PROMETHEUS, unit="s", description=tap_note,
@@ -458,7 +457,12 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         ], unit="s", description=tap_note), 12, 8))
     p.append(grid.place(_timeseries(LATE_TITLE + " by SLO class", [_late_requests(m, (c.LABEL_SLO_CLASS,))],
                                     unit="reqps", description=LATE_NOTE), 24, 6))
-    p.append(grid.row("Latency inside the engines (per engine kind)"))
+    return p
+
+
+def _engine_latency_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "Latency inside the engines (per engine kind)" of the fleet dashboard: its header and panels, placed on `grid`."""
+    p: list = [grid.row("Latency inside the engines (per engine kind)")]
     for metric, label in ((c.TTFT, "TTFT"), (c.TPOT, "TPOT")):
         p.append(grid.place(_timeseries(f"Engine {label} p50 / p90 / p99 per engine kind", [
             gf.prom_target(q.histogram_quantile(quant, metric, m, RATE, PER_KIND), f"p{round(quant * 100)} {{{{engine}}}}",
@@ -467,8 +471,13 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         ], unit="s", description="Engine-side, one line per engine kind: each kind has its own bucket edges "
                                  "(llmslo/bucket_edges.py), and a sum over unlike ladders misplaces every quantile."),
             12, 8))
+    return p
 
-    p.append(grid.row("Queue and KV cache"))
+
+def _queue_kv_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "Queue and KV cache" of the fleet dashboard: its header and panels, placed on `grid`."""
+    engine_legend = ENGINE_LEGEND
+    p: list = [grid.row("Queue and KV cache")]
     p.append(grid.place(_timeseries("Queue depth per engine", [
         gf.prom_target(_per_engine("sum", c.REQUESTS_WAITING, m), "waiting " + engine_legend, "A"),
         gf.prom_target(_per_engine("sum", c.REQUESTS_RUNNING, m), "running " + engine_legend, "B"),
@@ -498,8 +507,12 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
         q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, ENGINE_BY),
         q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, ENGINE_BY)), engine_legend)],
         unit="percentunit"), 8, 8))
+    return p
 
-    p.append(grid.row("Capacity: KV seats"))
+
+def _capacity_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "Capacity: KV seats" of the fleet dashboard: its header and panels, placed on `grid`."""
+    p: list = [grid.row("Capacity: KV seats")]
     pool_by = POOL_BY
     pool_legend = POOL_LEGEND
     seats_note = ("Pool series have no node label: they show while Node is All. "
@@ -525,8 +538,13 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
     p.append(grid.place(_timeseries("Preemption rate per pool", [gf.prom_target(
         q.sum_rate(c.PREEMPTIONS.name, m, RATE, pool_by), pool_legend)], unit="reqps",
         description="Running requests evicted for lack of KV blocks: seats already ran out."), 12, 8))
+    return p
 
-    p.append(grid.row("GPU memory"))
+
+def _gpu_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "GPU memory" of the fleet dashboard: its header and panels, placed on `grid`."""
+    gm = _gpu_matchers()
+    p: list = [grid.row("GPU memory")]
     gpu_legend = "{{%s}} GPU {{gpu}} {{cluster}}" % c.LABEL_HOSTNAME
     p.append(grid.place(_timeseries("HBM used per GPU", [gf.prom_target(q.selector(c.GPU_MEMORY_USED.name, gm), gpu_legend)],
                                     unit="bytes"), 8, 8))
@@ -538,8 +556,13 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
                                     targets=[gf.prom_target(f"{q.selector(c.GPU_MEMORY_USED.name, gm)} / "
                                                             f"{q.selector(c.GPU_MEMORY_TOTAL.name, gm)}", gpu_legend)]),
                         8, 8))
+    return p
 
-    p.append(grid.row("LoRA adapters"))
+
+def _lora_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
+    """The row "LoRA adapters" of the fleet dashboard: its header and panels, placed on `grid`."""
+    engine_legend = ENGINE_LEGEND
+    p: list = [grid.row("LoRA adapters")]
     p.append(grid.place(_timeseries("LoRA adapters running and waiting per engine", [
         gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_RUNNING, m), "running " + engine_legend, "A"),
         gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_WAITING, m), "waiting " + engine_legend, "B"),
@@ -548,6 +571,15 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
                                     thresholds=gf.thresholds((None, "blue")),
                                     targets=[gf.prom_target(_per_engine("max", c.LORA_ADAPTERS_MAX, m), engine_legend)]),
                         8, 8))
+    return p
+
+
+def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
+    """Serving capacity and latency across engines, GPUs and LoRA adapters; thresholds from the SLOs."""
+    m = _fleet_matchers()
+    grid = _Grid()
+    rows = (_throughput_row, _tap_latency_row, _engine_latency_row, _queue_kv_row, _capacity_row, _gpu_row, _lora_row)
+    p = [panel for row in rows for panel in row(grid, m, slos)]
     return _dashboard("LLM serving fleet", FLEET_DASHBOARD_UID,
                       "Goodput, latency, queue, KV cache, GPU memory and LoRA adapters across the serving fleet.",
                       p, _fleet_variables(), "now-6h", ["fleet"])
@@ -556,31 +588,9 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
 # --------------------------------------------------------------------------------------
 # Generator entry point
 # --------------------------------------------------------------------------------------
-_REMEMBERED: list[list] = []  # one [(views, files)] per open `remembering()`
-
-
-@contextmanager
-def remembering() -> Iterator[None]:
-    """Within it, dashboard_files answers equal views from memory: one build asks twice (the dashboards,
-    then their tests), and rendering 2,000 dashboards took 2 s. Scoped to a build, so a change between
-    builds (or a test's patch) is always seen."""
-    _REMEMBERED.append([])
-    try:
-        yield
-    finally:
-        _REMEMBERED.pop()
-
-
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
     """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
-    memo = _REMEMBERED[-1] if _REMEMBERED else None
-    key = tuple(slos)
-    for views, files in memo or ():
-        if views == key:
-            return dict(files)
     files = {FLEET_FILE: gf.render(fleet_dashboard(slos))}
     for slo in sorted(slos, key=lambda s: s.slo_id):
         files[slo_dashboard_path(slo)] = gf.render(slo_dashboard(slo))
-    if memo is not None:
-        memo[:] = [(key, files)]
-    return dict(files)
+    return files

@@ -22,7 +22,7 @@ import yaml
 
 from slogen.autoscaling import Pool
 from slogen.artifacts.keda import HEADER, Signal, behavior, render, signals
-from slogen.artifacts.views import SLOView
+from slogen.views import SLOView
 
 OUTPUT_DIR = "deploy/generated/hpa"
 HPAS = f"{OUTPUT_DIR}/horizontalpodautoscalers.yaml"

@@ -28,7 +28,7 @@ import yaml
 from llmslo import conventions as c
 from slogen.autoscaling import AutoscalingError, Pool, ScalePolicy
 from slogen import promql as q
-from slogen.artifacts.views import SLI_LATENCY, SLOView
+from slogen.views import SLI_LATENCY, SLOView
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 OUTPUT = "deploy/generated/keda/scaledobjects.yaml"

@@ -20,7 +20,7 @@ from slogen import promql as q
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.artifacts.dashboards import ENGINE_BY, FLEET_FILE, goodput_ratio, slo_dashboard_path
 from slogen.plugins.llm import le_regex
-from slogen.artifacts.views import (
+from slogen.views import (
     ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
 )
 

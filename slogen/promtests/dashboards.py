@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.gofloat import client_float
 from slogen.artifacts import dashboards as d
-from slogen.artifacts.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
+from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 from slogen.errors import SpecError, SpecErrors
 from slogen.gofmt import label_filter
 from slogen.promtests import fleet_scenario as fs
@@ -137,7 +137,7 @@ def _pools(f: fs.Fleet, i: int) -> list[Sample]:
 # The per-SLO dashboards
 # --------------------------------------------------------------------------------------
 def _windows(slo: SLOView) -> list[str]:
-    from slogen.artifacts.views import window_seconds
+    from slogen.views import window_seconds
     tiers = {w for t in slo.tiers for w in (t.long_window, t.short_window)}
     return sorted({*slo.windows, *tiers, slo.period, slo.base_window}, key=window_seconds)
 
@@ -219,7 +219,7 @@ def slo_answers(slo: SLOView, f: fs.Fleet = fs.FLEET) -> Answers:
     sli_windows = [slo.base_window] + [w for w in ("1h",) if w in slo.windows and w != slo.base_window]
     for i, w in enumerate(sli_windows):
         out[("SLI vs objective", chr(65 + i))] = ratio(w)
-    from slogen.artifacts.views import window_seconds
+    from slogen.views import window_seconds
     burn = sorted({w for t in slo.tiers for w in (t.long_window, t.short_window)} or {slo.base_window}, key=window_seconds)
     for i, w in enumerate(burn):
         out[("Burn rate per window", chr(65 + i))] = [(_slo_labels(slo, w), error_ratio(slo, w) / _budget(slo))]
@@ -288,9 +288,8 @@ def _cumulative(samples: list[Sample]) -> bool:
     return all(a <= b for a, b in zip(values, values[1:]))
 
 
-def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None) -> dict:
+def dashboard_tests(slos: Sequence[SLOView], files: Mapping[str, str]) -> dict:
     """The promtool test document for every panel of every generated dashboard (`files`: path -> JSON text)."""
-    files = files if files is not None else d.dashboard_files(slos)
     fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
     by_path = {d.FLEET_FILE: fleet_answers(slos, fleet), **{d.slo_dashboard_path(s): slo_answers(s, fleet) for s in slos}}
     errors: list[SpecError] = []
@@ -341,13 +340,3 @@ def dashboard_tests(slos: Sequence[SLOView], files: dict[str, str] | None = None
               series, main),
         group("calendar-month budget 1d into a 31-day month after a 10-minute outage", month_inputs, month),
     ]}
-
-
-def dashboard_test_files(catalog, options) -> dict[str, str]:
-    """dashboards/dashboards.test.yaml, as a chain entry `(catalog, options) -> {relative path: text}`."""
-    from slogen.artifacts.views import from_context
-    from slogen.writers import header
-    from slogen.yamlio import dump
-
-    doc = dashboard_tests([from_context(r.ctx) for r in catalog.results])
-    return {TEST_FILE: header("the dashboards in dashboards/", options.gen.version) + "\n" + dump(doc)}

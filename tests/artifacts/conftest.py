@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from slogen.rules.bucket_alerts import runbook_details
-from slogen.artifacts.views import ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, AlertView, BurnTier, SLOView
+from slogen.views import ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, AlertView, BurnTier, SLOView
 
 ROOT = Path(__file__).resolve().parents[2]
 

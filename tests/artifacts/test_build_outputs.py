@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.artifacts.files import artifact_files
 from slogen.build import BuildOptions, build as slogen_build
+from slogen.steps import STEPS
 from slogen.paths import prometheus_rule_path
 from slogen.artifacts.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
 from tests.helpers.dashboards import iter_queries
@@ -88,7 +88,8 @@ def build(request, tmp_path_factory):
     (root / "autoscaling" / "pools.yaml").write_text(POOLS)
     options = BuildOptions(inputs=(str(root / "slos"),),
                            gen=GenOptions(sloth_compat=request.param, runbook_base_url=BASE_URL))
-    catalog, files = slogen_build(options)
+    built = slogen_build(options)
+    catalog, files = built.catalog, built.files
     return (root, options, catalog), catalog.results, files
 
 
@@ -211,7 +212,7 @@ def test_no_health_alerts_option_drops_their_files(build):
 
     (root, options, catalog), _, files = build
     without = dataclasses.replace(options, health=HealthOptions(enabled=False))
-    _, fewer = slogen_build(without)
+    fewer = slogen_build(without).files
     assert set(files) - set(fewer) == {
         f"alerts/{c.HEALTH.GROUP}.rules.yaml", f"alerts/{c.HEALTH.GROUP}.test.yaml",
         prometheus_rule_path(c.HEALTH.GROUP), *(f"docs/runbooks/{n}.md" for n in c.HEALTH.ALERTS)}
@@ -220,6 +221,6 @@ def test_no_health_alerts_option_drops_their_files(build):
 
 def test_build_is_deterministic(build):
     (root, options, catalog), _, files = build
-    again = artifact_files(catalog, options)
+    again = {p: t for step in STEPS for p, t in step.run(catalog).files.items()}
     assert again and all(files[p] == text for p, text in again.items())
     assert KEDA_OUTPUT in again  # autoscaling/ was found next to the input directory

@@ -16,7 +16,7 @@ import yaml
 from llmslo import conventions as c
 from slogen import promql as q
 from slogen.artifacts import dashboards as d
-from slogen.artifacts.views import from_context
+from slogen.views import from_context
 from slogen.errors import SpecErrors
 from slogen.loaders import load_paths
 from slogen.promtests import dashboards as pt
@@ -77,7 +77,7 @@ def test_answers_are_the_hand_derived_ones(views):
 
 
 def _fails_on(promtool, views, tmp_path, needle: str) -> str:
-    proc = promtool_test(promtool, pt.dashboard_tests(views), tmp_path)
+    proc = promtool_test(promtool, pt.dashboard_tests(views, d.dashboard_files(views)), tmp_path)
     assert proc.returncode != 0, "promtool passed a broken panel"
     failed = proc.stdout + proc.stderr
     assert needle in failed, failed[:2000]
@@ -122,7 +122,7 @@ def test_a_hang_shows_in_the_late_requests_panels_and_in_no_percentile(promtool,
 def test_a_legend_naming_a_missing_label_stops_the_build(views, monkeypatch):
     monkeypatch.setattr(d, "ENGINE_LEGEND", "{{Hostname}} {{pod}}")
     with pytest.raises(SpecErrors, match=r"legend names \{\{Hostname\}\}"):
-        pt.dashboard_tests(views)
+        pt.dashboard_tests(views, d.dashboard_files(views))
 
 
 def test_a_panel_without_an_answer_stops_the_build(views, monkeypatch):
@@ -130,7 +130,7 @@ def test_a_panel_without_an_answer_stops_the_build(views, monkeypatch):
     monkeypatch.setattr(pt, "fleet_answers", lambda slos, f: {k: v for k, v in answers(slos, f).items()
                                                               if k[0] != "Goodput ratio now"})
     with pytest.raises(SpecErrors, match="'Goodput ratio now' .* has no expected answer"):
-        pt.dashboard_tests(views)
+        pt.dashboard_tests(views, d.dashboard_files(views))
 
 
 def test_a_heatmap_with_falling_buckets_is_refused():
@@ -144,5 +144,5 @@ def test_a_heatmap_with_falling_buckets_is_refused():
 def test_every_kind_of_slo_gets_passing_dashboard_tests(promtool, sample_slos, tmp_path):
     """Not just slos/: engine-sourced latency (ITL too), tap E2E, engine availability, KV headroom, a Sloth raw
     SLI without event rates (time-weighted month budget); `slogen build` must not stop on a valid spec."""
-    proc = promtool_test(promtool, pt.dashboard_tests(sample_slos), tmp_path)
+    proc = promtool_test(promtool, pt.dashboard_tests(sample_slos, d.dashboard_files(sample_slos)), tmp_path)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout[-3000:] + proc.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slogen.cli import main
-from slogen.artifacts.views import window_seconds
+from slogen.views import window_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import yaml
 from llmslo import conventions as c
 from slogen.artifacts import runbooks as rb
 from tests.helpers.promql_names import metric_names
-from slogen.artifacts.views import AlertView
+from slogen.views import AlertView
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["Meaning", "Impact", "Diagnosis", "Mitigation"]
@@ -139,7 +139,7 @@ def test_rendering_is_deterministic(files, sample_alerts):
 
 @pytest.fixture
 def health_files() -> dict[str, str]:
-    from slogen.artifacts.views import health_alert_views
+    from slogen.views import health_alert_views
     from slogen.rules import health
 
     alerts = health.health_alerts(health.HealthOptions(), "https://runbooks.example.com")

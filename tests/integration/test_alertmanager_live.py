@@ -110,7 +110,7 @@ def _generated_demo_config() -> dict:
     """What `slogen build --windows demo/windows.yaml --override-period 1d` writes to alerts/alertmanager.yaml."""
     options = BuildOptions(inputs=(str(REPO / "slos"),), windows_paths=(str(DEMO_WINDOWS),),
                            gen=GenOptions(period_override=DAY), autoscaling=False)
-    _, artifacts = build(options)
+    artifacts = build(options).files
     return yaml.safe_load(artifacts[ALERTMANAGER_FILE])
 
 

@@ -26,7 +26,7 @@ from slogen.artifacts.dashboards import dashboard_files
 from tests.helpers.dashboards import iter_queries
 from slogen.artifacts.keda import keda_files
 from slogen.rules.options import GenOptions
-from slogen.artifacts.views import from_context
+from slogen.views import from_context
 from slogen.loaders import load_paths
 from slogen.writers import rule_file
 

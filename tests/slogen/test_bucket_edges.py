@@ -27,11 +27,10 @@ from llmslo import conventions as c
 from slogen.build import BuildOptions, build
 from slogen.paths import rules_path
 from slogen.paths import tests_path as service_tests_path
-from slogen.promtests.files import rule_tests
-from slogen.rules.files import rule_files
+from slogen.steps import STEPS
 from slogen.errors import SpecErrors
 from slogen.rules import generate
-from slogen.artifacts import views
+from slogen import views
 from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
 from slogen.rules.options import GenOptions
 from slogen.loaders import load_paths
@@ -291,7 +290,7 @@ def _build(tmp_path: Path, *specs: str) -> Path:
     src.mkdir()
     for s in specs:
         shutil.copy(SPECS / s, src / s)
-    _, artifacts = build(BuildOptions(inputs=(str(src),)), generators=[rule_files, rule_tests])
+    artifacts = build(BuildOptions(inputs=(str(src),)), [s for s in STEPS if s.name in ("rules", "tests")]).files
     out = tmp_path / "out"
     for rel, text in artifacts.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)

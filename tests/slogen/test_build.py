@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from slogen import build as b
 from slogen.outputs import stale_outputs
+from slogen.steps import STEPS, Produced, Step
 from slogen.cli import main
 from llmslo.files import write_atomic
 
@@ -60,7 +62,7 @@ def test_check_detects_stale_missing_and_orphaned_outputs(workdir, capsys):
 
 def test_committed_outputs_are_current():
     """CI guard: alerts/ and deploy/generated/ in the repository match a fresh `slogen build`."""
-    _, artifacts = b.build(b.BuildOptions(inputs=(str(REPO / "slos"),)))
+    artifacts = b.build(b.BuildOptions(inputs=(str(REPO / "slos"),))).files
     artifacts = {k: v.replace(str(REPO) + "/", "") for k, v in artifacts.items()}
     stale = stale_outputs(artifacts, REPO)
     assert not [s for s in stale if s.split(":")[0] in artifacts], stale
@@ -83,12 +85,27 @@ def test_atomic_write_leaves_old_file_intact_on_failure(tmp_path, monkeypatch):
     assert write_atomic(target, "new\n") is False  # unchanged content is not rewritten
 
 
-def test_artifact_chain_is_appendable(workdir):
-    def extra(catalog, options):
-        return {"dashboards/count.txt": f"{len(catalog.slos)}\n"}
+def test_the_step_list_is_appendable(workdir):
+    def count(catalog):
+        return Produced({"dashboards/count.txt": f"{len(catalog.slos)}\n"}, ("counted",))
 
-    _, artifacts = b.build(b.BuildOptions(), [*b.ARTIFACT_GENERATORS, extra])
-    assert artifacts["dashboards/count.txt"] == "10\n" and "alerts/chat.rules.yaml" in artifacts
+    built = b.build(b.BuildOptions(), [*STEPS, Step("count", count)])
+    assert built.files["dashboards/count.txt"] == "10\n" and "alerts/chat.rules.yaml" in built.files
+    assert built.notes[-1] == "counted"
+
+
+def test_two_steps_making_one_path_is_an_error(workdir):
+    twice = Step("twice", lambda catalog: Produced({"alerts/chat.rules.yaml": "x\n"}))
+    with pytest.raises(b.SpecErrors, match="two build steps both produce alerts/chat.rules.yaml"):
+        b.build(b.BuildOptions(), [*STEPS, twice])
+
+
+def test_steps_read_a_frozen_catalog(workdir):
+    """A step cannot leave anything in the catalog for a later one: what it makes is what it returns."""
+    catalog = b.build(b.BuildOptions(), []).catalog
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        catalog.slos = []  # type: ignore[misc]
+    assert len(catalog.views) == len(catalog.results) and catalog.health_alerts and catalog.capacity_alerts
 
 
 def test_override_period_uses_the_demo_catalog_it_is_given(workdir, capsys):
@@ -107,26 +124,31 @@ def test_override_period_uses_the_demo_catalog_it_is_given(workdir, capsys):
 
 
 def test_a_parallel_build_makes_the_same_files_and_notes(tmp_path):
-    """From PARALLEL_MIN_SLOS SLOs on, the promtool tests are generated in a forked child: same bytes, and the
-    notes (SLOs left without tests) in the same places as one process makes them."""
+    """From PARALLEL_MIN_SLOS SLOs on, the forkable steps (the promtool tests) run in a forked child: same bytes,
+    and the notes (SLOs left without tests) in the same places as one process makes them."""
     from bench.bench_slogen import write_specs
 
     options = b.BuildOptions(inputs=(str(write_specs(tmp_path, 20)),))
-    one_catalog, one = b.build(options, parallel=False)
-    two_catalog, two = b.build(options, parallel=True)
-    assert two == one and any(p.endswith(".test.yaml") for p in one)
-    assert two_catalog.notes == one_catalog.notes and any("no generated tests" in n for n in one_catalog.notes)
+    one = b.build(options, parallel=False)
+    two = b.build(options, parallel=True)
+    assert two.files == one.files and any(p.endswith(".test.yaml") for p in one.files)
+    assert two.notes == one.notes and any("no generated tests" in n for n in one.notes)
+    assert [s.name for s in STEPS if s.forkable] == ["tests"]
 
 
-def test_a_parallel_build_raises_the_error_one_process_raises(workdir, monkeypatch):
-    """The child fails, the generator runs again here and raises; its error comes first, as in the chain."""
-    def tests_fail(catalog, options):
+def test_a_parallel_build_raises_the_error_one_process_raises(workdir):
+    """The child fails, the step runs again here and raises; its error comes first, as in the step list."""
+    def tests_fail(catalog):
         raise b.SpecErrors([b.SpecError("alerts/chat.test.yaml", "tests broke", fix="-")])
 
-    def later_fails(catalog, options):
+    def later_fails(catalog):
         raise b.SpecErrors([b.SpecError("dashboards/x.json", "dashboards broke", fix="-")])
 
-    monkeypatch.setattr(b, "rule_tests", tests_fail)
+    rules = next(s for s in STEPS if s.name == "rules")
     for parallel in (False, True):
         with pytest.raises(b.SpecErrors, match="tests broke"):
-            b.build(b.BuildOptions(), [b.rule_files, tests_fail, later_fails], parallel=parallel)
+            b.build(b.BuildOptions(), [rules, Step("tests", tests_fail, forkable=True), Step("later", later_fails)],
+                    parallel=parallel)
+        with pytest.raises(b.SpecErrors, match="dashboards broke"):  # an earlier step's error comes first
+            b.build(b.BuildOptions(), [rules, Step("later", later_fails), Step("tests", tests_fail, forkable=True)],
+                    parallel=parallel)

@@ -17,7 +17,8 @@ from exporter.promtext import parse
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from slogen.build import BuildOptions
-from slogen.rules.files import capacity_rules
+from slogen.catalog import compile_catalog
+from slogen.steps import capacity_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors
@@ -100,7 +101,7 @@ def test_seats_on_every_engine_page(promtool, tmp_path):
 def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, tmp_path):
     opts = CapacityOptions(footprint_window=1 * 60 * MINUTE, trend_window=20 * MINUTE, seats_low=10, seats_low_for=5 * MINUTE,
                            exhaustion_minutes=30, exhaustion_for=10 * MINUTE)
-    files = capacity_rules(None, BuildOptions(capacity=opts))
+    files = capacity_rules(compile_catalog(BuildOptions(inputs=(), capacity=opts, autoscaling=False))).files
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(files[RULES])["groups"] for r in g["rules"]}
     assert list(rules) == [K.FREE_TOKENS, K.FOOTPRINT_P99, K.FOOTPRINT_P50, K.SEATS_P99, K.SEATS_P50,
                            K.POOL_SEATS_P99, K.POOL_SEATS_P50, K.POOL_WAITING, K.POOL_MINUTES_TO_EXHAUSTION, *K.ALERTS]
@@ -116,7 +117,7 @@ def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, t
 def test_bad_options_are_reported_with_the_option_and_the_fix():
     bad = CapacityOptions(seats_low=0, exhaustion_minutes=5, exhaustion_for=5 * MINUTE, trend_window=90_000)
     with pytest.raises(SpecErrors) as err:
-        capacity_rules(None, BuildOptions(capacity=bad))
+        compile_catalog(BuildOptions(inputs=(), capacity=bad, autoscaling=False))
     text = str(err.value)
     for name in ("capacity_seats_low", "capacity_exhaustion_for", "capacity_trend_window"):
         assert f"--{name.replace('_', '-')}" in text, name
@@ -136,10 +137,10 @@ def test_cli_flags_set_the_options_and_no_capacity_rules_drops_them(tmp_path, mo
 def test_default_build_has_the_capacity_files_and_runbooks():
     from slogen.build import build
 
-    _, artifacts = build(BuildOptions())
+    artifacts = build(BuildOptions()).files
     assert {RULES, TESTS, f"deploy/generated/prometheusrule-{K.GROUP}.yaml"} <= set(artifacts)
     assert all(f"docs/runbooks/{n}.md" in artifacts for n in K.ALERTS)
-    _, fewer = build(dataclasses.replace(BuildOptions(), capacity=CapacityOptions(enabled=False)))
+    fewer = build(dataclasses.replace(BuildOptions(), capacity=CapacityOptions(enabled=False))).files
     assert set(artifacts) - set(fewer) == {RULES, TESTS, f"deploy/generated/prometheusrule-{K.GROUP}.yaml",
                                            *(f"docs/runbooks/{n}.md" for n in K.ALERTS)}
 

@@ -11,7 +11,8 @@ import yaml
 
 from llmslo import conventions as c
 from slogen.build import BuildOptions, build
-from slogen.rules.files import health_rules
+from slogen.catalog import compile_catalog
+from slogen.steps import health_rules
 from slogen.cli import main
 from slogen.durations import MINUTE
 from slogen.errors import SpecErrors
@@ -28,7 +29,7 @@ BASE_URL = "https://git.example.com/llm/blob/main"
 
 def files_for(health: HealthOptions, **gen) -> dict[str, str]:
     options = BuildOptions(inputs=(str(REPO / "slos"),), gen=GenOptions(runbook_base_url=BASE_URL, **gen), health=health)
-    return health_rules(None, options)
+    return dict(health_rules(compile_catalog(options)).files)
 
 
 def promtool_test(promtool: str, files: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -148,6 +149,6 @@ def test_cli_flags_set_the_options_and_no_health_alerts_drops_them(tmp_path, cap
 
 
 def test_health_files_come_out_of_the_default_build():
-    _, artifacts = build(BuildOptions(inputs=(str(REPO / "slos"),)))
+    artifacts = build(BuildOptions(inputs=(str(REPO / "slos"),))).files
     assert {RULES, TESTS, f"deploy/generated/prometheusrule-{c.HEALTH.GROUP}.yaml"} <= set(artifacts)
     assert all(f"docs/runbooks/{n}.md" in artifacts for n in c.HEALTH.ALERTS)

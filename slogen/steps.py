@@ -1,0 +1,188 @@
+"""The build's steps: one explicit list, `STEPS`, each a typed step from the catalog to what it produces.
+
+A step reads the catalog only (`slogen.catalog.Catalog`: the options, the SLOs and their rules, their
+views, the health and capacity alerts, the pools, the SLO files' text; all computed once, frozen) and
+returns a `Produced`: its files (relative path -> text) and its notes (what the CLI prints, e.g. SLOs
+left without generated tests). No step opens a file or leaves anything for another step; `slogen.build`
+runs them in order and joins what they produce. The folders hold the generators the steps call:
+`rules/` the compiled rules and their files' text, `promtests/` the promtool tests, `artifacts/`
+dashboards, runbooks, Kubernetes objects and the Alertmanager configuration.
+
+To add an artifact: write its generator in its folder (a pure function of values), a step here that
+calls it with what it needs from the catalog, and append the step to `STEPS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmslo.conventions import CAPACITY, HEALTH
+from llmslo.conventions import SLO as C
+from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config, alertmanager_file
+from slogen.artifacts.dashboards import dashboard_files
+from slogen.artifacts.deploy import deploy_files
+from slogen.artifacts.hpa import hpa_files
+from slogen.artifacts.keda import keda_files
+from slogen.artifacts.runbooks import runbook_files
+from slogen.catalog import Catalog
+from slogen.loaders.k8s import API_VERSION as K8S_SPEC
+from slogen.paths import prometheus_rule_path, rules_path, tests_path
+from slogen.promtests.capacity_tests import capacity_tests
+from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
+from slogen.promtests.dashboards import dashboard_tests
+from slogen.promtests.health_tests import health_tests
+from slogen.promtests.slo_tests import service_tests
+from slogen.rules import SLOResult, capacity, health
+from slogen.views import alert_views, health_alert_views
+from slogen.writers import GENERATED_MARKER, K8S_LABELS, header, prometheus_rule, rule_file
+from slogen.yamlio import dump
+
+HEALTH_HEADER = (f"# {GENERATED_MARKER} ({{version}}): capacity and health alerts.\n"
+                 "# DO NOT EDIT: change the slogen build options (see docs/slogen.md) and run `slogen build`.\n")
+CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecast and the capacity alerts.\n"
+                   "# DO NOT EDIT: change the slogen build options (see docs/slogen.md) and run `slogen build`.\n")
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What one step makes: files (relative path -> text) and notes for the person running the build."""
+
+    files: Mapping[str, str]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the build. `forkable`: independent and heavy, so a large build may run it in a forked
+    child while this process runs the others (`slogen.build`); its output is the same either way."""
+
+    name: str
+    run: Callable[[Catalog], Produced]
+    forkable: bool = False
+
+
+def sources(items: list[SLOResult]) -> str:
+    """The SLO files a service's rules came from, for the generated file's header."""
+    return ", ".join(sorted({Path(r.slo.origin.file).as_posix() for r in items}))
+
+
+def slo_rules(catalog: Catalog) -> Produced:
+    """alerts/<service>.rules.yaml: plain Prometheus / Thanos Ruler / Mimir rule files."""
+    version = catalog.options.gen.version
+    return Produced({rules_path(svc): rule_file([g for r in items for g in r.rules.groups()], header(sources(items), version))
+                     for svc, items in catalog.services.items()})
+
+
+def slo_tests(catalog: Catalog) -> Produced:
+    """alerts/<service>.test.yaml: promtool unit tests staging an outage, a slow burn and no data; a note for
+    every SLO left without tests, and why."""
+    files, notes = {}, []
+    for svc, items in catalog.services.items():
+        doc, skipped = service_tests(items, Path(rules_path(svc)).name)
+        notes += [f"{s.slo_id}: no generated tests ({s.reason})" for s in skipped]
+        if doc is not None:
+            files[tests_path(svc)] = header(sources(items), catalog.options.gen.version) + "\n" + dump(doc)
+    return Produced(files, tuple(notes))
+
+
+def slo_prometheus_rules(catalog: Catalog) -> Produced:
+    """deploy/generated/prometheusrule-<service>.yaml: the same groups as a prometheus-operator object."""
+    out = {}
+    for svc, items in catalog.services.items():
+        origin = next((r.slo.origin for r in items if r.slo.origin.spec == K8S_SPEC), None)
+        out[prometheus_rule_path(svc)] = prometheus_rule(
+            origin.k8s_name if origin and origin.k8s_name else f"slo-{svc}",
+            [g for r in items for g in r.rules.groups()],
+            namespace=origin.k8s_namespace if origin else "",
+            labels=origin.k8s_labels if origin else None,
+            head=header(sources(items), catalog.options.gen.version))
+    return Produced(out)
+
+
+def _group_files(name: str, group, head: str, test_doc: dict, component: str) -> dict[str, str]:
+    """A build-wide group's rule file, promtool tests and PrometheusRule (`component` labels the latter)."""
+    return {
+        rules_path(name): rule_file([group], head),
+        tests_path(name): head + "\n" + dump(test_doc),
+        prometheus_rule_path(name): prometheus_rule(
+            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}),
+    }
+
+
+def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, group, component: str) -> Produced:
+    """A build-wide group's files (none without alerts): its rules, `tests(alerts, opts, rule file name)`."""
+    if not alerts:
+        return Produced({})
+    head = head.format(version=catalog.options.gen.version)
+    test_doc = tests(list(alerts), opts, Path(rules_path(name)).name)
+    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component))
+
+
+def health_rules(catalog: Catalog) -> Produced:
+    """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
+    return _build_wide(catalog, catalog.health_alerts, catalog.options.health, HEALTH.GROUP, HEALTH_HEADER,
+                       health_tests, health.health_group, "health")
+
+
+def capacity_rules(catalog: Catalog) -> Produced:
+    """alerts/llmslo-capacity.{rules,test}.yaml and its PrometheusRule: KV seats, their forecast and alerts."""
+    opts = catalog.options.capacity
+    return _build_wide(catalog, catalog.capacity_alerts, opts, CAPACITY.GROUP, CAPACITY_HEADER, capacity_tests,
+                       lambda alerts: capacity.capacity_group(opts, alerts), "capacity")
+
+
+def dashboards(catalog: Catalog) -> Produced:
+    """dashboards/: the fleet dashboard, one per SLO, and dashboards.test.yaml, every panel's number proven on
+    a synthetic fleet (rendered once, read by the tests as written)."""
+    files = dashboard_files(catalog.views)
+    doc = dashboard_tests(catalog.views, files)
+    test = header("the dashboards in dashboards/", catalog.options.gen.version) + "\n" + dump(doc)
+    return Produced({**files, DASHBOARD_TEST_FILE: test})
+
+
+def runbooks(catalog: Catalog) -> Produced:
+    """docs/runbooks/: one per alert name, the SLOs' and the health and capacity alerts'."""
+    extra = health_alert_views([*catalog.health_alerts, *catalog.capacity_alerts])
+    return Produced(runbook_files([*alert_views(catalog.results), *extra]))
+
+
+def kubernetes(catalog: Catalog) -> Produced:
+    """KEDA ScaledObjects, their HPA v2 alternative, and deploy/generated/: the kustomization listing every
+    generated object (the PrometheusRules and the ScaledObjects, not the HPAs) and the tap's ConfigMap."""
+    scaling = keda_files(catalog.pools, catalog.views)
+    extra_rules = ([prometheus_rule_path(HEALTH.GROUP)] * bool(catalog.health_alerts)
+                   + [prometheus_rule_path(CAPACITY.GROUP)] * bool(catalog.capacity_alerts))
+    rule_paths = sorted({prometheus_rule_path(r.slo.service) for r in catalog.results})
+    return Produced({**scaling, **hpa_files(catalog.pools, catalog.views),
+                     **deploy_files([*rule_paths, *extra_rules, *scaling], catalog.spec_files)})
+
+
+def alertmanager(catalog: Catalog) -> Produced:
+    """alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)."""
+    options = catalog.options
+    alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
+    if not alerting and not options.health.enabled and not options.capacity.enabled:
+        return Produced({})
+    catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
+    compat = options.gen.sloth_compat
+    tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
+    severities = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, ""))
+                  for a in [*catalog.health_alerts, *catalog.capacity_alerts]]
+    config = alertmanager_config(catalogs, tiers, severities)
+    return Produced({ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)})
+
+
+# The build, in order (the order of the notes; the files are sorted). Append a step to add an artifact.
+STEPS: tuple[Step, ...] = (
+    Step("rules", slo_rules),  # alerts/<service>.rules.yaml
+    Step("tests", slo_tests, forkable=True),  # alerts/<service>.test.yaml (about 45% of a large build)
+    Step("prometheusrules", slo_prometheus_rules),  # deploy/generated/prometheusrule-<service>.yaml
+    Step("health", health_rules),  # alerts/llmslo-health.*, its PrometheusRule
+    Step("capacity", capacity_rules),  # alerts/llmslo-capacity.*, its PrometheusRule
+    Step("dashboards", dashboards),  # dashboards/*.json and dashboards/dashboards.test.yaml
+    Step("runbooks", runbooks),  # docs/runbooks/
+    Step("kubernetes", kubernetes),  # KEDA, HPA, deploy/generated/kustomization.yaml, the tap's ConfigMap
+    Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml
+)
