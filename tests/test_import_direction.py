@@ -23,8 +23,9 @@ ALLOWED = {
     "slogen": {"llmslo"},
     "simulator": {"llmslo"},
     "realengine": set(PRODUCT),
-    "demo": set(PRODUCT),
-    "bench": set(PRODUCT),
+    # the demo and the benchmarks run on the simulator or a real engine
+    "demo": {*PRODUCT, "realengine"},
+    "bench": {*PRODUCT, "realengine"},
 }
 # slogen folder -> slogen modules it may not import (a folder never imports the stages that run it)
 RUNNERS = ("slogen.steps", "slogen.build", "slogen.cli")
