@@ -327,7 +327,9 @@ def test_the_taps_counts_latencies_and_goodput_equal_what_the_clients_measured(v
     assert v("llm_tap_e2e_request_latency_seconds_count") == len(results)
     ttft_client = sum(r.ttft for r in streams)
     ttft_tap = v("llm_tap_time_to_first_token_seconds_sum")
-    assert ttft_tap <= ttft_client + 0.002 * n and ttft_client - ttft_tap <= TOL * n / 5, (ttft_tap, ttft_client)
+    # the client reads the first token after the tap relayed it: later by the relay and the client's own loop
+    # (4 ms a stream on quiet cores, 12 ms with the whole suite running beside it), never earlier
+    assert ttft_tap <= ttft_client + 0.002 * n and ttft_client - ttft_tap <= TOL * n / 2, (ttft_tap, ttft_client)
     tpot_client = sum(r.tpot for r in streams)
     tpot_tap = v("llm_tap_time_per_output_token_seconds_sum")
     assert abs(tpot_client - tpot_tap) <= 0.005 * n, (tpot_tap, tpot_client)
@@ -385,6 +387,13 @@ def engine_finished(server: VllmServer) -> dict[str, float]:
     return out
 
 
+# Objectives of the leaving test: loose enough that short streams are on time however busy the two cores are
+# (TTFT 0.1 s was missed at 0.12-0.2 s while the rest of the suite ran), tight enough that a request queued
+# behind four ~2,000-token prefills (about 0.9 s on an idle core) has lost its TTFT when its client leaves at 0.5 s.
+LEAVE_OBJ = (0.25, 0.05)
+LEAVE_LATE_S = 0.5
+
+
 async def leaving_workload(base: str) -> tuple[list[Result], list[Result]]:
     rng = random.Random(25)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
@@ -398,10 +407,10 @@ async def leaving_workload(base: str) -> tuple[list[Result], list[Result]]:
         await asyncio.sleep(0.02)
         plans = [  # kind, stream, max_tokens, leave after events, leave after seconds
             ("late_first_token_then_left", True, 50, 1, None),
-            ("left_before_first_token_late", True, 50, None, 0.3),
+            ("left_before_first_token_late", True, 50, None, LEAVE_LATE_S),
             ("left_before_first_token_on_time", True, 50, None, 0.03),
-            ("left_unstreamed_late", False, 2, None, 0.3),
-            ("left_unstreamed_on_time", False, 1000, None, 0.3),
+            ("left_unstreamed_late", False, 2, None, LEAVE_LATE_S),
+            ("left_unstreamed_on_time", False, 1000, None, LEAVE_LATE_S),
         ]
         for kind, stream, mt, k, secs in plans:
             tasks.append(asyncio.create_task(call(s, base, kind=kind, chat=stream, stream=stream,
@@ -412,14 +421,14 @@ async def leaving_workload(base: str) -> tuple[list[Result], list[Result]]:
 
 
 def test_clients_that_leave_are_neutral_while_on_time_and_gave_up_once_late(vllm, tap_factory):
-    tap = tap_factory(vllm.url)
+    tap = tap_factory(vllm.url, objectives=LEAVE_OBJ)
     gen0 = engine_counter(vllm, "vllm:generation_tokens_total")
     finished0 = engine_finished(vllm)
     early, late = asyncio.run(leaving_workload(tap.url))
     by = {r.kind: r for r in late}
-    assert all(r.left and r.events == 5 and r.ttft is not None and r.ttft <= TTFT_OBJ for r in early), [
+    assert all(r.left and r.events == 5 and r.ttft is not None and r.ttft <= LEAVE_OBJ[0] for r in early), [
         (r.left, r.events, r.ttft) for r in early]
-    assert by["late_first_token_then_left"].left and by["late_first_token_then_left"].ttft > TTFT_OBJ
+    assert by["late_first_token_then_left"].left and by["late_first_token_then_left"].ttft > LEAVE_OBJ[0]
     for kind in ("left_before_first_token_late", "left_before_first_token_on_time", "left_unstreamed_late",
                  "left_unstreamed_on_time"):
         assert by[kind].left and by[kind].events == 0 and by[kind].status in (0, 200), (kind, by[kind])
