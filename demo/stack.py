@@ -380,7 +380,8 @@ class LocalStack:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                              timeout=aiohttp.ClientTimeout(total=300)) as session:
                 if e.spec.engine == VLLM:  # the tiny model's own words (demo/realload.py)
-                    records = await realload.run_load(e.tap_url, spec, model=e.spec.model, session=session)
+                    records = await run_load(e.tap_url, spec, model=e.spec.model, session=session,
+                                             render_prompt=realload.prompt_text)
                 else:
                     records = await run_load(e.tap_url, spec, model=e.spec.model, session=session)
             items = generate(spec)  # the same seeded requests run_load sent, in the same order

@@ -9,18 +9,13 @@ Everything runs on loopback.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from realengine.vllm_server import REPO, free_port
+from realengine.process import REPO, EngineProcess, cache_dir, serve_until_interrupted
 
 VERSION = "0.3.36"  # llama-cpp-python's sdist, as scripts/install-llamacpp.sh pins it (llama.cpp 0c1e570)
 LLAMACPP_COMMIT = "0c1e570"
@@ -54,7 +49,7 @@ def available() -> str | None:
 
 def model_path(cache: Path | None = None, seed: int = 0) -> Path:
     """The tiny GGUF model, written once (seeded random weights) and cached."""
-    cache = cache or Path(os.environ.get("LLMSLO_CACHE", REPO / ".cache")) / "realengine"
+    cache = cache or cache_dir()
     out = cache / f"tiny-llama-s{seed}.gguf"
     if not out.exists():
         cache.mkdir(parents=True, exist_ok=True)
@@ -85,72 +80,25 @@ class LlamacppConfig:
         ]
 
 
-class LlamacppServer:
-    """One real llama-server on loopback; a context manager."""
+class LlamacppServer(EngineProcess):
+    """One real llama-server on loopback (a single process); a context manager."""
+
+    name = "llama-server"
+    poll_s = 0.2
+    start_timeout_s = 120.0
 
     def __init__(self, config: LlamacppConfig | None = None, log_path: Path | None = None,
                  model: Path | None = None):
         self.config = config or LlamacppConfig()
-        self.port = self.config.port or free_port()
+        super().__init__(self.config.port, log_path)
         self.model = model
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-        self._log = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def available(self) -> str | None:
+        return available()
 
-    def start(self, timeout: float = 120.0) -> "LlamacppServer":
-        why = available()
-        if why:
-            raise RuntimeError(why)
-        model = self.model or model_path()
-        if self.log_path:
-            self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.config.argv(model, self.port), start_new_session=True,
-                                     stdin=subprocess.DEVNULL, stdout=self._log or subprocess.DEVNULL,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.stop()
-                raise RuntimeError(f"llama-server exited with {code} while starting; log: {self.log_path}")
-            try:  # 503 while the model loads, 200 once it serves
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama-server did not answer /health within {timeout:.0f} s; log: {self.log_path}")
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
-            return r.read().decode()
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self._log:
-            self._log.close()
-            self._log = None
-        self.proc = None
-
-    def __enter__(self) -> "LlamacppServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def argv(self) -> list[str]:
+        self.model = self.model or model_path()
+        return self.config.argv(self.model, self.port)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,17 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--slots", type=int, default=LlamacppConfig.slots)
     a = p.parse_args(argv)
-    server = LlamacppServer(LlamacppConfig(port=a.port, slots=a.slots))
-    server.start()
-    print(json.dumps({"url": server.url, "model": SERVED_NAME}), flush=True)
-    try:
-        while server.proc and server.proc.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_interrupted(LlamacppServer(LlamacppConfig(port=a.port, slots=a.slots)), SERVED_NAME)
 
 
 if __name__ == "__main__":

@@ -7,19 +7,15 @@ hang: /health and /metrics may still answer, streams stop. Everything runs on lo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from realengine.process import REPO, EngineProcess, cache_dir, serve_until_interrupted
+
 MODEL_BUILDER = Path(__file__).resolve().parent / "build_model.py"
 SERVED_NAME = "tiny-llama"
 # The CPU attention backend needs a block size that is a multiple of 32 (vLLM 0.32).
@@ -42,19 +38,13 @@ def available() -> str | None:
 
 def model_dir(cache: Path | None = None, seed: int = 0) -> Path:
     """The tiny model, built once (seeded random weights, word-level tokenizer) and cached."""
-    cache = cache or Path(os.environ.get("LLMSLO_CACHE", REPO / ".cache")) / "realengine"
+    cache = cache or cache_dir()
     out = cache / f"tiny-llama-s{seed}"
     if not (out / "config.json").exists():
         cache.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(vllm_python()), str(MODEL_BUILDER), str(out), "--seed", str(seed)], check=True,
                        stdout=subprocess.DEVNULL)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -88,26 +78,24 @@ class VllmConfig:
         return args + list(self.extra_args)
 
 
-class VllmServer:
+class VllmServer(EngineProcess):
     """One real vLLM API server (and its engine core) on loopback; a context manager."""
+
+    name = "vLLM"
 
     def __init__(self, config: VllmConfig | None = None, log_path: Path | None = None, model: Path | None = None):
         self.config = config or VllmConfig()
-        self.port = self.config.port or free_port()
+        super().__init__(self.config.port, log_path)
         self.model = model
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-        self._log = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def available(self) -> str | None:
+        return available()
 
-    def start(self, timeout: float = 300.0) -> "VllmServer":
-        why = available()
-        if why:
-            raise RuntimeError(why)
-        model = self.model or model_dir()
+    def argv(self) -> list[str]:
+        self.model = self.model or model_dir()
+        return self.config.argv(self.model, self.port)
+
+    def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({
             # KV space is set by --num-gpu-blocks-override; this only has to hold it.
@@ -117,23 +105,7 @@ class VllmServer:
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING"),
         })
-        if self.log_path:
-            self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.config.argv(model, self.port), env=env, start_new_session=True,
-                                     stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting; log: {self.log_path}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"vLLM did not answer /health within {timeout:.0f} s; log: {self.log_path}")
+        return env
 
     def _children(self, pid: int) -> list[int]:
         try:
@@ -174,47 +146,6 @@ class VllmServer:
         for pid in self.processes("EngineCore"):
             os.kill(pid, signal.SIGCONT)
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
-            return r.read().decode()
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            pgid = os.getpgid(self.proc.pid)
-        except ProcessLookupError:
-            pgid = None
-        if pgid is not None:
-            for sig in (signal.SIGCONT, signal.SIGTERM):
-                try:
-                    os.killpg(pgid, sig)
-                except ProcessLookupError:
-                    pass
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            if pgid is not None:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.wait(timeout=10)
-        if pgid is not None:  # the engine core and worker share the group
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self._log:
-            self._log.close()
-        self.proc = None
-
-    def __enter__(self) -> "VllmServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m realengine.vllm_server [--port N]`: serve the tiny model until interrupted."""
@@ -224,17 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--blocks", type=int, default=VllmConfig.num_blocks)
     a = p.parse_args(argv)
-    server = VllmServer(VllmConfig(port=a.port, num_blocks=a.blocks))
-    server.start()
-    print(json.dumps({"url": server.url, "model": SERVED_NAME}), flush=True)
-    try:
-        while server.proc and server.proc.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_interrupted(VllmServer(VllmConfig(port=a.port, num_blocks=a.blocks)), SERVED_NAME)
 
 
 if __name__ == "__main__":

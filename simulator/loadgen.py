@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -33,8 +34,8 @@ async def fetch_base_model(session: aiohttp.ClientSession, url: str) -> tuple[st
     return base[0]["id"], int(base[0].get("max_model_len") or 1 << 30)
 
 
-def _payload(item: WorkItem, model: str, chat: bool) -> dict:
-    text = render(item.prompt_token_ids)
+def _payload(item: WorkItem, model: str, chat: bool, render_prompt: Callable[[list[int]], str] = render) -> dict:
+    text = render_prompt(item.prompt_token_ids)
     body: dict = {
         "model": item.lora or model,
         "max_tokens": item.output_len,
@@ -58,16 +59,18 @@ def _has_content(event: dict, chat: bool) -> bool:
 
 
 async def send_one(
-    session: aiohttp.ClientSession, url: str, item: WorkItem, model: str, chat: bool, t0: float
+    session: aiohttp.ClientSession, url: str, item: WorkItem, model: str, chat: bool, t0: float,
+    render_prompt: Callable[[list[int]], str] = render,
 ) -> RequestRecord:
-    """One streamed request, timed from the moment it is sent."""
+    """One streamed request, timed from the moment it is sent; `render_prompt` turns token ids into the
+    server's words (the simulator's vocabulary by default)."""
     endpoint = "/v1/chat/completions" if chat else "/v1/completions"
     sent = time.perf_counter()
     rec = RequestRecord(start=sent - t0, ok=False, prompt_tokens=0)
     chunks = 0
     done = False
     try:
-        async with session.post(url + endpoint, json=_payload(item, model, chat)) as resp:
+        async with session.post(url + endpoint, json=_payload(item, model, chat, render_prompt)) as resp:
             if resp.status != 200:
                 rec.error = f"http {resp.status}"
                 await resp.read()
@@ -116,6 +119,7 @@ async def run_load(
     concurrency_limit: int = 0,
     timeout: float = 600.0,
     session: aiohttp.ClientSession | None = None,
+    render_prompt: Callable[[list[int]], str] = render,
 ) -> list[RequestRecord]:
     """Send the spec's workload to `url` on its Poisson schedule; one record per request, in send order."""
     url = url.rstrip("/")
@@ -135,9 +139,9 @@ async def run_load(
             if delay > 0:
                 await asyncio.sleep(delay)
             if gate is None:
-                return await send_one(session, url, item, model, chat, t0)
+                return await send_one(session, url, item, model, chat, t0, render_prompt)
             async with gate:
-                return await send_one(session, url, item, model, chat, t0)
+                return await send_one(session, url, item, model, chat, t0, render_prompt)
 
         return list(await asyncio.gather(*(launch(item) for item in generate(spec, max_model_len))))
     finally:

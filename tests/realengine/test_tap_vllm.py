@@ -31,7 +31,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from realengine.vllm_server import SERVED_NAME, VllmServer, free_port
+from realengine.process import free_port
+from realengine.vllm_server import SERVED_NAME, VllmServer
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = SERVED_NAME
