@@ -4,7 +4,8 @@ exporter, the tap and the engine, with Alertmanager running slogen's generated r
 - The incident: `make demo ENGINE=vllm`'s story in its fast mode (demo.fullstack.vllm_variant): steady load, the
   engine really slowed 30x (its engine core and worker stopped for 2.9 s of every 3 s), exactly one page for the
   chat service through the generated routing, its all-clear after recovery, and goodput counted by Prometheus
-  (taps -> exporter -> Prometheus) equal to the load generator's own count.
+  (taps -> exporter -> Prometheus) equal to the load generator's own count, but for requests the client saw
+  within its own read lag past a threshold (the tap may count those good; none the other way).
 - The seats: the capacity rules' free tokens and seats against the engine's own figures: idle, the free tokens
   equal the engine's kv_cache_size_tokens (vllm:cache_config_info) less the one block vLLM V1 keeps as its null
   block; with long requests frozen in flight, they
@@ -113,20 +114,35 @@ def test_a_real_slowdown_pages_once_clears_and_goodput_agrees(tmp_path):
     print(f"goodput: load generator {good_load} good of {total}; Prometheus {out['good_prom']}; "
           f"tap outcomes {out['outcomes']}")
     assert 0 < good_load < total
-    assert out["good_prom"] == good_load, _near_thresholds(report)
+    # The tap times a token when it relays it, the client when its event loop reads it: later, by the relay and
+    # by a loop that takes a burst of tokens for every stream at once each time the throttled engine runs
+    # (tens of ms). A request that close to a threshold may be good for the tap and just late for the client,
+    # never the other way round; every other request must agree.
+    near = _near_thresholds(report)
+    assert all(rec_ok for rec_ok, _ in near), near
+    assert good_load <= out["good_prom"] <= good_load + len(near), (out["good_prom"], good_load, near)
 
 
-def _near_thresholds(report: IncidentReport) -> list[str]:
+# how much later than the tap the client may see a request's first token, and its mean token gap
+CLIENT_LAG_TTFT_S, CLIENT_LAG_TPOT_S = 0.1, 0.01
+
+
+def _near_thresholds(report: IncidentReport) -> list[tuple[bool, str]]:
+    """Requests the client judged bad within its own lag of a threshold (the tap may have judged them good),
+    and the ones that failed outright (none should)."""
     out = []
     assert report.load is not None
     for _, res in report.load.segments:
         for r in res.values():
             for rec, o in zip(r.records, r.objectives):
-                for name, value, limit in (("ttft", rec.ttft, o.ttft), ("tpot", rec.tpot, o.tpot)):
-                    if value is not None and limit is not None and abs(value - limit) < 0.02:
-                        out.append(f"{name}={value:.4f} (threshold {limit}, ok={rec.ok}, good={rec.good(o.ttft, o.tpot)})")
                 if not rec.ok:
-                    out.append(f"failed: {rec.error}")
+                    out.append((False, f"failed: {rec.error}"))
+                    continue
+                for name, value, limit, lag in (("ttft", rec.ttft, o.ttft, CLIENT_LAG_TTFT_S),
+                                                ("tpot", rec.tpot, o.tpot, CLIENT_LAG_TPOT_S)):
+                    if value is not None and limit is not None and limit < value <= limit + lag:
+                        out.append((True, f"{name}={value:.4f} (threshold {limit})"))
+                        break
     return out
 
 
