@@ -314,7 +314,24 @@ EXPORTER_METRICS = (
     EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
 )
 
-ALL_METRICS = ENGINE_METRICS + TAP_METRICS + GPU_METRICS + EXPORTER_METRICS
+# --------------------------------------------------------------------------------------
+# The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
+# --------------------------------------------------------------------------------------
+TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")
+TAP_ADMISSION_ENGINE_READABLE = _m(
+    "tap_admission_engine_readable", "gauge",
+    "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
+)
+TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
+TAP_ADMISSION_FOOTPRINT = _m(
+    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
+)
+TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
+TAP_ADMISSION_METRICS = (
+    TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
+)
+
+ALL_METRICS = ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS
 
 # --------------------------------------------------------------------------------------
 # vLLM V1's own names: what the simulator emits and the vLLM adapter reads.
@@ -480,21 +497,3 @@ class CAPACITY:
     SEATS_LOW = "LLMKVSeatsLow"  # ticket: the pool stays under N seats at p99 context
     SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"  # page: the forecast says it runs out within M minutes, queue growing
     ALERTS = (SEATS_LOW, SEATS_EXHAUSTION)
-
-
-# --------------------------------------------------------------------------------------
-# The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
-# --------------------------------------------------------------------------------------
-TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")
-TAP_ADMISSION_ENGINE_READABLE = _m(
-    "tap_admission_engine_readable", "gauge",
-    "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
-)
-TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
-TAP_ADMISSION_FOOTPRINT = _m(
-    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
-)
-TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
-TAP_ADMISSION_METRICS = (
-    TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
-)
