@@ -10,8 +10,8 @@ import argparse
 
 from exporter.tap.addresses import host_port, metrics_address
 from exporter.tap.admission import (
-    DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, non_negative_float,
-    non_negative_int, poll_seconds,
+    AUTO, DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, ENGINE_KINDS,
+    non_negative_float, non_negative_int, poll_seconds,
 )
 from exporter.tap.deadlines import FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
@@ -143,9 +143,15 @@ def _admission_arguments(p: argparse.ArgumentParser) -> None:
     """KV admission (exporter.tap.admission)."""
     p.add_argument(
         "--admission", action="store_true",
-        help="KV admission: read the engine's /metrics (vLLM names) and answer new completions 429 with Retry-After "
+        help="KV admission: read the engine's /metrics (through the exporter's adapters, --admission-engine) and "
+             "answer new completions 429 with Retry-After "
              "while its seats at p99 context are under --admission-min-seats or its queue is over "
              "--admission-max-queue; requests already admitted are never touched; an unreadable engine is admitted to",
+    )
+    p.add_argument(
+        "--admission-engine", choices=(AUTO, *ENGINE_KINDS), default=AUTO,
+        help="the engine kind whose /metrics admission reads (default auto: detected from the page); its adapter "
+             "must give free KV blocks and the block size",
     )
     p.add_argument(
         "--admission-min-seats", type=non_negative_float, default=DEFAULT_MIN_SEATS, metavar="SEATS",
