@@ -17,7 +17,17 @@ PREFIX = "llm_"
 # --------------------------------------------------------------------------------------
 # Labels
 # --------------------------------------------------------------------------------------
-LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | tap
+LABEL_ENGINE = "engine"  # the engine kind: one of ENGINE_KINDS
+# Engine kinds, the values of LABEL_ENGINE: one per adapter (the exporter derives its kinds from its adapters,
+# exporter/adapters/, each of which names its kind here; a test holds the two equal).
+ENGINE_VLLM = "vllm"
+ENGINE_SGLANG = "sglang"
+ENGINE_TGI = "tgi"
+ENGINE_TRTLLM_TRITON = "trtllm-triton"
+ENGINE_TRTLLM_SERVE = "trtllm-serve"
+ENGINE_TAP = "tap"  # the goodput tap's own page, read by the node exporter like an engine's
+SERVING_ENGINE_KINDS = (ENGINE_VLLM, ENGINE_SGLANG, ENGINE_TGI, ENGINE_TRTLLM_TRITON, ENGINE_TRTLLM_SERVE)
+ENGINE_KINDS = SERVING_ENGINE_KINDS + (ENGINE_TAP,)
 # Each engine kind's latency histogram bucket edges, per version: llmslo/bucket_edges.py (ROWS, one table).
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
@@ -388,6 +398,8 @@ class VLLM:
     LABEL_MAX_LORA = "max_lora"
     LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
     LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"
+    LABEL_BLOCK_SIZE = "block_size"  # on CACHE_CONFIG_INFO: tokens per KV block
+    LABEL_NUM_GPU_BLOCKS = "num_gpu_blocks"  # on CACHE_CONFIG_INFO: KV blocks allocated
 
 
 # --------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def cache_config_labels(core: EngineCore) -> dict[str, str]:
     c = core.config
     tokens = c.num_gpu_blocks * c.block_size
     return {
-        "block_size": str(c.block_size),
+        V.LABEL_BLOCK_SIZE: str(c.block_size),
         "cache_dtype": "auto",
         "cache_hit_alignment_tokens": str(c.block_size),
         "effective_attention_block_size": str(c.block_size),
@@ -78,7 +78,7 @@ def cache_config_labels(core: EngineCore) -> dict[str, str]:
         "mamba_page_size_padded": "None",
         "mamba_ssm_cache_dtype": "auto",
         "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(c.num_gpu_blocks),
+        V.LABEL_NUM_GPU_BLOCKS: str(c.num_gpu_blocks),
         "num_gpu_blocks_override": str(c.num_gpu_blocks_override or None),
         "prefix_cache_retention_interval": "0",
         "prefix_caching_hash_algo": "sha256",

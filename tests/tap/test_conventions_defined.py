@@ -34,3 +34,12 @@ def test_every_family_on_the_tap_page_is_known_by_name() -> None:
     assert names <= set(known), names - set(known)
     assert {d.name for d in C.TAP_ADMISSION_METRICS} <= names
 
+
+
+def test_engine_kinds_are_the_adapters() -> None:
+    from exporter.adapters import ADAPTERS
+    from exporter.config import ENGINE_KINDS
+    from llmslo import bucket_edges
+
+    assert tuple(ADAPTERS) == ENGINE_KINDS == C.ENGINE_KINDS
+    assert bucket_edges.ENGINE_KINDS == C.SERVING_ENGINE_KINDS == tuple(k for k in ADAPTERS if k != C.ENGINE_TAP)
