@@ -50,13 +50,13 @@ from dataclasses import dataclass
 import aiohttp
 
 from exporter import adapters
+from exporter.logs import TAP_LOGGER, event
 from exporter.model import MetricFamily
 from exporter.promtext import parse
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
 
-log = logging.getLogger("llmslo.tap")
 # 0.25 s: half the interactive TTFT objective (0.5 s), so a queue that builds is seen well before a
 # queued request has lost its objective; vLLM refreshes these gauges every engine step, and a /metrics
 # render four times a second is a negligible cost for the engine's API server.
@@ -262,17 +262,17 @@ class Admission:
         except Exception as e:  # noqa: BLE001  (whatever the engine answers, the tap goes on)
             error = f"{type(e).__name__}: {e}"[:200]
             if not self.last_error:
-                log.warning("event=tap_admission_engine_unreadable url=%s error=%r (the gate admits while it "
-                            "cannot read the engine)", self.url, error)
+                event("tap_admission_engine_unreadable", logging.WARNING, logger=TAP_LOGGER, url=self.url,
+                      error=error, note="the gate admits while it cannot read the engine")
             self.last_error = error
             return False
         if self.last_error:
-            log.info("event=tap_admission_engine_readable url=%s", self.url)
+            event("tap_admission_engine_readable", logger=TAP_LOGGER, url=self.url)
             self.last_error = ""
         self.update(reading)
         if self.is_open() != was_open:
-            log.info("event=tap_admission_%s seats=%.1f footprint=%.0f waiting=%.0f", "open" if not was_open else
-                     "closed", self.seats, self.footprint, self.waiting)
+            event(f"tap_admission_{'open' if not was_open else 'closed'}", logger=TAP_LOGGER,
+                  seats=f"{self.seats:.1f}", footprint=f"{self.footprint:.0f}", waiting=f"{self.waiting:.0f}")
         return True
 
     def _read(self, text: str) -> Reading:

@@ -15,6 +15,7 @@ import logging
 import ssl
 from typing import TYPE_CHECKING
 
+from exporter.logs import TAP_LOGGER, event
 from exporter.tap import http1
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from exporter.tap.connection import ClientConnection
     from exporter.tap.proxy import TapProxy
 
-log = logging.getLogger("llmslo.tap")
 
 TIMED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 _UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
@@ -151,8 +151,8 @@ class Exchange:
 
     def _timeout(self, what: str, limit: float) -> None:
         self.reusable = False  # closing the upstream connection is how the engine learns of the abandon
-        log.debug("event=tap_upstream_timeout waited_for=%s limit_s=%g path=%s", what.replace(" ", "_"), limit,
-                    field_text(self.head.path))
+        event("tap_upstream_timeout", logging.DEBUG, logger=TAP_LOGGER, waited_for=what.replace(" ", "_"),
+              limit_s=f"{limit:g}", path=field_text(self.head.path))
         if self.response is None or self.prefix:  # the client has had nothing: answer 504
             self._fail(f"the engine sent no {what} within {limit:g} s\n", 504, C.OUTCOME_UPSTREAM_TIMEOUT)
         else:  # the response has started: break it off, as for an upstream break

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from exporter.logs import LOG_FORMATS
 from exporter.tap.addresses import host_port, metrics_address
 from exporter.tap.admission import (
     AUTO, DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, ENGINE_KINDS,
@@ -45,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _limit_arguments(p)
     _admission_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", default=LOG_FORMATS[0], choices=LOG_FORMATS,
+                   help="logfmt (default: event=NAME key=value ...) or json (one object per line)")
 
 
 def _serving_arguments(p: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exporter.logs import TAP_LOGGER, event, format_event
 from exporter.tap import http1
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.connection import ClientConnection
@@ -44,7 +45,7 @@ from llmslo import conventions as C
 if TYPE_CHECKING:
     from exporter.tap.admission import Admission
 
-log = logging.getLogger("llmslo.tap")
+log = logging.getLogger(TAP_LOGGER)
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # Every request body being received or handed to the engine, together: 16 concurrent uploads of
@@ -241,8 +242,8 @@ class TapProxy:
         n = timing.usage_tokens
         if n is not None and not plausible_usage(n, plan.max_tokens, plan.choices, body_bytes):
             timing.usage_tokens = None  # n_out falls back to the output events counted
-            log.debug("event=tap_usage_rejected completion_tokens=%d max_tokens=%s body_bytes=%d", n,
-                        plan.max_tokens, body_bytes)
+            event("tap_usage_rejected", logging.DEBUG, logger=TAP_LOGGER, completion_tokens=n,
+                  max_tokens=plan.max_tokens, body_bytes=body_bytes)
             if self.metrics is not None:
                 self.metrics.usage_rejected(model, obj.slo_class)
         t = timing.result(streamed=streamed)
@@ -257,7 +258,7 @@ class TapProxy:
             try:
                 self.observer(record)
             except Exception:  # an observer's bug must not break the relay
-                log.exception("event=tap_observer_failed")
+                log.exception(format_event("tap_observer_failed", {}))
 
     def upstream_head(
         self, head: RequestHead, body_length: int, has_body: bool, timed: bool, connection: set[bytes],

@@ -30,11 +30,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from exporter.logs import TAP_LOGGER, event
 from exporter.tap.addresses import format_host_port, metrics_address
 from exporter.tap.options import add_arguments
 from llmslo.gofloat import client_float
 
-log = logging.getLogger("llmslo.tap")
 
 START_TIMEOUT_S = 20.0
 RESTART_DELAY_S = 1.0
@@ -185,13 +185,13 @@ class Parent:
                 return
             w.restarts += 1
             self.retired, w.last_page = merge_expositions([self.retired, w.last_page], [None, None]), ""
-            log.warning("event=tap_worker_exited worker=%d status=%s restarts=%d", w.index, code, w.restarts)
+            event("tap_worker_exited", logging.WARNING, logger=TAP_LOGGER, worker=w.index, status=code, restarts=w.restarts)
             await asyncio.sleep(RESTART_DELAY_S)
             try:
                 await self._spawn(w)
             except RuntimeError as e:
                 if not self.stopping:  # else it was stopped while starting: nothing failed
-                    log.error("event=tap_worker_restart_failed worker=%d error=%s", w.index, e)
+                    event("tap_worker_restart_failed", logging.ERROR, logger=TAP_LOGGER, worker=w.index, error=e)
 
     async def _scrape(self, w: Worker) -> str:
         connector = aiohttp.UnixConnector(path=w.address)
@@ -203,7 +203,8 @@ class Parent:
         texts = await asyncio.gather(*(self._scrape(w) for w in self.workers), return_exceptions=True)
         for w, t in zip(self.workers, texts):
             if isinstance(t, BaseException):
-                log.warning("event=tap_worker_scrape_failed worker=%d error=%s", w.index, type(t).__name__)
+                event("tap_worker_scrape_failed", logging.WARNING, logger=TAP_LOGGER, worker=w.index,
+                      error=type(t).__name__)
             else:
                 w.last_page = t
         live = [(str(w.index), t) for w, t in zip(self.workers, texts) if isinstance(t, str)]
@@ -233,11 +234,11 @@ class Parent:
             site = web.UnixSite(runner, where) if isinstance(where, str) else web.TCPSite(runner, *where, reuse_address=True)
             await site.start()
             metrics_port = runner.addresses[0][1] if not isinstance(where, str) else 0
-            log.info(
-                "event=tap_listening proxy=http://%s metrics=%s/metrics upstream=%s workers=%d",
-                format_host_port(host, self.port),
-                f"unix:{where}" if isinstance(where, str) else f"http://{format_host_port(where[0], metrics_port)}",
-                self.args.upstream, len(self.workers),
+            event(
+                "tap_listening", logger=TAP_LOGGER, proxy=f"http://{format_host_port(host, self.port)}",
+                metrics=(f"unix:{where}" if isinstance(where, str) else f"http://{format_host_port(where[0], metrics_port)}")
+                + "/metrics",
+                upstream=self.args.upstream, workers=len(self.workers),
             )
             supervisors = [asyncio.create_task(self._supervise(w)) for w in self.workers]
             await stop.wait()
@@ -248,7 +249,7 @@ class Parent:
             return 2
         finally:
             hold.close()
-        log.info("event=tap_stopping grace_s=%s workers=%d", self.args.shutdown_grace, len(self.workers))
+        event("tap_stopping", logger=TAP_LOGGER, grace_s=self.args.shutdown_grace, workers=len(self.workers))
         await self._stop_workers()
         for task in supervisors:
             task.cancel()
