@@ -234,3 +234,4 @@ def test_admission_gauges_are_right_with_two_workers() -> None:
         popen.send_signal(signal.SIGTERM)
         popen.communicate(timeout=30)
         engine.shutdown()
+        engine.server_close()
