@@ -191,14 +191,7 @@ LORA_ADAPTER_ACTIVE = _m(
     (LABEL_ADAPTER, LABEL_LORA_STATE),
 )
 
-ENGINE_METRICS: tuple[MetricDef, ...] = (
-    REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
-    PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
-    TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
-    LORA_ADAPTER_ACTIVE,
-)
-
-# Signals on-call needs that the engines publish (issue #14): capacity that is not there (an engine asleep,
+# Signals on-call needs that the engines publish: capacity that is not there (an engine asleep,
 # a full secondary KV pool, a spent batch token budget), requests refused or paused, per-request sizes.
 LABEL_KV_POOL = "pool"  # on KV_POOL_USAGE: which KV pool of a hybrid model
 KV_POOL_FULL = "full"  # full-attention KV (every model has it)
@@ -233,7 +226,11 @@ FRONTEND_TTFT = _m(
     "Time to first response of the model clients call (Triton ensemble or BLS): engine TTFT plus pre/postprocessing.",
     unit="seconds",
 )
-ENGINE_METRICS = ENGINE_METRICS + (
+ENGINE_METRICS: tuple[MetricDef, ...] = (
+    REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
+    PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
+    TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
+    LORA_ADAPTER_ACTIVE,
     KV_POOL_USAGE, ENGINE_SLEEPING, REQUESTS_PAUSED, REQUESTS_REJECTED, BATCH_MAX_TOKENS, BATCH_RESERVED_TOKENS,
     REQUEST_PROMPT_TOKENS, REQUEST_GENERATION_TOKENS, FRONTEND_TTFT,
 )
