@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web-config", metavar="FILE", help="Prometheus web-config file: TLS, basic auth, bearer token")
     p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
     p.add_argument("--log-level", metavar="LEVEL", help="debug, info (default), warning or error")
+    p.add_argument("--log-format", choices=logs.LOG_FORMATS, default=logs.LOG_FORMATS[0],
+                   help="logfmt (default: event=NAME key=value ...) or json (one object per line)")
     sub = p.add_subparsers(dest="command", metavar="{tap}")
     sub.add_parser("tap", help=f"run the goodput tap, an in-line streaming proxy (`{PROG} tap --help`)",
                    add_help=False)
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    logs.setup(config.log_level if not args.once or args.log_level else "warning")
+    logs.setup(config.log_level if not args.once or args.log_level else "warning", fmt=args.log_format)
     try:
         if args.once:
             return asyncio.run(run_once(config))

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.adapters import ADAPTERS
 from llmslo.durations import parse_go_duration
 
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
-ENGINE_KINDS = ("vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "llamacpp", "tap")
+ENGINE_KINDS = tuple(ADAPTERS)  # one per adapter, each named in llmslo.conventions (ENGINE_KINDS)
 AUTO_KIND = "auto"
 TARGET_KINDS = ENGINE_KINDS + (AUTO_KIND,)
 URL_SCHEMES = ("http", "https", "file")

@@ -1,38 +1,75 @@
-"""One-line, logfmt-style event logging for the exporter.
+"""One-line event logging for the exporter and the tap: every line through one formatter.
 
 Operators grep and ship these lines; one event per line with key=value fields is what log
-pipelines parse without configuration. Page contents are never passed here, only reasons.
+pipelines parse without configuration. `format_event` is the one place a line is written:
+logfmt by default (`event=NAME key=value ...`, a value quoted and escaped when it needs it),
+or one JSON object per line (`--log-format json`). Page and request contents are never passed
+here, only reasons.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
-_LOGGER_NAME = "llmslo.exporter"
+EXPORTER_LOGGER = "llmslo.exporter"
+TAP_LOGGER = "llmslo.tap"
+LOG_FORMATS = ("logfmt", "json")
+_format = {"name": "logfmt"}  # what setup() chose; one per process
 
 
-def _quote(value: object) -> str:
+def quote(value: object) -> str:
+    """A logfmt value: as it is, or in double quotes with backslash, quote and newline escaped."""
     text = str(value)
     if text == "" or any(c in text for c in ' "=\n\t'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
 
 
-def event(name: str, level: int = logging.INFO, **fields: object) -> None:
-    """Log one event as `event=NAME key=value ...`."""
-    logger = logging.getLogger(_LOGGER_NAME)
-    if not logger.isEnabledFor(level):
-        return
-    parts = [f"event={name}"] + [f"{k}={_quote(v)}" for k, v in fields.items()]
-    logger.log(level, " ".join(parts))
+def _json_value(value: object) -> object:
+    return value if value is None or isinstance(value, (bool, int, float)) else str(value)
 
 
-def setup(level: str = "info") -> None:
-    """Send exporter events to stderr with a timestamp and level prefix (stdout carries `--once` output)."""
+def format_event(name: str, fields: dict[str, object]) -> str:
+    """One event's line in the chosen format (without the time and level the handler adds)."""
+    if _format["name"] == "json":
+        return json.dumps({"event": name, **{k: _json_value(v) for k, v in fields.items()}}, ensure_ascii=False)
+    return " ".join([f"event={name}", *(f"{k}={quote(v)}" for k, v in fields.items())])
+
+
+def event(name: str, level: int = logging.INFO, *, logger: str = EXPORTER_LOGGER, **fields: object) -> None:
+    """Log one event as `event=NAME key=value ...` (or its JSON object)."""
+    log = logging.getLogger(logger)
+    if log.isEnabledFor(level):
+        log.log(level, format_event(name, fields))
+
+
+class _JsonFormatter(logging.Formatter):
+    """`{"ts": ..., "level": ..., "event": ..., ...}`; a line that is not an event (a traceback) as `msg`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        head = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname}
+        message = record.getMessage()
+        try:
+            body = json.loads(message) if message.startswith("{") else None
+        except ValueError:
+            body = None
+        doc = {**head, **(body if isinstance(body, dict) else {"msg": message})}
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def setup(level: str = "info", logger: str = EXPORTER_LOGGER, fmt: str = "logfmt") -> None:
+    """Send a logger's events to stderr with a timestamp and level (stdout carries `--once` output)."""
+    _format["name"] = fmt
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
-    logger = logging.getLogger(_LOGGER_NAME)
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
+    log = logging.getLogger(logger)
+    log.handlers[:] = [handler]
+    log.setLevel(level.upper())
+    log.propagate = False

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Collection, Iterator, Set as AbstractSet
+from collections.abc import Callable, Collection, Iterator, Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
 
@@ -121,238 +121,275 @@ def parse_page(
     (`over_limit`) after a set lookup of their name, before any label or value is parsed.
     """
     wanted = None if want is None else want if isinstance(want, (set, frozenset)) else frozenset(want)
-    errors = nonfinite = duplicates = over = 0
+    page = _PageState(wanted, _UNLIMITED if family_limit is None else max(0, family_limit), checked)
     end = len(text)
     if truncated:
         cut = text.rfind("\n") + 1
         if text[cut:].strip():
-            errors += 1
+            page.errors += 1
             end = cut
     # Lines are split a block at a time: a 16 MiB page never holds all its lines at once.
-    lines = chain.from_iterable(block.split("\n") for block in _blocks(text, end))
-    out: dict[str, MetricFamily] = {}
-    label_cache = _LABEL_CACHE
-    limit = _UNLIMITED if family_limit is None else max(0, family_limit)
-    taken: dict[str, int] = {}  # family name as the page spells it -> samples kept in its earlier runs
-    seen: set[tuple[str, object]] = set()  # (sample name, label key) of every sample kept (checked)
+    _read_lines(page, chain.from_iterable(block.split("\n") for block in _blocks(text, end)))
+    page.close()
+    return ParsedPage(page.out, page.errors, page.nonfinite, page.duplicates, page.over)
 
-    # The open family (prometheus_client's parser state). Name "" means none: its samples go nowhere.
-    # `fam` is built only for a family that can survive `want` (`keep`); others are tracked by name alone.
-    fam_name = ""
-    plain = False
-    fam: MetricFamily | None = None
-    append = None
-    keep = False
-    room = 0  # samples the open family may still keep (family_limit)
-    allowed: AbstractSet[str] = _NO_NAMES  # sample names that belong to the open family
-    fast_allowed: AbstractSet[str] = _NO_NAMES  # the same, when they are plain names the fast path may trust
-    exempt: AbstractSet[str] = _NO_NAMES  # sample names whose non-finite values are legitimate (quantiles)
 
-    for line in lines:
-        line = line.strip()
-        if not line:
-            continue
+class _PageState:
+    """The parser's state between lines (prometheus_client's parser state): the open family and the counts.
 
-        if line[0] == "#":
-            # Fast path: `# HELP name text` / `# TYPE name type` with single spaces around a plain name. The name
-            # of a family that `want` rules out is not validated: nothing of it is kept.
-            head = line[:7]
-            kind = ""
-            if head == "# HELP " or head == "# TYPE ":
-                name, _, arg = line[7:].partition(" ")
-                if not name or name[0] == '"' or not name.isprintable():
-                    pass  # quoted name, or a tab after it: the exact path splits it
-                elif name == fam_name:
-                    kind = head[2:6]
-                else:
-                    may_keep = wanted is None or name in wanted or (name[-6:] == "_total" and name[:-6] in wanted)
-                    if not may_keep or _NAME_RE.fullmatch(name) is not None:
-                        kind = head[2:6]
-                        plain = True
-            if not kind:
-                try:
-                    comment = _parse_comment_exact(line)
-                except ValueError:
-                    errors += 1
-                    continue
-                if comment is None:
-                    continue
-                kind, name, arg = comment
-                plain = _NAME_RE.fullmatch(name) is not None
-                may_keep = wanted is None or name in wanted or (name[-6:] == "_total" and name[:-6] in wanted)
-            if kind == "HELP":
-                if name != fam_name:
-                    if keep:
-                        taken[fam_name] = limit - room
-                        over += _emit(out, fam, wanted, limit)
-                    fam_name = name
-                    allowed = {name}
-                    fast_allowed = allowed if plain else _NO_NAMES
-                    exempt = _NO_NAMES
-                    keep = may_keep
-                    if keep:
-                        fam = MetricFamily(name, "unknown", _help_text(arg))
-                        append = fam.samples.append
-                        room = limit - taken.get(name, 0)
-                    else:
-                        fam = append = None
-                elif keep:
-                    fam.help = _help_text(arg)
-            else:  # TYPE
-                typ = arg.lstrip(_ASCII_WS)
-                if typ == "untyped":
-                    typ = "unknown"
-                if typ not in _METRIC_TYPES:
-                    errors += 1
-                    continue
-                if name != fam_name:
-                    if keep:
-                        taken[fam_name] = limit - room
-                        over += _emit(out, fam, wanted, limit)
-                    fam_name = name
-                    keep = may_keep
-                    if keep:
-                        fam = MetricFamily(name, typ)
-                        append = fam.samples.append
-                        room = limit - taken.get(name, 0)
-                    else:
-                        fam = append = None
-                elif keep:
-                    fam.type = typ
-                if typ == "histogram":
-                    allowed = {name + "_count", name + "_sum", name + "_bucket"}
-                elif typ == "summary":
-                    allowed = {name + "_count", name + "_sum", name}
-                else:
-                    allowed = {name}
-                fast_allowed = allowed if plain else _NO_NAMES
-                exempt = {name} if typ == "summary" else _NO_NAMES
-            continue
+    Name "" means no family is open: its samples go nowhere. `fam` is built only for a family that can
+    survive `want` (`keep`); others are tracked by name alone. The per-line loop (`_read_lines`) keeps the
+    fields it reads on every sample in locals and writes `room` back before a comment or a foreign line.
+    """
 
-        # A sample. The name is whatever precedes `{`, or the first space when there are no labels.
-        brace = line.find("{")
-        name = line[:brace] if brace > 0 else line.partition(" ")[0]
-        if name in fast_allowed:
-            if not keep:
-                continue
-            if room <= 0:  # the family's limit is reached: count the line, read nothing of it
-                over += 1
-                continue
-            if brace > 0:
-                end = line.find("}", brace)
-                if end > 0:
-                    # A strict label set (or one seen before on this page) has balanced quotes, so the first
-                    # `}` really closes it.
-                    label_text = line[brace + 1 : end]
-                    labels = label_cache.get(label_text)
-                    if labels is None:
-                        try:
-                            labels = _new_labels(label_text)
-                        except ValueError:
-                            errors += 1
-                            continue
-                else:
-                    labels = None
-                if labels is None:
-                    try:
-                        sample = _parse_sample(line)
-                    except ValueError:
-                        errors += 1
-                        continue
-                    if checked:
-                        verdict = _check(sample, _label_key(sample.labels), seen, exempt)
-                        if verdict:
-                            nonfinite += verdict == _NONFINITE
-                            duplicates += verdict == _DUPLICATE
-                            continue
-                    append(sample)
-                    room -= 1
-                    continue
-                value_text = line[end + 1 :]
+    __slots__ = (
+        "wanted", "limit", "checked", "out", "taken", "seen", "errors", "nonfinite", "duplicates", "over",
+        "fam_name", "plain", "fam", "append", "keep", "room", "allowed", "fast_allowed", "exempt",
+    )
+
+    def __init__(self, wanted: frozenset[str] | set[str] | None, limit: int, checked: bool) -> None:
+        self.wanted = wanted
+        self.limit = limit
+        self.checked = checked
+        self.out: dict[str, MetricFamily] = {}
+        self.taken: dict[str, int] = {}  # family name as the page spells it -> samples kept in its earlier runs
+        self.seen: set[tuple[str, object]] = set()  # (sample name, label key) of every sample kept (checked)
+        self.errors = self.nonfinite = self.duplicates = self.over = 0
+        self.fam_name = ""
+        self.plain = False  # the open family's name is a plain metric name
+        self.fam: MetricFamily | None = None
+        self.append: Callable[[Sample], None] | None = None
+        self.keep = False
+        self.room = 0  # samples the open family may still keep (family_limit)
+        self.allowed: AbstractSet[str] = _NO_NAMES  # sample names that belong to the open family
+        self.fast_allowed: AbstractSet[str] = _NO_NAMES  # the same, when plain names the fast path may trust
+        self.exempt: AbstractSet[str] = _NO_NAMES  # sample names whose non-finite values are legitimate (quantiles)
+
+    def may_keep(self, name: str) -> bool:
+        wanted = self.wanted
+        return wanted is None or name in wanted or (name[-6:] == "_total" and name[:-6] in wanted)
+
+    def close(self) -> None:
+        """Close the open family: its samples go into the result (or nowhere, when `want` rules it out)."""
+        if self.keep:
+            self.taken[self.fam_name] = self.limit - self.room
+            self.over += _emit(self.out, self.fam, self.wanted, self.limit)  # type: ignore[arg-type]
+        self.fam_name = ""
+        self.fam = self.append = None
+        self.keep = False
+        self.allowed = self.fast_allowed = self.exempt = _NO_NAMES
+
+    def comment(self, line: str) -> None:
+        """A `#` line: HELP and TYPE of another name switch families (here, once for both), other comments
+        are ignored."""
+        # Fast path: `# HELP name text` / `# TYPE name type` with single spaces around a plain name. The name
+        # of a family that `want` rules out is not validated: nothing of it is kept.
+        head = line[:7]
+        kind = ""
+        may_keep = False
+        if head == "# HELP " or head == "# TYPE ":
+            name, _, arg = line[7:].partition(" ")
+            if not name or name[0] == '"' or not name.isprintable():
+                pass  # quoted name, or a tab after it: the exact path splits it
+            elif name == self.fam_name:
+                kind = head[2:6]
             else:
-                labels = _NO_LABELS
-                label_text = ""
-                value_text = line[len(name) + 1 :]
-            try:  # float() skips the leading whitespace, as the text format does
-                if "_" in value_text:
-                    raise ValueError(value_text)
-                value = float(value_text)
-                timestamp = None
+                wanted = self.wanted
+                may_keep = wanted is None or name in wanted or (name[-6:] == "_total" and name[:-6] in wanted)
+                if not may_keep or _NAME_RE.fullmatch(name) is not None:
+                    kind = head[2:6]
+                    self.plain = True
+        if not kind:
+            try:
+                comment = _parse_comment_exact(line)
             except ValueError:
-                try:  # a timestamp, an exemplar, tabs, or an error
-                    value, timestamp = _parse_value_and_timestamp(value_text)
-                except ValueError:
-                    errors += 1
-                    continue
-            if checked:
-                if value - value:  # NaN or +-Inf (a finite value minus itself is 0)
-                    if name not in exempt:
-                        nonfinite += 1
-                    continue
-                key = (name, label_text)
-                if key in seen:
-                    duplicates += 1
-                    continue
-                seen.add(key)
-            append(Sample(name, labels.copy(), value, timestamp))
-            room -= 1
-            continue
+                self.errors += 1
+                return
+            if comment is None:
+                return
+            kind, name, arg = comment
+            self.plain = _NAME_RE.fullmatch(name) is not None
+            may_keep = self.may_keep(name)
+        typ = ""
+        if kind == "TYPE":
+            typ = arg.lstrip(_ASCII_WS)  # type: ignore[union-attr]
+            if typ == "untyped":
+                typ = "unknown"
+            if typ not in _METRIC_TYPES:
+                self.errors += 1
+                return
+        if name != self.fam_name:  # the family switch: close the open family, open this one
+            if self.keep:
+                self.taken[self.fam_name] = self.limit - self.room
+                self.over += _emit(self.out, self.fam, self.wanted, self.limit)  # type: ignore[arg-type]
+            self.fam_name = name
+            self.keep = may_keep
+            if may_keep:
+                fam = self.fam = MetricFamily(name, "unknown")
+                self.append = fam.samples.append
+                self.room = self.limit - self.taken.get(name, 0)
+            else:
+                self.fam = self.append = None
+            self.exempt = _NO_NAMES
+            if not typ:
+                allowed = self.allowed = {name}
+                self.fast_allowed = allowed if self.plain else _NO_NAMES
+        if not typ:  # HELP
+            if self.keep:
+                self.fam.help = _help_text(arg)  # type: ignore[union-attr]
+            return
+        if self.keep:
+            self.fam.type = typ  # type: ignore[union-attr]
+        if typ == "histogram":
+            allowed = self.allowed = {name + "_count", name + "_sum", name + "_bucket"}
+        elif typ == "summary":
+            allowed = self.allowed = {name + "_count", name + "_sum", name}
+        else:
+            allowed = self.allowed = {name}
+        self.fast_allowed = allowed if self.plain else _NO_NAMES
+        self.exempt = {name} if typ == "summary" else _NO_NAMES
 
-        # Not a sample of the open family: prometheus_client closes it and makes this line a family of its own.
+    def add_line(self, line: str, exempt: AbstractSet[str]) -> None:
+        """A sample line of the open family that the fast path cannot read: parsed exactly, then kept."""
+        try:
+            sample = _parse_sample(line)
+        except ValueError:
+            self.errors += 1
+            return
+        self.add(sample, exempt)
+
+    def add(self, sample: Sample, exempt: AbstractSet[str]) -> None:
+        """Keep a sample parsed the slow way in the open family (after the checks, when checked)."""
+        if self.checked:
+            verdict = _check(sample, _label_key(sample.labels), self.seen, exempt)
+            if verdict:
+                self.nonfinite += verdict == _NONFINITE
+                self.duplicates += verdict == _DUPLICATE
+                return
+        self.append(sample)  # type: ignore[misc]
+        self.room -= 1
+
+    def foreign(self, line: str, name: str, brace: int) -> None:
+        """A sample line not of the open family: prometheus_client closes it and makes the line a family of its own."""
         sample = None
         if not _is_plain_sample_name(line, name, brace):
             try:
                 sample = _parse_sample(line)
             except ValueError:
-                errors += 1
-                continue
+                self.errors += 1
+                return
             name = sample.name
-            if name in allowed:  # a sample of the open family after all (an unusual spelling)
-                if not keep:
-                    continue
-                if room <= 0:
-                    over += 1
-                    continue
-                if checked:
-                    verdict = _check(sample, _label_key(sample.labels), seen, exempt)
-                    if verdict:
-                        nonfinite += verdict == _NONFINITE
-                        duplicates += verdict == _DUPLICATE
-                        continue
-                append(sample)
-                room -= 1
-                continue
-        wanted_name = wanted is None or name in wanted
+            if name in self.allowed:  # a sample of the open family after all (an unusual spelling)
+                if not self.keep:
+                    return
+                if self.room <= 0:
+                    self.over += 1
+                    return
+                self.add(sample, self.exempt)
+                return
+        wanted_name = self.wanted is None or name in self.wanted
         untyped = name + "{"  # its key in `taken`: apart from a typed family of the same name
-        if wanted_name and taken.get(untyped, 0) >= limit:  # an untyped family at its limit: closes, keeps nothing
-            over += 1
+        if wanted_name and self.taken.get(untyped, 0) >= self.limit:  # an untyped family at its limit: closes, keeps nothing
+            self.over += 1
             sample = None
         elif sample is None and wanted_name:
             try:
                 sample = _parse_sample(line)
             except ValueError:  # a bad line is skipped as if absent: it closes nothing
+                self.errors += 1
+                return
+        self.close()
+        if sample is None or not wanted_name:
+            return
+        if self.checked:
+            verdict = _check(sample, _label_key(sample.labels), self.seen, _NO_NAMES)
+            if verdict:
+                self.nonfinite += verdict == _NONFINITE
+                self.duplicates += verdict == _DUPLICATE
+                return
+        self.taken[untyped] = self.taken.get(untyped, 0) + 1
+        self.over += _emit(self.out, MetricFamily(name, "unknown", "", [sample]), self.wanted, self.limit)
+
+
+def _read_lines(page: _PageState, lines: Iterator[str]) -> None:
+    """Every line into `page`. A sample of the open family with a plain name is read here, inline: the hot path."""
+    label_cache = _LABEL_CACHE
+    checked, seen = page.checked, page.seen
+    errors = nonfinite = duplicates = over = 0
+    keep, room, append, fast_allowed, exempt = False, 0, None, _NO_NAMES, _NO_NAMES
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if line[0] == "#":  # HELP and TYPE switch families
+            page.room = room
+            page.comment(line)
+            keep, room, append, fast_allowed, exempt = page.keep, page.room, page.append, page.fast_allowed, page.exempt
+            continue
+        # A sample. The name is whatever precedes `{`, or the first space when there are no labels.
+        brace = line.find("{")
+        name = line[:brace] if brace > 0 else line.partition(" ")[0]
+        if name not in fast_allowed:  # not (plainly) of the open family: its own family, or an unusual spelling
+            page.room = room
+            page.foreign(line, name, brace)
+            keep, room, append, fast_allowed, exempt = page.keep, page.room, page.append, page.fast_allowed, page.exempt
+            continue
+        if not keep:
+            continue
+        if room <= 0:  # the family's limit is reached: count the line, read nothing of it
+            over += 1
+            continue
+        if brace > 0:
+            end = line.find("}", brace)
+            labels = None
+            if end > 0:
+                # A strict label set (or one seen before on this page) has balanced quotes, so the first `}`
+                # really closes it.
+                label_text = line[brace + 1 : end]
+                labels = label_cache.get(label_text)
+                if labels is None:
+                    try:
+                        labels = _new_labels(label_text)
+                    except ValueError:
+                        errors += 1
+                        continue
+            if labels is None:  # the exact parse
+                page.room = room
+                page.add_line(line, exempt)
+                room = page.room
+                continue
+            value_text = line[end + 1 :]
+        else:
+            labels = _NO_LABELS
+            label_text = ""
+            value_text = line[len(name) + 1 :]
+        try:  # float() skips the leading whitespace, as the text format does
+            if "_" in value_text:
+                raise ValueError(value_text)
+            value = float(value_text)
+            timestamp = None
+        except ValueError:
+            try:  # a timestamp, an exemplar, tabs, or an error
+                value, timestamp = _parse_value_and_timestamp(value_text)
+            except ValueError:
                 errors += 1
                 continue
-        if keep:
-            taken[fam_name] = limit - room
-            over += _emit(out, fam, wanted, limit)
-        fam_name = ""
-        fam = append = None
-        keep = False
-        allowed = fast_allowed = exempt = _NO_NAMES
-        if sample is not None and wanted_name:
-            if checked:
-                verdict = _check(sample, _label_key(sample.labels), seen, _NO_NAMES)
-                if verdict:
-                    nonfinite += verdict == _NONFINITE
-                    duplicates += verdict == _DUPLICATE
-                    continue
-            taken[untyped] = taken.get(untyped, 0) + 1
-            over += _emit(out, MetricFamily(name, "unknown", "", [sample]), wanted, limit)
-
-    if keep:
-        over += _emit(out, fam, wanted, limit)
-    return ParsedPage(out, errors, nonfinite, duplicates, over)
+        if checked:
+            if value - value:  # NaN or +-Inf (a finite value minus itself is 0)
+                nonfinite += name not in exempt
+                continue
+            key = (name, label_text)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+        append(Sample(name, labels.copy(), value, timestamp))  # type: ignore[misc]
+        room -= 1
+    page.room = room
+    page.errors += errors
+    page.nonfinite += nonfinite
+    page.duplicates += duplicates
+    page.over += over
 
 
 def _blocks(text: str, end: int) -> Iterator[str]:

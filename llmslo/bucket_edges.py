@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from llmslo import conventions as C
+
 # Latency metrics, as the llmslo/latency plugin's `metric` option names them.
 TTFT = "ttft"
 TPOT = "tpot"  # per request, after the first token
@@ -31,14 +33,14 @@ ITL = "itl"  # per token
 E2E = "e2e"
 LATENCY_METRICS = (TTFT, TPOT, ITL, E2E)
 
-# Engine kinds: the `engine` label value the exporter writes on every normalized series.
-VLLM = "vllm"
-SGLANG = "sglang"
-TGI = "tgi"
-TRTLLM_TRITON = "trtllm-triton"
-TRTLLM_SERVE = "trtllm-serve"
-LLAMACPP = "llamacpp"
-ENGINE_KINDS = (VLLM, SGLANG, TGI, TRTLLM_TRITON, TRTLLM_SERVE, LLAMACPP)
+# Engine kinds: the `engine` label value the exporter writes on every normalized series (defined in conventions).
+VLLM = C.ENGINE_VLLM
+SGLANG = C.ENGINE_SGLANG
+TGI = C.ENGINE_TGI
+TRTLLM_TRITON = C.ENGINE_TRTLLM_TRITON
+TRTLLM_SERVE = C.ENGINE_TRTLLM_SERVE
+LLAMACPP = C.ENGINE_LLAMACPP
+ENGINE_KINDS = C.SERVING_ENGINE_KINDS
 
 
 @dataclass(frozen=True)

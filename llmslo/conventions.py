@@ -17,7 +17,19 @@ PREFIX = "llm_"
 # --------------------------------------------------------------------------------------
 # Labels
 # --------------------------------------------------------------------------------------
-LABEL_ENGINE = "engine"  # vllm | sglang | tgi | trtllm-triton | trtllm-serve | llamacpp | tap
+LABEL_ENGINE = "engine"  # the engine kind: one of ENGINE_KINDS
+# Engine kinds, the values of LABEL_ENGINE: one per adapter (the exporter derives its kinds from its adapters,
+# exporter/adapters/, each of which names its kind here; a test holds the two equal).
+ENGINE_VLLM = "vllm"
+ENGINE_SGLANG = "sglang"
+ENGINE_TGI = "tgi"
+ENGINE_TRTLLM_TRITON = "trtllm-triton"
+ENGINE_TRTLLM_SERVE = "trtllm-serve"
+ENGINE_LLAMACPP = "llamacpp"
+ENGINE_TAP = "tap"  # the goodput tap's own page, read by the node exporter like an engine's
+SERVING_ENGINE_KINDS = (ENGINE_VLLM, ENGINE_SGLANG, ENGINE_TGI, ENGINE_TRTLLM_TRITON, ENGINE_TRTLLM_SERVE,
+                        ENGINE_LLAMACPP)
+ENGINE_KINDS = SERVING_ENGINE_KINDS + (ENGINE_TAP,)
 # Each engine kind's latency histogram bucket edges, per version: llmslo/bucket_edges.py (ROWS, one table).
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
@@ -181,14 +193,7 @@ LORA_ADAPTER_ACTIVE = _m(
     (LABEL_ADAPTER, LABEL_LORA_STATE),
 )
 
-ENGINE_METRICS: tuple[MetricDef, ...] = (
-    REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
-    PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
-    TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
-    LORA_ADAPTER_ACTIVE,
-)
-
-# Signals on-call needs that the engines publish (issue #14): capacity that is not there (an engine asleep,
+# Signals on-call needs that the engines publish: capacity that is not there (an engine asleep,
 # a full secondary KV pool, a spent batch token budget), requests refused or paused, per-request sizes.
 LABEL_KV_POOL = "pool"  # on KV_POOL_USAGE: which KV pool of a hybrid model
 KV_POOL_FULL = "full"  # full-attention KV (every model has it)
@@ -223,7 +228,11 @@ FRONTEND_TTFT = _m(
     "Time to first response of the model clients call (Triton ensemble or BLS): engine TTFT plus pre/postprocessing.",
     unit="seconds",
 )
-ENGINE_METRICS = ENGINE_METRICS + (
+ENGINE_METRICS: tuple[MetricDef, ...] = (
+    REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
+    PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
+    TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
+    LORA_ADAPTER_ACTIVE,
     KV_POOL_USAGE, ENGINE_SLEEPING, REQUESTS_PAUSED, REQUESTS_REJECTED, BATCH_MAX_TOKENS, BATCH_RESERVED_TOKENS,
     REQUEST_PROMPT_TOKENS, REQUEST_GENERATION_TOKENS, FRONTEND_TTFT,
 )
@@ -314,7 +323,24 @@ EXPORTER_METRICS = (
     EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
 )
 
-ALL_METRICS = ENGINE_METRICS + TAP_METRICS + GPU_METRICS + EXPORTER_METRICS
+# --------------------------------------------------------------------------------------
+# The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
+# --------------------------------------------------------------------------------------
+TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")
+TAP_ADMISSION_ENGINE_READABLE = _m(
+    "tap_admission_engine_readable", "gauge",
+    "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
+)
+TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
+TAP_ADMISSION_FOOTPRINT = _m(
+    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
+)
+TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
+TAP_ADMISSION_METRICS = (
+    TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
+)
+
+ALL_METRICS = ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS
 
 # --------------------------------------------------------------------------------------
 # vLLM V1's own names: what the simulator emits and the vLLM adapter reads.
@@ -374,6 +400,8 @@ class VLLM:
     LABEL_MAX_LORA = "max_lora"
     LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
     LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"
+    LABEL_BLOCK_SIZE = "block_size"  # on CACHE_CONFIG_INFO: tokens per KV block
+    LABEL_NUM_GPU_BLOCKS = "num_gpu_blocks"  # on CACHE_CONFIG_INFO: KV blocks allocated
 
 
 # --------------------------------------------------------------------------------------
@@ -513,21 +541,3 @@ class CAPACITY:
     SEATS_LOW = "LLMKVSeatsLow"  # ticket: the pool stays under N seats at p99 context
     SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"  # page: the forecast says it runs out within M minutes, queue growing
     ALERTS = (SEATS_LOW, SEATS_EXHAUSTION)
-
-
-# --------------------------------------------------------------------------------------
-# The goodput tap's KV admission gate (exporter.tap.admission; on with --admission only)
-# --------------------------------------------------------------------------------------
-TAP_ADMISSION_OPEN = _m("tap_admission_open", "gauge", "1 while the tap's KV admission admits new requests, 0 while it refuses them with 429.")
-TAP_ADMISSION_ENGINE_READABLE = _m(
-    "tap_admission_engine_readable", "gauge",
-    "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
-)
-TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
-TAP_ADMISSION_FOOTPRINT = _m(
-    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
-)
-TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
-TAP_ADMISSION_METRICS = (
-    TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
-)

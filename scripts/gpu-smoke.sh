@@ -7,7 +7,7 @@
 # Exit 0: every check passed. 1: a check failed. 77: skipped (no NVIDIA driver or GPU here; the reason is
 # printed). Needs the repository's virtual environment (make deps) or PYTHON=/path/to/python with the
 # exporter's dependencies and nvidia-ml-py; promtool is used when installed. The logic is
-# exporter/gpu/smoke.py (tested on recorded nvidia-smi output: tests/exporter/test_gpu_smoke.py).
+# tools/gpu_smoke.py (tested on recorded nvidia-smi output: tests/exporter/test_gpu_smoke.py).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -23,4 +23,4 @@ if ! "$python" -c "import exporter, aiohttp" >/dev/null 2>&1; then
     echo "FAIL: $python cannot import the exporter (run make deps, or set PYTHON)" >&2
     exit 1
 fi
-exec "$python" -m exporter.gpu.smoke "$@"
+exec "$python" -m tools.gpu_smoke "$@"

@@ -11,6 +11,7 @@ Queue and cache gauges are read from the engine at scrape time. Each engine has 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -53,7 +54,7 @@ def cache_config_labels(core: EngineCore) -> dict[str, str]:
     c = core.config
     tokens = c.num_gpu_blocks * c.block_size
     return {
-        "block_size": str(c.block_size),
+        V.LABEL_BLOCK_SIZE: str(c.block_size),
         "cache_dtype": "auto",
         "cache_hit_alignment_tokens": str(c.block_size),
         "effective_attention_block_size": str(c.block_size),
@@ -77,7 +78,7 @@ def cache_config_labels(core: EngineCore) -> dict[str, str]:
         "mamba_page_size_padded": "None",
         "mamba_ssm_cache_dtype": "auto",
         "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(c.num_gpu_blocks),
+        V.LABEL_NUM_GPU_BLOCKS: str(c.num_gpu_blocks),
         "num_gpu_blocks_override": str(c.num_gpu_blocks_override or None),
         "prefix_cache_retention_interval": "0",
         "prefix_caching_hash_algo": "sha256",
@@ -100,19 +101,34 @@ class VllmMetrics:
         self.core = core
         self.registry = CollectorRegistry()
         cfg = core.config
-        base = [V.LABEL_MODEL_NAME, V.LABEL_ENGINE]
         self._base = {V.LABEL_MODEL_NAME: cfg.model_name, V.LABEL_ENGINE: cfg.engine_index}
+        # Registered in vLLM's page order: gauges, counters, histograms, then the info families.
+        self._register_gauges(core)
+        self._register_counters()
+        self._register_histograms(token_buckets(cfg.model_len))
         reg = self.registry
+        self.lora_info = None
+        if cfg.lora_adapters:
+            self.lora_info = Gauge(
+                V.LORA_REQUESTS_INFO, "Running stats on lora requests.",
+                [V.LABEL_MAX_LORA, V.LABEL_RUNNING_LORA_ADAPTERS, V.LABEL_WAITING_LORA_ADAPTERS], registry=reg)
+            self._set_lora_info()
+        cache_labels = cache_config_labels(core)
+        Gauge(V.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig", list(cache_labels),
+              registry=reg).labels(**cache_labels).set(1)
+        core.observers.append(self)
 
-        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(name, doc, base + list(extra), registry=reg)
+    def _gauge(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(name, doc, [*self._base, *extra], registry=self.registry)
 
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, base + list(extra), registry=reg)
+    def _counter(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, doc, [*self._base, *extra], registry=self.registry)
 
-        def histogram(name: str, doc: str, buckets) -> Histogram:
-            return Histogram(name, doc, base, buckets=buckets, registry=reg).labels(**self._base)
+    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, doc, list(self._base), buckets=buckets, registry=self.registry).labels(**self._base)
 
+    def _register_gauges(self, core: EngineCore) -> None:
+        gauge = self._gauge
         sched, kv = core.scheduler, core.kv
         gauge(V.NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.").labels(
             **self._base).set_function(lambda: len(sched.running))
@@ -139,11 +155,13 @@ class VllmMetrics:
             sleep.labels(**self._base, sleep_state=state).set(1 if state == V.SLEEP_STATES[0] else 0)
         rejections = Counter(  # as vLLM: labelled by model and reason only; the simulator has no queue limits
             V.ADMISSION_REJECTIONS, "Number of admission attempts rejected by a queue limit, by reason.",
-            [V.LABEL_MODEL_NAME, V.LABEL_REJECTION_REASON], registry=reg,
+            [V.LABEL_MODEL_NAME, V.LABEL_REJECTION_REASON], registry=self.registry,
         )
         for reason in V.ADMISSION_REJECTION_REASONS:
-            rejections.labels(cfg.model_name, reason)
+            rejections.labels(core.config.model_name, reason)
 
+    def _register_counters(self) -> None:
+        counter = self._counter
         self.prefix_queries = counter(
             V.PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of queried tokens.").labels(**self._base)
         self.prefix_hits = counter(
@@ -163,7 +181,8 @@ class VllmMetrics:
             V.REQUEST_SUCCESS, "Count of successfully processed requests.", (V.LABEL_FINISHED_REASON,))
         self.success = {r: success.labels(**self._base, finished_reason=r) for r in FINISHED_REASONS}
 
-        tok = token_buckets(cfg.model_len)
+    def _register_histograms(self, tok: Sequence[float]) -> None:
+        histogram = self._histogram
         self.h_prompt = histogram(V.REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.", tok)
         self.h_generation = histogram(V.REQUEST_GENERATION_TOKENS, "Number of generation tokens processed.", tok)
         self.h_iteration = histogram(
@@ -191,17 +210,6 @@ class VllmMetrics:
         self.h_prefill_kv = histogram(
             V.REQUEST_PREFILL_KV_COMPUTED_TOKENS,
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok)
-
-        self.lora_info = None
-        if cfg.lora_adapters:
-            self.lora_info = Gauge(
-                V.LORA_REQUESTS_INFO, "Running stats on lora requests.",
-                [V.LABEL_MAX_LORA, V.LABEL_RUNNING_LORA_ADAPTERS, V.LABEL_WAITING_LORA_ADAPTERS], registry=reg)
-            self._set_lora_info()
-        cache_labels = cache_config_labels(core)
-        Gauge(V.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig", list(cache_labels),
-              registry=reg).labels(**cache_labels).set(1)
-        core.observers.append(self)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -30,7 +30,7 @@ from exporter.adapters.base import Adapter, Output, first_family, total, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
-KIND = "sglang"
+KIND = c.ENGINE_SGLANG
 P = "sglang:"
 MODEL = "model_name"
 

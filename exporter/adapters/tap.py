@@ -12,7 +12,7 @@ from exporter.adapters.base import Adapter, Output, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
-KIND = "tap"
+KIND = c.ENGINE_TAP
 
 
 def family_name(metric: c.MetricDef) -> str:

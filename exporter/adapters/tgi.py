@@ -26,7 +26,7 @@ from exporter.adapters.base import Adapter, Output, total, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
-KIND = "tgi"
+KIND = c.ENGINE_TGI
 
 BATCH_SIZE = "tgi_batch_current_size"
 QUEUE_SIZE = "tgi_queue_size"

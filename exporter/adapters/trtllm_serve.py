@@ -34,7 +34,7 @@ from exporter.adapters.base import Adapter, Output, normalize_finished_reason, t
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
-KIND = "trtllm-serve"
+KIND = c.ENGINE_TRTLLM_SERVE
 P = "trtllm_"
 MODEL = "model_name"
 

@@ -27,7 +27,7 @@ from exporter.adapters.base import Adapter, Output, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
-KIND = "trtllm-triton"
+KIND = c.ENGINE_TRTLLM_TRITON
 MODEL = "model"
 MS = 1_000.0
 US = 1_000_000.0

@@ -28,17 +28,17 @@ from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
 V = c.VLLM
-KIND = "vllm"
+KIND = c.ENGINE_VLLM
 
 TIME_IN_QUEUE_V0 = "vllm:time_in_queue_requests"  # V0's older duplicate of request_queue_time_seconds
-MODEL = "model_name"
-DP_ENGINE = "engine"  # vLLM's data-parallel engine index
-FINISHED_REASON = "finished_reason"
-LORA_RUNNING = "running_lora_adapters"
-LORA_WAITING = "waiting_lora_adapters"
-LORA_MAX = "max_lora"
-CACHE_BLOCK_SIZE = "block_size"
-CACHE_NUM_GPU_BLOCKS = "num_gpu_blocks"
+MODEL = V.LABEL_MODEL_NAME
+DP_ENGINE = V.LABEL_ENGINE  # vLLM's data-parallel engine index
+FINISHED_REASON = V.LABEL_FINISHED_REASON
+LORA_RUNNING = V.LABEL_RUNNING_LORA_ADAPTERS
+LORA_WAITING = V.LABEL_WAITING_LORA_ADAPTERS
+LORA_MAX = V.LABEL_MAX_LORA
+CACHE_BLOCK_SIZE = V.LABEL_BLOCK_SIZE
+CACHE_NUM_GPU_BLOCKS = V.LABEL_NUM_GPU_BLOCKS
 SLEEP_STATE = V.ENGINE_SLEEP_STATE
 SLEEP_STATE_LABEL = V.LABEL_SLEEP_STATE
 AWAKE = V.SLEEP_STATES[0]

@@ -1,15 +1,18 @@
 """KV admission (opt-in, `--admission`): refuse new completions with 429 while the engine is full.
 
-The tap reads the engine it fronts (its vLLM-format /metrics, every `poll_s`) and keeps a gate:
+The tap reads the engine it fronts (its /metrics, every `poll_s`) through the exporter's own adapters
+(exporter.adapters: the same reading of each engine's families as the node exporter's), so every
+engine kind whose adapter gives free KV blocks and the block size can be gated (`--admission-engine`,
+detected from the page by default), and keeps a gate:
 
 - seats at p99 context = free KV tokens / p99 per-request footprint, where free KV tokens =
-  (1 - vllm:kv_cache_usage_perc) x usable blocks x block_size (vllm:cache_config_info; usable is
-  num_gpu_blocks - 1 on V1, whose usage leaves out its null block), and the
-  footprint = p99 of vllm:request_prompt_tokens + p99 of vllm:request_generation_tokens over the
-  requests that finished in the last `window_s` (the sum of the two p99s: an upper bound of the
-  p99 of the sum, so the estimate errs towards fewer seats); with no request finished in the
-  window the last footprint measured is kept, and before any the `fallback_footprint` flag is used;
-- queue = vllm:num_requests_waiting (summed over data-parallel engines).
+  llm_kv_cache_free_blocks x llm_kv_cache_block_size_tokens (for vLLM: (1 - kv_cache_usage_perc) x
+  usable blocks, num_gpu_blocks - 1 on V1 for its null block, in whole blocks, per data-parallel engine), and the footprint = p99 of
+  llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the requests that finished in
+  the last `window_s` (the sum of the two p99s: an upper bound of the p99 of the sum, so the estimate
+  errs towards fewer seats); with no request finished in the window (or an engine without those
+  histograms) the last footprint measured is kept, and before any the `fallback_footprint` flag is used;
+- queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
 
 The gate is closed while seats < min_seats or queue > max_queue. Between two readings the tap
 counts the requests it admitted since the last one: each takes one seat, so a burst cannot pour
@@ -28,7 +31,8 @@ metrics endpoint into an outage; admitting leaves the engine's own limits (and t
 watch them) in charge, as without admission.
 
 The poll runs on the tap's event loop as one small HTTP request with a timeout; the page is parsed
-(exporter.promtext, only the few families needed) in a worker thread, so relaying never waits on it.
+(exporter.promtext, only the families the adapters read) and adapted in a worker thread, so relaying
+never waits on it.
 """
 
 from __future__ import annotations
@@ -45,14 +49,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from exporter.adapters.vllm import null_block_count
+from exporter import adapters
+from exporter.logs import TAP_LOGGER, event
 from exporter.model import MetricFamily
 from exporter.promtext import parse
 from llmslo import conventions as C
+from llmslo.gofloat import go_g
+from llmslo.histograms import Buckets, histogram_quantile
 
-log = logging.getLogger("llmslo.tap")
-
-V = C.VLLM
 # 0.25 s: half the interactive TTFT objective (0.5 s), so a queue that builds is seen well before a
 # queued request has lost its objective; vLLM refreshes these gauges every engine step, and a /metrics
 # render four times a second is a negligible cost for the engine's API server.
@@ -70,10 +74,15 @@ FETCH_TIMEOUT_S = 2.0
 MAX_PAGE_BYTES = 8 << 20
 RETRY_AFTER_S = 1
 
-WANTED = frozenset({
-    V.KV_CACHE_USAGE_PERC, V.GPU_CACHE_USAGE_PERC, V.CACHE_CONFIG_INFO, V.NUM_REQUESTS_WAITING,
-    V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS, *V.V0_ONLY,
-})
+# The engine kinds admission can read: every adapter's but the tap's own (a tap in front of a tap has no KV cache).
+ENGINE_KINDS = tuple(sorted(kind for kind in adapters.ADAPTERS if kind != adapters.tap.KIND))
+AUTO = "auto"
+WANTED = adapters.WANT_ALL  # what a page is parsed for when the kind is detected from it
+
+
+def wanted(kind: str) -> frozenset[str]:
+    """The families a page of this engine kind (or AUTO) is parsed for."""
+    return WANTED if kind == AUTO else adapters.get(kind).wanted
 
 
 def poll_seconds(value: str) -> float:
@@ -111,9 +120,6 @@ class EngineReadError(ValueError):
     """The engine's /metrics lacks what admission needs."""
 
 
-Buckets = tuple[tuple[float, float], ...]  # (le, cumulative count), in edge order, +Inf last
-
-
 @dataclass(frozen=True)
 class Reading:
     """What one poll of the engine's /metrics said."""
@@ -124,44 +130,37 @@ class Reading:
     generation: Buckets
 
 
-def _buckets(fam: MetricFamily | None) -> Buckets:
-    if fam is None:
-        return ()
-    sums: dict[float, float] = {}
-    for s in fam.samples:
-        if s.name.endswith("_bucket") and "le" in s.labels:
-            try:
-                le = float(s.labels["le"])
-            except ValueError:
-                continue
+def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Reading:
+    """The free KV tokens, the queue and the request-size histograms of a parsed page, read through the
+    engine kind's adapter (AUTO: the kind detected from the page)."""
+    if kind == AUTO:
+        detected = adapters.detect(families)
+        if detected is None or detected == adapters.tap.KIND:
+            raise EngineReadError("no engine's families on the page")
+        kind = detected
+    free_blocks: dict[str, float] = {}
+    block_size: dict[str, float] = {}
+    waiting = 0.0
+    histograms: dict[str, dict[float, float]] = {C.REQUEST_PROMPT_TOKENS.name: {}, C.REQUEST_GENERATION_TOKENS.name: {}}
+    for s in adapters.get(kind).adapt(families, {}):
+        name, model = s.metric.name, s.labels.get(C.LABEL_MODEL, "")
+        if name == C.KV_BLOCKS_FREE.name:
+            free_blocks[model] = free_blocks.get(model, 0.0) + s.value
+        elif name == C.KV_BLOCK_SIZE.name:
+            block_size[model] = s.value
+        elif name == C.REQUESTS_WAITING.name:
+            waiting += s.value
+        elif name in histograms and s.suffix == "_bucket":
+            le = float(s.labels[C.LABEL_LE])
+            sums = histograms[name]
             sums[le] = sums.get(le, 0.0) + s.value
-    return tuple(sorted(sums.items()))
-
-
-def read_engine(families: Mapping[str, MetricFamily]) -> Reading:
-    """The free KV tokens, the queue and the token histograms of a parsed vLLM page."""
-    usage_fam = families.get(V.KV_CACHE_USAGE_PERC) or families.get(V.GPU_CACHE_USAGE_PERC)
-    config = families.get(V.CACHE_CONFIG_INFO)
-    if usage_fam is None or not usage_fam.samples or config is None or not config.samples:
-        raise EngineReadError("no kv_cache_usage_perc or cache_config_info on the page")
-    configs: dict[str, tuple[float, float]] = {}
-    for s in config.samples:
-        try:
-            configs[s.labels.get("engine", "")] = (float(s.labels["block_size"]), float(s.labels["num_gpu_blocks"]))
-        except (KeyError, ValueError):
-            continue
-    if not configs:
-        raise EngineReadError("cache_config_info has no block_size and num_gpu_blocks")
-    null_blocks = null_block_count(families)
-    free = 0.0
-    for s in usage_fam.samples:
-        dp = s.labels.get("engine", "")
-        block_size, blocks = configs.get(dp) or next(iter(configs.values()))
-        free += max(0.0, 1.0 - s.value) * max(0.0, blocks - null_blocks) * block_size
-    waiting_fam = families.get(V.NUM_REQUESTS_WAITING)
-    waiting = sum(s.value for s in waiting_fam.samples) if waiting_fam is not None else 0.0
-    return Reading(free, waiting, _buckets(families.get(V.REQUEST_PROMPT_TOKENS)),
-                   _buckets(families.get(V.REQUEST_GENERATION_TOKENS)))
+    sized = [(blocks, block_size[m]) for m, blocks in free_blocks.items() if m in block_size]
+    if not sized:
+        raise EngineReadError(f"no free KV blocks and block size on the {kind} page")
+    free = sum(max(0.0, blocks) * size for blocks, size in sized)
+    prompt, generation = (tuple(sorted(histograms[m.name].items()))
+                          for m in (C.REQUEST_PROMPT_TOKENS, C.REQUEST_GENERATION_TOKENS))
+    return Reading(free, waiting, prompt, generation)
 
 
 def _delta(now: Buckets, then: Buckets) -> Buckets:
@@ -170,22 +169,7 @@ def _delta(now: Buckets, then: Buckets) -> Buckets:
     return tuple((le, max(0.0, a - b)) for (le, a), (_, b) in zip(now, then))
 
 
-def quantile(q: float, buckets: Buckets) -> float | None:
-    """Prometheus' histogram_quantile over cumulative buckets (+Inf last): linear within the bucket;
-    in the +Inf bucket, the highest finite edge. None when the histogram is empty."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    prev_le, prev_n = 0.0, 0.0
-    for le, n in buckets:
-        if n >= rank:
-            if math.isinf(le):
-                return prev_le
-            if n == prev_n:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_n) / (n - prev_n)
-        prev_le, prev_n = le, n
-    return prev_le
+quantile = histogram_quantile  # the admission tests' name for it
 
 
 class Admission:
@@ -195,9 +179,10 @@ class Admission:
         self, upstream: str, ca_file: str = "", *, min_seats: float = DEFAULT_MIN_SEATS,
         max_queue: int = DEFAULT_MAX_QUEUE, poll_s: float = DEFAULT_POLL_S, window_s: float = DEFAULT_WINDOW_S,
         fallback_footprint: int = DEFAULT_FALLBACK_FOOTPRINT, timeout_s: float = FETCH_TIMEOUT_S,
-        metrics_path: str = "/metrics", clock: Callable[[], float] = time.monotonic,
+        metrics_path: str = "/metrics", clock: Callable[[], float] = time.monotonic, engine: str = AUTO,
     ) -> None:
         self.url = upstream.rstrip("/") + metrics_path
+        self.engine = engine  # the engine kind whose adapter reads the page, or AUTO
         self.ssl: ssl.SSLContext | None = (
             ssl.create_default_context(cafile=ca_file or None) if upstream.startswith("https://") else None
         )
@@ -257,7 +242,7 @@ class Admission:
         prompt, gen = _delta(reading.prompt, prompt0), _delta(reading.generation, gen0)
         if len(history) == 1 or not prompt or prompt[-1][1] <= 0:  # no earlier reading, or none finished since
             prompt, gen = reading.prompt, reading.generation
-        p99_prompt, p99_gen = quantile(0.99, prompt), quantile(0.99, gen)
+        p99_prompt, p99_gen = histogram_quantile(0.99, prompt), histogram_quantile(0.99, gen)
         if p99_prompt is not None:
             self.footprint = max(1.0, p99_prompt + (p99_gen or 0.0))
         self.reading = reading
@@ -273,23 +258,25 @@ class Admission:
         was_open = self.is_open()
         try:
             text = await self._fetch()
-            families = await asyncio.to_thread(parse, text, WANTED)
-            reading = read_engine(families)
+            reading = await asyncio.to_thread(self._read, text)
         except Exception as e:  # noqa: BLE001  (whatever the engine answers, the tap goes on)
             error = f"{type(e).__name__}: {e}"[:200]
             if not self.last_error:
-                log.warning("event=tap_admission_engine_unreadable url=%s error=%r (the gate admits while it "
-                            "cannot read the engine)", self.url, error)
+                event("tap_admission_engine_unreadable", logging.WARNING, logger=TAP_LOGGER, url=self.url,
+                      error=error, note="the gate admits while it cannot read the engine")
             self.last_error = error
             return False
         if self.last_error:
-            log.info("event=tap_admission_engine_readable url=%s", self.url)
+            event("tap_admission_engine_readable", logger=TAP_LOGGER, url=self.url)
             self.last_error = ""
         self.update(reading)
         if self.is_open() != was_open:
-            log.info("event=tap_admission_%s seats=%.1f footprint=%.0f waiting=%.0f", "open" if not was_open else
-                     "closed", self.seats, self.footprint, self.waiting)
+            event(f"tap_admission_{'open' if not was_open else 'closed'}", logger=TAP_LOGGER,
+                  seats=f"{self.seats:.1f}", footprint=f"{self.footprint:.0f}", waiting=f"{self.waiting:.0f}")
         return True
+
+    def _read(self, text: str) -> Reading:
+        return read_engine(parse(text, wanted(self.engine)), self.engine)
 
     async def _fetch(self) -> str:
         if self._session is None:
@@ -341,11 +328,5 @@ class Admission:
             (C.TAP_ADMISSION_FOOTPRINT, self.footprint),
             (C.TAP_ADMISSION_QUEUE, self.waiting if readable else math.nan),
         ):
-            lines.append(f"# HELP {d.name} {d.help}\n# TYPE {d.name} {d.kind}\n{d.name} {_num(value)}\n")
+            lines.append(f"# HELP {d.name} {d.help}\n# TYPE {d.name} {d.kind}\n{d.name} {go_g(value)}\n")
         return "".join(lines).encode()
-
-
-def _num(x: float) -> str:
-    if math.isnan(x):
-        return "NaN"
-    return str(int(x)) if float(x).is_integer() else f"{x:.6g}"

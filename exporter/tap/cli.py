@@ -20,6 +20,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 
+from exporter.logs import TAP_LOGGER, event, setup
 from exporter.tap.admission import Admission
 from exporter.tap.classes import SloConfigError, load_slo_config
 from exporter.tap.deadlines import DeadlineError, derive_deadlines
@@ -27,7 +28,6 @@ from exporter.tap.options import add_arguments
 from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
 
-log = logging.getLogger("llmslo.tap")
 
 DESCRIPTION = (
     "Relay an OpenAI-compatible engine unchanged while timing every completion (TTFT, TPOT, E2E) "
@@ -56,21 +56,13 @@ def raise_fd_limit() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError) as e:
-            log.warning("event=tap_fd_limit_not_raised soft=%d hard=%s error=%s", soft, hard, e)
+            event("tap_fd_limit_not_raised", logging.WARNING, logger=TAP_LOGGER, soft=soft, hard=hard, error=e)
     return soft
 
 
 def default_max_connections(fd_limit: int) -> int:
     """Half of what is left after the reserve: every client connection may need one upstream."""
     return max(16, (fd_limit - FD_RESERVE) // 2)
-
-
-def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ts=%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S%z"))
-    log.handlers[:] = [handler]
-    log.setLevel(level.upper())
-    log.propagate = False
 
 
 # Net container allocations (allocations minus frees) between young-generation collections;
@@ -105,18 +97,16 @@ async def _serve(args: argparse.Namespace, server: TapServer) -> None:
     _tune_gc()
     assert server.proxy_address is not None
     if server.metrics_address is None:  # a worker of `--workers N`: the parent serves the metrics
-        log.info("event=tap_worker_listening proxy=%s metrics=unix:%s pid=%d", server.proxy_address.url(),
-                 str(args.metrics_listen).replace("\0", "@"), os.getpid())
+        event("tap_worker_listening", logger=TAP_LOGGER, proxy=server.proxy_address.url(),
+              metrics="unix:" + str(args.metrics_listen).replace("\0", "@"), pid=os.getpid())
     else:
-        log.info(
-            "event=tap_listening proxy=%s metrics=%s/metrics upstream=%s classes=%s loop=%s",
-            server.proxy_address.url(), server.metrics_address.url(), args.upstream,
-            ",".join(server.proxy.slo.class_names), type(loop).__module__.split(".")[0],
-        )
+        event("tap_listening", logger=TAP_LOGGER, proxy=server.proxy_address.url(),
+              metrics=server.metrics_address.url() + "/metrics", upstream=args.upstream,
+              classes=",".join(server.proxy.slo.class_names), loop=type(loop).__module__.split(".")[0])
     try:
         await stop.wait()
     finally:
-        log.info("event=tap_stopping grace_s=%s", args.shutdown_grace)
+        event("tap_stopping", logger=TAP_LOGGER, grace_s=args.shutdown_grace)
         await server.stop()
 
 
@@ -135,7 +125,7 @@ def _runner(choice: str) -> asyncio.Runner:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT. Exit status 2 for unusable configuration."""
-    _setup_logging(args.log_level)
+    setup(args.log_level, TAP_LOGGER, args.log_format)
     try:
         slo = load_slo_config(args.slo)
     except SloConfigError as e:
@@ -180,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     )
     admission = Admission(
         args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
-        poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint,
+        poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,
     ) if args.admission else None
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
                        admission=admission)

@@ -13,6 +13,7 @@ and each refusal says why, since the tap answers it with a 400 the client can re
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -70,6 +71,11 @@ def origin_form(target: bytes) -> bytes:
         slash = path.find(b"/")
         return path[slash:] if slash >= 0 else b"/"
     return target
+
+
+def field_text(value: bytes | None) -> str:
+    """A field's value (or a path) as text for logs and records: latin-1, "" when absent."""
+    return "" if value is None else value.decode("latin-1")
 
 
 def get_field(fields: Fields, name: bytes) -> bytes | None:
@@ -168,6 +174,67 @@ def response_body_length(head: ResponseHead, request_method: bytes) -> int:
             raise BadMessage(f"Content-Length {length[:20]!r} is not a number")
         return int(length)
     return UNTIL_CLOSE
+
+
+class BodyMode(enum.Enum):
+    """How the client gets a response body."""
+
+    RAW = "raw"  # the upstream's body bytes exactly as they arrived (its framing included)
+    CHUNKS = "chunks"  # re-framed in chunks of our own (the body changed, or the upstream delimits it by closing)
+    PLAIN = "plain"  # decoded bytes, the end marked by closing (an HTTP/1.0 client, or one that asked to close)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFraming:
+    """The client's framing of one response: how its body goes out and which framing field its head carries."""
+
+    mode: BodyMode
+    field: bytes  # a Transfer-Encoding field line for the client's head, or b""
+    keep_length: bool  # whether the upstream's Content-Length stays in the client's head
+
+
+_AS_IS = ClientFraming(BodyMode.RAW, b"", True)
+_AS_IS_CHUNKED = ClientFraming(BodyMode.RAW, b"Transfer-Encoding: chunked\r\n", False)
+_PLAIN = ClientFraming(BodyMode.PLAIN, b"", False)
+_OWN_CHUNKS = ClientFraming(BodyMode.CHUNKS, b"Transfer-Encoding: chunked\r\n", False)
+
+
+def client_framing(framing: int, client_close: bool, rewritten: bool) -> ClientFraming:
+    """How to frame a response for the client, from the upstream's framing (a length, CHUNKED or
+    UNTIL_CLOSE), whether the client's connection closes after it, and whether the tap changes the
+    body (`rewritten`: an event taken out of a stream).
+
+    - no body: as it is;
+    - a closing client and a body whose end is not its length as sent: plain bytes, ended by the close;
+    - a changed body, or one the upstream ends by closing: chunks of the tap's own;
+    - otherwise the upstream's bytes as they came, chunked framing included (a Content-Length next to
+      Transfer-Encoding is dropped, RFC 9112 6.3: the chunks decide).
+    """
+    if framing == 0:
+        return _AS_IS
+    if client_close and (framing < 0 or rewritten):
+        return _PLAIN
+    if rewritten or framing == UNTIL_CLOSE:
+        return _OWN_CHUNKS
+    return _AS_IS_CHUNKED if framing == CHUNKED else _AS_IS
+
+
+REASONS = {
+    400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large",
+    429: "Too Many Requests", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+}
+
+
+def simple_response(status: int, text: str, close: bool, retry_after: int | None = None) -> bytes:
+    """A complete plain-text response of the tap's own (its refusals and errors)."""
+    body = text.encode()
+    extra = (b"Connection: close\r\n" if close else b"") + (
+        b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b""
+    )
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n"
+        % (status, REASONS.get(status, "Error").encode(), len(body), extra)
+    ) + body
 
 
 def chunk(payload: bytes) -> bytes:

@@ -33,9 +33,9 @@ from collections.abc import Iterator
 
 import aiohttp
 
+from exporter.logs import TAP_LOGGER, event
 from exporter.tap.classes import SloConfig
 
-log = logging.getLogger("llmslo.tap")
 
 MAX_LABEL_CHARS = 200  # longer names are never label values, even when a glob matches
 # 30 s: /v1/models is a cheap call for the engine, and a LoRA adapter loaded at run time is counted
@@ -186,11 +186,12 @@ class ServedModels:
         except Exception as e:  # noqa: BLE001  (whatever the upstream answers, the tap goes on; e.g. RecursionError)
             error = f"{type(e).__name__}: {e}"[:200]
             if not self.last_error:
-                log.warning("event=tap_models_refresh_failed url=%s error=%r kept=%d", self.url, error, len(self.names))
+                event("tap_models_refresh_failed", logging.WARNING, logger=TAP_LOGGER, url=self.url, error=error,
+                      kept=len(self.names))
             self.last_error = error
             return False
         if names != self.names or self.last_error or self.refreshed_at is None:
-            log.info("event=tap_models_refreshed url=%s models=%d", self.url, len(names))
+            event("tap_models_refreshed", logger=TAP_LOGGER, url=self.url, models=len(names))
         self.names = frozenset(names)
         self.refreshed_at = time.monotonic()
         self.last_error = ""
@@ -231,8 +232,8 @@ class ServedModels:
         try:
             await asyncio.wait_for(self._first.wait(), wait_s)
         except asyncio.TimeoutError:
-            log.warning("event=tap_models_refresh_slow url=%s waited_s=%s (serving with class globs only until it answers)",
-                        self.url, wait_s)
+            event("tap_models_refresh_slow", logging.WARNING, logger=TAP_LOGGER, url=self.url, waited_s=wait_s,
+                  note="serving with class globs only until it answers")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+from exporter.logs import LOG_FORMATS
 from exporter.tap.addresses import host_port, metrics_address
 from exporter.tap.admission import (
-    DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, non_negative_float,
-    non_negative_int, poll_seconds,
+    AUTO, DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, ENGINE_KINDS,
+    non_negative_float, non_negative_int, poll_seconds,
 )
 from exporter.tap.deadlines import FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
@@ -40,6 +41,17 @@ def positive_float(value: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every tap option. `--workers` re-creates them for its worker processes from this list."""
+    _serving_arguments(p)
+    _deadline_arguments(p)
+    _limit_arguments(p)
+    _admission_arguments(p)
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", default=LOG_FORMATS[0], choices=LOG_FORMATS,
+                   help="logfmt (default: event=NAME key=value ...) or json (one object per line)")
+
+
+def _serving_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the tap listens, what it relays to, and how it runs."""
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="where clients connect")
     p.add_argument("--upstream", required=True, metavar="URL", help="the engine's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
@@ -48,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers", type=positive_int, default=1, metavar="N",
-        help="relay in N processes sharing the proxy port (one core each); /metrics sums them (default 1)",
+        help="relay in N processes sharing the proxy port (one core each); /metrics sums their counters and "
+             "labels their gauges by worker (default 1)",
     )
     p.add_argument(
         "--reuse-port", action="store_true",
@@ -80,6 +93,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="auto: uvloop when installed (less CPU and a shorter tail per relayed chunk), else asyncio's own",
     )
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
+
+
+def _deadline_arguments(p: argparse.ArgumentParser) -> None:
+    """Deadlines towards the engine (exporter.tap.deadlines) and who sets a request's objectives."""
     p.add_argument(
         "--first-token-timeout", type=positive_float, default=None, metavar="SECONDS",
         help=f"end a streamed completion with no output event after this long as upstream_timeout (504, or the "
@@ -100,6 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="honour the x-slo-class, x-slo-ttft-ms and x-slo-tpot-ms request headers (off by default: any "
              "client could otherwise choose the objectives its own requests are judged by)",
     )
+
+
+def _limit_arguments(p: argparse.ArgumentParser) -> None:
+    """Bounds on what a client controls."""
     p.add_argument(
         "--max-connections", type=positive_int, default=None, metavar="N",
         help="refuse client connections beyond N with 503 (default: half the open-file limit, which the tap "
@@ -119,11 +140,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
         help="close a client connection with no request in flight after this long without a byte (default 75)",
     )
+
+
+def _admission_arguments(p: argparse.ArgumentParser) -> None:
+    """KV admission (exporter.tap.admission)."""
     p.add_argument(
         "--admission", action="store_true",
-        help="KV admission: read the engine's /metrics (vLLM names) and answer new completions 429 with Retry-After "
+        help="KV admission: read the engine's /metrics (through the exporter's adapters, --admission-engine) and "
+             "answer new completions 429 with Retry-After "
              "while its seats at p99 context are under --admission-min-seats or its queue is over "
              "--admission-max-queue; requests already admitted are never touched; an unreadable engine is admitted to",
+    )
+    p.add_argument(
+        "--admission-engine", choices=(AUTO, *ENGINE_KINDS), default=AUTO,
+        help="the engine kind whose /metrics admission reads (default auto: detected from the page); its adapter "
+             "must give free KV blocks and the block size",
     )
     p.add_argument(
         "--admission-min-seats", type=non_negative_float, default=DEFAULT_MIN_SEATS, metavar="SEATS",
@@ -142,4 +173,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the p99 request footprint (prompt + output tokens) to assume until the engine's request token "
              f"histograms have a finished request (default {DEFAULT_FALLBACK_FOOTPRINT})",
     )
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))

@@ -13,10 +13,10 @@ import json
 import logging
 import re
 
+from exporter.logs import TAP_LOGGER, event
 from exporter.tap.sse import EventTooLarge, SseSplitter
 from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, has_finish_reason, is_usage_only
 
-log = logging.getLogger("llmslo.tap")
 
 MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is not kept whole to parse
 TAIL_BYTES = 64 * 1024  # of a larger body, what is kept to find its usage (engines write it last)
@@ -65,7 +65,7 @@ class SseRelay:
         try:
             events = splitter.feed(chunk)
         except EventTooLarge:
-            log.warning("event=tap_stream_unparseable reason=event_too_large")
+            event("tap_stream_unparseable", logging.WARNING, logger=TAP_LOGGER, reason="event_too_large")
             self._splitter = None
             return held + chunk if self.strip else None
         strip = self.strip

@@ -1,7 +1,7 @@
 """Keep-alive connections from the tap to its one upstream engine.
 
 Each connection is a bare asyncio protocol that hands what it receives to the exchange
-currently using it (exporter.tap.proxy.Exchange); between exchanges it waits in the pool.
+currently using it (exporter.tap.exchange.Exchange); between exchanges it waits in the pool.
 """
 
 from __future__ import annotations

@@ -4,11 +4,13 @@ One tap process relays on one core (docs/scaling.md: roughly 17,000 chunks a sec
 `--workers N` this parent process reserves the proxy port, starts N ordinary tap processes that
 all listen on it with SO_REUSEPORT (the kernel spreads new connections over them), and serves
 the one /metrics: on each scrape it reads every worker's metrics from the worker's abstract unix
-socket (nothing is written to the filesystem, which stays read-only) and sums them. Every tap
-series is a counter or a histogram, so the sum is exact. A worker that dies is started again,
-and what it had counted when last scraped stays in the sum, so the counters never go down
-(what it counted after that scrape is lost). SIGTERM is passed on and each worker drains its
-own streams.
+socket (nothing is written to the filesystem, which stays read-only) and merges them. Counters
+and histograms are summed, series by series, which is exact. Gauges (the admission gate's, with
+`--admission`: each worker reads the engine on its own) are never summed: each worker's value is
+kept with a `worker` label, so N workers' seats do not read N times the engine's. A worker that
+dies is started again, and what it had counted when last scraped stays in the sum, so the
+counters never go down (what it counted after that scrape is lost); its gauges go with it.
+SIGTERM is passed on and each worker drains its own streams.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from exporter.logs import TAP_LOGGER, event
 from exporter.tap.addresses import format_host_port, metrics_address
 from exporter.tap.options import add_arguments
 from llmslo.gofloat import client_float
 
-log = logging.getLogger("llmslo.tap")
 
 START_TIMEOUT_S = 20.0
 RESTART_DELAY_S = 1.0
@@ -85,16 +87,32 @@ def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
     return argv
 
 
+# Family types whose series add up across workers; every other type (gauge, untyped) is kept per worker.
+SUMMED_TYPES = frozenset({"counter", "histogram"})
+LABEL_WORKER = "worker"
+
+
 @dataclass
 class _Block:
     """One family as the workers wrote it: its HELP/TYPE lines and its series, in first-seen order."""
 
     header: list[str]
+    summed: bool = True  # until a TYPE line says otherwise
     series: dict[str, float] = field(default_factory=dict)  # `name{labels}` -> summed value
+    kept: dict[str, str] = field(default_factory=dict)  # `name{labels,worker="i"}` -> that worker's value
 
 
-def merge_expositions(texts: Iterable[str]) -> str:
-    """The workers' expositions of the same counters and histograms, summed series by series.
+def with_worker_label(key: str, worker: str) -> str:
+    """`name{labels}` with the worker's label added last."""
+    if key.endswith("}"):
+        return f'{key[:-1]},{LABEL_WORKER}="{worker}"}}'
+    return f'{key}{{{LABEL_WORKER}="{worker}"}}'
+
+
+def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None = None) -> str:
+    """The workers' expositions merged: counters and histograms summed series by series, gauges kept
+    per worker with a `worker` label (`workers[i]` names the worker of `texts[i]`, by default its
+    position; None: no live worker, e.g. the counts of workers that died, whose gauges are left out).
 
     All workers run the same code, so their pages have the same families in the same spelling;
     the merge keeps that spelling (HELP and TYPE lines as written) and adds up each series, also
@@ -102,7 +120,9 @@ def merge_expositions(texts: Iterable[str]) -> str:
     timestamp per series that sums to nonsense, are left out (the tap disables them anyway).
     """
     blocks: dict[str, _Block] = {}
-    for text in texts:
+    names = iter(workers) if workers is not None else None
+    for position, text in enumerate(texts):
+        worker = next(names) if names is not None else str(position)
         block: _Block | None = None
         for line in text.splitlines():
             if line.startswith("# "):
@@ -111,17 +131,25 @@ def merge_expositions(texts: Iterable[str]) -> str:
                     continue
                 name = parts[2]
                 block = None if name.endswith("_created") else blocks.setdefault(name, _Block([]))
+                if block is not None and parts[1] == "TYPE" and len(parts) == 4:
+                    block.summed = parts[3].strip() in SUMMED_TYPES
                 if block is not None and len(block.header) < 2 and line not in block.header:
                     block.header.append(line)
                 continue
             if block is None or not line.strip():
                 continue
             key, _, value = line.rpartition(" ")
-            block.series[key] = block.series.get(key, 0.0) + float(value)
+            if block.summed:
+                block.series[key] = block.series.get(key, 0.0) + float(value)
+            elif worker is not None:
+                block.kept[with_worker_label(key, worker)] = value
     out: list[str] = []
     for block in blocks.values():
+        if not block.summed and not block.kept:
+            continue  # a gauge only workers that died had
         out += block.header
         out += [f"{key} {client_float(value)}" for key, value in block.series.items()]
+        out += [f"{key} {value}" for key, value in block.kept.items()]
     return "\n".join(out) + "\n" if out else ""
 
 
@@ -156,14 +184,14 @@ class Parent:
             if self.stopping:
                 return
             w.restarts += 1
-            self.retired, w.last_page = merge_expositions([self.retired, w.last_page]), ""
-            log.warning("event=tap_worker_exited worker=%d status=%s restarts=%d", w.index, code, w.restarts)
+            self.retired, w.last_page = merge_expositions([self.retired, w.last_page], [None, None]), ""
+            event("tap_worker_exited", logging.WARNING, logger=TAP_LOGGER, worker=w.index, status=code, restarts=w.restarts)
             await asyncio.sleep(RESTART_DELAY_S)
             try:
                 await self._spawn(w)
             except RuntimeError as e:
                 if not self.stopping:  # else it was stopped while starting: nothing failed
-                    log.error("event=tap_worker_restart_failed worker=%d error=%s", w.index, e)
+                    event("tap_worker_restart_failed", logging.ERROR, logger=TAP_LOGGER, worker=w.index, error=e)
 
     async def _scrape(self, w: Worker) -> str:
         connector = aiohttp.UnixConnector(path=w.address)
@@ -175,10 +203,12 @@ class Parent:
         texts = await asyncio.gather(*(self._scrape(w) for w in self.workers), return_exceptions=True)
         for w, t in zip(self.workers, texts):
             if isinstance(t, BaseException):
-                log.warning("event=tap_worker_scrape_failed worker=%d error=%s", w.index, type(t).__name__)
+                event("tap_worker_scrape_failed", logging.WARNING, logger=TAP_LOGGER, worker=w.index,
+                      error=type(t).__name__)
             else:
                 w.last_page = t
-        body = merge_expositions([self.retired, *(t for t in texts if isinstance(t, str))])
+        live = [(str(w.index), t) for w, t in zip(self.workers, texts) if isinstance(t, str)]
+        body = merge_expositions([self.retired, *(t for _, t in live)], [None, *(i for i, _ in live)])
         return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def run(self) -> int:
@@ -204,11 +234,11 @@ class Parent:
             site = web.UnixSite(runner, where) if isinstance(where, str) else web.TCPSite(runner, *where, reuse_address=True)
             await site.start()
             metrics_port = runner.addresses[0][1] if not isinstance(where, str) else 0
-            log.info(
-                "event=tap_listening proxy=http://%s metrics=%s/metrics upstream=%s workers=%d",
-                format_host_port(host, self.port),
-                f"unix:{where}" if isinstance(where, str) else f"http://{format_host_port(where[0], metrics_port)}",
-                self.args.upstream, len(self.workers),
+            event(
+                "tap_listening", logger=TAP_LOGGER, proxy=f"http://{format_host_port(host, self.port)}",
+                metrics=(f"unix:{where}" if isinstance(where, str) else f"http://{format_host_port(where[0], metrics_port)}")
+                + "/metrics",
+                upstream=self.args.upstream, workers=len(self.workers),
             )
             supervisors = [asyncio.create_task(self._supervise(w)) for w in self.workers]
             await stop.wait()
@@ -219,7 +249,7 @@ class Parent:
             return 2
         finally:
             hold.close()
-        log.info("event=tap_stopping grace_s=%s workers=%d", self.args.shutdown_grace, len(self.workers))
+        event("tap_stopping", logger=TAP_LOGGER, grace_s=self.args.shutdown_grace, workers=len(self.workers))
         await self._stop_workers()
         for task in supervisors:
             task.cancel()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from exporter.exposition import render
-from exporter.gpu import smoke
+from tools import gpu_smoke as smoke
 from exporter.gpu.collector import gpu_labels, reading_samples
 from exporter.gpu.provider import GpuInfo, GpuReading, MemoryReading
 from exporter.model import NormSample
@@ -239,3 +239,12 @@ def test_nvidia_smi_without_nvml_for_the_exporter_fails_and_says_why(tmp_path):
     assert done.returncode == smoke.EXIT_FAIL, done.stdout + done.stderr
     assert "present on /metrics" in done.stdout and "VERDICT: FAIL" in done.stdout
     assert "gpu_nvml_unavailable" in done.stdout  # the exporter's own reason, from its log
+
+
+def test_the_smoke_tool_is_not_shipped() -> None:
+    """The image and the package hold what runs in production; the smoke test runs from a checkout."""
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ") and "--from" not in line}
+    assert "tools" not in copied and not any(c.startswith("tools") for c in copied)
+    assert not any(p.name == "smoke.py" for p in (REPO / "exporter").rglob("*.py"))
+    assert '"tools' not in (REPO / "pyproject.toml").read_text()

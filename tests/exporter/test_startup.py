@@ -98,7 +98,7 @@ def captured_run(monkeypatch):
 
     monkeypatch.setattr(cli, "run_once", fake_run)
     monkeypatch.setattr(cli, "serve", fake_run)
-    monkeypatch.setattr(cli.logs, "setup", lambda level: None)
+    monkeypatch.setattr(cli.logs, "setup", lambda level, **kw: None)
     return seen
 
 

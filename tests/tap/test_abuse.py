@@ -144,7 +144,7 @@ def test_a_body_of_one_byte_chunks_is_decoded_in_slices_and_arrives_whole(stack:
     """300 kB of 1-byte chunks (1.8 MB on the wire): the loop runs other work between slices."""
 
     async def go() -> None:
-        from exporter.tap import proxy as proxy_mod
+        from exporter.tap import connection as proxy_mod
 
         async with stack() as st:
             payload = body(stream=False, padding="z" * 300_000)

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from exporter.promtext import parse
-from exporter.tap.admission import WANTED, Admission, Reading, quantile, read_engine
+from exporter.tap.admission import ENGINE_KINDS, WANTED, Admission, EngineReadError, Reading, read_engine, wanted
+from llmslo.histograms import histogram_quantile as quantile
 from exporter.tap.cli import add_arguments
 from llmslo import conventions as C
 
@@ -237,3 +238,41 @@ def test_refused_with_429_and_retry_after_counted_and_admitted_streams_are_never
 def test_refused_is_a_bad_outcome_for_availability_and_goodput() -> None:
     assert C.OUTCOME_REFUSED in C.OUTCOMES and C.OUTCOME_REFUSED in C.TAP_BAD_OUTCOMES
     assert C.OUTCOME_REFUSED not in C.TAP_NEUTRAL_OUTCOMES + C.TAP_LATE_OUTCOMES
+
+
+def test_every_engine_kind_with_kv_blocks_is_read_through_its_adapter() -> None:
+    """Admission reads the engine through the exporter's adapters: every sample page whose adapter gives free KV
+    blocks and the block size is gated (detected or named); the others are unreadable, and the gate fails open."""
+    from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+
+    if not SHARED_PAGES.is_dir():
+        pytest.skip("the engine sample pages (../shared) are not here")
+    readable = set()
+    for page, kind in SAMPLE_PAGES.items():
+        text = (SHARED_PAGES / page).read_text()
+        try:
+            named = read_engine(parse(text, wanted(kind)), kind)
+        except EngineReadError:
+            with pytest.raises(EngineReadError):
+                read_engine(parse(text, WANTED))
+            continue
+        assert named == read_engine(parse(text, WANTED)), page  # detected as the kind it is
+        assert named.free_tokens > 0 and named.waiting >= 0, page
+        readable.add(kind)
+    assert readable == {"vllm", "sglang", "trtllm-triton", "trtllm-serve"}, readable  # TGI, llama.cpp: no KV blocks
+    assert set(ENGINE_KINDS) == {"vllm", "sglang", "tgi", "trtllm-triton", "trtllm-serve", "llamacpp"}
+
+
+def test_a_sglang_page_is_gated_like_a_vllm_one() -> None:
+    page = "\n".join((
+        "# TYPE sglang:num_queue_reqs gauge", 'sglang:num_queue_reqs{model_name="m"} 7',
+        "# TYPE sglang:max_total_num_tokens gauge", 'sglang:max_total_num_tokens{model_name="m"} 16000',
+        "# TYPE sglang:kv_available_tokens gauge", 'sglang:kv_available_tokens{model_name="m"} 10000',
+        "# TYPE sglang:kv_evictable_tokens gauge", 'sglang:kv_evictable_tokens{model_name="m"} 2000',
+        "# TYPE sglang:page_size gauge", 'sglang:page_size{model_name="m"} 16',
+    )) + "\n"
+    r = read_engine(parse(page, WANTED))
+    assert r.waiting == 7 and r.free_tokens == 12000  # 750 pages of 16 tokens, the evictable ones included
+    gate = Admission("http://127.0.0.1:1", fallback_footprint=1000, max_queue=4)
+    gate.update(r)
+    assert gate.seats == pytest.approx(r.free_tokens / 1000) and not gate.is_open()  # 7 waiting > 4

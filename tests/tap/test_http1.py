@@ -289,3 +289,39 @@ def test_bare_cr_lf_or_nul_in_a_head_is_refused(head: bytes) -> None:
         http1.parse_request_head(head)
     with pytest.raises(BadMessage, match="bare CR, LF or NUL"):
         http1.parse_response_head(head.replace(head.split(b"\r\n", 1)[0].replace(b"\n", b""), b"HTTP/1.1 200 OK", 1))
+
+
+def test_client_framing_table() -> None:
+    """The client's framing of a response, chosen from the upstream's framing, the client's close and a rewrite."""
+    from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BodyMode, client_framing
+
+    te = b"Transfer-Encoding: chunked\r\n"
+    table = {
+        # (upstream framing, client closes, body rewritten): (mode, framing field, Content-Length kept)
+        (0, False, False): (BodyMode.RAW, b"", True),
+        (0, True, True): (BodyMode.RAW, b"", True),
+        (10, False, False): (BodyMode.RAW, b"", True),
+        (10, True, False): (BodyMode.RAW, b"", True),
+        (10, False, True): (BodyMode.CHUNKS, te, False),
+        (10, True, True): (BodyMode.PLAIN, b"", False),
+        (CHUNKED, False, False): (BodyMode.RAW, te, False),
+        (CHUNKED, False, True): (BodyMode.CHUNKS, te, False),
+        (CHUNKED, True, False): (BodyMode.PLAIN, b"", False),
+        (UNTIL_CLOSE, False, False): (BodyMode.CHUNKS, te, False),
+        (UNTIL_CLOSE, True, False): (BodyMode.PLAIN, b"", False),
+        (UNTIL_CLOSE, True, True): (BodyMode.PLAIN, b"", False),
+    }
+    for args, want in table.items():
+        f = client_framing(*args)
+        assert (f.mode, f.field, f.keep_length) == want, args
+
+
+def test_simple_response() -> None:
+    from exporter.tap.http1 import simple_response
+
+    assert simple_response(429, "full\n", close=False, retry_after=1) == (
+        b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n"
+        b"Retry-After: 1\r\n\r\nfull\n"
+    )
+    assert simple_response(418, "", close=True).startswith(b"HTTP/1.1 418 Error\r\n")
+    assert b"Connection: close\r\n\r\n" in simple_response(418, "", close=True)

@@ -1,4 +1,5 @@
-"""`--workers N`: N tap processes on one port, one /metrics that sums them exactly, restarts, clean stop."""
+"""`--workers N`: N tap processes on one port, one /metrics that sums their counters exactly and keeps their gauges
+per worker, restarts, clean stop."""
 
 from __future__ import annotations
 
@@ -67,10 +68,10 @@ def test_merged_exposition_passes_promtool(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _spawn(upstream_url: str, workers: int) -> tuple[subprocess.Popen[str], str, str, list[str]]:
+def _spawn(upstream_url: str, workers: int, *extra: str) -> tuple[subprocess.Popen[str], str, str, list[str]]:
     popen = subprocess.Popen(
         [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--upstream", upstream_url, "--workers", str(workers), "--shutdown-grace", "2"],
+         "--upstream", upstream_url, "--workers", str(workers), "--shutdown-grace", "2", *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert popen.stderr is not None
@@ -170,3 +171,67 @@ def test_workers_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["--listen", "127.0.0.1:0", "--upstream", "http://x", "--metrics-listen", "127.0.0.1:0", "--workers", "0"])
     assert "--workers" in capsys.readouterr().err
+
+
+def test_gauges_are_kept_per_worker_not_summed() -> None:
+    page = ("# HELP llm_tap_admission_seats s\n# TYPE llm_tap_admission_seats gauge\nllm_tap_admission_seats 8\n"
+            "# HELP llm_tap_refusals_total r\n# TYPE llm_tap_refusals_total counter\n"
+            'llm_tap_refusals_total{reason="malformed"} 1.0\n')
+    merged = merge_expositions([page, page, page], [None, "0", "1"])
+    assert 'llm_tap_admission_seats{worker="0"} 8\nllm_tap_admission_seats{worker="1"} 8\n' in merged
+    assert 'llm_tap_refusals_total{reason="malformed"} 3.0' in merged
+    # The gauges of workers that died are left out; a gauge only they had leaves no header behind.
+    assert "admission" not in merge_expositions([page], [None])
+    assert 'g{a="b",worker="0"} NaN' in merge_expositions(['# TYPE g gauge\ng{a="b"} NaN\n'])
+
+
+# A vLLM page whose KV cache has 0.5 x 1000 blocks x 16 tokens = 8,000 tokens free; with a footprint of 1,000
+# tokens (no request finished yet, so the --admission-footprint flag), 8 seats; 3 requests waiting (the gate is open).
+ENGINE_PAGE = (
+    "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"1000\"} 1.0\n"
+    "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0\n"
+)
+
+
+def test_admission_gauges_are_right_with_two_workers() -> None:
+    import http.server
+    import threading
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = ENGINE_PAGE.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    popen, _, metrics, _ = _spawn(f"http://127.0.0.1:{engine.server_address[1]}", 2,
+                                  "--admission", "--admission-footprint", "1000")
+    try:
+        async def page() -> dict[str, list[tuple[dict[str, str], float]]]:
+            async with aiohttp.ClientSession() as s, s.get(metrics) as r:
+                fams = promtext.parse(await r.text())
+            return {name: [(x.labels, x.value) for x in fam.samples] for name, fam in fams.items()}
+
+        deadline = time.monotonic() + 20
+        while True:
+            fams = asyncio.run(page())
+            readable = fams.get(C.TAP_ADMISSION_ENGINE_READABLE.name, [])
+            if len(readable) == 2 and all(v == 1 for _, v in readable) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for d, want in ((C.TAP_ADMISSION_SEATS, 8.0), (C.TAP_ADMISSION_QUEUE, 3.0), (C.TAP_ADMISSION_FOOTPRINT, 1000.0),
+                        (C.TAP_ADMISSION_OPEN, 1.0), (C.TAP_ADMISSION_ENGINE_READABLE, 1.0)):
+            assert sorted(fams[d.name], key=lambda s: s[0]["worker"]) == [({"worker": "0"}, want), ({"worker": "1"}, want)], d.name
+    finally:
+        popen.send_signal(signal.SIGTERM)
+        popen.communicate(timeout=30)
+        engine.shutdown()
+        engine.server_close()

@@ -1,9 +1,9 @@
 """GPU smoke test: the exporter with real NVML against `nvidia-smi`, on a machine with an NVIDIA GPU.
 
-`scripts/gpu-smoke.sh` runs `python -m exporter.gpu.smoke`. It starts `llmslo-exporter --gpu nvml` on a
-loopback port, waits for a few collection cycles, scrapes `/metrics` between two
-`nvidia-smi --query-gpu=... --format=csv,noheader,nounits` readings, and compares per GPU (matched by UUID):
-memory (total, used, free, reserved), utilisation (GPU and memory), power, temperature, SM and memory
+`scripts/gpu-smoke.sh` runs `python -m tools.gpu_smoke`, from a checkout: the image ships only what runs in
+production. It starts `llmslo-exporter --gpu nvml` on a loopback port, waits for a few collection cycles,
+scrapes `/metrics` between two `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` readings, and compares
+per GPU (matched by UUID): memory (total, used, free, reserved), utilisation (GPU and memory), power, temperature, SM and memory
 clocks, volatile ECC error counts, and XID errors (against the kernel log, when it is readable). It checks
 the page with `promtool check metrics` and prints one line per check and a verdict.
 

@@ -1,0 +1,390 @@
+"""One request through the tap: forwarded upstream, its response relayed back as it arrives, timed.
+
+An Exchange takes a complete request from its ClientConnection (exporter.tap.connection), asks
+the admission gate when there is one, sends the request on a pooled upstream connection and
+relays the response from the upstream's `data_received` straight to the client's transport. A
+body the tap does not change goes out as the very bytes that came in, chunked framing included;
+how the client's body is framed is http1.client_framing's decision, and the outcome is
+exporter.tap.outcomes'. Deadlines towards the engine are checked here (every tick of the proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING
+
+from exporter.logs import TAP_LOGGER, event
+from exporter.tap import http1
+from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
+from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
+from exporter.tap.relay import BodyRelay, Relay, SseRelay
+from exporter.tap.timing import RequestTiming, gave_up
+from exporter.tap.upstream import UpstreamConnection
+from llmslo import conventions as C
+
+if TYPE_CHECKING:
+    from exporter.tap.connection import ClientConnection
+    from exporter.tap.proxy import TapProxy
+
+
+TIMED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
+_UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
+
+
+class Exchange:
+    """One request forwarded upstream and its response relayed back, with its timing."""
+
+    def __init__(
+        self, proxy: TapProxy, client: ClientConnection, head: RequestHead, body: bytes | bytearray, has_body: bool,
+        arrival: float, reserved: int = 0,
+    ) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.head = head
+        self.timing = RequestTiming(arrival)
+        self.reserved = reserved  # body bytes counted against the tap-wide cap until the engine has them
+        connection = http1.connection_tokens(head.fields)
+        self.upgrade = head.get(b"upgrade") if b"upgrade" in connection else None
+        timed = head.method == b"POST" and head.path in TIMED_PATHS and self.upgrade is None
+        self.plan = proxy.plan(head, body) if timed else None
+        if self.plan is not None:
+            body, self.plan.body = self.plan.body, b""  # one reference to the body: it is freed once sent
+        self.request_head = proxy.upstream_head(head, len(body), has_body, timed, connection, self.upgrade)
+        self.request_body = body
+        self.client_close = head.version == b"1.0" or b"close" in connection
+        self.last_read = arrival  # when the upstream last sent bytes (or the client last made room for them)
+        self.body_bytes = 0  # decoded response body bytes
+        self.conn: UpstreamConnection | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.done = False
+        # Response state, set once its head arrives.
+        self.rbuf = b""
+        self.response: ResponseHead | None = None
+        self.status = 0
+        self.outcome = C.OUTCOME_OK
+        self.streamed = False  # a timed SSE stream
+        self.relay: Relay | None = None
+        self.framing = 0  # body length, CHUNKED or UNTIL_CLOSE
+        self.left = 0
+        self.decoder: http1.ChunkedDecoder | None = None
+        self.mode = BodyMode.RAW
+        self.prefix = b""  # the response head, written with the first body bytes
+        self.terminated = False  # the client already got the last-chunk marker
+        self.reusable = self.upgrade is None
+        self.tunnel = False  # switched protocols (101): bytes pass both ways unparsed
+
+    # -- forwarding ------------------------------------------------------------------------
+    def start(self) -> None:
+        admission = self.proxy.admission
+        if self.plan is not None and admission is not None and not admission.admit():
+            # Refused before anything reached the engine; requests already admitted are never touched.
+            self._fail("the engine is full (KV admission); retry later\n", 429, C.OUTCOME_REFUSED,
+                       retry_after=admission.retry_after_s)
+            return
+        conn = self.proxy.pool.take_idle()
+        if conn is not None:
+            self._send(conn)
+        else:
+            self.task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            conn = await self.proxy.pool.connect()
+        except _UPSTREAM_FAILURES as e:
+            self.task = None
+            if not self.done:
+                self._fail(f"upstream unreachable: {type(e).__name__}\n")
+            return
+        self.task = None
+        if self.done:  # the client left while the tap was connecting: keep the fresh connection
+            self.proxy.pool.release(conn, reusable=True)
+            return
+        self._send(conn)
+
+    def _send(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+        conn.user = self
+        assert conn.transport is not None
+        conn.transport.write(self.request_head)
+        if self.request_body:
+            conn.transport.write(self.request_body)
+        self.request_head, self.request_body = b"", b""
+        if self.client.flow.write_paused:  # the previous response has not drained yet
+            self.pause_upstream()
+
+    def _release_body(self) -> None:
+        if self.reserved:
+            self.proxy.release_body(self.reserved)
+            self.reserved = 0
+
+    def _fail(
+        self, text: str, status: int = 502, outcome: str = C.OUTCOME_UPSTREAM_ERROR, retry_after: int | None = None,
+    ) -> None:
+        """No response from the upstream: answer with the tap's own error (502, 504 for a deadline, 429
+        for an admission refusal)."""
+        self.timing.on_end(self.proxy.clock())
+        self.status = status
+        self.client.write(http1.simple_response(status, text, close=self.client_close, retry_after=retry_after))
+        self._finish(outcome, close=self.client_close)
+
+    def check_deadline(self, now: float) -> None:
+        """End the request as `upstream_timeout` once the engine kept it waiting past a deadline."""
+        if self.done or self.tunnel:
+            return
+        if self.client.flow.write_paused:
+            self.last_read = now  # the client is not reading: the engine is not the one stalling
+            return
+        d = self.proxy.deadlines
+        plan = self.plan
+        if plan is not None and plan.streamed and self.timing.first_token_at is None:
+            limit, since, what = max(d.first_token_s, plan.objective.ttft or 0.0), self.timing.arrival, "first token"
+        elif self.response is None:
+            limit, since, what = d.response_s, self.timing.arrival, "response"
+        elif plan is not None:
+            limit, since, what = d.stall_s, self.last_read, "next bytes of the response"
+        else:
+            return  # an untimed body (e.g. a long poll) once it has started: the client decides
+        if now - since > limit:
+            self._timeout(what, limit)
+
+    def _timeout(self, what: str, limit: float) -> None:
+        self.reusable = False  # closing the upstream connection is how the engine learns of the abandon
+        event("tap_upstream_timeout", logging.DEBUG, logger=TAP_LOGGER, waited_for=what.replace(" ", "_"),
+              limit_s=f"{limit:g}", path=field_text(self.head.path))
+        if self.response is None or self.prefix:  # the client has had nothing: answer 504
+            self._fail(f"the engine sent no {what} within {limit:g} s\n", 504, C.OUTCOME_UPSTREAM_TIMEOUT)
+        else:  # the response has started: break it off, as for an upstream break
+            self.timing.on_end(self.proxy.clock())
+            self._finish(C.OUTCOME_UPSTREAM_TIMEOUT, close=True, abort=True)
+
+    # -- upstream callbacks ----------------------------------------------------------------
+    def upstream_data(self, data: bytes) -> None:
+        if self.tunnel:
+            self.client.write(data)
+            return
+        t = self.last_read = self.proxy.clock()
+        if self.reserved:
+            self._release_body()  # the engine answers: it has read the request
+        if self.response is None:
+            data = self._head(data, t)
+            if not data or self.done:
+                return
+        self._body(data, t)
+
+    def _head(self, data: bytes, t: float) -> bytes:
+        """Buffer the response head; once it is complete, prepare the client's and return the body bytes after it."""
+        rbuf = self.rbuf + data if self.rbuf else data
+        while True:
+            end = rbuf.find(http1.HEAD_END)
+            if end > http1.MAX_HEAD_BYTES or (end < 0 and len(rbuf) > http1.MAX_HEAD_BYTES):
+                self.reusable = False
+                self._fail("upstream response head too large\n")
+                return b""
+            if end < 0:
+                self.rbuf = rbuf
+                return b""
+            try:
+                head = http1.parse_response_head(rbuf[:end])
+                framing = http1.response_body_length(head, self.head.method)
+            except BadMessage as e:
+                self.reusable = False
+                self._fail(f"upstream sent a malformed response: {e}\n")
+                return b""
+            if head.status == 101 and self.upgrade is not None:
+                self._open_tunnel(rbuf[: end + 4], rbuf[end + 4 :])
+                return b""
+            rbuf = rbuf[end + 4 :]
+            if head.status >= 200:
+                break  # 1xx interim responses are not relayed
+        self.rbuf = b""
+        self._respond(head, framing, t)
+        if framing == 0:
+            self._end(t)
+            return b""
+        return rbuf
+
+    def _open_tunnel(self, head: bytes, rest: bytes) -> None:
+        """Relay the upstream's 101 as it came and join the two connections (e.g. a WebSocket)."""
+        self.tunnel, self.status, self.rbuf = True, 101, b""
+        self.client.write(head + rest)
+        self.client.start_tunnel()
+
+    def to_upstream(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.write(data)
+
+    def upstream_full(self, full: bool) -> None:
+        """Tunnel backpressure the other way: a full upstream socket stops reading from the client."""
+        transport = self.client.transport
+        if self.tunnel and transport is not None and not transport.is_closing():
+            transport.pause_reading() if full else transport.resume_reading()
+
+    def _respond(self, head: ResponseHead, framing: int, t: float) -> None:
+        self.response, self.status, self.framing = head, head.status, framing
+        self.timing.on_headers(t)
+        self.outcome = outcome_for_status(head.status)
+        if b"close" in http1.connection_tokens(head.fields) or head.version == b"1.0":
+            self.reusable = False
+        plan = self.plan
+        content_type = head.get(b"content-type") or b""
+        self.streamed = plan is not None and plan.streamed and content_type.startswith(b"text/event-stream")
+        strip = self.streamed and plan is not None and plan.inject_usage
+        if self.streamed:
+            self.relay = SseRelay(self.timing, strip)
+        elif plan is not None:
+            self.relay = BodyRelay(self.timing)
+        if framing == CHUNKED:
+            self.decoder = http1.ChunkedDecoder()
+        elif framing > 0:
+            self.left = framing
+        client = http1.client_framing(framing, self.client_close, strip)
+        self.mode = client.mode
+        drop = http1.HOP_BY_HOP | http1.connection_tokens(head.fields)
+        if not client.keep_length:
+            drop = drop | {b"content-length"}
+        lines = [b"HTTP/1.1 %d %s\r\n" % (head.status, head.reason)]
+        lines.extend(k + b": " + v + b"\r\n" for k, v in head.fields if k.lower() not in drop)
+        lines.append(client.field)
+        if self.client_close or self.mode is BodyMode.PLAIN:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"\r\n")
+        self.prefix = b"".join(lines)
+
+    def _body(self, data: bytes, t: float) -> None:
+        framing = self.framing
+        decoder = self.decoder
+        if decoder is not None:
+            boundary_before = decoder.at_boundary
+            try:
+                payload, used = decoder.feed(data)
+            except BadMessage:
+                self._broken()
+                return
+            raw = data if used == len(data) else data[:used]
+            finished = decoder.done
+        elif framing > 0:
+            boundary_before = True
+            used = min(self.left, len(data))
+            raw = payload = data if used == len(data) else data[:used]
+            self.left -= used
+            finished = not self.left
+        else:  # until the upstream closes
+            boundary_before, used, raw, payload, finished = True, len(data), data, data, False
+        if used < len(data):
+            self.reusable = False  # bytes past the end of the response: the connection is out of step
+        self.body_bytes += len(payload)
+        relay = self.relay
+        out = relay.feed(payload, t) if relay is not None and payload else None
+        mode = self.mode
+        if mode is BodyMode.RAW:
+            send = raw
+        elif mode is BodyMode.CHUNKS:
+            if out is None and decoder is not None and boundary_before and decoder.at_boundary:
+                send = raw  # whole chunks, unchanged: as they came
+                self.terminated = finished
+            else:
+                body = payload if out is None else out
+                send = http1.chunk(body) if body else b""
+        else:
+            send = payload if out is None else out
+        if self.prefix:
+            send, self.prefix = self.prefix + send, b""
+        if send:
+            self.client.write(send)
+        if finished:
+            self._end(t)
+
+    def _end(self, t: float) -> None:
+        """The response body ended normally."""
+        relay = self.relay
+        tail = relay.finish(t) if relay is not None else b""
+        if self.mode is BodyMode.CHUNKS:
+            tail = (http1.chunk(tail) if tail else b"") + (b"" if self.terminated else http1.LAST_CHUNK)
+        send = self.prefix + tail
+        if send:
+            self.client.write(send)
+        self.prefix = b""
+        outcome = ended_outcome(
+            self.outcome, error_event=relay is not None and relay.error_event,
+            stream=isinstance(relay, SseRelay), complete=self.timing.complete,
+            unparsed_close=isinstance(relay, BodyRelay) and self.framing == UNTIL_CLOSE and not relay.parsed,
+        )
+        self._finish(outcome, close=self.client_close or self.mode is BodyMode.PLAIN)
+
+    def upstream_lost(self) -> None:
+        """The upstream connection closed (or was reset)."""
+        self.conn = None
+        if self.done:
+            return
+        if self.tunnel:
+            self._finish(C.OUTCOME_OK, close=True)
+        elif self.response is None:
+            self.reusable = False
+            self._fail("upstream closed the connection before responding\n")
+        elif self.framing == UNTIL_CLOSE:
+            self.reusable = False
+            self._end(self.proxy.clock())
+        else:
+            self._broken()
+
+    def _broken(self) -> None:
+        """The upstream broke off mid-body. Pass the break on: close the client's connection
+        without the end of the body, as nginx does, so the client cannot mistake a truncated
+        response for a complete one."""
+        self.reusable = False
+        self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
+
+    def cut(self) -> None:
+        """The tap is shutting down with this response unfinished: count it as aborted."""
+        if not self.done:
+            self.reusable = False
+            self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
+
+    # -- client callbacks ------------------------------------------------------------------
+    def client_lost(self) -> None:
+        if self.done:
+            return
+        self.reusable = False  # closing the upstream connection is how the engine learns of the abort
+        self._finish(self._left_outcome(self.proxy.clock()), close=True)
+
+    def _left_outcome(self, now: float) -> str:
+        """The outcome of a request whose client went away before its response ended."""
+        plan, lost = self.plan, False
+        if plan is not None and not self.timing.complete:
+            obj = plan.objective
+            limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
+            lost = gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
+        return left_outcome(self.outcome, complete=self.timing.complete, responded=self.response is not None,
+                            gave_up=lost)
+
+    def pause_upstream(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.pause_reading()
+
+    def resume_upstream(self) -> None:
+        self.last_read = self.proxy.clock()
+        conn = self.conn
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.resume_reading()
+
+    # -- the end ---------------------------------------------------------------------------
+    def _finish(self, outcome: str, close: bool, abort: bool = False) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._release_body()
+        self.request_head, self.request_body = b"", b""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            complete = self.response is not None and self.rbuf == b"" and self.framing != UNTIL_CLOSE
+            self.proxy.pool.release(conn, reusable=self.reusable and complete)
+        if self.plan is not None:
+            self.proxy.account(self.head, self.plan, self.timing, outcome, self.status, self.streamed, self.body_bytes)
+        if abort:
+            self.client.abort()
+        self.client.exchange_done(close=close)
+
