@@ -267,3 +267,50 @@ def test_committed_tests_stage_low_traffic_and_keep_the_high_traffic_timings():
                  for c in group["alert_rule_test"] for a in c["exp_alerts"]
                  if a["exp_labels"].get("sloth_severity") == "page"}
         assert pages and {cluster for cluster, _ in pages} == {"low-traffic-outage"}, group["name"]
+
+
+def _expand(values: str) -> list[float | None]:
+    """promtool's `a+bxn` / `_xn` notation, expanded (enough for the generated series)."""
+    out: list[float | None] = []
+    for token in values.split():
+        if token.startswith("_"):
+            out += [None] * (1 + (int(token[2:]) if "x" in token else 0))
+            continue
+        head, _, times = token.partition("x")
+        n = int(times) if times else 0
+        sign = "+" if "+" in head[1:] else "-" if "-" in head[1:] else ""
+        if not sign:
+            out.append(float(head))
+            continue
+        i = head.index(sign, 1)
+        start, step = float(head[:i]), float(head[i + 1:]) * (1 if sign == "+" else -1)
+        out += [start + step * k for k in range(n + 1)]
+    return out
+
+
+def test_the_first_failure_counts_when_its_series_is_at_0_before_it(promtool, tmp_path):
+    """rate() never counts a series' first sample. The generated low-traffic tests stage the failed
+    requests' series as the tap writes them now (at 0 from its start, then counting: exporter/tap/metrics.py),
+    and the one failure at 6 requests/hour tickets as docs/slogen.md promises. Staged as a tap that created an
+    outcome's series on its first use (absent, then born at 1), the same tests fail: nothing fires."""
+    results = _results(tmp_path)
+    (tmp_path / "svc.rules.yaml").write_text(rule_file([g for r in results for g in r.rules.groups()]))
+    doc = _low_traffic_doc(results)
+    series = doc["tests"][0]["input_series"]
+    (bad,) = [s for s in series if 'cluster="one-error"' in s["series"] and 'outcome="upstream_error"' in s["series"]]
+    values = _expand(bad["values"])
+    assert values[0] == 0  # at 0 from the start: the first failure is an increase
+    (tmp_path / "svc.test.yaml").write_text(dump(doc))
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    staged = {s["series"]: s["values"] for s in series}
+    for cluster in ("one-error", "low-traffic-outage"):  # each alone: the one failure, then the outage's 3rd
+        for s in series:
+            s["values"] = staged[s["series"]]
+        (bad,) = [s for s in series if f'cluster="{cluster}"' in s["series"] and 'outcome="upstream_error"' in s["series"]]
+        values = _expand(bad["values"])
+        first = next(k for k, v in enumerate(values) if v)
+        bad["values"] = " ".join(["_"] * first + [f"{v:g}" for v in values[first:]])
+        (tmp_path / "svc.test.yaml").write_text(dump(doc))
+        proc = _promtool(promtool, tmp_path)
+        assert proc.returncode != 0 and f'cluster="{cluster}"' in proc.stdout + proc.stderr, cluster
