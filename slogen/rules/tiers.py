@@ -107,3 +107,14 @@ def guard_windows(ctx: SLOContext) -> list[int]:
     if ctx.opts.disable_alerts or ctx.slo.alerting.page.disable or not page_min_bad_events(ctx):
         return []
     return sorted({t.window.long_window for t in ctx.tiers if t.severity == "page"})
+
+
+def held_windows(ctx: SLOContext) -> list[int]:
+    """The short windows of the page tiers, whose condition holds while they see no traffic (alerts._burn):
+    each gets a recorded `slo:sli_error_measured:ratio_rate<W>`. None in `--sloth-compat`, without
+    recordings or alerts, for a raw-ratio SLI (no traffic to see) or a time-based one (never without samples)."""
+    sli = ctx.slo.sli
+    if (ctx.opts.sloth_compat or ctx.opts.disable_recordings or ctx.opts.disable_alerts or ctx.slo.alerting.page.disable
+            or isinstance(sli, RawSLI) or (isinstance(sli, EventsSLI) and sli.time_based)):
+        return []
+    return sorted({t.window.short_window for t in ctx.tiers if t.severity == "page"})

@@ -60,7 +60,9 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
     alerts = _alerts(results)
     assert list(alerts) == ["page-quick", "page-quick-low-traffic", "page-slow", "page-slow-low-traffic",
                             "ticket-quick", "ticket-slow", "no-data"]
-    burn = (f"max without (sloth_window) (slo:sli_error:ratio_rate5m{{{FLT}}} > (14.4 * 0.001))\nand\n"
+    # the short window's last measured ratio (held while it sees no requests), within the long window
+    burn = (f"max without (sloth_window) (last_over_time(slo:sli_error_measured:ratio_rate5m{{{FLT}}}[1h]) "
+            f"> (14.4 * 0.001))\nand\n"
             f"max without (sloth_window) (slo:sli_error:ratio_rate1h{{{FLT}}} > (14.4 * 0.001))\n")
     guard = f"max without (sloth_window) (slo:sli_errors:rate1h{{{FLT}}} * 3600 > 2.5)\n"
     assert alerts["page-quick"].expr == burn + "and\n" + guard
@@ -80,6 +82,11 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
                                                           f"slo:sli_total:rate1h{{{FLT}}}\n")
     assert "[6h]" in records["slo:sli_errors:rate6h"].expr and "[6h]" in records["slo:sli_total:rate6h"].expr
     assert "slo:sli_errors:rate2h" not in records
+    # the page tiers' short windows record their measured ratio (NaN, no requests, dropped)
+    assert records["slo:sli_error_measured:ratio_rate5m"].expr == f"slo:sli_error:ratio_rate5m{{{FLT}}} >= 0\n"
+    assert records["slo:sli_error_measured:ratio_rate30m"].expr == f"slo:sli_error:ratio_rate30m{{{FLT}}} >= 0\n"
+    assert "slo:sli_error_measured:ratio_rate2h" not in records  # ticket tiers read their ratio as is
+    assert "slo:sli_error:ratio_rate2h" in alerts["ticket-quick"].expr
 
 
 def test_guard_off_gives_the_plain_tiers_and_ratios(tmp_path):
@@ -212,7 +219,9 @@ def test_generated_low_traffic_tests_pass_and_fail_without_the_guard(promtool, t
     assert group["name"] == (
         "svc-availability: one failed request at 6 requests/hour after 6h of clean traffic: tickets (ticket-quick, "
         "ticket-slow, page-quick-low-traffic, page-slow-low-traffic), no page; a full outage at 6 requests/hour after "
-        "6h of clean traffic: page-quick pages 25m after it starts, at its 3rd failed request (page_min_bad_events: 3) "
+        "6h of clean traffic: page-quick pages 25m after it starts, at its 3rd failed request (page_min_bad_events: 3); "
+        "held while a short window has no requests: page-quick fires 1x, resolves 1x, page-slow fires 1x, resolves 1x "
+        "(checked at every evaluation) "
         "(one cluster each)")
     one, outage = _expected(group, "one-error"), _expected(group, "low-traffic-outage")
     # one error: the twins ticket, page-slow's for 30 minutes; nothing pages, ever
@@ -220,7 +229,8 @@ def test_generated_low_traffic_tests_pass_and_fail_without_the_guard(promtool, t
     assert one["6h"] == ["page-quick-low-traffic", "page-slow-low-traffic", "ticket-quick", "ticket-slow"]
     assert one["6h25m"][:1] == ["page-slow-low-traffic"] and "page-slow-low-traffic" not in one["6h30m"]
     # the outage (first failed request at 6h, one every 10 minutes): tickets, then pages with the 3rd
-    assert outage["6h15m"] == ["page-slow-low-traffic", "ticket-quick", "ticket-slow"]
+    # (page-quick's twin holds at 6h15m, whose 5m window saw no request: it no longer flaps)
+    assert outage["6h15m"] == ["page-quick-low-traffic", "page-slow-low-traffic", "ticket-quick", "ticket-slow"]
     assert outage["6h20m"] == ["page-quick", "page-slow", "ticket-quick", "ticket-slow"]
     (tmp_path / "svc.test.yaml").write_text(dump(doc))
     proc = _promtool(promtool, tmp_path)
@@ -314,3 +324,23 @@ def test_the_first_failure_counts_when_its_series_is_at_0_before_it(promtool, tm
         (tmp_path / "svc.test.yaml").write_text(dump(doc))
         proc = _promtool(promtool, tmp_path)
         assert proc.returncode != 0 and f'cluster="{cluster}"' in proc.stdout + proc.stderr, cluster
+
+
+def test_without_the_hold_the_low_traffic_outage_flaps_and_the_tests_fail(promtool, tmp_path):
+    """Today's short condition read as is (0/0 = not burning): at 6 requests/hour page-quick's 5m window is empty
+    every other evaluation, so page-quick fires and resolves again and again through the outage; the generated
+    tests check every evaluation of the low-traffic scenarios and fail."""
+    import re
+
+    results = _results(tmp_path)
+    rules = rule_file([g for r in results for g in r.rules.groups()])
+    unheld = re.sub(r"last_over_time\(slo:sli_error_measured:ratio_rate(\w+)(\{[^}]*\})\[\w+\]\)",
+                    r"slo:sli_error:ratio_rate\1\2", rules)
+    assert unheld != rules and "last_over_time" not in unheld
+    (tmp_path / "svc.test.yaml").write_text(dump(_low_traffic_doc(results)))
+    (tmp_path / "svc.rules.yaml").write_text(rules)
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp_path / "svc.rules.yaml").write_text(unheld)
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode != 0 and 'slo_tier="page-quick"' in proc.stdout + proc.stderr
