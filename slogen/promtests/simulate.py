@@ -73,7 +73,8 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
     time. Callers treat the result as read-only.
     """
     need = page_min_bad_events(ctx) if not gauge else 0
-    key = (ctx.base_window, ctx.derive_above, ctx.opts.sloth_compat, ctx.error_budget, need, tuple(tiers), tuple(bad),
+    key = (ctx.base_window, ctx.derive_above, ctx.opts.sloth_compat, bool(held_windows(ctx)), ctx.error_budget, need,
+           tuple(tiers), tuple(bad),
            step, gauge, None if traffic is None else tuple(traffic), units)
     found = _MEMO.get(key)
     if found is None:
