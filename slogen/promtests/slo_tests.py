@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.rules import SLOResult
-from slogen.rules.alerts import (kept_labels, low_traffic_tier, no_data_alert_name, no_data_lookback,
+from slogen.rules.alerts import (kept_labels, low_traffic_tier, rendered, no_data_alert_name, no_data_lookback,
                                      no_data_scope, no_data_selectors, sli_by)
 from slogen.rules.bucket_alerts import bucket_edge_tests
 from slogen.promtests.simulate import Simulation, simulate
@@ -532,7 +532,7 @@ def _alert_series_labels(r: SLOResult, fixtures) -> dict[str, str]:
 
 def _expected(rule: Rule, series_labels: dict[str, str]) -> dict:
     return {"exp_labels": dict(sorted({**series_labels, **rule.labels}.items())),
-            "exp_annotations": dict(sorted(rule.annotations.items()))}
+            "exp_annotations": {k: rendered(v) for k, v in sorted(rule.annotations.items())}}
 
 
 # Growth of a counter per step, as a share of the step's requests, given its bad share b. In a

@@ -46,9 +46,20 @@ def runbook_url(alert: str | Rule, base_url: str) -> str:
     return f"{base_url.rstrip('/')}/{runbook_path(alert)}"
 
 
+def literal(text: str) -> str:
+    """`text` as an annotation writes it so that Prometheus' template engine renders it as is: `{{` starts a
+    template action, so a `{{` in a URL or a description made every rules file fail `promtool check rules`."""
+    return text.replace("{{", '{{ "{{" }}')
+
+
+def rendered(annotation: str) -> str:
+    """What Prometheus renders of an annotation `literal` wrote (for generated tests' expectations)."""
+    return annotation.replace('{{ "{{" }}', "{{")
+
+
 def slo_dashboard_link(ctx: SLOContext) -> str:
     """The `dashboard` annotation: the SLO's generated Grafana dashboard (`--grafana-url`/d/<uid>)."""
-    return dashboard_url(ctx.opts.grafana_url, slo_dashboard_uid(ctx.slo.id))
+    return literal(dashboard_url(ctx.opts.grafana_url, slo_dashboard_uid(ctx.slo.id)))
 
 
 def no_data_alert_name(alert_name: str) -> str:
@@ -168,7 +179,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
             f"The error ratio of SLO {slo.id} ({dec(slo.objective)}% over {period}) is above "
             f"{go_g(round(tier.factor, 4))}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}"
             f"{rescaled}. At this rate {spend} is gone within {tier.long}."
-            + (f" {slo.description}" if slo.description else "")
+            + (f" {literal(slo.description)}" if slo.description else "")
         ),
         "runbook_url": runbook_url(meta.name, ctx.opts.runbook_base_url),
         "dashboard": slo_dashboard_link(ctx),
@@ -194,7 +205,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
             f"{factor}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}, "
             f"but fewer than {need} bad events happened in the last {tier.long}: at low traffic a single failed "
             f"request crosses the threshold, so the {tier.name} tier tickets until there are {need} "
-            f"(page_min_bad_events), then pages." + (f" {slo.description}" if slo.description else "")
+            f"(page_min_bad_events), then pages." + (f" {literal(slo.description)}" if slo.description else "")
         ),
         **meta.annotations,
     }

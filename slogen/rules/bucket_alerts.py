@@ -37,7 +37,7 @@ from llmslo.conventions import SLO as C
 from llmslo.engine_thresholds import engine_kinds
 from llmslo.sli_plugins import LatencyParams
 from slogen.durations import format_duration
-from slogen.rules.alerts import SEVERITY, runbook_url, slo_dashboard_link
+from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_latency_selectors, le_label
@@ -188,7 +188,7 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
         if split:
             fired[split] = where
         return {"exp_labels": dict(sorted({**fired, **rule.labels}.items())),
-                "exp_annotations": {k: expand(v, fired, "1") for k, v in sorted(rule.annotations.items())}}
+                "exp_annotations": {k: rendered(expand(v, fired, "1")) for k, v in sorted(rule.annotations.items())}}
 
     staged = (series("with-edge", with_edge) if split else []) + series("without-edge", without)
     firing = [expected("without-edge")]
