@@ -38,7 +38,7 @@ from exporter.guard import (
     limit_series,
 )
 from exporter.model import NormSample
-from exporter.series import UnitKey, complete_histogram, group_units
+from exporter.series import UnitKey, complete_histogram, group_units, with_every_reason
 from exporter.sources import (
     ADAPTER_ERROR,
     NO_ENGINE_METRICS,
@@ -248,7 +248,7 @@ class Collector:
             c.LABEL_NAMESPACE: target.namespace,
             c.LABEL_NODE: self.node_name,
         }
-        adapted = adapter.adapt(families, identity)
+        adapted = with_every_reason(adapter.adapt(families, identity))  # the first error counts (#26)
         del families, page
         finite = [s for s in adapted if not s.value - s.value]  # NaN - NaN and Inf - Inf are NaN, true
         if len(finite) != len(adapted):  # an adapter computed one from finite inputs (an overflow)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from llmslo.conventions import LABEL_LE
+from llmslo.conventions import FINISHED_REASONS, LABEL_LE, LABEL_REASON, REQUESTS_FINISHED
 from exporter.model import NormSample
 
 UnitKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -86,3 +86,23 @@ def complete_histogram(unit: list[NormSample]) -> list[NormSample] | None:
     return out
 
 
+
+
+def with_every_reason(samples: list[NormSample]) -> list[NormSample]:
+    """`samples` plus, for every model (every label set) that has a finished-requests series, the other
+    finished reasons (conventions.FINISHED_REASONS) at 0 where the engine does not write them.
+
+    rate() and increase() never count a series' first sample: an engine that creates a reason's series
+    with its first request (SGLang, TGI and Triton write only the reasons they have seen; vLLM writes all
+    at 0) would hide that request from every availability SLI, at low traffic the only failure. Written
+    at 0 from the first scrape that shows the model, the first error is an increase like any other."""
+    finished = [s for s in samples if s.metric is REQUESTS_FINISHED]
+    if not finished:
+        return samples
+    seen: dict[tuple[tuple[str, str], ...], set[str]] = {}
+    for s in finished:
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != LABEL_REASON))
+        seen.setdefault(key, set()).add(s.labels.get(LABEL_REASON, ""))
+    extra = [NormSample(REQUESTS_FINISHED, {**dict(key), LABEL_REASON: reason}, 0.0)
+             for key, reasons in seen.items() for reason in FINISHED_REASONS if reason not in reasons]
+    return samples + extra if extra else samples

@@ -448,6 +448,8 @@ class SLO:
     INFO = "sloth_slo_info"
     # slogen's traffic-weighted extension: event rates on short windows, long windows derived from them.
     SLI_ERRORS_RATE = "slo:sli_errors:rate{window}"
+    # the short window's ratio where it had traffic (0/0 dropped): the held short condition of a page tier
+    SLI_ERROR_MEASURED = "slo:sli_error_measured:ratio_rate{window}"
     SLI_TOTAL_RATE = "slo:sli_total:rate{window}"
     # llmslo/kv-headroom's per-engine sample: 1 while KV-cache usage is above the SLO's threshold, else 0.
     KV_SATURATED = "slo:kv_cache_saturated:bool"
@@ -480,6 +482,10 @@ class SLO:
     @staticmethod
     def sli_errors_rate(window: str) -> str:
         return SLO.SLI_ERRORS_RATE.format(window=window)
+
+    @staticmethod
+    def sli_error_measured(window: str) -> str:
+        return SLO.SLI_ERROR_MEASURED.format(window=window)
 
     @staticmethod
     def sli_total_rate(window: str) -> str:

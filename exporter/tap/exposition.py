@@ -125,6 +125,7 @@ class PageRenderer:
     async def render_pieces(self) -> list[bytes]:
         """The page in pieces to write one at a time, yielding to the event loop after every SLICE_S
         of rendering."""
+        self.metrics.prime()  # the series requests will count in, at 0 before their first request
         series = list(self.metrics.series.values())
         clock = time.perf_counter
         started = clock()
@@ -142,6 +143,7 @@ class PageRenderer:
 
     def render_now(self) -> bytes:
         """The page in one go (tests, tools; on a relaying loop use render_pieces())."""
+        self.metrics.prime()
         series = list(self.metrics.series.values())
         for s in series:
             if s.rendered_at != s.changes:

@@ -90,13 +90,15 @@ class Series:
         "changes", "rendered", "rendered_at",
     )
 
-    def __init__(self, model: str, slo_class: str) -> None:
+    def __init__(self, model: str, slo_class: str, hist_edges: tuple[tuple[float, ...], ...] = ()) -> None:
         self.model = model
         self.slo_class = slo_class
-        # ttft, tpot, e2e, ttfb (HISTOGRAMS order): created with the first completed request, as is goodput.
-        self.histograms: tuple[Histogram, ...] = ()
+        # ttft, tpot, e2e, ttfb (HISTOGRAMS order), goodput and every outcome: at 0 from the series' birth,
+        # so that the first request of each kind is an increase that rate() and increase() count (a series
+        # born at 1 is not: its first sample has nothing before it).
+        self.histograms: tuple[Histogram, ...] = tuple(Histogram(edges) for edges in hist_edges)
         self.goodput = 0
-        self.requests: dict[str, int] = {}  # outcome -> requests
+        self.requests: dict[str, int] = dict.fromkeys(C.OUTCOMES, 0)  # outcome -> requests
         self.tokens: dict[str, int] = {}  # usage_source -> output tokens
         self.good_tokens: dict[str, int] = {}
         self.usage_rejected: int | None = None  # None: never counted, so no series yet
@@ -125,6 +127,8 @@ class TapMetrics:
         }
         self._hist_edges = tuple(self.edges[key] for _, key in HISTOGRAMS)
         self.series: dict[tuple[str, str], Series] = {}
+        self.slo = slo
+        self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
         self._models: set[str] = set()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -147,8 +151,29 @@ class TapMetrics:
         key = (model, slo_class)
         s = self.series.get(key)
         if s is None:
-            s = self.series[key] = Series(model, slo_class)
+            s = self.series[key] = Series(model, slo_class, self._hist_edges)
         return s
+
+    def prime(self) -> None:
+        """Create, at 0, the series that requests will count in, before their first request: every class's
+        under OVERFLOW_MODEL, and each model the upstream serves (as it is admitted to the label set) under
+        the class its name maps to. Called before each page is rendered; it costs nothing unless the
+        served list changed. A class chosen by a header for another model gets its series on first use
+        (at 0 for every outcome but that one)."""
+        if self._primed_from is None:
+            self._primed_from = frozenset()
+            for cls in self.slo.class_names:
+                self._for(OVERFLOW_MODEL, cls)
+        served = getattr(self.names.served, "names", None)
+        if not served or served is self._primed_from:
+            return
+        self._primed_from = served
+        for name in sorted(served):  # sorted: which names get the max_models slots does not vary
+            if len(self._models) >= self.max_models:
+                break
+            label = self.model_label(name)
+            if label != OVERFLOW_MODEL:
+                self._for(label, self.slo.class_for_model(name).name)
 
     # -- recording ---------------------------------------------------------------------------
     def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
@@ -161,10 +186,7 @@ class TapMetrics:
             s.tokens[t.usage_source] = s.tokens.get(t.usage_source, 0) + n_out
         if outcome != C.OUTCOME_OK:
             return
-        hists = s.histograms
-        if not hists:
-            hists = s.histograms = tuple(Histogram(edges) for edges in self._hist_edges)
-        ttft, tpot, e2e, ttfb = hists
+        ttft, tpot, e2e, ttfb = s.histograms
         if t.ttft is not None:
             ttft.observe(t.ttft)
         if t.tpot is not None:
@@ -200,6 +222,7 @@ class _Collector:
         self.m = metrics
 
     def collect(self) -> Iterator[Metric]:
+        self.m.prime()
         series = list(self.m.series.values())
         for (d, _), i in zip(HISTOGRAMS, range(len(HISTOGRAMS))):
             fam = HistogramMetricFamily(d.name, d.help, labels=d.labels)

@@ -19,6 +19,11 @@ shape (docs/slogen.md, "Alertmanager routing"):
   fast as the page or faster). Tickets wait one page-quick short window before their first
   notification, so a burn about to page pages first. No-data (and any other non-burn ticket) is
   not silenced: it says the monitoring is blind, another problem.
+* **An SLO's page-quick is silenced while its page-slow fires** (same SLO, same cluster): the two
+  see the same burn, and page-quick resolves a short window earlier; without it a receiver that
+  does not deduplicate (webhook, chat) hears of one incident's end twice, or more when the page
+  group's reading falls between the two. Together with the rules holding a short window that sees
+  no requests (rules/alerts.py), a low-traffic incident is one page and one all-clear.
 * Health alerts (`llmslo-health`) page when critical, else ticket, grouped per alert and cluster.
 
 Receivers are placeholders (`llmslo-page`, `llmslo-ticket`, no integrations): the header says how
@@ -132,7 +137,14 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
                   "routes": routes},
         "inhibit_rules": [
             {"source_matchers": [page], "target_matchers": target, "equal": list(PAGE_GROUP_BY)},
-        ],
+        ] + ([
+            # One SLO's page-quick is silenced while its page-slow fires (the same burn, seen over longer
+            # windows): page-quick resolves one short window earlier, and a receiver that does not deduplicate
+            # would hear of it alone, then of page-slow's end: two all-clears for one incident.
+            {"source_matchers": [page, f'{C.LABEL_TIER}="page-slow"'],
+             "target_matchers": [page, f'{C.LABEL_TIER}="page-quick"'],
+             "equal": [C.LABEL_ID, *PAGE_GROUP_BY[1:]]},
+        ] if ticket_tiers else []),
         "receivers": [{"name": name} for name in RECEIVERS],
     }
 

@@ -141,7 +141,8 @@ def _written(req: SLIPluginRequest) -> dict[str, str]:
 
 
 def latency(req: SLIPluginRequest) -> EventsSLI:
-    """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count.
+    """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count, where
+    count is only that of the series that have the bucket at the threshold (`measurable`).
 
     Over the tap, requests that ended late (a deadline hit, a client that gave up) count as slower
     than any threshold, so a hung engine burns the budget instead of silencing the SLI. The
@@ -169,7 +170,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     le = promql.matcher(c.LABEL_LE, "=~", le_regex(threshold))
     count_sel = rule_selector(family.count(), matchers)
     bucket_sel = rule_selector(family.bucket(), matchers + [le])
-    count = aggregate(promql.rate(count_sel), by)
+    count = aggregate(measurable(count_sel, bucket_sel), by)
     good = aggregate(promql.rate(bucket_sel), by)
     error_query, total_query = f"{count}\n-\n{good}", count
     fixtures: tuple[SeriesFixture, ...] = ()
@@ -193,6 +194,19 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         by=by,
         params=p,
     )
+
+
+def measurable(count_sel: str, bucket_sel: str) -> str:
+    """The count of the requests that can be measured against the threshold: each `_count` series only
+    where the same series (ignoring `le`) has the bucket at the threshold.
+
+    A series without that edge (an engine upgrade or a bucket configuration that dropped it) is neither
+    good nor bad: counted in the total, all its requests would be too slow (a healthy cluster pages);
+    counted nowhere once the old pods' buckets leave the windows while its count goes on, the long
+    windows' error ratio of a cluster whose users are all too slow falls towards 0. Its one signal is
+    the bucket-edge alert (rules/bucket_alerts.py), which counts exactly these series.
+    """
+    return f"{promql.rate(count_sel)} and ignoring ({c.LABEL_LE}) {promql.rate(bucket_sel)}"
 
 
 def _with_late(count: str, good: str, late: str) -> tuple[str, str]:

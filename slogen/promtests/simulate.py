@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from slogen.rules.alerts import low_traffic_tier
 from slogen.rules.options import SLOContext
 from slogen.rules.sli import windows as sli_windows
-from slogen.rules.tiers import page_min_bad_events
+from slogen.rules.tiers import held_windows, page_min_bad_events
 from slogen.model import Tier
 
 ROBUST_MARGIN = 0.05  # a checkpoint is robust when no deciding ratio is within 5% of its threshold
@@ -73,7 +73,8 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
     time. Callers treat the result as read-only.
     """
     need = page_min_bad_events(ctx) if not gauge else 0
-    key = (ctx.base_window, ctx.derive_above, ctx.opts.sloth_compat, ctx.error_budget, need, tuple(tiers), tuple(bad),
+    key = (ctx.base_window, ctx.derive_above, ctx.opts.sloth_compat, bool(held_windows(ctx)), ctx.error_budget, need,
+           tuple(tiers), tuple(bad),
            step, gauge, None if traffic is None else tuple(traffic), units)
     found = _MEMO.get(key)
     if found is None:
@@ -139,18 +140,42 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
         return (PE[k] - PE[first - 1]) * (w / base) / (k - first + 1) * units
 
     thresholds = {t.name: t.factor * float(ctx.error_budget) for t in tiers}
+    hold = bool(held_windows(ctx)) and not gauge
+    measured: dict[int, list[int]] = {}
+
+    def last_measured(w: int) -> list[int]:
+        """For each step, the last step at or before it whose w-window ratio had traffic (-1: none)."""
+        found = measured.get(w)
+        if found is None:
+            found, last = [], -1
+            for k in range(n):
+                if ratio(k, w) is not None:
+                    last = k
+                found.append(last)
+            measured[w] = found
+        return found
     states: dict[str, list[TierState]] = {t.name: [] for t in tiers}
     states.update({low_traffic_tier(t.name): [] for t in tiers if need and t.severity == "page"})
     for k in range(n):
         for t in tiers:
             thr = thresholds[t.name]
             rs = [ratio(k, t.window.short_window), ratio(k, t.window.long_window)]
-            firing = all(r is not None and r > thr for r in rs)
             margins = [abs(r - thr) / thr if (r is not None and thr > 0) else (1.0 if r is None else abs(r)) for r in rs]
-            if firing:
-                robust = all(mg >= ROBUST_MARGIN for mg in margins)
+            if hold and t.severity == "page":  # alerts._burn: the short window's last ratio with traffic, within the long window
+                j = last_measured(t.window.short_window)[k]
+                rs[0] = ratio(j, t.window.short_window) if j >= max(1, k - t.window.long_window // step) else None
+                margins[0] = abs(rs[0] - thr) / thr if (rs[0] is not None and thr > 0) else 1.0 if rs[0] is None else abs(rs[0])
+                firing = all(r is not None and r > thr for r in rs)
+                if firing:
+                    robust = all(mg >= ROBUST_MARGIN for mg in margins)
+                else:
+                    robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
             else:
-                robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
+                firing = all(r is not None and r > thr for r in rs)
+                if firing:
+                    robust = all(mg >= ROBUST_MARGIN for mg in margins)
+                else:
+                    robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
             if not (need and t.severity == "page"):
                 states[t.name].append(TierState(firing, robust))
                 continue

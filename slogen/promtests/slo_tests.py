@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.rules import SLOResult
-from slogen.rules.alerts import (kept_labels, low_traffic_tier, no_data_alert_name, no_data_lookback,
+from slogen.rules.alerts import (kept_labels, low_traffic_tier, rendered, no_data_alert_name, no_data_lookback,
                                      no_data_scope, no_data_selectors, sli_by)
 from slogen.rules.bucket_alerts import bucket_edge_tests
 from slogen.promtests.simulate import Simulation, simulate
@@ -352,9 +352,12 @@ def _low_traffic_scenarios(ctx, tiers: list[Tier], step: int, gauge: bool, histo
     sim = _simulate(ctx, tiers, bad, step, gauge, rate)
     k, tier = min((sim.fire_steps(name)[0], name) for name in pages if sim.fire_steps(name))
     failed = int(sum(_requests(k + 1, step, rate)[history:]))
+    flaps = ", ".join(f"{p} fires {len(sim.fire_steps(p))}x, resolves {len(sim.resolve_steps(p))}x"
+                      for p in pages if sim.fire_steps(p))
     name = (f"a full outage at {rate} requests/hour after {format_duration(history * step)} of clean traffic: "
             f"{tier} pages {format_duration((k - history + 1) * step)} after it starts, at its {_ordinal(failed)} "
-            f"failed request (page_min_bad_events: {need})")
+            f"failed request (page_min_bad_events: {need}); held while a short window has no requests: "
+            f"{flaps} (checked at every evaluation)")
     out.append(Scenario("low-traffic-outage", name, bad, sim, per_hour=rate))
     return out
 
@@ -397,7 +400,12 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
     alert = next(x.alert for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) != "no-data")
     base_labels = _alert_series_labels(r, fixtures)
     checks = []
-    for k in _checkpoints([s.sim for s in scenarios], n):
+    points = _checkpoints([s.sim for s in scenarios], n)
+    if any(s.per_hour for s in scenarios):  # low traffic: every robust evaluation, so a flap cannot hide between
+        robust = [all(k >= len(s.sim.bad) or all(st[k].robust for st in s.sim.states.values()) for s in scenarios)
+                  for k in range(n)]
+        points = sorted(set(points) | {k for k in range(n) if robust[k]})
+    for k in points:
         exp = []
         for s in scenarios:
             labels = {**base_labels, split: s.key} if split else base_labels
@@ -524,7 +532,7 @@ def _alert_series_labels(r: SLOResult, fixtures) -> dict[str, str]:
 
 def _expected(rule: Rule, series_labels: dict[str, str]) -> dict:
     return {"exp_labels": dict(sorted({**series_labels, **rule.labels}.items())),
-            "exp_annotations": dict(sorted(rule.annotations.items()))}
+            "exp_annotations": {k: rendered(v) for k, v in sorted(rule.annotations.items())}}
 
 
 # Growth of a counter per step, as a share of the step's requests, given its bad share b. In a

@@ -23,7 +23,7 @@ from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.rules.options import SLOContext, dec
 from slogen.links import dashboard_url, slo_dashboard_uid
-from slogen.rules.tiers import page_min_bad_events
+from slogen.rules.tiers import held_windows, page_min_bad_events
 from slogen.gofmt import go_g, label_filter
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
 
@@ -46,9 +46,20 @@ def runbook_url(alert: str | Rule, base_url: str) -> str:
     return f"{base_url.rstrip('/')}/{runbook_path(alert)}"
 
 
+def literal(text: str) -> str:
+    """`text` as an annotation writes it so that Prometheus' template engine renders it as is: `{{` starts a
+    template action, so a `{{` in a URL or a description made every rules file fail `promtool check rules`."""
+    return text.replace("{{", '{{ "{{" }}')
+
+
+def rendered(annotation: str) -> str:
+    """What Prometheus renders of an annotation `literal` wrote (for generated tests' expectations)."""
+    return annotation.replace('{{ "{{" }}', "{{")
+
+
 def slo_dashboard_link(ctx: SLOContext) -> str:
     """The `dashboard` annotation: the SLO's generated Grafana dashboard (`--grafana-url`/d/<uid>)."""
-    return dashboard_url(ctx.opts.grafana_url, slo_dashboard_uid(ctx.slo.id))
+    return literal(dashboard_url(ctx.opts.grafana_url, slo_dashboard_uid(ctx.slo.id)))
 
 
 def no_data_alert_name(alert_name: str) -> str:
@@ -115,14 +126,31 @@ def threshold(ctx: SLOContext, tier: Tier) -> str:
 
 
 def _burn(ctx: SLOContext, tier: Tier) -> str:
-    """Both windows' error ratios above the tier's threshold, per series (e.g. cluster)."""
+    """Both windows' error ratios above the tier's threshold, per series (e.g. cluster). The short window
+    reads its last ratio that had traffic: while it sees no requests, its verdict holds.
+
+    The short window is there to end an alert soon after recovery; a window without requests (0/0, NaN)
+    says nothing either way. At 6 requests an hour the 5m window of page-quick is empty every other
+    evaluation: read as "not burning", page-quick and its ticket twin fired and resolved every 5 minutes
+    through an outage (14 times in 3 hours), and a receiver that does not deduplicate (webhook, chat) was
+    notified again and again. So a page tier's short condition reads the recorded
+    `slo:sli_error_measured:ratio_rate<short>` (the ratio where it had traffic, NaN dropped) with
+    `last_over_time(...[long])`: the last measured verdict, failing or recovered, holds until the next
+    request (older than the long window, the long window is empty too). A window with traffic reads as
+    before, so nothing changes at high traffic. Ticket tiers (short windows of hours) read their ratio as is."""
     flt = label_filter(ctx.slo.id_labels)
     thr = threshold(ctx, tier)
 
     def cond(window: int) -> str:
         return f"max without ({C.LABEL_WINDOW}) ({C.sli_error_ratio(format_duration(window))}{flt} > {thr})"
 
-    return f"{cond(tier.window.short_window)}\nand\n{cond(tier.window.long_window)}\n"
+    short, long = tier.window.short_window, tier.window.long_window
+    if tier.severity == "page" and short in held_windows(ctx):
+        measured = C.sli_error_measured(format_duration(short))
+        first = f"max without ({C.LABEL_WINDOW}) (last_over_time({measured}{flt}[{format_duration(long)}]) > {thr})"
+    else:
+        first = cond(short)
+    return f"{first}\nand\n{cond(long)}\n"
 
 
 def guard(ctx: SLOContext, tier: Tier, need: int) -> str:
@@ -151,7 +179,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
             f"The error ratio of SLO {slo.id} ({dec(slo.objective)}% over {period}) is above "
             f"{go_g(round(tier.factor, 4))}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}"
             f"{rescaled}. At this rate {spend} is gone within {tier.long}."
-            + (f" {slo.description}" if slo.description else "")
+            + (f" {literal(slo.description)}" if slo.description else "")
         ),
         "runbook_url": runbook_url(meta.name, ctx.opts.runbook_base_url),
         "dashboard": slo_dashboard_link(ctx),
@@ -177,7 +205,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
             f"{factor}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}, "
             f"but fewer than {need} bad events happened in the last {tier.long}: at low traffic a single failed "
             f"request crosses the threshold, so the {tier.name} tier tickets until there are {need} "
-            f"(page_min_bad_events), then pages." + (f" {slo.description}" if slo.description else "")
+            f"(page_min_bad_events), then pages." + (f" {literal(slo.description)}" if slo.description else "")
         ),
         **meta.annotations,
     }

@@ -37,7 +37,7 @@ from llmslo.conventions import SLO as C
 from llmslo.engine_thresholds import engine_kinds
 from llmslo.sli_plugins import LatencyParams
 from slogen.durations import format_duration
-from slogen.rules.alerts import SEVERITY, runbook_url, slo_dashboard_link
+from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_latency_selectors, le_label
@@ -188,7 +188,7 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
         if split:
             fired[split] = where
         return {"exp_labels": dict(sorted({**fired, **rule.labels}.items())),
-                "exp_annotations": {k: expand(v, fired, "1") for k, v in sorted(rule.annotations.items())}}
+                "exp_annotations": {k: rendered(expand(v, fired, "1")) for k, v in sorted(rule.annotations.items())}}
 
     staged = (series("with-edge", with_edge) if split else []) + series("without-edge", without)
     firing = [expected("without-edge")]
@@ -200,6 +200,7 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
         name += f" and one where one engine has it and another does not: {rule.alert} fires for the last two"
     else:
         name += f": {rule.alert} fires for the one without"
+    lost = _lost_edge_tests(r, rule, base, split, threshold, with_edge, without, expected, step) if mixed else []
     return [
         {"name": f"{r.slo.id}: {name}, after {rule.for_}",
          "interval": format_duration(step),
@@ -213,6 +214,70 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
          "input_series": series("with-edge", with_edge) + (series("also-with-edge", with_edge) if split else []),
          "alert_rule_test": [
              {"eval_time": format_duration((wait + 1) * step), "alertname": rule.alert, "exp_alerts": []}]},
+    ] + lost
+
+
+def _lost_edge_tests(r, rule: Rule, base: dict[str, str], split: str, threshold: float, with_edge: str,
+                     without: str, expected, step: int) -> list[dict]:
+    """An engine upgrade whose buckets lack the threshold's edge, in one `split` (a cluster): the new pods'
+    requests cannot be measured against the threshold, so they are neither good nor bad (plugins/llm.py:
+    `measurable`) and the bucket-edge alert is the one signal.
+
+    * Healthy: an old pod (with the edge) and a new one (without it) each serve 10 requests a step, all
+      faster than the threshold. Counting the new pod's requests as too slow would make the error ratio
+      10 / 20 = 0.5, far above every tier's threshold: the SLO's alert would page. It must stay quiet while
+      the bucket-edge alert fires for the cluster after its `for`.
+    * Hurt: every request is slower than the threshold; the old pod (with the edge) serves 10 a step for 2h
+      and stops, the new pod (without it) serves 10 a step for the next 2h. Every measured request was too
+      slow, so the error ratio of the derived windows (sum_over_time of the base-window rates) stays 1 at
+      the end; counting the new pod's requests in the total only would halve it (10 x 24 / (10 x 48))."""
+    sli = r.slo.sli
+    burn = next((x for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) not in (None, "no-data")), None)
+    ctx = r.ctx
+    derived = [w for w in (*ctx.windows.windows(), ctx.period) if w > ctx.derive_above]
+    if burn is None or not derived:
+        return []
+    wait = -(-2 * ctx.base_window // step)
+    n = wait + 4
+    where = "upgrading"
+
+    def histogram(pod: str, le: str, fast: int, start: int, length: int) -> list[dict]:
+        """10 requests a step from `start` for `length` steps, `fast` of them within the threshold."""
+        labels = {**base, split: where, c.LABEL_POD: pod}
+        blanks = f"_x{start} " if start else ""
+        count = next(f.name for f in sli.fixtures if f.role == "total")
+        bucket = next(f.name for f in sli.fixtures if f.role == "good")
+        return [{"series": _sel(count, labels), "values": f"{blanks}0+10x{length}"}] + [
+            {"series": _sel(bucket, {**labels, c.LABEL_LE: x}), "values": f"{blanks}0+{k}x{length}"}
+            for x, k in ((le, fast), ("+Inf", 10))]
+
+    healthy = histogram("old", with_edge, 10, 0, n) + histogram("new", without, 10, 0, n)
+    hours = max(1, -(-2 * 3_600_000 // step))  # 2h, in steps
+    hurt = histogram("old", with_edge, 0, 0, hours) + histogram("new", without, 0, hours, hours)
+    window = format_duration(derived[0])
+    ratio = {"__name__": C.sli_error_ratio(window), **r.slo.id_labels, C.LABEL_WINDOW: window, **ctx.labels,
+             split: where}
+    return [
+        {"name": (f"{r.slo.id}: a healthy {split} upgrades half its engines to buckets without le={with_edge}: "
+                  f"their requests are neither good nor bad (else the error ratio is 10 / 20 = 0.5 and it pages), "
+                  f"so {burn.alert} stays quiet and {rule.alert} fires, after {rule.for_}"),
+         "interval": format_duration(step),
+         "input_series": healthy,
+         "alert_rule_test": [
+             {"eval_time": format_duration(k * step), "alertname": burn.alert, "exp_alerts": []}
+             for k in (2, wait + 1, n)] + [
+             {"eval_time": format_duration((wait + 1) * step), "alertname": rule.alert,
+              "exp_alerts": [expected(where)]}]},
+        {"name": (f"{r.slo.id}: every request too slow; the engine with le={with_edge} serves 2h and the one "
+                  f"without it the next 2h: the {window} error ratio of the measured requests stays 1 "
+                  f"(counting the unmeasured ones in the total would make it 10 x {hours} / (10 x {2 * hours}) = 0.5)"),
+         "interval": format_duration(step),
+         "input_series": hurt,
+         "promql_expr_test": [
+             {"expr": _sel(ratio["__name__"], {k: v for k, v in ratio.items() if k != "__name__"}),
+              "eval_time": format_duration(2 * hours * step),
+              "exp_samples": [{"labels": _sel(ratio["__name__"], {k: v for k, v in ratio.items() if k != "__name__"}),
+                               "value": 1}]}]},
     ]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration
 from slogen.rules.options import SLOContext
-from slogen.rules.tiers import guard_windows
+from slogen.rules.tiers import guard_windows, held_windows
 from slogen.gofmt import label_filter
 from slogen.loaders.common import WINDOW_TPL_RE
 from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup
@@ -137,4 +137,10 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
                                   labels=labels))
             expr = f"sum_over_time({errors}{flt}[{w}])\n/\nsum_over_time({total}{flt}[{w}])\n"
         rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=dict(labels)))
+    # A page tier's short window, where it had traffic: NaN (0/0, no requests) is dropped, so that
+    # last_over_time() over it is the last measured verdict (alerts._burn holds it while no request comes).
+    for window in held_windows(ctx):
+        w = format_duration(window)
+        rules.append(Rule(expr=f"{C.sli_error_ratio(w)}{flt} >= 0\n", record=C.sli_error_measured(w),
+                          labels=_labels(ctx, window)))
     return rules

@@ -35,6 +35,7 @@ def resolve(slo: SLO, opts: GenOptions) -> SLOContext:
         raise no_catalog_error(period, opts, slo.origin.file, "--default-slo-period (the SLO sets none)", slo=slo.id,
                                line=slo.origin.line)
     labels = {**slo.labels, **opts.extra_labels}
+    _check_grouped(slo, opts)
     tiers = tuple(_reachable(slo, t, opts) for t in windows.tiers())
     return SLOContext(slo=slo, period=period, windows=windows, tiers=tiers, labels=labels, opts=opts)
 
@@ -107,3 +108,34 @@ def guard_windows(ctx: SLOContext) -> list[int]:
     if ctx.opts.disable_alerts or ctx.slo.alerting.page.disable or not page_min_bad_events(ctx):
         return []
     return sorted({t.window.long_window for t in ctx.tiers if t.severity == "page"})
+
+
+def held_windows(ctx: SLOContext) -> list[int]:
+    """The short windows of the page tiers, whose condition holds while they see no traffic (alerts._burn):
+    each gets a recorded `slo:sli_error_measured:ratio_rate<W>`. None in `--sloth-compat`, without
+    recordings or alerts, for a raw-ratio SLI (no traffic to see) or a time-based one (never without samples)."""
+    sli = ctx.slo.sli
+    if (ctx.opts.sloth_compat or ctx.opts.disable_recordings or ctx.opts.disable_alerts or ctx.slo.alerting.page.disable
+            or isinstance(sli, RawSLI) or (isinstance(sli, EventsSLI) and sli.time_based)):
+        return []
+    return sorted({t.window.short_window for t in ctx.tiers if t.severity == "page"})
+
+
+def _check_grouped(slo: SLO, opts: GenOptions) -> None:
+    """Refuse a spec (or -l) label that the SLI's rules group by (its `by`, cluster by default): stamped onto
+    `sum by (cluster)` rules, it overwrites the label they keep, so a ruler that sees two clusters fails every
+    recording rule (duplicate series) and one cluster's burn pages nothing, not even no-data."""
+    sli = slo.sli
+    grouped = tuple(sli.by) if isinstance(sli, EventsSLI) else ()
+    for key in grouped:
+        if key in slo.labels:
+            field = f"{slo.origin.path}.labels.{key}" if slo.origin.path else f"labels.{key}"
+            raise SpecError(slo.origin.file, f"label {key!r} is one the SLI's rules group by (sum by ({', '.join(grouped)})): "
+                            f"a fixed value would overwrite each series' own {key}, and a ruler that sees two would "
+                            f"fail every recording rule", field, slo.id,
+                            f"remove the label (the series keep their own {key}) or rename it (e.g. slo_{key})",
+                            slo.origin.line)
+        if key in opts.extra_labels:
+            raise SpecError(f"-l {key}={opts.extra_labels[key]}", f"label {key!r} is one the SLI's rules of "
+                            f"SLO {slo.id} group by (sum by ({', '.join(grouped)})): a fixed value would overwrite "
+                            f"each series' own {key}", "-l", slo.id, f"drop -l {key}=... or rename it (e.g. slo_{key})")

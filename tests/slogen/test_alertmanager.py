@@ -58,7 +58,7 @@ def test_amtool_check_config_accepts_the_committed_file(committed, tmp_path):
     proc = subprocess.run([amtool(), "check-config", str(_write(tmp_path, committed))], capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 receivers" in proc.stdout and "1 inhibit rules" in proc.stdout
+    assert "2 receivers" in proc.stdout and "2 inhibit rules" in proc.stdout
 
 
 def test_the_committed_file_is_what_the_build_makes(built, committed):
@@ -104,6 +104,10 @@ def test_pages_group_per_service_and_cluster_and_silence_the_services_burn_ticke
         "source_matchers": ['sloth_severity="page"'],
         "target_matchers": ['sloth_severity="ticket"', 'slo_tier=~"ticket-quick|ticket-slow"'],  # not no-data
         "equal": ["sloth_service", "cluster"],
+    }, {  # one SLO's page-quick, while its page-slow fires: one all-clear per incident
+        "source_matchers": ['sloth_severity="page"', 'slo_tier="page-slow"'],
+        "target_matchers": ['sloth_severity="page"', 'slo_tier="page-quick"'],
+        "equal": ["sloth_id", "cluster"],
     }]
     health = [r for r in doc["route"]["routes"] if r["matchers"][0].startswith("alertname=~")]
     names = {n for r in health for n in re.findall(r'"(.*)"', r["matchers"][0])[0].split("|")}

@@ -310,8 +310,11 @@ def built(tmp_path_factory) -> Path:
 
 def test_generated_tests_stage_the_clusters_and_pass_promtool(promtool, built):
     doc = yaml.safe_load((built / service_tests_path("edges")).read_text())
-    mine = [t for t in doc["tests"] if ALERT_SUFFIX in str(t["alert_rule_test"])]
+    mine = [t for t in doc["tests"] if t.get("alert_rule_test")
+            and all(c["alertname"].endswith(ALERT_SUFFIX) for c in t["alert_rule_test"])]
     assert len(mine) == 4  # two per SLO
+    lost = [t for t in doc["tests"] if "upgrades half its engines" in t["name"] or "measured requests" in t["name"]]
+    assert len(lost) == 4  # a healthy and a hurt cluster losing the edge, per SLO
     fires, quiet = mine[0], mine[1]
     series = [s["series"] for s in fires["input_series"]]
     assert any('cluster="without-edge"' in s and 'le="0.25"' in s for s in series)

@@ -60,7 +60,9 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
     alerts = _alerts(results)
     assert list(alerts) == ["page-quick", "page-quick-low-traffic", "page-slow", "page-slow-low-traffic",
                             "ticket-quick", "ticket-slow", "no-data"]
-    burn = (f"max without (sloth_window) (slo:sli_error:ratio_rate5m{{{FLT}}} > (14.4 * 0.001))\nand\n"
+    # the short window's last measured ratio (held while it sees no requests), within the long window
+    burn = (f"max without (sloth_window) (last_over_time(slo:sli_error_measured:ratio_rate5m{{{FLT}}}[1h]) "
+            f"> (14.4 * 0.001))\nand\n"
             f"max without (sloth_window) (slo:sli_error:ratio_rate1h{{{FLT}}} > (14.4 * 0.001))\n")
     guard = f"max without (sloth_window) (slo:sli_errors:rate1h{{{FLT}}} * 3600 > 2.5)\n"
     assert alerts["page-quick"].expr == burn + "and\n" + guard
@@ -80,6 +82,11 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
                                                           f"slo:sli_total:rate1h{{{FLT}}}\n")
     assert "[6h]" in records["slo:sli_errors:rate6h"].expr and "[6h]" in records["slo:sli_total:rate6h"].expr
     assert "slo:sli_errors:rate2h" not in records
+    # the page tiers' short windows record their measured ratio (NaN, no requests, dropped)
+    assert records["slo:sli_error_measured:ratio_rate5m"].expr == f"slo:sli_error:ratio_rate5m{{{FLT}}} >= 0\n"
+    assert records["slo:sli_error_measured:ratio_rate30m"].expr == f"slo:sli_error:ratio_rate30m{{{FLT}}} >= 0\n"
+    assert "slo:sli_error_measured:ratio_rate2h" not in records  # ticket tiers read their ratio as is
+    assert "slo:sli_error:ratio_rate2h" in alerts["ticket-quick"].expr
 
 
 def test_guard_off_gives_the_plain_tiers_and_ratios(tmp_path):
@@ -212,7 +219,9 @@ def test_generated_low_traffic_tests_pass_and_fail_without_the_guard(promtool, t
     assert group["name"] == (
         "svc-availability: one failed request at 6 requests/hour after 6h of clean traffic: tickets (ticket-quick, "
         "ticket-slow, page-quick-low-traffic, page-slow-low-traffic), no page; a full outage at 6 requests/hour after "
-        "6h of clean traffic: page-quick pages 25m after it starts, at its 3rd failed request (page_min_bad_events: 3) "
+        "6h of clean traffic: page-quick pages 25m after it starts, at its 3rd failed request (page_min_bad_events: 3); "
+        "held while a short window has no requests: page-quick fires 1x, resolves 1x, page-slow fires 1x, resolves 1x "
+        "(checked at every evaluation) "
         "(one cluster each)")
     one, outage = _expected(group, "one-error"), _expected(group, "low-traffic-outage")
     # one error: the twins ticket, page-slow's for 30 minutes; nothing pages, ever
@@ -220,7 +229,8 @@ def test_generated_low_traffic_tests_pass_and_fail_without_the_guard(promtool, t
     assert one["6h"] == ["page-quick-low-traffic", "page-slow-low-traffic", "ticket-quick", "ticket-slow"]
     assert one["6h25m"][:1] == ["page-slow-low-traffic"] and "page-slow-low-traffic" not in one["6h30m"]
     # the outage (first failed request at 6h, one every 10 minutes): tickets, then pages with the 3rd
-    assert outage["6h15m"] == ["page-slow-low-traffic", "ticket-quick", "ticket-slow"]
+    # (page-quick's twin holds at 6h15m, whose 5m window saw no request: it no longer flaps)
+    assert outage["6h15m"] == ["page-quick-low-traffic", "page-slow-low-traffic", "ticket-quick", "ticket-slow"]
     assert outage["6h20m"] == ["page-quick", "page-slow", "ticket-quick", "ticket-slow"]
     (tmp_path / "svc.test.yaml").write_text(dump(doc))
     proc = _promtool(promtool, tmp_path)
@@ -267,3 +277,70 @@ def test_committed_tests_stage_low_traffic_and_keep_the_high_traffic_timings():
                  for c in group["alert_rule_test"] for a in c["exp_alerts"]
                  if a["exp_labels"].get("sloth_severity") == "page"}
         assert pages and {cluster for cluster, _ in pages} == {"low-traffic-outage"}, group["name"]
+
+
+def _expand(values: str) -> list[float | None]:
+    """promtool's `a+bxn` / `_xn` notation, expanded (enough for the generated series)."""
+    out: list[float | None] = []
+    for token in values.split():
+        if token.startswith("_"):
+            out += [None] * (1 + (int(token[2:]) if "x" in token else 0))
+            continue
+        head, _, times = token.partition("x")
+        n = int(times) if times else 0
+        sign = "+" if "+" in head[1:] else "-" if "-" in head[1:] else ""
+        if not sign:
+            out.append(float(head))
+            continue
+        i = head.index(sign, 1)
+        start, step = float(head[:i]), float(head[i + 1:]) * (1 if sign == "+" else -1)
+        out += [start + step * k for k in range(n + 1)]
+    return out
+
+
+def test_the_first_failure_counts_when_its_series_is_at_0_before_it(promtool, tmp_path):
+    """rate() never counts a series' first sample. The generated low-traffic tests stage the failed
+    requests' series as the tap writes them now (at 0 from its start, then counting: exporter/tap/metrics.py),
+    and the one failure at 6 requests/hour tickets as docs/slogen.md promises. Staged as a tap that created an
+    outcome's series on its first use (absent, then born at 1), the same tests fail: nothing fires."""
+    results = _results(tmp_path)
+    (tmp_path / "svc.rules.yaml").write_text(rule_file([g for r in results for g in r.rules.groups()]))
+    doc = _low_traffic_doc(results)
+    series = doc["tests"][0]["input_series"]
+    (bad,) = [s for s in series if 'cluster="one-error"' in s["series"] and 'outcome="upstream_error"' in s["series"]]
+    values = _expand(bad["values"])
+    assert values[0] == 0  # at 0 from the start: the first failure is an increase
+    (tmp_path / "svc.test.yaml").write_text(dump(doc))
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    staged = {s["series"]: s["values"] for s in series}
+    for cluster in ("one-error", "low-traffic-outage"):  # each alone: the one failure, then the outage's 3rd
+        for s in series:
+            s["values"] = staged[s["series"]]
+        (bad,) = [s for s in series if f'cluster="{cluster}"' in s["series"] and 'outcome="upstream_error"' in s["series"]]
+        values = _expand(bad["values"])
+        first = next(k for k, v in enumerate(values) if v)
+        bad["values"] = " ".join(["_"] * first + [f"{v:g}" for v in values[first:]])
+        (tmp_path / "svc.test.yaml").write_text(dump(doc))
+        proc = _promtool(promtool, tmp_path)
+        assert proc.returncode != 0 and f'cluster="{cluster}"' in proc.stdout + proc.stderr, cluster
+
+
+def test_without_the_hold_the_low_traffic_outage_flaps_and_the_tests_fail(promtool, tmp_path):
+    """Today's short condition read as is (0/0 = not burning): at 6 requests/hour page-quick's 5m window is empty
+    every other evaluation, so page-quick fires and resolves again and again through the outage; the generated
+    tests check every evaluation of the low-traffic scenarios and fail."""
+    import re
+
+    results = _results(tmp_path)
+    rules = rule_file([g for r in results for g in r.rules.groups()])
+    unheld = re.sub(r"last_over_time\(slo:sli_error_measured:ratio_rate(\w+)(\{[^}]*\})\[\w+\]\)",
+                    r"slo:sli_error:ratio_rate\1\2", rules)
+    assert unheld != rules and "last_over_time" not in unheld
+    (tmp_path / "svc.test.yaml").write_text(dump(_low_traffic_doc(results)))
+    (tmp_path / "svc.rules.yaml").write_text(rules)
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp_path / "svc.rules.yaml").write_text(unheld)
+    proc = _promtool(promtool, tmp_path)
+    assert proc.returncode != 0 and 'slo_tier="page-quick"' in proc.stdout + proc.stderr

@@ -145,3 +145,39 @@ def test_families_are_the_conventions_tap_metrics() -> None:
     names = {fam.name for fam in text_string_to_metric_families(generate_latest(m.registry).decode())}
     expected = {d.name.removesuffix("_total") for d in C.TAP_METRICS}
     assert expected == names
+
+
+# ------------------------------------------------------------------------------ the first event counts (#26)
+
+
+def _requests(m: TapMetrics, model: str, slo_class: str) -> dict[str, float]:
+    return {dict(labels)[C.LABEL_OUTCOME]: v for (name, labels), v in samples(m).items()
+            if name == C.TAP_REQUESTS.name and dict(labels)[C.LABEL_MODEL] == model
+            and dict(labels)[C.LABEL_SLO_CLASS] == slo_class}
+
+
+def test_every_class_and_served_model_has_its_series_at_0_before_its_first_request() -> None:
+    """rate() and increase() never count a series' first sample: a series born at 1 hides its first
+    request (at 6 requests an hour, the only failure). Before any request, the page shows every outcome of
+    every class under __other__, and every served model under the class its name maps to, at 0."""
+    served = _served("chat-small", "plain")
+    m = TapMetrics(CONFIG, names=ModelNames(CONFIG, served))
+    for cls in ("interactive", "batch"):
+        assert _requests(m, OVERFLOW_MODEL, cls) == dict.fromkeys(C.OUTCOMES, 0)
+    assert _requests(m, "chat-small", "interactive") == dict.fromkeys(C.OUTCOMES, 0)
+    fallback = CONFIG.class_for_model("plain").name  # no glob matches it: the fallback class
+    assert _requests(m, "plain", fallback) == dict.fromkeys(C.OUTCOMES, 0)
+    good = {(n, dict(l)[C.LABEL_SLO_CLASS]) for (n, l), _ in samples(m).items()
+            if n == C.GOODPUT_REQUESTS.name and dict(l)[C.LABEL_MODEL] == "chat-small"}
+    assert good == {(C.GOODPUT_REQUESTS.name, "interactive")}
+    # A model the upstream starts serving later is admitted (and at 0) by the next page.
+    served.names = frozenset({"chat-small", "plain", "chat-new"})
+    assert _requests(m, "chat-new", "interactive") == dict.fromkeys(C.OUTCOMES, 0)
+
+
+def test_a_series_born_with_its_first_request_has_every_other_outcome_at_0() -> None:
+    m = TapMetrics(CONFIG)
+    m.record("chat-x", "batch", C.OUTCOME_OK, ok(0.1, 0.01), True)
+    assert _requests(m, "chat-x", "batch") == {**dict.fromkeys(C.OUTCOMES, 0), C.OUTCOME_OK: 1}
+    m.record("chat-x", "batch", C.OUTCOME_UPSTREAM_ERROR, ok(0.1, 0.01), False)
+    assert _requests(m, "chat-x", "batch")[C.OUTCOME_UPSTREAM_ERROR] == 1
