@@ -135,6 +135,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     _report([], catalog.warnings)
     for note in built.notes:
         print(f"note: {note}", file=sys.stderr)
+    if args.promtool_check:
+        rejected = _promtool_check_files(artifacts)
+        if rejected:
+            for path, message in rejected:
+                print(f"error: {path}: promtool check rules rejects the generated file: {message}", file=sys.stderr)
+            print(f"build failed: promtool rejects {len(rejected)} generated rule file(s); nothing was written "
+                  f"(fix the spec or option text named above, or report a slogen bug)", file=sys.stderr)
+            return 1
     if args.check:
         stale = stale_outputs(artifacts, args.out)
         for s in stale:
@@ -153,6 +161,42 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"slogen: {len(catalog.slos)} SLOs, {len(artifacts)} files ({len(changed)} changed, {len(removed)} removed) "
           f"under {args.out}", file=sys.stderr)
     return 0
+
+
+RULE_FILE_SUFFIX = ".rules.yaml"
+
+
+def _promtool_check_files(artifacts: dict[str, str]) -> list[tuple[str, str]]:
+    """`promtool check rules` on the generated rule files (`*.rules.yaml`), before anything is written: the
+    (path, promtool's message) of each it rejects. Without promtool on PATH it says so and checks nothing."""
+    rule_paths = sorted(p for p in artifacts if p.endswith(RULE_FILE_SUFFIX))
+    if not rule_paths:
+        return []
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("note: promtool is not on PATH: the generated rule files were not checked with `promtool check rules` "
+              "(install Debian's prometheus package to check them)", file=sys.stderr)
+        return []
+    rejected = []
+    with tempfile.TemporaryDirectory(prefix="slogen-check-") as tmp:
+        staged = []
+        for i, rel in enumerate(rule_paths):
+            path = Path(tmp) / f"{i}{RULE_FILE_SUFFIX}"
+            path.write_text(artifacts[rel])
+            staged.append((rel, path))
+        # one promtool for all files (fast); only when it fails, one per file to name each file's own message
+        proc = subprocess.run([promtool, "check", "rules", *(str(p) for _, p in staged)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return []
+        for rel, path in staged:
+            one = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+            if one.returncode:
+                text = (one.stderr + one.stdout).replace(str(path), rel)
+                lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Checking ")]
+                lines = [t for t in (ln.removeprefix("FAILED:").strip() for ln in lines) if t]
+                more = f" ... and {len(lines) - 3} more" if len(lines) > 3 else ""
+                rejected.append((rel, "; ".join(lines[:3]) + more or f"exit status {one.returncode}"))
+    return rejected
 
 
 def _health_args(p: argparse.ArgumentParser) -> None:
@@ -329,6 +373,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("paths", nargs="*", help="SLO spec files or directories (default: slos/)")
     b.add_argument("--out", default=".", help="output root; files go to alerts/, deploy/generated/, ... (default: .)")
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 when the files under --out are stale")
+    b.add_argument("--no-promtool-check", dest="promtool_check", action="store_false",
+                   help="do not run `promtool check rules` on the generated rule files before writing them "
+                        "(by default it runs when promtool is on PATH, and a rejected file fails the build)")
     b.add_argument("--runbook-base-url", default=os.environ.get("SLOGEN_RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE_URL),
                    help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL)")
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",

@@ -65,6 +65,11 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
 
     service = f.string(r, root, "service", prefix)
     f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
+    if len(service.encode()) > MAX_SERVICE_BYTES:
+        r.error(f"service name is {len(service.encode())} bytes long: build names files after it "
+                f"(deploy/generated/prometheusrule-<service>.yaml) and a file name has at most {NAME_MAX} bytes",
+                f.join(prefix, "service"), line=f.line_of(root, "service"),
+                fix=f"shorten the service name to at most {MAX_SERVICE_BYTES} characters")
     spec_labels = f.labels(r, root, "labels", prefix)
     f.check_reserved(r, spec_labels, f.join(prefix, "labels"), slo="", line=f.line_of(root, "labels"))
     spec_period = _period(r, root, prefix, "")
@@ -93,11 +98,22 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
     return out
 
 
+# A file name has at most NAME_MAX bytes (Linux, every common file system); the longest name build makes of a
+# service is deploy/generated/prometheusrule-<service>.yaml (outtree writes it under that name, no temp name).
+NAME_MAX = 255
+MAX_SERVICE_BYTES = NAME_MAX - len("prometheusrule-.yaml")
+MAX_SLO_ID_BYTES = NAME_MAX - len("slo-.json")  # dashboards/slo-<service>-<name>.json
+
+
 def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[str, str], spec_period: int | None,
               group_plugins: list[SLOPluginRef], group_override: bool, d: Dialect, origin: Origin) -> SLO | None:
     name = f.string(r, node, "name", p)
     slo_id = f"{service}-{name}"
     who = slo_id if name else f"#{p}"
+    if name and len(service.encode()) <= MAX_SERVICE_BYTES and len(slo_id.encode()) > MAX_SLO_ID_BYTES:
+        r.error(f"SLO id {service}-<name> is {len(slo_id.encode())} bytes long: build names its dashboard "
+                f"dashboards/slo-<id>.json and a file name has at most {NAME_MAX} bytes", f.join(p, "name"), slo=who,
+                line=f.line_of(node, "name"), fix=f"shorten the service or SLO name (together at most {MAX_SLO_ID_BYTES})")
     f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period",
                              d.page_min_bad_events), p,
                    slo=who)
@@ -248,6 +264,7 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
     f.check_reserved(r, base_labels, f"{ap}.labels", slo=who, line=f.line_of(al, "labels"))
     base_ann = f.labels(r, al, "annotations", ap, slo=who, what="annotation")
     metas = []
+    refused: set[str] = set()  # an invalid name shared by page and ticket alerts is reported once
     for key in (d.page_alert, d.ticket_alert):
         block = f.mapping(r, al, key, ap, slo=who)
         bp = f"{ap}.{key}"
@@ -263,7 +280,8 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
             r.error(f"alerting.name is required while the {key} is enabled", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name") or f.line_of(node, "alerting"),
                     fix=f"set alerting.name (e.g. {f.alert_name_for(who)}) or set {key}: {{disable: true}}")
-        elif not ALERT_NAME_RE.match(name):
+        elif not ALERT_NAME_RE.match(name) and name not in refused:
+            refused.add(name)
             r.error(f"alert name {name!r} is not a valid Prometheus alert name", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name"), fix="use letters, digits, '_' and ':' only, e.g. ChatTTFTBudgetBurn")
         metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False))

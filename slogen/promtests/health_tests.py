@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE
+from slogen.rules.alerts import rendered
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.gofmt import go_g, label_filter
 
@@ -131,7 +132,7 @@ def alert_check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -
     expected = []
     if fires is not None:
         expected.append({"exp_labels": dict(sorted({**fires, **rule.labels}.items())),
-                         "exp_annotations": {k: expand(v, fires) for k, v in sorted(rule.annotations.items())}})
+                         "exp_annotations": {k: rendered(expand(v, fires)) for k, v in sorted(rule.annotations.items())}})
     return {"eval_time": f"{minute}m", "alertname": rule.alert, "exp_alerts": expected}
 
 

@@ -43,7 +43,8 @@ def runbook_path(alert: str | Rule) -> str:
 
 
 def runbook_url(alert: str | Rule, base_url: str) -> str:
-    return f"{base_url.rstrip('/')}/{runbook_path(alert)}"
+    """The `runbook_url` annotation, as `literal` writes it (a `{{` in --runbook-base-url is text)."""
+    return literal(f"{base_url.rstrip('/')}/{runbook_path(alert)}")
 
 
 def literal(text: str) -> str:

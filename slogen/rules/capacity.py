@@ -25,6 +25,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen.durations import MINUTE, format_duration
 from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
+from slogen.rules.alerts import literal
 from slogen.gofmt import go_g
 from slogen.model import Rule, RuleGroup
 
@@ -104,7 +105,7 @@ def page_expr(opts: CapacityOptions) -> str:
 def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str, str] | None = None,
                     grafana_url: str = DEFAULT_GRAFANA_URL) -> list[HealthAlert]:
     extra = dict(extra_labels or {})
-    fleet = dashboard_url(grafana_url, FLEET_DASHBOARD_UID)
+    fleet = literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
     pool = f"Pool {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_MODEL)}"
     n, m = go_g(opts.seats_low), go_g(opts.exhaustion_minutes)
     low_for, trend = format_duration(opts.seats_low_for), format_duration(opts.trend_window)

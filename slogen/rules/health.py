@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE, format_duration
-from slogen.rules.alerts import SEVERITY, runbook_url
+from slogen.rules.alerts import SEVERITY, literal, runbook_url
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.gofmt import go_g
 from slogen.model import Rule, RuleGroup
@@ -109,7 +109,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                   grafana_url: str = DEFAULT_GRAFANA_URL) -> list[HealthAlert]:
     """The alerts, in a fixed order (`HEALTH.ALERTS`); each links the fleet serving dashboard."""
     extra = dict(extra_labels or {})
-    fleet = dashboard_url(grafana_url, FLEET_DASHBOARD_UID)
+    fleet = literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
     gpu = f"GPU {_l(c.LABEL_GPU)} ({_l(c.LABEL_UUID)}) on {_l(c.LABEL_HOSTNAME)}"
     engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
     window = format_duration(opts.gpu_error_window)
