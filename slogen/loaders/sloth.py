@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slogen import plugins
+from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.durations import parse_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
@@ -228,9 +229,9 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
                 fix=f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
         return None
     try:
-        return fn(plugins.SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
-                                           labels=spec_labels, options=options))
-    except plugins.PluginError as e:
+        return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
+                                   labels=spec_labels, options=options))
+    except PluginError as e:
         field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
         raw_options = plug.get("options")
         line = (f.line_of(raw_options, e.option) if e.option and isinstance(raw_options, dict) and e.option in raw_options

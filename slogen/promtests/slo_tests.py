@@ -39,7 +39,8 @@ from slogen.promtests.simulate import Simulation, simulate
 from slogen.rules.tiers import page_min_bad_events
 from slogen.gofmt import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
-from slogen.plugins.llm import PluginError, parse_selector
+from llmslo.selectors import parse_selector
+from slogen.plugins.contract import PluginError
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 LOW_TRAFFIC_PER_HOUR = 6  # requests an hour in the low-traffic scenarios: one every 10 minutes
