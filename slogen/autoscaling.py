@@ -29,7 +29,7 @@ from typing import Any
 
 from llmslo import conventions as c
 from slogen.durations import parse_duration
-from slogen.yamlio import LineDict, SpecFileError, load_documents
+from llmslo.specfile import LineDict, SpecFileError, load_documents
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"

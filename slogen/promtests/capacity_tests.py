@@ -20,7 +20,8 @@ from slogen.durations import MINUTE
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert
 from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 
 BLOCK = 16
 SEAT_BLOCKS = 128  # 2048 tokens of p99 footprint / 16 tokens per block

@@ -18,7 +18,8 @@ from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE
 from slogen.rules.health import HealthAlert, HealthOptions
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 
 STEP = "1m"
 CLUSTER = "east"  # a federation-style label the alerts must pass through

@@ -37,7 +37,7 @@ from slogen.rules.alerts import (kept_labels, low_traffic_tier, rendered, no_dat
 from slogen.rules.bucket_alerts import bucket_edge_tests
 from slogen.promtests.simulate import Simulation, simulate
 from slogen.rules.tiers import page_min_bad_events
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from llmslo.selectors import parse_selector
 from slogen.plugins.contract import PluginError

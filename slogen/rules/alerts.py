@@ -24,7 +24,8 @@ from slogen.durations import format_duration
 from slogen.rules.options import SLOContext, dec
 from slogen.links import dashboard_url, slo_dashboard_uid
 from slogen.rules.tiers import held_windows, page_min_bad_events
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
 
 GROUP_PREFIX = "sloth-slo-alerts-"

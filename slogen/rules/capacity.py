@@ -25,7 +25,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen.durations import MINUTE, format_duration
 from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
 from slogen.model import Rule, RuleGroup
 
 

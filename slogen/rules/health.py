@@ -23,7 +23,7 @@ from llmslo.conventions import HEALTH as H
 from slogen.durations import MINUTE, format_duration
 from slogen.rules.alerts import SEVERITY, runbook_url
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
 from slogen.model import Rule, RuleGroup
 
 CRITICAL = SEVERITY["page"]

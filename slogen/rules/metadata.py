@@ -12,7 +12,8 @@ from __future__ import annotations
 from llmslo.conventions import SLO as C
 from slogen.durations import format_duration, hours
 from slogen.rules.options import SLOContext, dec
-from slogen.gofmt import go_f, go_g, label_filter
+from llmslo.gofloat import go_f, go_g
+from slogen.gofmt import label_filter
 from slogen.model import Rule, RuleGroup
 
 GROUP_PREFIX = "sloth-slo-meta-recordings-"
