@@ -16,7 +16,7 @@ from typing import Any
 
 from slogen import plugins
 from slogen.plugins.contract import PluginError, SLIPluginRequest
-from slogen.durations import parse_duration
+from llmslo.durations import parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
@@ -140,7 +140,7 @@ def _period(r: Reporter, node: dict, p: str, who: str) -> int | None:
     if not text:
         return None
     try:
-        ms = parse_duration(text)
+        ms = parse_prometheus_duration(text)
     except ValueError as e:
         r.error(str(e), f.join(p, "period"), slo=who, line=f.line_of(node, "period"), fix="write e.g. period: 28d")
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert
 from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check

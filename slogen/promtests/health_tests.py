@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.rules.health import HealthAlert, HealthOptions
 from llmslo.gofloat import go_g
 from slogen.gofmt import label_filter

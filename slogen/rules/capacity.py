@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.durations import MINUTE, format_duration
+from llmslo.durations import MINUTE, format_prometheus_duration
 from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from llmslo.gofloat import go_g
@@ -51,10 +51,10 @@ class CapacityOptions:
         for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for"):
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
-                out.append((f"capacity_{name}", f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+                out.append((f"capacity_{name}", f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
         if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and self.exhaustion_for + 2 * MINUTE >= self.exhaustion_minutes * MINUTE:
             out.append(("capacity_exhaustion_for",
-                        f"is {format_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
+                        f"is {format_prometheus_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
                         f"({self.exhaustion_minutes:g} minutes), so the page would fire only once the pool has run out; "
                         "write a shorter duration or a longer --capacity-exhaustion-minutes"))
         return out
@@ -76,7 +76,7 @@ def footprint_expr(q: float, window: str) -> str:
 
 def recording_rules(opts: CapacityOptions) -> list[Rule]:
     ident, pool = _by(K.ENGINE_LABELS), _by(K.POOL_LABELS)
-    window, trend = format_duration(opts.footprint_window), format_duration(opts.trend_window)
+    window, trend = format_prometheus_duration(opts.footprint_window), format_prometheus_duration(opts.trend_window)
     return [
         Rule(record=K.FREE_TOKENS,
              expr=f"sum by ({ident}) ({c.KV_BLOCKS_FREE.name})\n* on ({ident})\n"
@@ -95,7 +95,7 @@ def recording_rules(opts: CapacityOptions) -> list[Rule]:
 
 
 def page_expr(opts: CapacityOptions) -> str:
-    pool, trend = _by(K.POOL_LABELS), format_duration(opts.trend_window)
+    pool, trend = _by(K.POOL_LABELS), format_prometheus_duration(opts.trend_window)
     return (f"{K.POOL_MINUTES_TO_EXHAUSTION} < {go_g(opts.exhaustion_minutes)}\n"
             f"and on ({pool})\nderiv({K.POOL_WAITING}[{trend}]) > 0\n"
             f"and on ({pool})\n{K.POOL_WAITING} > 0\n")
@@ -107,7 +107,7 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
     fleet = dashboard_url(grafana_url, FLEET_DASHBOARD_UID)
     pool = f"Pool {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_MODEL)}"
     n, m = go_g(opts.seats_low), go_g(opts.exhaustion_minutes)
-    low_for, trend = format_duration(opts.seats_low_for), format_duration(opts.trend_window)
+    low_for, trend = format_prometheus_duration(opts.seats_low_for), format_prometheus_duration(opts.trend_window)
     return [
         _alert(K.SEATS_LOW, f"{K.POOL_SEATS_P99} < {n}\n", opts.seats_low_for, WARNING,
                f"{pool} has fewer than {n} KV seats at p99 context.",
