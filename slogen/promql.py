@@ -62,6 +62,15 @@ def on(labels: Sequence[str]) -> str:
     return f"on ({', '.join(labels)})"
 
 
+def increase(sel: str, window: str) -> str:
+    return f"increase({sel}[{window}])"
+
+
+def max_over_time(sel: str, window: str, offset: str = "") -> str:
+    """`max_over_time(sel[window])`, or `max_over_time(sel[window] offset o)` looking back `offset` earlier."""
+    return f"max_over_time({sel}[{window}]{f' offset {offset}' if offset else ''})"
+
+
 def deriv(sel: str, window: str) -> str:
     return f"deriv({sel}[{window}])"
 

@@ -24,6 +24,7 @@ from llmslo.durations import MINUTE, format_prometheus_duration
 from slogen.rules.alerts import SEVERITY, runbook_url
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from llmslo.gofloat import go_g
+from slogen import promql
 from slogen.model import Rule, RuleGroup
 
 CRITICAL = SEVERITY["page"]
@@ -134,13 +135,13 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
         # A new XID code on a GPU appears as a counter already at 1, which increase() cannot see:
         # the `unless` arm catches a series absent over the hour before the window.
         _alert(H.GPU_XID_ERRORS,
-               f"increase({xid}[{window}]) > 0\nor\n({xid} unless max_over_time({xid}[{XID_HISTORY}] offset {window}))\n",
+               f"{promql.increase(xid, window)} > 0\nor\n({xid} unless {promql.max_over_time(xid, XID_HISTORY, window)})\n",
                0, WARNING,
                f"{gpu} reported XID {_l(c.LABEL_XID)}.",
                f"The driver reported XID {_l(c.LABEL_XID)} on this GPU in the last {window}. XIDs 48, 63, 64, 74, 79, 94 "
                "and 95 usually mean a failing GPU or link; look up the code before the node takes more traffic.",
                TOPIC_GPU_HEALTH, "The driver reported XID errors on a GPU.", base_url, extra, fleet),
-        _alert(H.GPU_ECC_UNCORRECTED, f"increase({ecc}[{window}]) > 0\n", 0, CRITICAL,
+        _alert(H.GPU_ECC_UNCORRECTED, f"{promql.increase(ecc, window)} > 0\n", 0, CRITICAL,
                f"{gpu} has new uncorrected ECC errors.",
                f"Uncorrected (double-bit) ECC errors rose on this GPU in the last {window}. Data in HBM was lost: "
                "the processes using it may have crashed or produced garbage. Drain the node and hand it to hardware.",
@@ -160,7 +161,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                TOPIC_KV_SATURATION,
                f"An engine's KV cache is over {kv_thr} full while requests wait: no seats left, the queue is building.",
                base_url, extra, fleet),
-        _alert(H.PREEMPTION_STORM, f"rate({c.PREEMPTIONS.name}[{pre_window}]) > {rate_thr}\n", opts.preemption_for, WARNING,
+        _alert(H.PREEMPTION_STORM, f"{promql.rate(c.PREEMPTIONS.name, pre_window)} > {rate_thr}\n", opts.preemption_for, WARNING,
                f"{engine} preempts more than {rate_thr} requests/s.",
                f"The engine has preempted more than {rate_thr} running requests per second (over {pre_window}) for "
                f"{format_prometheus_duration(opts.preemption_for)}: it runs out of KV blocks mid-generation and recomputes or swaps. "
@@ -168,7 +169,7 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
                base_url, extra, fleet),
-        _alert(H.TAP_REFUSING_REQUESTS, f"rate({refusals}[{ref_window}]) > {ref_thr}\n", opts.tap_refusal_for, WARNING,
+        _alert(H.TAP_REFUSING_REQUESTS, f"{promql.rate(refusals, ref_window)} > {ref_thr}\n", opts.tap_refusal_for, WARNING,
                f"{tap} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
                f"The tap has refused requests (reason {_l(c.LABEL_REASON)}) {ref_how} for the last {ref_for} "
                f"({c.REFUSED_CONNECTION_LIMIT}: --max-connections reached; {c.REFUSED_BODY_MEMORY}: the request bodies "
