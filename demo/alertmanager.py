@@ -19,7 +19,8 @@ import yaml
 
 from demo.procs import Child, Supervisor, free_port
 from llmslo.files import write_atomic
-from slogen.durations import format_seconds, parse_duration
+from llmslo.durations import parse_prometheus_duration
+from slogen.durations import format_seconds
 from slogen.artifacts.alertmanager import PAGE_RECEIVER
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
@@ -96,7 +97,7 @@ def route_timers(config: dict, receiver: str = PAGE_RECEIVER) -> AlertmanagerTim
 
     defaults = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}  # Alertmanager's own
     found = walk(config["route"], defaults) or walk({"routes": [config["route"]]}, defaults) or defaults
-    return AlertmanagerTimers(parse_duration(found["group_wait"]) / 1000, parse_duration(found["group_interval"]) / 1000,
+    return AlertmanagerTimers(parse_prometheus_duration(found["group_wait"]) / 1000, parse_prometheus_duration(found["group_interval"]) / 1000,
                               found["repeat_interval"])
 
 

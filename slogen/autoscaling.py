@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from llmslo import conventions as c
-from slogen.durations import parse_duration
-from slogen.yamlio import LineDict, SpecFileError, load_documents
+from llmslo.durations import parse_prometheus_duration
+from llmslo.specfile import LineDict, SpecFileError, load_documents
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"
@@ -178,7 +178,7 @@ class _Node:
         if value is None:
             return default
         try:
-            ms = parse_duration(str(value))
+            ms = parse_prometheus_duration(str(value))
         except ValueError:
             ms = -1
         if ms < 0 or ms % 1000:

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from slogen import VERSION_LABEL
-from slogen.durations import DAY, format_duration, parse_duration
+from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
 from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
@@ -36,7 +36,7 @@ class UsageError(Exception):
 
 def _duration(text: str) -> int:
     try:
-        return parse_duration(text)
+        return parse_prometheus_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -207,30 +207,30 @@ def _health_args(p: argparse.ArgumentParser) -> None:
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
     h.add_argument("--gpu-lost-for", type=_duration, default=d.gpu_lost_for, metavar="DURATION",
-                   help=f"LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {format_duration(d.gpu_lost_for)})")
+                   help=f"LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {format_prometheus_duration(d.gpu_lost_for)})")
     h.add_argument("--gpu-error-window", type=_duration, default=d.gpu_error_window, metavar="WINDOW",
                    help=f"LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
-                        f"(default {format_duration(d.gpu_error_window)})")
+                        f"(default {format_prometheus_duration(d.gpu_error_window)})")
     h.add_argument("--target-down-for", type=_duration, default=d.target_down_for, metavar="DURATION",
-                   help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_duration(d.target_down_for)})")
+                   help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_prometheus_duration(d.target_down_for)})")
     h.add_argument("--kv-usage-threshold", type=_finite, default=d.kv_usage_threshold, metavar="RATIO",
                    help=f"LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {d.kv_usage_threshold:g})")
     h.add_argument("--kv-saturated-for", type=_duration, default=d.kv_saturated_for, metavar="DURATION",
-                   help=f"LLMKVCacheSaturated: how long before it fires (default {format_duration(d.kv_saturated_for)})")
+                   help=f"LLMKVCacheSaturated: how long before it fires (default {format_prometheus_duration(d.kv_saturated_for)})")
     h.add_argument("--preemption-rate", type=_finite, default=d.preemption_rate, metavar="PER_SECOND",
                    help=f"LLMPreemptionStorm: preemptions per second per engine (default {d.preemption_rate:g})")
     h.add_argument("--preemption-window", type=_duration, default=d.preemption_window, metavar="WINDOW",
-                   help=f"LLMPreemptionStorm: rate window (default {format_duration(d.preemption_window)})")
+                   help=f"LLMPreemptionStorm: rate window (default {format_prometheus_duration(d.preemption_window)})")
     h.add_argument("--preemption-for", type=_duration, default=d.preemption_for, metavar="DURATION",
-                   help=f"LLMPreemptionStorm: how long before it fires (default {format_duration(d.preemption_for)})")
+                   help=f"LLMPreemptionStorm: how long before it fires (default {format_prometheus_duration(d.preemption_for)})")
     h.add_argument("--tap-refusal-rate", type=_finite, default=d.tap_refusal_rate, metavar="PER_SECOND",
                    help=f"LLMTapRefusingRequests: refusals per second per tap at its connection or body-memory limit "
                         f"(default {d.tap_refusal_rate:g}: any)")
     h.add_argument("--tap-refusal-window", type=_duration, default=d.tap_refusal_window, metavar="WINDOW",
-                   help=f"LLMTapRefusingRequests: rate window (default {format_duration(d.tap_refusal_window)})")
+                   help=f"LLMTapRefusingRequests: rate window (default {format_prometheus_duration(d.tap_refusal_window)})")
     h.add_argument("--tap-refusal-for", type=_duration, default=d.tap_refusal_for, metavar="DURATION",
                    help=f"LLMTapRefusingRequests: how long before it fires, longer than the window "
-                        f"(default {format_duration(d.tap_refusal_for)})")
+                        f"(default {format_prometheus_duration(d.tap_refusal_for)})")
 
 
 def _capacity_args(p: argparse.ArgumentParser) -> None:
@@ -241,19 +241,19 @@ def _capacity_args(p: argparse.ArgumentParser) -> None:
                    help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
     k.add_argument("--capacity-footprint-window", type=_duration, default=d.footprint_window, metavar="WINDOW",
                    help=f"rate window of the request-size histograms behind the p99/p50 footprint "
-                        f"(default {format_duration(d.footprint_window)})")
+                        f"(default {format_prometheus_duration(d.footprint_window)})")
     k.add_argument("--capacity-trend-window", type=_duration, default=d.trend_window, metavar="WINDOW",
                    help=f"deriv() window of the time-to-exhaustion forecast and the queue trend "
-                        f"(default {format_duration(d.trend_window)})")
+                        f"(default {format_prometheus_duration(d.trend_window)})")
     k.add_argument("--capacity-seats-low", type=_finite, default=d.seats_low, metavar="SEATS",
                    help=f"LLMKVSeatsLow: a pool under this many seats at p99 context (default {d.seats_low:g})")
     k.add_argument("--capacity-seats-low-for", type=_duration, default=d.seats_low_for, metavar="DURATION",
-                   help=f"LLMKVSeatsLow: how long before it fires (default {format_duration(d.seats_low_for)})")
+                   help=f"LLMKVSeatsLow: how long before it fires (default {format_prometheus_duration(d.seats_low_for)})")
     k.add_argument("--capacity-exhaustion-minutes", type=_finite, default=d.exhaustion_minutes, metavar="MINUTES",
                    help=f"LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue growing "
                         f"(default {d.exhaustion_minutes:g})")
     k.add_argument("--capacity-exhaustion-for", type=_duration, default=d.exhaustion_for, metavar="DURATION",
-                   help=f"LLMKVSeatsExhaustion: how long before it fires (default {format_duration(d.exhaustion_for)})")
+                   help=f"LLMKVSeatsExhaustion: how long before it fires (default {format_prometheus_duration(d.exhaustion_for)})")
 
 
 def _capacity_options(args: argparse.Namespace) -> CapacityOptions:
@@ -323,8 +323,8 @@ def _promtool_check(results) -> list[SpecError]:
 def cmd_generate(args: argparse.Namespace) -> int:
     windows = _windows([args.slo_period_windows_path], replace=True) if args.slo_period_windows_path else dict(BUILTIN)
     if args.default_slo_period not in windows:
-        raise UsageError(f"--default-slo-period {format_duration(args.default_slo_period)} has no alert-window catalog "
-                         f"(have {', '.join(format_duration(p) for p in sorted(windows))})")
+        raise UsageError(f"--default-slo-period {format_prometheus_duration(args.default_slo_period)} has no alert-window catalog "
+                         f"(have {', '.join(format_prometheus_duration(p) for p in sorted(windows))})")
     opts = _gen_options(args, windows)
     src = Path(args.input)
     if src.is_dir():

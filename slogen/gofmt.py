@@ -1,12 +1,10 @@
 """Number and string formatting as Go prints it, so `--sloth-compat` output matches Sloth's.
 
-Sloth renders floats with `%g`/`%v` and `strconv.FormatFloat(f, 'f', -1, 64)`: `go_g` and `go_f`,
-from llmslo.gofloat (the one float formatter the exporter and the tap use too).
+Sloth renders floats with `%g`/`%v` and `strconv.FormatFloat(f, 'f', -1, 64)`: `go_g` and `go_f`
+in llmslo.gofloat (the one float formatter the exporter and the tap use too).
 """
 
 from __future__ import annotations
-
-from llmslo.gofloat import go_f, go_g  # the one float formatter, re-exported for slogen's callers
 
 
 def go_quote(s: str) -> str:
@@ -36,4 +34,4 @@ def label_filter(labels: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}={go_quote(v)}" for k, v in sorted(labels.items())) + "}"
 
 
-__all__ = ["go_f", "go_g", "go_quote", "label_filter"]
+__all__ = ["go_quote", "label_filter"]

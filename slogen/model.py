@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmslo.sli_plugins import PluginParams
-from slogen.durations import format_duration, hours
+from llmslo.durations import format_prometheus_duration
+from slogen.durations import hours
 
 # --------------------------------------------------------------------------------------
 # SLIs
@@ -220,11 +221,11 @@ class Tier:
 
     @property
     def short(self) -> str:
-        return format_duration(self.window.short_window)
+        return format_prometheus_duration(self.window.short_window)
 
     @property
     def long(self) -> str:
-        return format_duration(self.window.long_window)
+        return format_prometheus_duration(self.window.long_window)
 
 
 # --------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ names every PrometheusRule) and the writing stage must know which folders the bu
 
 from __future__ import annotations
 
+import re
+
 ALERTS_DIR = "alerts"
 PROMETHEUS_RULE_DIR = "deploy/generated"
 
@@ -20,3 +22,13 @@ def tests_path(service: str) -> str:
 
 def prometheus_rule_path(service: str) -> str:
     return f"{PROMETHEUS_RULE_DIR}/prometheusrule-{service}.yaml"
+
+
+DASHBOARD_DIR = "dashboards"
+FLEET_DASHBOARD_FILE = f"{DASHBOARD_DIR}/llm-serving-fleet.json"
+DASHBOARD_TESTS_FILE = f"{DASHBOARD_DIR}/dashboards.test.yaml"
+
+
+def slo_dashboard_path(slo_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", slo_id.lower()).strip("-")
+    return f"{DASHBOARD_DIR}/slo-{slug}.json"

@@ -57,6 +57,24 @@ def agg(op: str, expr: str, labels: Sequence[str] = ()) -> str:
     return f"{op} {grouping} ({expr})" if grouping else f"{op}({expr})"
 
 
+def on(labels: Sequence[str]) -> str:
+    """The matching clause of a binary operator: `on (a, b)`."""
+    return f"on ({', '.join(labels)})"
+
+
+def increase(sel: str, window: str) -> str:
+    return f"increase({sel}[{window}])"
+
+
+def max_over_time(sel: str, window: str, offset: str = "") -> str:
+    """`max_over_time(sel[window])`, or `max_over_time(sel[window] offset o)` looking back `offset` earlier."""
+    return f"max_over_time({sel}[{window}]{f' offset {offset}' if offset else ''})"
+
+
+def deriv(sel: str, window: str) -> str:
+    return f"deriv({sel}[{window}])"
+
+
 def rate(sel: str, window: str = WINDOW) -> str:
     """`rate(sel[window])`; the default window is Sloth's template variable, as rules write it."""
     return f"rate({sel}[{window}])"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmslo import sli_plugins as sp
-from slogen.durations import parse_duration
+from llmslo.durations import parse_prometheus_duration
 
 # SLI kinds slogen knows (the llmslo/* plugins), plus Sloth's own two shapes.
 SLI_LATENCY = "latency"
@@ -92,7 +92,7 @@ ALERT_BUCKET_EDGE = "bucket_edge"  # series lack a latency threshold's bucket (r
 
 def window_seconds(window: str) -> int:
     """Seconds in a Prometheus duration (5m, 1h30m, 30d), parsed as the SLO loaders parse it."""
-    return parse_duration(window) // 1000
+    return parse_prometheus_duration(window) // 1000
 
 
 # --------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def _source(params: sp.PluginParams | None) -> str:
 
 def from_context(ctx) -> SLOView:
     """The view of one resolved SLO (`slogen.rules.options.SLOContext`)."""
-    from slogen.durations import format_duration
+    from llmslo.durations import format_prometheus_duration
     from slogen.rules.sli import windows as recorded_windows
     from slogen.rules.tiers import guard_windows, page_min_bad_events
     from slogen.model import EventsSLI, RawSLI
@@ -136,15 +136,15 @@ def from_context(ctx) -> SLOView:
         name=slo.name,
         slo_id=slo.id,
         objective=float(slo.objective),
-        period=format_duration(ctx.period),
+        period=format_prometheus_duration(ctx.period),
         description=slo.description,
         sli_kind=kind,
         latency_metric=params.metric if isinstance(params, sp.LatencyParams) else "",
         threshold=params.threshold if isinstance(params, (sp.LatencyParams, sp.KvHeadroomParams)) else None,
         source=_source(params),
         slo_class=getattr(params, "slo_class", ""),
-        windows=tuple(format_duration(w) for w in recorded_windows(ctx)),
-        base_window=format_duration(ctx.base_window),
+        windows=tuple(format_prometheus_duration(w) for w in recorded_windows(ctx)),
+        base_window=format_prometheus_duration(ctx.base_window),
         traffic_weighted=not ctx.opts.sloth_compat and not isinstance(sli, RawSLI),
         tiers=tiers,
         alert_name=slo.alerting.name if ctx.alerts_enabled else "",

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from llmslo.specfile import LineDict, LineList, SpecFileError, load_documents, read_documents
+from llmslo.specfile import LineDict, LineList
 from slogen import yamlfast
 
-__all__ = ["LineDict", "LineList", "SpecFileError", "load_documents", "read_documents", "dump"]
+__all__ = ["dump"]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from llmslo.conventions import LABEL_ALERTNAME, LABEL_CLUSTER
 from llmslo.conventions import SLO as C
-from slogen.durations import format_duration
+from llmslo.durations import format_prometheus_duration
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
 from slogen.writers import GENERATED_MARKER
@@ -63,9 +63,9 @@ class RouteTimers:
     repeat_interval: int
 
     def fields(self) -> dict[str, str]:
-        return {"group_wait": format_duration(self.group_wait),
-                "group_interval": format_duration(self.group_interval),
-                "repeat_interval": format_duration(self.repeat_interval)}
+        return {"group_wait": format_prometheus_duration(self.group_wait),
+                "group_interval": format_prometheus_duration(self.group_interval),
+                "repeat_interval": format_prometheus_duration(self.repeat_interval)}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,13 +17,13 @@ from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from slogen.artifacts import grafana as gf
 from slogen import promql as q
+from slogen.panels import ENGINE_BY, LATE_TITLE, POOL_BY, QUANTILES
+from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
 from slogen.views import (
     SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
 )
 
-DASHBOARD_DIR = "dashboards"
-FLEET_FILE = f"{DASHBOARD_DIR}/llm-serving-fleet.json"
 TAGS = ["llmslo"]
 RATE = "$__rate_interval"
 
@@ -42,8 +41,6 @@ FLEET_VARIABLES = (
 # pods of one name (a StatefulSet's chat-0) or pools of one namespace and model are different lines, not one sum.
 # An engine is every identity label the exporter writes (conventions.ENGINE_IDENTITY_LABELS): engines configured
 # as static targets have no pod or namespace, and only their node, kind and model tell them apart.
-ENGINE_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD, c.LABEL_NODE, c.LABEL_ENGINE, c.LABEL_MODEL)
-POOL_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL)
 ENGINE_LEGEND = "{{namespace}}/{{pod}} {{model}} ({{engine}} on {{node}}) {{cluster}}"
 POOL_LEGEND = "{{namespace}}/{{model}} {{cluster}}"
 
@@ -160,7 +157,6 @@ def _has_source_panels(slo: SLOView) -> bool:
             or slo.sli_kind in (SLI_GOODPUT, SLI_AVAILABILITY, SLI_KV_HEADROOM))
 
 
-QUANTILES = ((0.5, "A"), (0.9, "B"), (0.99, "C"))
 # Engine-side histograms are read one engine kind at a time: kinds have different bucket ladders (promql.check_one_ladder).
 PER_KIND = (c.LABEL_ENGINE,)
 
@@ -170,7 +166,6 @@ def _sli_outcomes() -> q.Matcher:
     return q.matcher(c.LABEL_OUTCOME, "!~", q.any_of(c.TAP_NEUTRAL_OUTCOMES))
 
 
-LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_gave_up)"
 LATE_NOTE = ("Requests the engine never answered in time (the tap's deadline) or whose client left once the objective "
              "had passed. They never complete, so the latency percentiles and heatmaps cannot show them: during an "
              "engine hang the percentiles go blank or stay low, and this panel rises.")
@@ -365,11 +360,6 @@ def slo_dashboard(slo: SLOView) -> g.Dashboard:
     description = (slo.description or f"{slo.name} of {slo.service}") + f" Objective {slo.objective:g}% over {slo.period}."
     return _dashboard(title, slo_dashboard_uid(slo.slo_id), description, panels, variables, f"now-{min(slo.period_days, 30)}d",
                       ["slo", slo.service])
-
-
-def slo_dashboard_path(slo: SLOView) -> str:
-    slug = re.sub(r"[^a-z0-9-]+", "-", slo.slo_id.lower()).strip("-")
-    return f"{DASHBOARD_DIR}/slo-{slug}.json"
 
 
 # --------------------------------------------------------------------------------------
@@ -590,7 +580,7 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
 # --------------------------------------------------------------------------------------
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
     """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
-    files = {FLEET_FILE: gf.render(fleet_dashboard(slos))}
+    files = {FLEET_DASHBOARD_FILE: gf.render(fleet_dashboard(slos))}
     for slo in sorted(slos, key=lambda s: s.slo_id):
-        files[slo_dashboard_path(slo)] = gf.render(slo_dashboard(slo))
+        files[slo_dashboard_path(slo.slo_id)] = gf.render(slo_dashboard(slo))
     return files

@@ -18,7 +18,9 @@ import jinja2
 from llmslo import conventions as c
 from slogen import promql as q
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
-from slogen.artifacts.dashboards import ENGINE_BY, FLEET_FILE, goodput_ratio, slo_dashboard_path
+from slogen.artifacts.dashboards import goodput_ratio
+from slogen.panels import ENGINE_BY
+from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
 from slogen.views import (
     ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
@@ -198,8 +200,8 @@ def render_runbook(alert: AlertView, discovery: EngineDiscovery = EngineDiscover
             "long_window": c.SLO.LABEL_LONG_WINDOW, "short_window": c.SLO.LABEL_SHORT_WINDOW,
         },
         "tiers": sorted(alert.tiers or (slo.tiers if slo else ()), key=lambda t: -t.factor),
-        "slo_dashboard": "../../" + slo_dashboard_path(slo) if slo else "",
-        "fleet_dashboard": "../../" + FLEET_FILE,
+        "slo_dashboard": "../../" + slo_dashboard_path(slo.slo_id) if slo else "",
+        "fleet_dashboard": "../../" + FLEET_DASHBOARD_FILE,
     }
     text = env.get_template(f"runbook_{topic(alert)}.md.j2").render(**context)
     return text.rstrip("\n") + "\n"

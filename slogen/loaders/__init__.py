@@ -16,7 +16,6 @@ from slogen.loaders import k8s, openslo, sloth, windows
 from slogen.loaders.common import Reporter
 from slogen.model import SLO, AlertWindows
 from llmslo.sli_plugins import GoodputParams, same_class
-from llmslo.specfile import SUFFIXES as YAML_SUFFIXES  # noqa: F401
 from llmslo.specfile import SpecFileError, read_documents
 from llmslo.specfile import discover as discover
 

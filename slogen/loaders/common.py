@@ -12,7 +12,7 @@ from typing import Any
 
 from llmslo.conventions import SLO as C
 from slogen.errors import SpecError
-from slogen.yamlio import LineDict
+from llmslo.specfile import LineDict
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]$")
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

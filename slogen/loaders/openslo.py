@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slogen.durations import DAY, parse_duration
+from llmslo.durations import DAY, parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RatioSLI, RawSLI
@@ -290,7 +290,7 @@ def _v1_period(r: Reporter, spec: dict, who: str) -> int | None:
         r.error("calendar-aligned time windows are not supported", "spec.timeWindow[0].isRolling", slo=who,
                 line=f.line_of(w, "isRolling"), fix="use a rolling window: isRolling: true")
     try:
-        return parse_duration(str(w.get("duration", "")))
+        return parse_prometheus_duration(str(w.get("duration", "")))
     except ValueError as e:
         r.error(str(e), "spec.timeWindow[0].duration", slo=who, line=f.line_of(w, "duration"),
                 fix="write duration: 30d")

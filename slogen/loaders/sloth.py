@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slogen import plugins
-from slogen.durations import parse_duration
+from slogen.plugins.contract import PluginError, SLIPluginRequest
+from llmslo.durations import parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
@@ -155,7 +156,7 @@ def _period(r: Reporter, node: dict, p: str, who: str) -> int | None:
     if not text:
         return None
     try:
-        ms = parse_duration(text)
+        ms = parse_prometheus_duration(text)
     except ValueError as e:
         r.error(str(e), f.join(p, "period"), slo=who, line=f.line_of(node, "period"), fix="write e.g. period: 28d")
         return None
@@ -244,9 +245,9 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
                 fix=f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
         return None
     try:
-        return fn(plugins.SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
-                                           labels=spec_labels, options=options))
-    except plugins.PluginError as e:
+        return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
+                                   labels=spec_labels, options=options))
+    except PluginError as e:
         field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
         raw_options = plug.get("options")
         line = (f.line_of(raw_options, e.option) if e.option and isinstance(raw_options, dict) and e.option in raw_options

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slogen.durations import DAY, HOUR, MINUTE, format_duration, parse_duration
+from llmslo.durations import DAY, HOUR, MINUTE, format_prometheus_duration, parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.model import AlertWindow, AlertWindows
@@ -25,7 +25,7 @@ def _google(period: int) -> AlertWindows:
         page_slow=AlertWindow(5, 30 * MINUTE, 6 * HOUR),
         ticket_quick=AlertWindow(10, 2 * HOUR, 1 * DAY),
         ticket_slow=AlertWindow(10, 6 * HOUR, 3 * DAY),
-        source=f"<built-in {format_duration(period)}>",
+        source=f"<built-in {format_prometheus_duration(period)}>",
     )
 
 
@@ -72,7 +72,7 @@ def _duration(r: Reporter, node: dict, key: str, prefix: str) -> int | None:
         r.error(f"{key} is required", f.join(prefix, key), line=f.line_of(node), fix=f"set {key}: e.g. 1h")
         return None
     try:
-        ms = parse_duration(text)
+        ms = parse_prometheus_duration(text)
     except ValueError as e:
         r.error(str(e), f.join(prefix, key), line=f.line_of(node, key), fix="write a Prometheus duration, e.g. 30d")
         return None
@@ -99,7 +99,7 @@ def merge(catalogs: list[AlertWindows], base: dict[int, AlertWindows] | None = N
     for w in catalogs:
         old = out.get(w.period)
         if old is not None and w.period not in builtin_periods and _same(old, w) is False:
-            errors.append(SpecError(w.source, f"a catalog for period {format_duration(w.period)} is already loaded "
+            errors.append(SpecError(w.source, f"a catalog for period {format_prometheus_duration(w.period)} is already loaded "
                                     f"from {old.source}", "spec.sloPeriod",
                                     fix="keep one AlertWindows document per sloPeriod"))
             continue

@@ -20,20 +20,16 @@ import re
 from llmslo import conventions as c
 from llmslo import sli_plugins as sp
 from llmslo.bucket_edges import edge_text
-from llmslo.engine_thresholds import engine_kinds  # noqa: F401  (re-exported for slogen.rules.bucket_alerts)
 from llmslo.globs import glob_regex
 from llmslo.selectors import parse_selector
 from llmslo.sli_plugins import (
-    AVAILABILITY, GOODPUT, KV_HEADROOM, LATENCY, LATENCY_METRICS, SOURCE_ENGINE, SOURCE_TAP, TAP_OUTCOMES,
+    AVAILABILITY, GOODPUT, KV_HEADROOM, LATENCY, SOURCE_ENGINE, SOURCE_TAP, TAP_OUTCOMES,
     AvailabilityParams, GoodputParams, KvHeadroomParams, LatencyParams, Selection,
 )
 from slogen import promql
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture
-from slogen.plugins import PluginError, SLIPluginRequest, register_sli_plugin
+from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.promql import Matcher, any_of, quote, rule_selector
-
-__all__ = ["LATENCY", "GOODPUT", "AVAILABILITY", "KV_HEADROOM", "LATENCY_METRICS", "PluginError", "parse_selector",
-           "engine_kinds", "engine_latency_selectors", "le_regex", "le_label", "glob_example"]
 
 # --------------------------------------------------------------------------------------
 # PromQL building blocks
@@ -338,8 +334,3 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
         params=p,
     )
 
-
-register_sli_plugin(LATENCY, latency)
-register_sli_plugin(GOODPUT, goodput)
-register_sli_plugin(AVAILABILITY, availability)
-register_sli_plugin(KV_HEADROOM, kv_headroom)

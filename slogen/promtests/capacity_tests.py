@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert
 from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 
 BLOCK = 16
 SEAT_BLOCKS = 128  # 2048 tokens of p99 footprint / 16 tokens per block

@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.gofloat import client_float
-from slogen.artifacts import dashboards as d
+from slogen import panels as d
+from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 from slogen.errors import SpecError, SpecErrors
 from slogen.gofmt import label_filter
 from slogen.promtests import fleet_scenario as fs
 
-TEST_FILE = f"{d.DASHBOARD_DIR}/dashboards.test.yaml"
+TEST_FILE = DASHBOARD_TESTS_FILE
 MONTH_MIN = 1440  # the month test evaluates 1d into January 1970 (promtool's clock starts at 0)
 MONTH_DAYS = 31
 OUTAGE = (600, 610)  # minutes of a full outage in the month test: 10 bad minutes of 1440
@@ -291,7 +292,7 @@ def _cumulative(samples: list[Sample]) -> bool:
 def dashboard_tests(slos: Sequence[SLOView], files: Mapping[str, str]) -> dict:
     """The promtool test document for every panel of every generated dashboard (`files`: path -> JSON text)."""
     fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
-    by_path = {d.FLEET_FILE: fleet_answers(slos, fleet), **{d.slo_dashboard_path(s): slo_answers(s, fleet) for s in slos}}
+    by_path = {FLEET_DASHBOARD_FILE: fleet_answers(slos, fleet), **{slo_dashboard_path(s.slo_id): slo_answers(s, fleet) for s in slos}}
     errors: list[SpecError] = []
     main, month = [], []
     for path in sorted(files):

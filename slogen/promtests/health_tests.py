@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.rules.alerts import rendered
 from slogen.rules.health import HealthAlert, HealthOptions
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 
 STEP = "1m"
 CLUSTER = "east"  # a federation-style label the alerts must pass through

@@ -30,16 +30,17 @@ import re
 from dataclasses import dataclass, replace
 
 from llmslo.conventions import SLO as C
-from slogen.durations import format_duration
+from llmslo.durations import format_prometheus_duration
 from slogen.rules import SLOResult
 from slogen.rules.alerts import (kept_labels, low_traffic_tier, rendered, no_data_alert_name, no_data_lookback,
                                      no_data_scope, no_data_selectors, sli_by)
 from slogen.rules.bucket_alerts import bucket_edge_tests
 from slogen.promtests.simulate import Simulation, simulate
 from slogen.rules.tiers import page_min_bad_events
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
-from slogen.plugins.llm import PluginError, parse_selector
+from llmslo.selectors import parse_selector
+from slogen.plugins.contract import PluginError
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 LOW_TRAFFIC_PER_HOUR = 6  # requests an hour in the low-traffic scenarios: one every 10 minutes
@@ -93,7 +94,7 @@ def service_tests(results: list[SLOResult], rule_file: str, step: int | None = N
     # Evaluate groups in file order (SLI, metadata, alerts per SLO), so alerts see the ratios
     # recorded at the same timestamp; promtool's default order is unspecified.
     order = [g.name for r in results for g in r.rules.groups()]
-    doc = {"rule_files": [rule_file], "evaluation_interval": format_duration(step), "group_eval_order": order,
+    doc = {"rule_files": [rule_file], "evaluation_interval": format_prometheus_duration(step), "group_eval_order": order,
            "tests": tests}
     return doc, skipped
 
@@ -205,7 +206,7 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
     sim, bad = _run(ctx, tiers, step, gauge, history=history, level=1.0, max_burn=longest_long,
                     recovery=longest_short * 2 + 10)
     if sim is not None:
-        name = f"full outage after {format_duration(history * step)} of clean traffic"
+        name = f"full outage after {format_prometheus_duration(history * step)} of clean traffic"
         scenarios.append(Scenario("outage", _named_page_quick(name, sim, tiers, ctx, history, step, gauge), bad, sim))
 
     # Slow burn: fast enough for every ticket tier, too slow for any page tier.
@@ -257,8 +258,8 @@ def _named_page_quick(name: str, sim: Simulation, tiers: list[Tier], ctx, histor
         return name
     at = (sim.fire_steps(pq.name)[0] - history + 1) * step  # bad[history] is the step ending at history
     textbook = pq.factor * float(ctx.error_budget) * pq.window.long_window
-    return (f"{name}: page-quick fires {format_duration(at)} after it starts (SRE Workbook: "
-            f"{format_duration(int(round(textbook / 1000)) * 1000)}, plus at most one {format_duration(step)} evaluation)")
+    return (f"{name}: page-quick fires {format_prometheus_duration(at)} after it starts (SRE Workbook: "
+            f"{format_prometheus_duration(int(round(textbook / 1000)) * 1000)}, plus at most one {format_prometheus_duration(step)} evaluation)")
 
 
 def _hang_scenarios(ctx, tiers: list[Tier], fixtures: tuple[SeriesFixture, ...], step: int, history: int,
@@ -272,7 +273,7 @@ def _hang_scenarios(ctx, tiers: list[Tier], fixtures: tuple[SeriesFixture, ...],
     sim, bad = _run(ctx, tiers, step, False, history=history, level=1.0, max_burn=hang, recovery=recovery, fixed=True)
     if sim is None:
         return []
-    first = (f"engine hangs for {format_duration(hang * step)} after {format_duration(history * step)} of clean "
+    first = (f"engine hangs for {format_prometheus_duration(hang * step)} after {format_prometheus_duration(history * step)} of clean "
              f"traffic, every request ending as {incidents[0]}")
     names = [_named_page_quick(first, sim, tiers, ctx, history, step, False)]
     names += [f"the same hang, every request ending as {incident}" for incident in incidents[1:]]
@@ -338,7 +339,7 @@ def _low_traffic_scenarios(ctx, tiers: list[Tier], step: int, gauge: bool, histo
     fired = [name for name in one.states if one.fire_steps(name)]
     tickets = [name for name in fired if name not in pages]
     paged = [name for name in fired if name in pages]
-    name = (f"one failed request at {rate} requests/hour after {format_duration(history * step)} of clean traffic: "
+    name = (f"one failed request at {rate} requests/hour after {format_prometheus_duration(history * step)} of clean traffic: "
             + (f"tickets ({', '.join(tickets)})" if tickets else "no ticket")
             + (f", pages ({', '.join(paged)})" if paged else ", no page"))
     out = [Scenario("one-error", name, bad, one, per_hour=rate)]
@@ -354,8 +355,8 @@ def _low_traffic_scenarios(ctx, tiers: list[Tier], step: int, gauge: bool, histo
     failed = int(sum(_requests(k + 1, step, rate)[history:]))
     flaps = ", ".join(f"{p} fires {len(sim.fire_steps(p))}x, resolves {len(sim.resolve_steps(p))}x"
                       for p in pages if sim.fire_steps(p))
-    name = (f"a full outage at {rate} requests/hour after {format_duration(history * step)} of clean traffic: "
-            f"{tier} pages {format_duration((k - history + 1) * step)} after it starts, at its {_ordinal(failed)} "
+    name = (f"a full outage at {rate} requests/hour after {format_prometheus_duration(history * step)} of clean traffic: "
+            f"{tier} pages {format_prometheus_duration((k - history + 1) * step)} after it starts, at its {_ordinal(failed)} "
             f"failed request (page_min_bad_events: {need}); held while a short window has no requests: "
             f"{flaps} (checked at every evaluation)")
     out.append(Scenario("low-traffic-outage", name, bad, sim, per_hour=rate))
@@ -411,9 +412,9 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
             labels = {**base_labels, split: s.key} if split else base_labels
             exp += [_expected(by_tier[name], labels) for name, states in s.sim.states.items()
                     if states[k].firing and name in by_tier]
-        checks.append({"eval_time": format_duration(k * step), "alertname": alert,
+        checks.append({"eval_time": format_prometheus_duration(k * step), "alertname": alert,
                        "exp_alerts": sorted(exp, key=lambda e: sorted(e["exp_labels"].items()))})
-    checks.append({"eval_time": format_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
+    checks.append({"eval_time": format_prometheus_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
     series = []
     for s in scenarios:
         for f in _staged(fixtures, s.incident):
@@ -421,7 +422,7 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
             series.append(_series(fx, s.bad, hang=bool(s.incident),
                                   traffic=_requests(len(s.bad), step, s.per_hour) if s.per_hour else None))
     name = "; ".join(s.name for s in scenarios) + (f" (one {split} each)" if split and len(scenarios) > 1 else "")
-    return {"name": f"{r.slo.id}: {name}", "interval": format_duration(step), "input_series": series,
+    return {"name": f"{r.slo.id}: {name}", "interval": format_prometheus_duration(step), "input_series": series,
             "alert_rule_test": checks}
 
 
@@ -443,12 +444,12 @@ def _no_data_group(r: SLOResult, step: int) -> dict:
         if labels not in label_sets:
             label_sets.append(labels)
     return {
-        "name": f"{r.slo.id}: no source series, so the no-data alert fires after {format_duration(wait)}",
-        "interval": format_duration(step),
+        "name": f"{r.slo.id}: no source series, so the no-data alert fires after {format_prometheus_duration(wait)}",
+        "interval": format_prometheus_duration(step),
         "input_series": [{"series": 'up{job="unrelated"}', "values": f"1+0x{wait // step + 2}"}],
         "alert_rule_test": [
-            {"eval_time": format_duration(wait - step), "alertname": rule.alert, "exp_alerts": []},
-            {"eval_time": format_duration(wait + step), "alertname": rule.alert,
+            {"eval_time": format_prometheus_duration(wait - step), "alertname": rule.alert, "exp_alerts": []},
+            {"eval_time": format_prometheus_duration(wait + step), "alertname": rule.alert,
              "exp_alerts": [_expected(rule, labels) for labels in label_sets]},
         ],
     }
@@ -497,17 +498,17 @@ def _scope_dark_groups(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: 
             label_sets.append(labels)
     return [
         {"name": f"{r.slo.id}: one {label} of two goes dark, so the no-data alert fires for that {label} only",
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": series({"lit": firing_at + 1, "dark": stop}),
          "alert_rule_test": [
-             {"eval_time": format_duration(quiet_until * step), "alertname": rule.alert, "exp_alerts": []},
-             {"eval_time": format_duration(firing_at * step), "alertname": rule.alert,
+             {"eval_time": format_prometheus_duration(quiet_until * step), "alertname": rule.alert, "exp_alerts": []},
+             {"eval_time": format_prometheus_duration(firing_at * step), "alertname": rule.alert,
               "exp_alerts": [_expected(rule, one_dark)]}]},
         {"name": f"{r.slo.id}: every {label} goes dark, so the no-data alert fires once, not once per {label}",
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": series({"dark": stop, "also-dark": stop}),
          "alert_rule_test": [
-             {"eval_time": format_duration((absent_from + wait + 1) * step), "alertname": rule.alert,
+             {"eval_time": format_prometheus_duration((absent_from + wait + 1) * step), "alertname": rule.alert,
               "exp_alerts": [_expected(rule, labels) for labels in label_sets]}]},
     ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slogen import plugins
+from slogen.plugins.contract import SLOPlugin
 from slogen.rules.alerts import alert_rules
 from slogen.rules.bucket_alerts import bucket_edge_groups
 from slogen.rules.metadata import meta_rules
@@ -59,7 +60,7 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
     return SLOResult(ctx, rules)
 
 
-def _plugin(ref) -> plugins.SLOPlugin:
+def _plugin(ref) -> SLOPlugin:
     factory = plugins.slo_plugin_factory(ref.id)
     if factory is None:  # the loader already reported it; keep the message if called directly
         raise ValueError(f"unknown SLO plugin {ref.id!r}")

@@ -20,11 +20,12 @@ import re
 
 from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
-from slogen.durations import format_duration
+from llmslo.durations import format_prometheus_duration
 from slogen.rules.options import SLOContext, dec
 from slogen.links import dashboard_url, slo_dashboard_uid
 from slogen.rules.tiers import held_windows, page_min_bad_events
-from slogen.gofmt import go_g, label_filter
+from llmslo.gofloat import go_g
+from slogen.gofmt import label_filter
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
 
 GROUP_PREFIX = "sloth-slo-alerts-"
@@ -106,7 +107,7 @@ def _sloth_alert(ctx: SLOContext, meta: AlertMeta, quick: Tier, slow: Tier) -> R
     w = C.LABEL_WINDOW
 
     def cond(window: int, factor: float) -> str:
-        return f"max({C.sli_error_ratio(format_duration(window))}{flt} > ({go_g(factor)} * {eb})) without ({w})"
+        return f"max({C.sli_error_ratio(format_prometheus_duration(window))}{flt} > ({go_g(factor)} * {eb})) without ({w})"
 
     expr = (f"(\n    {cond(quick.window.short_window, quick.factor)}\n    and\n    {cond(quick.window.long_window, quick.factor)}\n)\n"
             f"or\n(\n    {cond(slow.window.short_window, slow.factor)}\n    and\n    {cond(slow.window.long_window, slow.factor)}\n)\n")
@@ -143,12 +144,12 @@ def _burn(ctx: SLOContext, tier: Tier) -> str:
     thr = threshold(ctx, tier)
 
     def cond(window: int) -> str:
-        return f"max without ({C.LABEL_WINDOW}) ({C.sli_error_ratio(format_duration(window))}{flt} > {thr})"
+        return f"max without ({C.LABEL_WINDOW}) ({C.sli_error_ratio(format_prometheus_duration(window))}{flt} > {thr})"
 
     short, long = tier.window.short_window, tier.window.long_window
     if tier.severity == "page" and short in held_windows(ctx):
-        measured = C.sli_error_measured(format_duration(short))
-        first = f"max without ({C.LABEL_WINDOW}) (last_over_time({measured}{flt}[{format_duration(long)}]) > {thr})"
+        measured = C.sli_error_measured(format_prometheus_duration(short))
+        first = f"max without ({C.LABEL_WINDOW}) (last_over_time({measured}{flt}[{format_prometheus_duration(long)}]) > {thr})"
     else:
         first = cond(short)
     return f"{first}\nand\n{cond(long)}\n"
@@ -157,7 +158,7 @@ def _burn(ctx: SLOContext, tier: Tier) -> str:
 def guard(ctx: SLOContext, tier: Tier, need: int) -> str:
     """At least `need` bad events in the tier's long window: rate x seconds, with half an event's slack."""
     seconds = tier.window.long_window / 1000
-    rate = C.sli_errors_rate(format_duration(tier.window.long_window))
+    rate = C.sli_errors_rate(format_prometheus_duration(tier.window.long_window))
     return (f"max without ({C.LABEL_WINDOW}) ({rate}{label_filter(ctx.slo.id_labels)} * {go_g(seconds)} "
             f"> {go_g(need - 0.5)})\n")
 
@@ -168,7 +169,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
     labels = {C.LABEL_ALERT_SEVERITY: SEVERITY[tier.severity], **meta.labels,
               C.LABEL_SEVERITY: tier.severity, C.LABEL_TIER: tier.name,
               C.LABEL_LONG_WINDOW: tier.long, C.LABEL_SHORT_WINDOW: tier.short}
-    period = format_duration(ctx.period)
+    period = format_prometheus_duration(ctx.period)
     spend = f"{go_g(tier.window.error_budget_percent)}% of the {period} error budget"
     rescaled = ""
     if tier.rescaled_from is not None:
@@ -202,7 +203,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
         "summary": (f"{slo.service} {slo.name}: error budget burning {factor}x too fast ({tier.name}), "
                     f"but with under {need} bad events in {tier.long}: a ticket, not a page (low traffic)."),
         "description": (
-            f"The error ratio of SLO {slo.id} ({dec(slo.objective)}% over {format_duration(ctx.period)}) is above "
+            f"The error ratio of SLO {slo.id} ({dec(slo.objective)}% over {format_prometheus_duration(ctx.period)}) is above "
             f"{factor}x its budget of {dec(ctx.error_budget)} over both the last {tier.long} and {tier.short}, "
             f"but fewer than {need} bad events happened in the last {tier.long}: at low traffic a single failed "
             f"request crosses the threshold, so the {tier.name} tier tickets until there are {need} "
@@ -219,7 +220,7 @@ def no_data_selectors(ctx: SLOContext) -> list[str]:
     if isinstance(sli, EventsSLI) and sli.sources:
         return list(sli.sources)
     flt = label_filter(ctx.slo.id_labels)
-    base = format_duration(ctx.base_window)
+    base = format_prometheus_duration(ctx.base_window)
     if isinstance(sli, RawSLI):
         return [f"{C.sli_error_ratio(base)}{flt}"]
     return [f"{C.sli_total_rate(base)}{flt}"]
@@ -261,7 +262,7 @@ def source_selectors(ctx: SLOContext) -> list[str]:
 
 def _recorded(ctx: SLOContext) -> str:
     """The base-window series the SLI records per scope: its total event rate, or a raw SLI's ratio."""
-    base = format_duration(ctx.base_window)
+    base = format_prometheus_duration(ctx.base_window)
     series = C.sli_error_ratio(base) if isinstance(ctx.slo.sli, RawSLI) else C.sli_total_rate(base)
     return f"{series}{label_filter(ctx.slo.id_labels)}"
 
@@ -310,7 +311,7 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
     if scope:
         by = ", ".join(scope)
         watched = no_data_watched(ctx)
-        lookback = format_duration(no_data_lookback(ctx))
+        lookback = format_prometheus_duration(no_data_lookback(ctx))
         present = " or ".join(f"present_over_time({w}[{lookback}])" for w in watched)
         expr += (f"or\n(\n  group by ({by}) ({present})\n  unless\n"
                  f"  group by ({by}) ({' or '.join(watched)})\n  unless on ()\n  ({' or '.join(absents)})\n)\n")
@@ -323,10 +324,10 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
                          f"{by}, goes on without it.")
     ann = {
         "summary": f"{slo.service} {slo.name}: the SLI has no data, so its burn-rate alerts cannot fire.",
-        "description": (f"No samples for {format_duration(wait)} from: {', '.join(selectors)}.{per_scope} Check that "
+        "description": (f"No samples for {format_prometheus_duration(wait)} from: {', '.join(selectors)}.{per_scope} Check that "
                         f"the exporter or tap is scraped and that the selectors match (for a latency SLI, that the "
                         f"threshold is a bucket bound)."),
         "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
         "dashboard": slo_dashboard_link(ctx),
     }
-    return Rule(expr=expr, alert=name, for_=format_duration(wait), labels=labels, annotations=ann)
+    return Rule(expr=expr, alert=name, for_=format_prometheus_duration(wait), labels=labels, annotations=ann)

@@ -36,7 +36,7 @@ from llmslo import conventions as c
 from llmslo.conventions import SLO as C
 from llmslo.engine_thresholds import engine_kinds
 from llmslo.sli_plugins import LatencyParams
-from slogen.durations import format_duration
+from llmslo.durations import format_prometheus_duration
 from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
@@ -120,7 +120,7 @@ def _alert(ctx: SLOContext, sli: EventsSLI, count_sel: str, bucket_sel: str) -> 
     return Rule(
         expr=expression(count_sel, bucket_sel, labels),
         alert=name,
-        for_=format_duration(wait),
+        for_=format_prometheus_duration(wait),
         labels={C.LABEL_ALERT_SEVERITY: SEVERITY["ticket"], **meta.labels, **slo.id_labels,
                 C.LABEL_SEVERITY: "ticket", C.LABEL_TIER: TIER},
         annotations={
@@ -203,17 +203,17 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
     lost = _lost_edge_tests(r, rule, base, split, threshold, with_edge, without, expected, step) if mixed else []
     return [
         {"name": f"{r.slo.id}: {name}, after {rule.for_}",
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": staged,
          "alert_rule_test": [
-             {"eval_time": format_duration((wait - 1) * step), "alertname": rule.alert, "exp_alerts": []},
-             {"eval_time": format_duration((wait + 1) * step), "alertname": rule.alert,
+             {"eval_time": format_prometheus_duration((wait - 1) * step), "alertname": rule.alert, "exp_alerts": []},
+             {"eval_time": format_prometheus_duration((wait + 1) * step), "alertname": rule.alert,
               "exp_alerts": sorted(firing, key=lambda e: sorted(e["exp_labels"].items()))}]},
         {"name": f"{r.slo.id}: every {split or 'engine'} has the bucket le={with_edge}: {rule.alert} stays quiet",
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": series("with-edge", with_edge) + (series("also-with-edge", with_edge) if split else []),
          "alert_rule_test": [
-             {"eval_time": format_duration((wait + 1) * step), "alertname": rule.alert, "exp_alerts": []}]},
+             {"eval_time": format_prometheus_duration((wait + 1) * step), "alertname": rule.alert, "exp_alerts": []}]},
     ] + lost
 
 
@@ -254,28 +254,28 @@ def _lost_edge_tests(r, rule: Rule, base: dict[str, str], split: str, threshold:
     healthy = histogram("old", with_edge, 10, 0, n) + histogram("new", without, 10, 0, n)
     hours = max(1, -(-2 * 3_600_000 // step))  # 2h, in steps
     hurt = histogram("old", with_edge, 0, 0, hours) + histogram("new", without, 0, hours, hours)
-    window = format_duration(derived[0])
+    window = format_prometheus_duration(derived[0])
     ratio = {"__name__": C.sli_error_ratio(window), **r.slo.id_labels, C.LABEL_WINDOW: window, **ctx.labels,
              split: where}
     return [
         {"name": (f"{r.slo.id}: a healthy {split} upgrades half its engines to buckets without le={with_edge}: "
                   f"their requests are neither good nor bad (else the error ratio is 10 / 20 = 0.5 and it pages), "
                   f"so {burn.alert} stays quiet and {rule.alert} fires, after {rule.for_}"),
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": healthy,
          "alert_rule_test": [
-             {"eval_time": format_duration(k * step), "alertname": burn.alert, "exp_alerts": []}
+             {"eval_time": format_prometheus_duration(k * step), "alertname": burn.alert, "exp_alerts": []}
              for k in (2, wait + 1, n)] + [
-             {"eval_time": format_duration((wait + 1) * step), "alertname": rule.alert,
+             {"eval_time": format_prometheus_duration((wait + 1) * step), "alertname": rule.alert,
               "exp_alerts": [expected(where)]}]},
         {"name": (f"{r.slo.id}: every request too slow; the engine with le={with_edge} serves 2h and the one "
                   f"without it the next 2h: the {window} error ratio of the measured requests stays 1 "
                   f"(counting the unmeasured ones in the total would make it 10 x {hours} / (10 x {2 * hours}) = 0.5)"),
-         "interval": format_duration(step),
+         "interval": format_prometheus_duration(step),
          "input_series": hurt,
          "promql_expr_test": [
              {"expr": _sel(ratio["__name__"], {k: v for k, v in ratio.items() if k != "__name__"}),
-              "eval_time": format_duration(2 * hours * step),
+              "eval_time": format_prometheus_duration(2 * hours * step),
               "exp_samples": [{"labels": _sel(ratio["__name__"], {k: v for k, v in ratio.items() if k != "__name__"}),
                                "value": 1}]}]},
     ]

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.durations import MINUTE, format_duration
+from llmslo.durations import MINUTE, format_prometheus_duration
 from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.rules.alerts import literal
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
+from slogen import promql
 from slogen.model import Rule, RuleGroup
 
 
@@ -52,54 +53,49 @@ class CapacityOptions:
         for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for"):
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
-                out.append((f"capacity_{name}", f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+                out.append((f"capacity_{name}", f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
         if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and self.exhaustion_for + 2 * MINUTE >= self.exhaustion_minutes * MINUTE:
             out.append(("capacity_exhaustion_for",
-                        f"is {format_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
+                        f"is {format_prometheus_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
                         f"({self.exhaustion_minutes:g} minutes), so the page would fire only once the pool has run out; "
                         "write a shorter duration or a longer --capacity-exhaustion-minutes"))
         return out
-
-
-def _by(labels: tuple[str, ...]) -> str:
-    return ", ".join(labels)
 
 
 def footprint_expr(q: float, window: str) -> str:
     """The q-quantile request footprint in tokens: quantile of prompt tokens + quantile of output tokens.
     A sum of quantiles is at least the quantile of the sum for positively related sizes: an upper-bound-ish
     footprint, so seats err low. `> 0` drops engines that finished no request in the window (NaN)."""
-    ident = _by(("le", *K.ENGINE_LABELS))
-    parts = [f"histogram_quantile({go_g(q)}, sum by ({ident}) (rate({m.name}_bucket[{window}])))"
+    parts = [f"histogram_quantile({go_g(q)}, {promql.agg('sum', promql.rate(m.bucket(), window), (c.LABEL_LE, *K.ENGINE_LABELS))})"
              for m in (c.REQUEST_PROMPT_TOKENS, c.REQUEST_GENERATION_TOKENS)]
     return f"(\n  {parts[0]}\n+\n  {parts[1]}\n) > 0\n"
 
 
 def recording_rules(opts: CapacityOptions) -> list[Rule]:
-    ident, pool = _by(K.ENGINE_LABELS), _by(K.POOL_LABELS)
-    window, trend = format_duration(opts.footprint_window), format_duration(opts.trend_window)
+    engine, pool = K.ENGINE_LABELS, K.POOL_LABELS
+    window, trend = format_prometheus_duration(opts.footprint_window), format_prometheus_duration(opts.trend_window)
     return [
         Rule(record=K.FREE_TOKENS,
-             expr=f"sum by ({ident}) ({c.KV_BLOCKS_FREE.name})\n* on ({ident})\n"
-                  f"max by ({ident}) ({c.KV_BLOCK_SIZE.name})\n"),
+             expr=f"{promql.agg('sum', c.KV_BLOCKS_FREE.name, engine)}\n* {promql.on(engine)}\n"
+                  f"{promql.agg('max', c.KV_BLOCK_SIZE.name, engine)}\n"),
         Rule(record=K.FOOTPRINT_P99, expr=footprint_expr(0.99, window)),
         Rule(record=K.FOOTPRINT_P50, expr=footprint_expr(0.5, window)),
         Rule(record=K.SEATS_P99, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P99}\n"),
         Rule(record=K.SEATS_P50, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P50}\n"),
-        Rule(record=K.POOL_SEATS_P99, expr=f"sum by ({pool}) ({K.SEATS_P99})\n"),
-        Rule(record=K.POOL_SEATS_P50, expr=f"sum by ({pool}) ({K.SEATS_P50})\n"),
-        Rule(record=K.POOL_WAITING, expr=f"sum by ({pool}) ({c.REQUESTS_WAITING.name})\n"),
+        Rule(record=K.POOL_SEATS_P99, expr=promql.agg("sum", K.SEATS_P99, pool) + "\n"),
+        Rule(record=K.POOL_SEATS_P50, expr=promql.agg("sum", K.SEATS_P50, pool) + "\n"),
+        Rule(record=K.POOL_WAITING, expr=promql.agg("sum", c.REQUESTS_WAITING.name, pool) + "\n"),
         # seats / (seats lost per minute), only where seats fall: absent when flat or rising.
         Rule(record=K.POOL_MINUTES_TO_EXHAUSTION,
-             expr=f"{K.POOL_SEATS_P99}\n/\n(deriv({K.POOL_SEATS_P99}[{trend}]) * -60 > 0)\n"),
+             expr=f"{K.POOL_SEATS_P99}\n/\n({promql.deriv(K.POOL_SEATS_P99, trend)} * -60 > 0)\n"),
     ]
 
 
 def page_expr(opts: CapacityOptions) -> str:
-    pool, trend = _by(K.POOL_LABELS), format_duration(opts.trend_window)
+    on_pool, trend = promql.on(K.POOL_LABELS), format_prometheus_duration(opts.trend_window)
     return (f"{K.POOL_MINUTES_TO_EXHAUSTION} < {go_g(opts.exhaustion_minutes)}\n"
-            f"and on ({pool})\nderiv({K.POOL_WAITING}[{trend}]) > 0\n"
-            f"and on ({pool})\n{K.POOL_WAITING} > 0\n")
+            f"and {on_pool}\n{promql.deriv(K.POOL_WAITING, trend)} > 0\n"
+            f"and {on_pool}\n{K.POOL_WAITING} > 0\n")
 
 
 def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str, str] | None = None,
@@ -108,7 +104,7 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
     fleet = literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
     pool = f"Pool {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_MODEL)}"
     n, m = go_g(opts.seats_low), go_g(opts.exhaustion_minutes)
-    low_for, trend = format_duration(opts.seats_low_for), format_duration(opts.trend_window)
+    low_for, trend = format_prometheus_duration(opts.seats_low_for), format_prometheus_duration(opts.trend_window)
     return [
         _alert(K.SEATS_LOW, f"{K.POOL_SEATS_P99} < {n}\n", opts.seats_low_for, WARNING,
                f"{pool} has fewer than {n} KV seats at p99 context.",

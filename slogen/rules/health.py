@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
-from slogen.durations import MINUTE, format_duration
+from llmslo.durations import MINUTE, format_prometheus_duration
 from slogen.rules.alerts import SEVERITY, literal, runbook_url
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
-from slogen.gofmt import go_g
+from llmslo.gofloat import go_g
+from slogen import promql
 from slogen.model import Rule, RuleGroup
 
 CRITICAL = SEVERITY["page"]
@@ -69,10 +70,10 @@ class HealthOptions:
         for name in durations:
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
-                out.append((name, f"is {format_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+                out.append((name, f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
         if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
-            out.append(("tap_refusal_for", f"is {format_duration(self.tap_refusal_for)}, not longer than "
-                        f"tap_refusal_window ({format_duration(self.tap_refusal_window)}), so one burst of refusals "
+            out.append(("tap_refusal_for", f"is {format_prometheus_duration(self.tap_refusal_for)}, not longer than "
+                        f"tap_refusal_window ({format_prometheus_duration(self.tap_refusal_window)}), so one burst of refusals "
                         "would fire it; write a longer duration, e.g. twice the window"))
         return out
 
@@ -98,7 +99,7 @@ def _one_line(expr: str) -> str:
 
 def _alert(name: str, expr: str, for_ms: int, severity: str, summary: str, description: str, topic: str,
            runbook_summary: str, base_url: str, extra_labels: dict[str, str], dashboard: str) -> HealthAlert:
-    rule = Rule(expr=expr, alert=name, for_=format_duration(for_ms) if for_ms else "",
+    rule = Rule(expr=expr, alert=name, for_=format_prometheus_duration(for_ms) if for_ms else "",
                 labels={**extra_labels, c.SLO.LABEL_ALERT_SEVERITY: severity},
                 annotations={"summary": summary, "description": description,
                              "runbook_url": runbook_url(name, base_url), "dashboard": dashboard})
@@ -112,63 +113,63 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
     fleet = literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
     gpu = f"GPU {_l(c.LABEL_GPU)} ({_l(c.LABEL_UUID)}) on {_l(c.LABEL_HOSTNAME)}"
     engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
-    window = format_duration(opts.gpu_error_window)
+    window = format_prometheus_duration(opts.gpu_error_window)
     xid = c.GPU_XID_ERRORS.name
     ecc = f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{H.ECC_UNCORRECTED}"}}'
     kv_thr = go_g(opts.kv_usage_threshold)
     rate_thr = go_g(opts.preemption_rate)
-    pre_window = format_duration(opts.preemption_window)
+    pre_window = format_prometheus_duration(opts.preemption_window)
     tap = f"Goodput tap {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)}"
     refusals = f'{c.TAP_REFUSALS.name}{{{c.LABEL_REASON}=~"{"|".join(c.REFUSED_CAPACITY_REASONS)}"}}'
-    ref_window, ref_for = format_duration(opts.tap_refusal_window), format_duration(opts.tap_refusal_for)
+    ref_window, ref_for = format_prometheus_duration(opts.tap_refusal_window), format_prometheus_duration(opts.tap_refusal_for)
     ref_thr = go_g(opts.tap_refusal_rate)
     ref_how = (f"in every {ref_window} window" if opts.tap_refusal_rate == 0
                else f"at more than {ref_thr} per second (over {ref_window})")
     return [
         _alert(H.GPU_LOST, f"{c.GPU_UP.name} == 0\n", opts.gpu_lost_for, CRITICAL,
                f"{gpu} is lost.",
-               f"NVML has not answered for this GPU for {format_duration(opts.gpu_lost_for)} ({c.GPU_UP.name} is 0). "
+               f"NVML has not answered for this GPU for {format_prometheus_duration(opts.gpu_lost_for)} ({c.GPU_UP.name} is 0). "
                "The engine replicas on it are failing or stalled: cordon the node and move them.",
                TOPIC_GPU_HEALTH, "A GPU stopped answering NVML: the replicas on it are failing or stalled.",
                base_url, extra, fleet),
         # A new XID code on a GPU appears as a counter already at 1, which increase() cannot see:
         # the `unless` arm catches a series absent over the hour before the window.
         _alert(H.GPU_XID_ERRORS,
-               f"increase({xid}[{window}]) > 0\nor\n({xid} unless max_over_time({xid}[{XID_HISTORY}] offset {window}))\n",
+               f"{promql.increase(xid, window)} > 0\nor\n({xid} unless {promql.max_over_time(xid, XID_HISTORY, window)})\n",
                0, WARNING,
                f"{gpu} reported XID {_l(c.LABEL_XID)}.",
                f"The driver reported XID {_l(c.LABEL_XID)} on this GPU in the last {window}. XIDs 48, 63, 64, 74, 79, 94 "
                "and 95 usually mean a failing GPU or link; look up the code before the node takes more traffic.",
                TOPIC_GPU_HEALTH, "The driver reported XID errors on a GPU.", base_url, extra, fleet),
-        _alert(H.GPU_ECC_UNCORRECTED, f"increase({ecc}[{window}]) > 0\n", 0, CRITICAL,
+        _alert(H.GPU_ECC_UNCORRECTED, f"{promql.increase(ecc, window)} > 0\n", 0, CRITICAL,
                f"{gpu} has new uncorrected ECC errors.",
                f"Uncorrected (double-bit) ECC errors rose on this GPU in the last {window}. Data in HBM was lost: "
                "the processes using it may have crashed or produced garbage. Drain the node and hand it to hardware.",
                TOPIC_GPU_HEALTH, "A GPU has new uncorrected ECC errors: data in HBM was lost.", base_url, extra, fleet),
         _alert(H.ENGINE_TARGET_DOWN, f"{c.EXPORTER_TARGET_UP.name} == 0\n", opts.target_down_for, WARNING,
                f"The exporter cannot read {_l(c.LABEL_ENGINE)} target {_l(c.LABEL_TARGET)}.",
-               f"The exporter's scrapes of this engine have failed for {format_duration(opts.target_down_for)} "
+               f"The exporter's scrapes of this engine have failed for {format_prometheus_duration(opts.target_down_for)} "
                f"({c.EXPORTER_TARGET_UP.name} is 0; {c.EXPORTER_LAST_ERROR.name} says why). The engine may be down, "
                "and its SLO and capacity series are missing meanwhile.",
                TOPIC_TARGET_DOWN, "The exporter cannot scrape an engine's metrics page.", base_url, extra, fleet),
         _alert(H.KV_CACHE_SATURATED,
                f"{c.KV_CACHE_USAGE.name} > {kv_thr}\nand\n{c.REQUESTS_WAITING.name} > 0\n", opts.kv_saturated_for, WARNING,
                f"{engine}: KV cache full with requests queued.",
-               f"KV-cache usage has been above {kv_thr} with requests waiting for {format_duration(opts.kv_saturated_for)}: "
+               f"KV-cache usage has been above {kv_thr} with requests waiting for {format_prometheus_duration(opts.kv_saturated_for)}: "
                "the engine has no seats left, so new requests queue (TTFT rises) and running ones are preempted. "
                "Add replicas or give each more KV blocks.",
                TOPIC_KV_SATURATION,
                f"An engine's KV cache is over {kv_thr} full while requests wait: no seats left, the queue is building.",
                base_url, extra, fleet),
-        _alert(H.PREEMPTION_STORM, f"rate({c.PREEMPTIONS.name}[{pre_window}]) > {rate_thr}\n", opts.preemption_for, WARNING,
+        _alert(H.PREEMPTION_STORM, f"{promql.rate(c.PREEMPTIONS.name, pre_window)} > {rate_thr}\n", opts.preemption_for, WARNING,
                f"{engine} preempts more than {rate_thr} requests/s.",
                f"The engine has preempted more than {rate_thr} running requests per second (over {pre_window}) for "
-               f"{format_duration(opts.preemption_for)}: it runs out of KV blocks mid-generation and recomputes or swaps. "
+               f"{format_prometheus_duration(opts.preemption_for)}: it runs out of KV blocks mid-generation and recomputes or swaps. "
                "TPOT and throughput suffer for every request on it.",
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
                base_url, extra, fleet),
-        _alert(H.TAP_REFUSING_REQUESTS, f"rate({refusals}[{ref_window}]) > {ref_thr}\n", opts.tap_refusal_for, WARNING,
+        _alert(H.TAP_REFUSING_REQUESTS, f"{promql.rate(refusals, ref_window)} > {ref_thr}\n", opts.tap_refusal_for, WARNING,
                f"{tap} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
                f"The tap has refused requests (reason {_l(c.LABEL_REASON)}) {ref_how} for the last {ref_for} "
                f"({c.REFUSED_CONNECTION_LIMIT}: --max-connections reached; {c.REFUSED_BODY_MEMORY}: the request bodies "

@@ -10,9 +10,11 @@ also federated in from another cluster.
 from __future__ import annotations
 
 from llmslo.conventions import SLO as C
-from slogen.durations import format_duration, hours
+from llmslo.durations import format_prometheus_duration
+from slogen.durations import hours
 from slogen.rules.options import SLOContext, dec
-from slogen.gofmt import go_f, go_g, label_filter
+from llmslo.gofloat import go_f, go_g
+from slogen.gofmt import label_filter
 from slogen.model import Rule, RuleGroup
 
 GROUP_PREFIX = "sloth-slo-meta-recordings-"
@@ -22,8 +24,8 @@ def meta_rules(ctx: SLOContext) -> RuleGroup:
     slo = ctx.slo
     labels = {**slo.id_labels, **ctx.labels}
     flt = label_filter(slo.id_labels)
-    base = C.sli_error_ratio(format_duration(ctx.base_window))
-    period = C.sli_error_ratio(format_duration(ctx.period))
+    base = C.sli_error_ratio(format_prometheus_duration(ctx.base_window))
+    period = C.sli_error_ratio(format_prometheus_duration(ctx.period))
     days = go_g(hours(ctx.period) / 24)
     if ctx.opts.sloth_compat:
         ratio = go_g(slo.objective / 100)

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Mapping
 
 from slogen import VERSION_LABEL
-from slogen.durations import DAY
+from llmslo.durations import DAY
 from slogen.loaders.windows import BUILTIN
 from slogen.links import DEFAULT_GRAFANA_URL
 from slogen.model import SLO, AlertWindows, Tier

@@ -21,7 +21,7 @@ period as the average of 5m ratios (`sum_over_time(ratio) / count_over_time(rati
 from __future__ import annotations
 
 from llmslo.conventions import SLO as C
-from slogen.durations import format_duration
+from llmslo.durations import format_prometheus_duration
 from slogen.rules.options import SLOContext
 from slogen.rules.tiers import guard_windows, held_windows
 from slogen.gofmt import label_filter
@@ -36,7 +36,7 @@ _COMPLETE_ERROR_PLUGINS = ("llmslo/latency", "llmslo/goodput", "llmslo/kv-headro
 
 
 def render(query: str, window: int) -> str:
-    return WINDOW_TPL_RE.sub(format_duration(window), query)
+    return WINDOW_TPL_RE.sub(format_prometheus_duration(window), query)
 
 
 def windows(ctx: SLOContext) -> list[int]:
@@ -59,7 +59,7 @@ def sli_rules(ctx: SLOContext) -> RuleGroup:
 
 
 def _labels(ctx: SLOContext, window: int) -> dict[str, str]:
-    return {**ctx.slo.id_labels, C.LABEL_WINDOW: format_duration(window), **ctx.labels}
+    return {**ctx.slo.id_labels, C.LABEL_WINDOW: format_prometheus_duration(window), **ctx.labels}
 
 
 def _error_total(ctx: SLOContext) -> tuple[str, str]:
@@ -83,13 +83,13 @@ def _sloth_rule(ctx: SLOContext, window: int) -> Rule:
         expr = f"({sli.error_ratio_query})"
     else:  # OpenSLO good/total, as Sloth maps it
         expr = "(" + OPENSLO_RATIO_TPL.format(good=sli.good_query, total=sli.total_query) + ")"
-    return Rule(expr=render(expr, window), record=C.sli_error_ratio(format_duration(window)), labels=_labels(ctx, window))
+    return Rule(expr=render(expr, window), record=C.sli_error_ratio(format_prometheus_duration(window)), labels=_labels(ctx, window))
 
 
 def _sloth_optimized(ctx: SLOContext, window: int) -> Rule:
-    metric = C.sli_error_ratio(format_duration(ctx.base_window))
+    metric = C.sli_error_ratio(format_prometheus_duration(ctx.base_window))
     flt = label_filter(ctx.slo.id_labels)
-    w = format_duration(window)
+    w = format_prometheus_duration(window)
     expr = (f"sum_over_time({metric}{flt}[{w}])\n/ ignoring ({C.LABEL_WINDOW})\n"
             f"count_over_time({metric}{flt}[{w}])\n")
     return Rule(expr=expr, record=C.sli_error_ratio(w), labels=_labels(ctx, window))
@@ -100,7 +100,7 @@ def _sloth_optimized(ctx: SLOContext, window: int) -> Rule:
 
 def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
     base = ctx.base_window
-    b = format_duration(base)
+    b = format_prometheus_duration(base)
     flt = label_filter(ctx.slo.id_labels)
     err_q, tot_q = _error_total(ctx)
     err_b, tot_b = render(err_q, base), render(tot_q, base)
@@ -118,7 +118,7 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
     for window in windows(ctx):
         if window == base:
             continue
-        w = format_duration(window)
+        w = format_prometheus_duration(window)
         labels = _labels(ctx, window)
         if window <= ctx.derive_above and window in guarded:
             # A guarded page window records its event rates as the base window does: the low-traffic
@@ -140,7 +140,7 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
     # A page tier's short window, where it had traffic: NaN (0/0, no requests) is dropped, so that
     # last_over_time() over it is the last measured verdict (alerts._burn holds it while no request comes).
     for window in held_windows(ctx):
-        w = format_duration(window)
+        w = format_prometheus_duration(window)
         rules.append(Rule(expr=f"{C.sli_error_ratio(w)}{flt} >= 0\n", record=C.sli_error_measured(w),
                           labels=_labels(ctx, window)))
     return rules

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slogen.durations import DAY, format_duration
+from llmslo.durations import DAY, format_prometheus_duration
 from slogen.errors import SpecError
 from slogen.rules.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 from slogen.model import SLO, EventsSLI, RawSLI, Tier
@@ -42,7 +42,7 @@ def resolve(slo: SLO, opts: GenOptions) -> SLOContext:
 
 def _days(ms: int) -> str:
     """A period as written in specs: 28d, not 4w."""
-    return f"{ms // DAY}d" if ms % DAY == 0 else format_duration(ms)
+    return f"{ms // DAY}d" if ms % DAY == 0 else format_prometheus_duration(ms)
 
 
 def no_catalog_error(period: int, opts: GenOptions, file: str, source: str, *, slo: str = "", field: str = "",

@@ -16,6 +16,7 @@ import yaml
 from llmslo import conventions as c
 from slogen import promql as q
 from slogen.artifacts import dashboards as d
+from slogen.panels import LATE_TITLE
 from slogen.views import from_context
 from slogen.errors import SpecErrors
 from slogen.loaders import load_paths
@@ -109,10 +110,10 @@ def test_mixed_ladders_are_refused_by_the_guard_and_fail_promtool(promtool, view
 def test_a_hang_shows_in_the_late_requests_panels_and_in_no_percentile(promtool, views, tmp_path, monkeypatch):
     """The batch tap's 4 requests/s that hit the tap's deadline (upstream_timeout) never complete: no latency
     histogram holds them, so only the late-requests panels show a hang. Counting them out fails the test."""
-    batch = pt.fleet_answers(views)[(d.LATE_TITLE + " by SLO class", "A")]
+    batch = pt.fleet_answers(views)[(LATE_TITLE + " by SLO class", "A")]
     assert sorted(batch, key=str) == [({"slo_class": "batch"}, 4.0), ({"slo_class": "interactive"}, 2.0)]
     batch_ttft = next(v for v in views if v.slo_id == "batch-ttft")
-    assert pt.slo_answers(batch_ttft)[(d.LATE_TITLE, "A")] == [({}, 4.0)]
+    assert pt.slo_answers(batch_ttft)[(LATE_TITLE, "A")] == [({}, 4.0)]
     gave_up_only = q.matcher(c.LABEL_OUTCOME, "=", c.OUTCOME_CLIENT_GAVE_UP)  # the engine's hang left out
     monkeypatch.setattr(d, "_late_requests", lambda m, labels: d.gf.prom_target(
         q.sum_rate(c.TAP_REQUESTS.name, [*m, gave_up_only], d.RATE, labels), "late", "A"))

@@ -10,6 +10,7 @@ import pytest
 
 from llmslo import conventions as c
 from slogen.artifacts import dashboards as d
+from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from tests.helpers.dashboards import iter_queries, variable_series
 from tests.helpers.promql_names import metric_names
 
@@ -58,7 +59,7 @@ def all_panels(dashboard: dict) -> list[dict]:
 
 
 def test_one_dashboard_per_slo_plus_the_fleet(files, sample_slos):
-    assert set(files) == {d.FLEET_FILE} | {d.slo_dashboard_path(s) for s in sample_slos}
+    assert set(files) == {FLEET_DASHBOARD_FILE} | {slo_dashboard_path(s.slo_id) for s in sample_slos}
 
 
 def test_every_dashboard_validates_against_grafanas_schema(dashboards, grafana_validator):
@@ -129,7 +130,7 @@ def test_the_name_check_catches_an_undefined_series(sample_slos):
 
 
 def test_fleet_dashboard_has_the_four_filters_and_uses_them(dashboards):
-    fleet = dashboards[d.FLEET_FILE]
+    fleet = dashboards[FLEET_DASHBOARD_FILE]
     variables = {v["name"]: v for v in fleet["templating"]["list"]}
     assert {"datasource", "cluster", "namespace", "model", "node"} <= set(variables)
     for name in ("cluster", "namespace", "model", "node"):
@@ -144,7 +145,7 @@ def test_fleet_dashboard_has_the_four_filters_and_uses_them(dashboards):
 
 
 def test_fleet_dashboard_covers_the_serving_signals(dashboards):
-    fleet = dashboards[d.FLEET_FILE]
+    fleet = dashboards[FLEET_DASHBOARD_FILE]
     names = set().union(*(metric_names(e) for _, e in iter_queries(fleet)))
     for metric in (c.GOODPUT_TOKENS, c.OUTPUT_TOKENS, c.REQUESTS_WAITING, c.KV_CACHE_USAGE, c.KV_BLOCKS_FREE,
                    c.PREEMPTIONS, c.PREFIX_CACHE_HITS, c.GPU_MEMORY_USED, c.GPU_MEMORY_FREE,
@@ -168,7 +169,7 @@ def test_fleet_dashboard_covers_the_serving_signals(dashboards):
 
 def test_slo_dashboard_panels(dashboards, sample_slos):
     slo = sample_slos[0]
-    dash = dashboards[d.slo_dashboard_path(slo)]
+    dash = dashboards[slo_dashboard_path(slo.slo_id)]
     by_title = {p["title"]: p for p in all_panels(dash)}
     # SLI against objective
     sli = by_title["SLI vs objective"]
@@ -198,7 +199,7 @@ def test_slo_dashboard_panels(dashboards, sample_slos):
 
 def test_time_weighted_month_budget_without_event_rates(dashboards, sample_slos):
     legacy = next(s for s in sample_slos if not s.traffic_weighted)
-    dash = dashboards[d.slo_dashboard_path(legacy)]
+    dash = dashboards[slo_dashboard_path(legacy.slo_id)]
     month = next(p for p in all_panels(dash) if p["title"] == "Error budget left (this month)")
     assert "avg_over_time(" in month["targets"][0]["expr"]
     assert c.SLO.sli_errors_rate("5m") not in month["targets"][0]["expr"]

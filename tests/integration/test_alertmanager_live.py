@@ -28,7 +28,7 @@ from demo.procs import Supervisor, live_processes_in_groups
 from demo.webhook import Notification, WebhookReceiver
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
 from slogen.build import BuildOptions, build
-from slogen.durations import DAY, MINUTE, SECOND
+from llmslo.durations import DAY, MINUTE, SECOND
 from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config
 from slogen.rules.options import GenOptions
 from slogen.model import AlertWindow, AlertWindows

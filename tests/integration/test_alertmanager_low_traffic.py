@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from demo.alertmanager import PAGE_ROUTE
-from slogen.durations import MINUTE, format_duration, parse_duration
+from llmslo.durations import MINUTE, format_prometheus_duration, parse_prometheus_duration
 from slogen.loaders import load_paths
 from slogen.promtests import simulate as sim_module
 from slogen.promtests.slo_tests import _requests
@@ -45,7 +45,7 @@ def _scaled(config: dict) -> dict:
     """The configuration with every timer divided by FACTOR (in milliseconds, which Alertmanager accepts)."""
     def walk(node):
         if isinstance(node, dict):
-            return {k: (f"{max(1, round(parse_duration(v) / FACTOR))}ms"
+            return {k: (f"{max(1, round(parse_prometheus_duration(v) / FACTOR))}ms"
                         if k in ("group_wait", "group_interval", "repeat_interval") else walk(v))
                     for k, v in node.items()}
         if isinstance(node, list):

@@ -20,7 +20,7 @@ from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, PAGE_RECEIVER, TIC
                                             timers)
 from slogen.rules.options import GenOptions
 from slogen.loaders.windows import BUILTIN, load_catalog_path
-from slogen.durations import DAY, format_duration
+from llmslo.durations import DAY, format_prometheus_duration
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def test_timers_follow_the_window_catalog():
     demo = timers(load_catalog_path(DEMO_WINDOWS))
 
     def show(t):
-        return [format_duration(x) for r in (t.page, t.ticket, t.health_page)
+        return [format_prometheus_duration(x) for r in (t.page, t.ticket, t.health_page)
                 for x in (r.group_wait, r.group_interval, r.repeat_interval)]
 
     assert show(prod) == ["30s", "1h", "6h", "5m", "2h", "1d", "30s", "5m", "6h"]

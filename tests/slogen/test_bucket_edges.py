@@ -34,8 +34,10 @@ from slogen import views
 from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
 from slogen.rules.options import GenOptions
 from slogen.loaders import load_paths
-from slogen.plugins import PluginError, SLIPluginRequest, sli_plugin
-from slogen.plugins.llm import LATENCY_METRICS, le_regex
+from llmslo.sli_plugins import LATENCY_METRICS
+from slogen.plugins import sli_plugin
+from slogen.plugins.contract import PluginError, SLIPluginRequest
+from slogen.plugins.llm import le_regex
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,7 +151,8 @@ def test_pinning_the_engine_narrows_the_check_to_its_rows():
     ('{engine=~"vllm", engine!="vllm"}', ()),
 ])
 def test_engine_matchers_decide_which_kinds_are_checked(selector, kinds):
-    from slogen.plugins.llm import engine_kinds, parse_selector
+    from llmslo.engine_thresholds import engine_kinds
+    from llmslo.selectors import parse_selector
 
     assert engine_kinds(parse_selector(selector)) == kinds
 

@@ -20,7 +20,7 @@ from slogen.build import BuildOptions
 from slogen.catalog import compile_catalog
 from slogen.steps import capacity_rules
 from slogen.cli import main
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.errors import SpecErrors
 from slogen.rules.capacity import CapacityOptions, capacity_alerts, capacity_group
 from slogen.gofmt import label_filter

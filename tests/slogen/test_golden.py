@@ -9,14 +9,15 @@ import yaml
 
 from slogen import VERSION_LABEL, plugins
 from slogen.cli import main
+from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.model import RawSLI
 
 
-def _integration_test_sli(req: plugins.SLIPluginRequest) -> RawSLI:
+def _integration_test_sli(req: SLIPluginRequest) -> RawSLI:
     """Python twin of Sloth's test SLI plugin `integration_test` (its Go code is not copied; behaviour per PROVENANCE)."""
     for label in ("owner", "tier"):
         if label not in req.labels:
-            raise plugins.PluginError(f"{label} label is required", label)
+            raise PluginError(f"{label} label is required", label)
     flt, job = req.options["filter"], req.options["job"]
     return RawSLI(
         f'\nsum(rate(integration_test{{ {flt},job="{job}",code=~"(5..|429)" }}[{{{{.window}}}}]))\n/\n'

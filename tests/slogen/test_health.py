@@ -14,7 +14,7 @@ from slogen.build import BuildOptions, build
 from slogen.catalog import compile_catalog
 from slogen.steps import health_rules
 from slogen.cli import main
-from slogen.durations import MINUTE
+from llmslo.durations import MINUTE
 from slogen.errors import SpecErrors
 from slogen.rules.alerts import runbook_path
 from slogen.rules.health import HealthOptions

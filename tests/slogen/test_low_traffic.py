@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from slogen.cli import main
-from slogen.durations import parse_duration
+from llmslo.durations import parse_prometheus_duration
 from slogen.rules import generate
 from slogen.rules.options import DEFAULT_PAGE_MIN_BAD_EVENTS, GenOptions
 from slogen.promtests.slo_tests import service_tests
@@ -273,7 +273,7 @@ def test_committed_tests_stage_low_traffic_and_keep_the_high_traffic_timings():
     for group in doc["tests"]:
         if "6 requests/hour" not in group["name"]:
             continue
-        pages = {(a["exp_labels"]["cluster"], parse_duration(c["eval_time"]))
+        pages = {(a["exp_labels"]["cluster"], parse_prometheus_duration(c["eval_time"]))
                  for c in group["alert_rule_test"] for a in c["exp_alerts"]
                  if a["exp_labels"].get("sloth_severity") == "page"}
         assert pages and {cluster for cluster, _ in pages} == {"low-traffic-outage"}, group["name"]

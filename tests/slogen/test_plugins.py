@@ -7,7 +7,8 @@ import re
 import pytest
 
 from llmslo import conventions as c
-from slogen.plugins import PluginError, SLIPluginRequest, sli_plugin
+from slogen.plugins import sli_plugin
+from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.plugins.llm import le_regex
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from llmslo import conventions as c
-from slogen.durations import SECOND
+from llmslo.durations import SECOND
 from slogen.generate import generate_file
 from slogen.rules import generate
 from slogen.rules.options import GenOptions
@@ -126,15 +126,15 @@ def test_full_outage_at_999_pages_after_52s_plus_one_evaluation(promtool, tmp_pa
 
 
 def _secs(text: str) -> int:
-    from slogen.durations import parse_duration
+    from llmslo.durations import parse_prometheus_duration
 
-    return parse_duration(text) // 1000
+    return parse_prometheus_duration(text) // 1000
 
 
 def _dur(seconds: int) -> str:
-    from slogen.durations import format_duration
+    from llmslo.durations import format_prometheus_duration
 
-    return format_duration(seconds * 1000)
+    return format_prometheus_duration(seconds * 1000)
 
 
 LATENCY = """\

@@ -128,7 +128,8 @@ def test_the_outcome_split_covers_every_tap_outcome_once() -> None:
 
 def test_resolved_parameters_travel_with_the_sli() -> None:
     """Later stages read EventsSLI.params (frozen, typed), not the option strings."""
-    from slogen.plugins import SLIPluginRequest, sli_plugin
+    from slogen.plugins import sli_plugin
+    from slogen.plugins.contract import SLIPluginRequest
 
     req = SLIPluginRequest("svc", "s", "svc-s", 99.0, {},
                            {"metric": "ttft", "threshold": "0.3", "source": "engine", "threshold_rounding": "down"})
