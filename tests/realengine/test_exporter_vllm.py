@@ -31,6 +31,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmslo.conventions import FINISHED_REASONS
 from realengine.vllm_server import SERVED_NAME, VllmConfig, VllmServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,6 +190,8 @@ def expected_from_engine_page(page: str) -> Series:
     for _, lab, v in (s for s in flat if s[0] == "vllm:admission_rejections_total"):
         put("llm_requests_rejected_total", v, reason=lab["reason"])
         put("llm_requests_finished_total", v, reason="error")  # refused with 503: the engine's overload
+    for reason in FINISHED_REASONS:  # every reason at 0 from the model's first scrape (the first event counts)
+        put("llm_requests_finished_total", 0.0, reason=reason)
     usage = _value(flat, "vllm:kv_cache_usage_perc")
     (cfg,) = [lab for n, lab, _ in flat if n == "vllm:cache_config_info"]
     # usable blocks: vLLM V1 sets one of num_gpu_blocks aside as its null block and reports usage over the rest
