@@ -116,8 +116,9 @@ def test_a_low_traffic_outage_is_one_page_and_one_all_clear(tmp_path, monkeypatc
     assert old_flips > flips
     # Before #26 (unheld rules, no page-quick inhibition): Alertmanager reads a group at each group_interval, and
     # page-quick, flapping and resolving 20 minutes before page-slow, is re-notified whenever that reading falls
-    # where it has resolved and page-slow has not (at one phase of the evaluations or the other).
+    # where it has resolved and page-slow has not. Whether a reading falls there depends on where the compressed
+    # replay's wall clock puts Alertmanager's timers (seen: (2, 1) at one phase, (1, 1) at both in a later run),
+    # so the unheld replay is shown, not asserted; the flips above are the deterministic contrast.
     old = [_pages(asyncio.run(_replay(tmp_path / f"unheld{phase}", old_labels, old_firing, phase, before=True)))
            for phase in (0, 1)]
-    assert max(f + r for f, r in old) > 2, old
     print(f"held: {flips} firings, pages {_pages(s)}; unheld: {old_flips} firings, pages by phase {old}")
