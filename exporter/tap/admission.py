@@ -5,7 +5,7 @@ The tap reads the engine it fronts (its /metrics, every `poll_s`) through the ex
 engine kind whose adapter gives free KV blocks and the block size can be gated (`--admission-engine`,
 detected from the page by default), and keeps a gate:
 
-- seats at p99 context = free KV tokens / p99 per-request footprint, where free KV tokens =
+- seats at p99 context = free KV tokens / p99 per-request footprint rounded up to whole KV blocks, where free KV tokens =
   llm_kv_cache_free_blocks x llm_kv_cache_block_size_tokens (for vLLM: (1 - kv_cache_usage_perc) x
   usable blocks, num_gpu_blocks - 1 on V1 for its null block, in whole blocks, per data-parallel engine), and the footprint = p99 of
   llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the requests that finished in
@@ -128,6 +128,7 @@ class Reading:
     waiting: float
     prompt: Buckets  # summed over the page's series
     generation: Buckets
+    block_size: float = 1.0  # tokens per KV block (the largest of the page's engines): a request takes whole blocks
 
 
 def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Reading:
@@ -160,7 +161,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     free = sum(max(0.0, blocks) * size for blocks, size in sized)
     prompt, generation = (tuple(sorted(histograms[m.name].items()))
                           for m in (C.REQUEST_PROMPT_TOKENS, C.REQUEST_GENERATION_TOKENS))
-    return Reading(free, waiting, prompt, generation)
+    return Reading(free, waiting, prompt, generation, max(size for _, size in sized))
 
 
 def _delta(now: Buckets, then: Buckets) -> Buckets:
@@ -246,7 +247,10 @@ class Admission:
         if p99_prompt is not None:
             self.footprint = max(1.0, p99_prompt + (p99_gen or 0.0))
         self.reading = reading
-        self.seats = reading.free_tokens / self.footprint
+        # a request holds whole blocks: 547 tokens take 18 blocks of 32 (576), and seats counted in
+        # tokens would let an eighth such request into 127 blocks
+        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
+        self.seats = reading.free_tokens / (math.ceil(self.footprint / block) * block)
         self.waiting = reading.waiting
         self.admitted_since = 0
         self.read_at = now

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,14 +54,23 @@ def test_seats_are_free_kv_tokens_over_the_p99_footprint() -> None:
     gate = Admission("http://127.0.0.1:1")
     gate.update(r)
     assert gate.footprint == pytest.approx(497 + 99.5)
-    assert gate.seats == pytest.approx(12000 / gate.footprint)
+    # a request holds whole blocks: 596.5 tokens take ceil(596.5 / 16) = 38 blocks, 608 tokens
+    assert BLOCK_SIZE == 16 and gate.seats == pytest.approx(12000 / 608)
+
+
+def test_seats_count_whole_blocks_so_they_never_admit_a_request_that_would_not_fit() -> None:
+    """127 free blocks of 32 and requests of 547 tokens (18 blocks each): seven fit, not the 7.4 a token count says."""
+    gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=0)
+    gate.update(Reading(127 * 32.0, 0.0, ((50.0, 100.0), (math.inf, 100.0)), ((500.0, 100.0), (math.inf, 100.0)), 32.0))
+    assert gate.footprint == pytest.approx(49.5 + 495) and gate.seats == pytest.approx(127 / 18)
+    assert [gate.admit() for _ in range(8)] == [True] * 7 + [False]
 
 
 def test_the_footprint_comes_from_the_recent_window_with_a_fallback_before_any_request() -> None:
     now = [0.0]
     gate = Admission("http://127.0.0.1:1", window_s=60, fallback_footprint=3000, clock=lambda: now[0])
     gate.update(reading(0.0, finished=0))
-    assert gate.footprint == 3000 and gate.seats == pytest.approx(16000 / 3000)
+    assert gate.footprint == 3000 and gate.seats == pytest.approx(16000 / 3008)  # 188 whole blocks of 16
     now[0] = 10
     gate.update(reading(0.0, prompt_tokens=50, output_tokens=10, finished=5))
     assert gate.footprint == pytest.approx(49.7 + 9.95)
@@ -81,9 +91,9 @@ def test_the_gate_refuses_at_the_floor_and_admits_again_when_seats_return() -> N
     assert gate.admit(), "seats returned"
     gate.update(reading(0.0, waiting=5))
     assert not gate.admit(), "queue above the ceiling"
-    gate.update(reading(0.85, waiting=2))  # 2,400 free tokens: about 4 seats of ~600, 2 kept free
+    gate.update(reading(0.84, waiting=2))  # 2,560 free tokens: 4.2 seats of 608, 2 kept free
     assert gate.admit() and gate.admit() and gate.admit() and not gate.admit(), "admitted since the reading take seats"
-    gate.update(reading(0.85, waiting=2))
+    gate.update(reading(0.84, waiting=2))
     assert gate.admit(), "a new reading resets the count"
 
 
@@ -93,7 +103,7 @@ def test_below_capacity_a_burst_within_one_poll_is_admitted_whole() -> None:
     engine (issue 25: a burst of 24 a real vLLM served at once got 19 refused)."""
     gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=4, clock=time.monotonic)
     gate.update(reading(0.0, waiting=0, prompt_tokens=8, output_tokens=16))  # 16,000 free tokens, ~24-token requests
-    assert gate.seats > 500
+    assert gate.seats == 500  # two whole blocks of 16 a request
     burst = 10 * (gate.max_queue + 1)  # ten times the old per-poll cap
     assert all(gate.admit() for _ in range(burst)) and gate.refusals == 0
     # a queue the engine reports still closes the gate, whatever the seats
@@ -103,7 +113,7 @@ def test_below_capacity_a_burst_within_one_poll_is_admitted_whole() -> None:
 
 def test_a_burst_still_cannot_take_more_seats_than_the_reading_found_free() -> None:
     gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=100, clock=time.monotonic)
-    gate.update(reading(0.5, waiting=0))  # 8,000 free tokens, footprint ~600: 13.4 seats
+    gate.update(reading(0.5, waiting=0))  # 8,000 free tokens, footprint ~600 (608 in whole blocks): 13.2 seats
     admitted = sum(gate.admit() for _ in range(40))
     assert admitted == int(gate.seats - gate.min_seats) + 1 == 13, admitted
     assert gate.refusals == 27
@@ -275,4 +285,4 @@ def test_a_sglang_page_is_gated_like_a_vllm_one() -> None:
     assert r.waiting == 7 and r.free_tokens == 12000  # 750 pages of 16 tokens, the evictable ones included
     gate = Admission("http://127.0.0.1:1", fallback_footprint=1000, max_queue=4)
     gate.update(r)
-    assert gate.seats == pytest.approx(r.free_tokens / 1000) and not gate.is_open()  # 7 waiting > 4
+    assert gate.seats == pytest.approx(r.free_tokens / 1008) and not gate.is_open()  # 63 pages a request; 7 waiting > 4

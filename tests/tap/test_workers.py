@@ -185,8 +185,9 @@ def test_gauges_are_kept_per_worker_not_summed() -> None:
     assert 'g{a="b",worker="0"} NaN' in merge_expositions(['# TYPE g gauge\ng{a="b"} NaN\n'])
 
 
-# A vLLM page whose KV cache has 0.5 x 1000 blocks x 16 tokens = 8,000 tokens free; with a footprint of 1,000
-# tokens (no request finished yet, so the --admission-footprint flag), 8 seats; 3 requests waiting (the gate is open).
+# A vLLM page whose KV cache has 0.5 x 1000 blocks x 16 tokens = 8,000 tokens free; with a footprint of 800
+# tokens (no request finished yet, so the --admission-footprint flag: 50 whole blocks), 10 seats; 3 requests
+# waiting (the gate is open).
 ENGINE_PAGE = (
     "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n"
     "# TYPE vllm:cache_config_info gauge\n"
@@ -213,7 +214,7 @@ def test_admission_gauges_are_right_with_two_workers() -> None:
     engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     popen, _, metrics, _ = _spawn(f"http://127.0.0.1:{engine.server_address[1]}", 2,
-                                  "--admission", "--admission-footprint", "1000")
+                                  "--admission", "--admission-footprint", "800")
     try:
         async def page() -> dict[str, list[tuple[dict[str, str], float]]]:
             async with aiohttp.ClientSession() as s, s.get(metrics) as r:
@@ -227,7 +228,7 @@ def test_admission_gauges_are_right_with_two_workers() -> None:
             if len(readable) == 2 and all(v == 1 for _, v in readable) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        for d, want in ((C.TAP_ADMISSION_SEATS, 8.0), (C.TAP_ADMISSION_QUEUE, 3.0), (C.TAP_ADMISSION_FOOTPRINT, 1000.0),
+        for d, want in ((C.TAP_ADMISSION_SEATS, 10.0), (C.TAP_ADMISSION_QUEUE, 3.0), (C.TAP_ADMISSION_FOOTPRINT, 800.0),
                         (C.TAP_ADMISSION_OPEN, 1.0), (C.TAP_ADMISSION_ENGINE_READABLE, 1.0)):
             assert sorted(fams[d.name], key=lambda s: s[0]["worker"]) == [({"worker": "0"}, want), ({"worker": "1"}, want)], d.name
     finally:
