@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from dataclasses import dataclass
 
 from slogen.catalog import BuildOptions, Catalog, compile_catalog
 from slogen.errors import SpecError, SpecErrors
-from slogen.steps import STEPS, Produced, Step
+from slogen.outtree import Content
+from slogen.steps import STEPS, Produced, Step, pairs
 
 # From this many SLOs on, the forkable steps (the promtool tests: about 45% of a build) run in a forked child
 # while this process runs the others: a 1,000-SLO build on 2 cores (bench slogen). Smaller builds stay in one process.
@@ -25,21 +27,32 @@ PARALLEL_MIN_SLOS = 100
 
 @dataclass(frozen=True)
 class Built:
-    """A build's result: its catalog, every generated file (relative path -> text, sorted) and the steps' notes."""
+    """A build's result: its catalog, every generated file (relative path -> content, sorted) and the steps' notes."""
 
     catalog: Catalog
-    files: dict[str, str]
+    files: dict[str, Content]
     notes: tuple[str, ...]
 
 
-class _Forked:
-    """One step run in a forked child (it inherits the catalog; nothing is pickled on the way in), what it
-    produced handed back through a temporary file. Any failure in the child (an error in the specs included)
-    makes `produced()` run the step here instead, so an error keeps its type, wording and place."""
+def write_scratch(base: Path, rel: str, text: str) -> Path:
+    """One generated file into a scratch tree (the build's, or a forked step's): the text leaves memory."""
+    path = base / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
 
-    def __init__(self, step: Step, catalog: Catalog) -> None:
+
+class _Forked:
+    """One step run in a forked child (it inherits the catalog; nothing is pickled on the way in). The child
+    writes its files into a scratch directory of its own as it makes them and hands back their paths and the
+    notes through a temporary file. Any failure in the child (an error in the specs included) makes
+    `produced()` run the step here instead, so an error keeps its type, wording and place."""
+
+    def __init__(self, step: Step, catalog: Catalog, scratch: Path) -> None:
         """Raises OSError when no child can be started (the caller then runs the step itself)."""
         self.step, self.catalog = step, catalog
+        self.dir = Path(tempfile.mkdtemp(prefix=f"step-{step.name}-", dir=scratch))
         fd, self.path = tempfile.mkstemp(prefix="slogen-build-", suffix=".pickle")
         os.close(fd)
         try:
@@ -51,8 +64,9 @@ class _Forked:
             status = 1
             try:
                 produced = step.run(catalog)
+                paths = [rel for rel, text in pairs(produced.files) if write_scratch(self.dir, rel, text)]
                 with open(self.path, "wb") as f:
-                    pickle.dump(produced, f, protocol=pickle.HIGHEST_PROTOCOL)
+                    pickle.dump((paths, list(produced.notes)), f, protocol=pickle.HIGHEST_PROTOCOL)
                 status = 0
             finally:
                 os._exit(status)
@@ -64,7 +78,8 @@ class _Forked:
             if status != 0:
                 return None
             with open(self.path, "rb") as f:
-                return pickle.load(f)
+                paths, notes = pickle.load(f)
+            return Produced({rel: self.dir / rel for rel in paths}, tuple(notes))  # type: ignore[dict-item]
         finally:
             os.unlink(self.path)
 
@@ -76,7 +91,7 @@ class _Forked:
         self._result()
 
 
-def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None) -> dict[int, _Forked]:
+def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None, scratch: Path) -> dict[int, _Forked]:
     """The forkable steps started in children, by their place in `steps`; none in a one-process build."""
     if not hasattr(os, "fork"):
         return {}
@@ -86,44 +101,72 @@ def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None) -> dic
     for i, step in enumerate(steps):
         if parallel and step.forkable:
             try:
-                forked[i] = _Forked(step, catalog)
+                forked[i] = _Forked(step, catalog, scratch)
             except OSError:
                 break
     return forked
 
 
-def _run(catalog: Catalog, steps: Sequence[Step], parallel: bool | None) -> list[Produced]:
-    """Every step's product, in step order; the first error in step order is the one raised."""
-    forked = _fork(catalog, steps, parallel)
-    made: list[Produced | None] = []
+def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, scratch: Path,
+          keep: Callable[[str, str], Content]) -> Built:
+    """Run the steps (the forkable ones in children meanwhile), each file given to `keep` as it is made (what
+    it returns is the file's content in the result; a forked step's file stays where the child wrote it, read
+    back only for an in-memory build). Notes in step order; the first error in step order is the one raised."""
+    catalog = compile_catalog(options)
+    files: dict[str, Content] = {}
+    notes: list[Sequence[str]] = [()] * len(steps)
+
+    def take(i: int, produced: Produced) -> None:
+        for path, content in pairs(produced.files):
+            if path in files:
+                raise SpecErrors([SpecError(path, f"two build steps both produce {path}",
+                                            fix="give each step its own output paths")])
+            files[path] = keep(path, content) if isinstance(content, str) else _kept(content, keep)
+        notes[i] = produced.notes
+
+    forked = _fork(catalog, steps, parallel, scratch)
+    failed = -1
     try:
-        for i, step in enumerate(steps):
-            made.append(None if i in forked else step.run(catalog))
+        for failed, step in enumerate(steps):
+            if failed not in forked:
+                take(failed, step.run(catalog))
+        failed = len(steps)
     except BaseException:
-        failed = len(made)
         for i, child in forked.items():
-            if i >= failed:
+            if i > failed:
                 child.reap()
         for i, child in forked.items():
             if i < failed:
                 child.produced()  # an error of an earlier step comes first, as in one process
         raise
-    for i, child in forked.items():
-        made[i] = child.produced()
-    return made  # type: ignore[return-value]
+    try:
+        for i in sorted(forked):
+            take(i, forked.pop(i).produced())
+    finally:
+        for child in forked.values():  # a later child, after an earlier one's error
+            child.reap()
+    return Built(catalog, dict(sorted(files.items())), tuple(n for step_notes in notes for n in step_notes))
+
+
+def _kept(scratch_file: Path, keep: Callable[[str, str], Content]) -> Content:
+    """A forked step's file: its text for an in-memory build, else the file itself."""
+    return scratch_file if keep is not _in_memory else scratch_file.read_text(encoding="utf-8")
+
+
+def _in_memory(path: str, text: str) -> Content:
+    return text
 
 
 def build(options: BuildOptions, steps: Sequence[Step] = STEPS, parallel: bool | None = None) -> Built:
-    """The catalog, every generated file and the notes; nothing is written. `parallel`: run the forkable
-    steps in forked children (default: from PARALLEL_MIN_SLOS SLOs on); same bytes, same notes."""
-    catalog = compile_catalog(options)
-    files: dict[str, str] = {}
-    notes: list[str] = []
-    for produced in _run(catalog, steps, parallel):
-        for path, text in produced.files.items():
-            if path in files:
-                raise SpecErrors([SpecError(path, f"two build steps both produce {path}",
-                                            fix="give each step its own output paths")])
-            files[path] = text
-        notes += produced.notes
-    return Built(catalog, dict(sorted(files.items())), tuple(notes))
+    """The catalog, every generated file's text and the notes; nothing is written. `parallel`: run the
+    forkable steps in forked children (default: from PARALLEL_MIN_SLOS SLOs on); same bytes, same notes."""
+    with tempfile.TemporaryDirectory(prefix="slogen-build-") as scratch:
+        return _join(options, steps, parallel, Path(scratch), _in_memory)
+
+
+def build_into(options: BuildOptions, scratch: Path, steps: Sequence[Step] = STEPS,
+               parallel: bool | None = None) -> Built:
+    """The same build, each file written under `scratch` as it is made (the files map to those paths): a
+    build's memory is its catalog and one service's files, not every file's text (10,000 SLOs: 1.8 GB)."""
+    main = scratch / "main"
+    return _join(options, steps, parallel, scratch, lambda rel, text: write_scratch(main, rel, text))

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from slogen import VERSION_LABEL
@@ -124,13 +125,22 @@ def _windows(paths: list[str], replace: bool = False) -> dict:
 def cmd_build(args: argparse.Namespace) -> int:
     # The artifact generators (dashboards, runbooks: grafanalib, jinja2) load only for `build`: `generate`
     # and `validate` start 0.1 s sooner without them.
-    from slogen.build import BuildOptions, build
-    from slogen.outputs import stale_outputs, write_outputs
+    from slogen.build import BuildOptions, build_into
+    from slogen.outtree import scratch_dir
 
     gen = _gen_options(args, _windows(args.windows))
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
                            autoscaling=args.autoscaling)
-    built = build(options)
+    # every file is written to a scratch directory as it is made (a build's memory is its catalog, not its
+    # text); for --check beside the system's temporary files, else under --out, where staging links it in
+    with (tempfile.TemporaryDirectory(prefix="slogen-check-") if args.check else scratch_dir(Path(args.out))) as scratch:
+        return _build_from(args, build_into(options, Path(scratch)))
+
+
+def _build_from(args: argparse.Namespace, built) -> int:
+    """The rest of `slogen build`, once every file is made: notes, promtool, then --check or the write."""
+    from slogen.outputs import stale_outputs, write_outputs
+
     catalog, artifacts = built.catalog, built.files
     _report([], catalog.warnings)
     for note in built.notes:
@@ -166,7 +176,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 RULE_FILE_SUFFIX = ".rules.yaml"
 
 
-def _promtool_check_files(artifacts: dict[str, str]) -> list[tuple[str, str]]:
+def _promtool_check_files(artifacts: Mapping[str, str | Path]) -> list[tuple[str, str]]:
     """`promtool check rules` on the generated rule files (`*.rules.yaml`), before anything is written: the
     (path, promtool's message) of each it rejects. Without promtool on PATH it says so and checks nothing."""
     rule_paths = sorted(p for p in artifacts if p.endswith(RULE_FILE_SUFFIX))
@@ -181,8 +191,12 @@ def _promtool_check_files(artifacts: dict[str, str]) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="slogen-check-") as tmp:
         staged = []
         for i, rel in enumerate(rule_paths):
+            content = artifacts[rel]
+            if isinstance(content, Path):  # already a file (slogen.build.build_into)
+                staged.append((rel, content))
+                continue
             path = Path(tmp) / f"{i}{RULE_FILE_SUFFIX}"
-            path.write_text(artifacts[rel])
+            path.write_text(content)
             staged.append((rel, path))
         # one promtool for all files (fast); only when it fails, one per file to name each file's own message
         proc = subprocess.run([promtool, "check", "rules", *(str(p) for _, p in staged)], capture_output=True, text=True)

@@ -6,18 +6,19 @@ and drops files this build generated before but no longer produces.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from slogen.outtree import recover, replace_tree, roots_of
+from slogen.outtree import Content, recover, replace_tree, roots_of, same_content
 from slogen.paths import ALERTS_DIR, PROMETHEUS_RULE_DIR
 from slogen.writers import GENERATED_MARKER
 
 
-def _managed_dirs(artifacts: dict[str, str]) -> set[str]:
+def _managed_dirs(artifacts: Mapping[str, Content]) -> set[str]:
     return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR}
 
 
-def _orphans(artifacts: dict[str, str], out: Path) -> list[str]:
+def _orphans(artifacts: Mapping[str, Content], out: Path) -> list[str]:
     """Files slogen generated earlier (they carry its marker) that this build no longer produces."""
     found = []
     for d in sorted(_managed_dirs(artifacts)):
@@ -36,7 +37,7 @@ def _orphans(artifacts: dict[str, str], out: Path) -> list[str]:
     return found
 
 
-def write_outputs(artifacts: dict[str, str], out: str | Path) -> tuple[list[str], list[str]]:
+def write_outputs(artifacts: Mapping[str, Content], out: str | Path) -> tuple[list[str], list[str]]:
     """Replace the output tree under `out` as a whole (`slogen.outtree`: every changed output directory
     is built beside the old one, then swapped in); returns (changed paths, removed orphan paths).
     On any error the outputs are as they were before."""
@@ -48,15 +49,15 @@ def write_outputs(artifacts: dict[str, str], out: str | Path) -> tuple[list[str]
     return changed, removed
 
 
-def stale_outputs(artifacts: dict[str, str], out: str | Path) -> list[str]:
+def stale_outputs(artifacts: Mapping[str, Content], out: str | Path) -> list[str]:
     """Why the files under `out` differ from a fresh build (missing, different, orphaned); empty if current."""
     root = Path(out)
     problems = []
-    for rel, text in artifacts.items():
+    for rel, content in artifacts.items():
         p = root / rel
         if not p.exists():
             problems.append(f"{rel}: missing")
-        elif p.read_text(encoding="utf-8") != text:
+        elif not same_content(p, content):
             problems.append(f"{rel}: out of date")
     problems += [f"{rel}: no longer generated" for rel in _orphans(artifacts, root)]
     return problems

@@ -30,13 +30,16 @@ each (`llmslo.files.write_atomic`). `slogen build` generates none today.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import filecmp
 import os
 import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,13 +92,37 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _write_file(path: Path, text: str) -> None:
-    """One new file in the staged tree (tests replace this to inject a failed write). Made durable with the
-    rest of the stage by one `_sync_staged` before any swap: an fsync per file cost 1 ms each, 3 s of a
-    3,000-file build."""
-    with open(path, "x", encoding="utf-8") as fh:
-        fh.write(text)
+# What a generated file holds: its text, or the scratch file a large build wrote it to (`slogen.build.build_into`).
+Content = str | Path
+
+
+def _write_file(path: Path, content: Content) -> None:
+    """One new file in the staged tree (tests replace this to inject a failed write): the text written, or the
+    scratch file linked in (copied across file systems). Made durable with the rest of the stage by one
+    `_sync_staged` before any swap: an fsync per file cost 1 ms each, 3 s of a 3,000-file build."""
+    if isinstance(content, Path):
+        try:
+            os.link(content, path)
+        except OSError:
+            shutil.copyfile(content, path)
+    else:
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(content)
     os.chmod(path, 0o644)
+
+
+def same_content(path: Path, content: Content) -> bool:
+    """Whether the file at `path` holds exactly `content` (False when it cannot be read)."""
+    if isinstance(content, Path):
+        try:
+            return filecmp.cmp(path, content, shallow=False)
+        except OSError:
+            return False
+    return _current(path) == content
+
+
+def text_of(content: Content) -> str:
+    return content.read_text(encoding="utf-8") if isinstance(content, Path) else content
 
 
 def _load_syncfs():
@@ -194,7 +221,9 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
 
 def recover(out: Path, roots: list[str]) -> list[str]:
     """Undo what a build that died mid-swap left: put an old root back where the root is missing, then
-    delete the dead build's staged and old copies. Returns the roots put back."""
+    delete the dead build's staged and old copies and its scratch files. Returns the roots put back."""
+    if out.is_dir():
+        _remove_dead_scratch(out)
     restored = []
     for rel in roots:
         root = out / rel
@@ -210,6 +239,34 @@ def recover(out: Path, roots: list[str]) -> list[str]:
         for path, _ in found:
             _remove(path)
     return restored
+
+
+SCRATCH = "slogen-scratch"
+
+
+def _remove_dead_scratch(base: Path) -> None:
+    """The scratch directories of builds that died (their pid is gone) under `base`."""
+    for entry in base.glob(f".{SCRATCH}.*"):
+        pid = entry.name.split(".")[2]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            _remove(entry)
+
+
+@contextlib.contextmanager
+def scratch_dir(out: Path) -> Iterator[Path]:
+    """A private directory under `out` (one file system with the outputs, so staging links rather than copies;
+    not a tmpfs /tmp, which would hold a large build's text in memory after all) for a build to write its
+    files to as it makes them; removed afterwards, and a dead build's is removed by the next. Until `out`
+    exists, it is made under the nearest directory that does: a failed build creates nothing."""
+    base = out.absolute()
+    while not base.is_dir() and base != base.parent:
+        base = base.parent
+    _remove_dead_scratch(base)
+    path = Path(tempfile.mkdtemp(prefix=f".{SCRATCH}.{os.getpid()}.", dir=base))
+    try:
+        yield path
+    finally:
+        _remove(path)
 
 
 # ------------------------------------------------------------------------------ staging
@@ -235,12 +292,12 @@ def _current(path: Path) -> str | None:
         return None
 
 
-def _stage(out: Path, rel: str, files: dict[str, str], remove: set[str]) -> _Stage | None:
+def _stage(out: Path, rel: str, files: dict[str, Content], remove: set[str]) -> _Stage | None:
     """A complete new copy of root `rel` beside it; None when nothing in it changes."""
     root = out / rel
     if root.is_symlink():  # swap the directory it points at and keep the link
         root = root.resolve()
-    changed = [p for p, text in files.items() if _current(out / p) != text]
+    changed = [p for p, content in files.items() if not same_content(out / p, content)]
     gone = sorted(p for p in remove if (out / p).exists())
     if not changed and not gone:
         return None
@@ -276,13 +333,13 @@ def _stage(out: Path, rel: str, files: dict[str, str], remove: set[str]) -> _Sta
         else:
             os.chmod(staged, 0o755)
         unchanged = set(files) - set(changed)
-        for p, text in files.items():
+        for p, content in files.items():
             dst = staged / Path(p).relative_to(rel)
             dst.parent.mkdir(parents=True, exist_ok=True)
             if p in unchanged:
                 _carry(out / p, dst)
             else:
-                _write_file(dst, text)
+                _write_file(dst, content)
         return stage
     except BaseException:
         _remove(staged)
@@ -321,14 +378,14 @@ def _unswap(stage: _Stage) -> None:
     stage.swapped = False
 
 
-def replace_tree(files: dict[str, str], out: str | Path, dirs: set[str] | list[str],
+def replace_tree(files: Mapping[str, Content], out: str | Path, dirs: set[str] | list[str],
                  remove: list[str] = ()) -> list[str]:
-    """Make the roots of `dirs` under `out` hold `files` (relative path -> text) and no longer `remove`,
+    """Make the roots of `dirs` under `out` hold `files` (relative path -> content) and no longer `remove`,
     everything else in them kept; all roots are staged before any is swapped. Returns the changed paths."""
     out = Path(out)
     roots = roots_of(dirs)
-    by_root: dict[str, dict[str, str]] = {r: {} for r in roots}
-    loose: dict[str, str] = {}
+    by_root: dict[str, dict[str, Content]] = {r: {} for r in roots}
+    loose: dict[str, Content] = {}
     for p, text in files.items():
         r = _root_of(p, roots)
         (by_root[r] if r else loose)[p] = text
@@ -365,7 +422,7 @@ def replace_tree(files: dict[str, str], out: str | Path, dirs: set[str] | list[s
     for parent in {s.root.parent for s in stages}:
         _fsync_dir(parent)
     changed = [p for s in stages for p in s.changed]
-    changed += [p for p, text in loose.items() if write_atomic(out / p, text)]
+    changed += [p for p, content in loose.items() if write_atomic(out / p, text_of(content))]
     for p in loose_gone:
         (out / p).unlink(missing_ok=True)
     return sorted(changed)

@@ -14,24 +14,24 @@ calls it with what it needs from the catalog, and append the step to `STEPS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmslo.conventions import CAPACITY, HEALTH
 from llmslo.conventions import SLO as C
 from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config, alertmanager_file
-from slogen.artifacts.dashboards import dashboard_files
+from slogen.artifacts.dashboards import iter_dashboard_files
 from slogen.artifacts.deploy import deploy_files
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
-from slogen.artifacts.runbooks import runbook_files
+from slogen.artifacts.runbooks import iter_runbook_files
 from slogen.catalog import Catalog
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.paths import prometheus_rule_path, rules_path, tests_path
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
-from slogen.promtests.dashboards import dashboard_tests
+from slogen.promtests.dashboards import DashboardTests
 from slogen.promtests.health_tests import health_tests
 from slogen.promtests.slo_tests import service_tests
 from slogen.rules import SLOResult, capacity, health
@@ -45,12 +45,23 @@ CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecas
                    "# DO NOT EDIT: change the slogen build options (see docs/slogen.md) and run `slogen build`.\n")
 
 
+# A step's files: a mapping (relative path -> text), or (path, text) pairs made as they are taken, so that a
+# large build writes each file out before it makes the next (10,000 SLOs make 1.8 GB of text).
+Files = Mapping[str, str] | Iterable[tuple[str, str]]
+
+
+def pairs(files: Files) -> Iterable[tuple[str, str]]:
+    """(path, text) of a step's files, whichever way it gave them."""
+    return files.items() if isinstance(files, Mapping) else files
+
+
 @dataclass(frozen=True)
 class Produced:
-    """What one step makes: files (relative path -> text) and notes for the person running the build."""
+    """What one step makes: files and notes for the person running the build. A step whose files are made
+    as they are taken may add notes as it goes: they are complete once its files have all been taken."""
 
-    files: Mapping[str, str]
-    notes: tuple[str, ...] = ()
+    files: Files
+    notes: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -71,34 +82,39 @@ def sources(items: list[SLOResult]) -> str:
 def slo_rules(catalog: Catalog) -> Produced:
     """alerts/<service>.rules.yaml: plain Prometheus / Thanos Ruler / Mimir rule files."""
     version = catalog.options.gen.version
-    return Produced({rules_path(svc): rule_file([g for r in items for g in r.rules.groups()], header(sources(items), version))
-                     for svc, items in catalog.services.items()})
+    return Produced((rules_path(svc), rule_file([g for r in items for g in r.rules.groups()], header(sources(items), version)))
+                    for svc, items in catalog.services.items())
 
 
 def slo_tests(catalog: Catalog) -> Produced:
     """alerts/<service>.test.yaml: promtool unit tests staging an outage, a slow burn and no data; a note for
     every SLO left without tests, and why."""
-    files, notes = {}, []
-    for svc, items in catalog.services.items():
-        doc, skipped = service_tests(items, Path(rules_path(svc)).name)
-        notes += [f"{s.slo_id}: no generated tests ({s.reason})" for s in skipped]
-        if doc is not None:
-            files[tests_path(svc)] = header(sources(items), catalog.options.gen.version) + "\n" + dump(doc)
-    return Produced(files, tuple(notes))
+    notes: list[str] = []
+
+    def files() -> Iterator[tuple[str, str]]:
+        for svc, items in catalog.services.items():
+            doc, skipped = service_tests(items, Path(rules_path(svc)).name)
+            notes.extend(f"{s.slo_id}: no generated tests ({s.reason})" for s in skipped)
+            if doc is not None:
+                yield tests_path(svc), header(sources(items), catalog.options.gen.version) + "\n" + dump(doc)
+
+    return Produced(files(), notes)
 
 
 def slo_prometheus_rules(catalog: Catalog) -> Produced:
     """deploy/generated/prometheusrule-<service>.yaml: the same groups as a prometheus-operator object."""
-    out = {}
-    for svc, items in catalog.services.items():
-        origin = next((r.slo.origin for r in items if r.slo.origin.spec == K8S_SPEC), None)
-        out[prometheus_rule_path(svc)] = prometheus_rule(
-            origin.k8s_name if origin and origin.k8s_name else f"slo-{svc}",
-            [g for r in items for g in r.rules.groups()],
-            namespace=origin.k8s_namespace if origin else "",
-            labels=origin.k8s_labels if origin else None,
-            head=header(sources(items), catalog.options.gen.version))
-    return Produced(out)
+
+    def files() -> Iterator[tuple[str, str]]:
+        for svc, items in catalog.services.items():
+            origin = next((r.slo.origin for r in items if r.slo.origin.spec == K8S_SPEC), None)
+            yield prometheus_rule_path(svc), prometheus_rule(
+                origin.k8s_name if origin and origin.k8s_name else f"slo-{svc}",
+                [g for r in items for g in r.rules.groups()],
+                namespace=origin.k8s_namespace if origin else "",
+                labels=origin.k8s_labels if origin else None,
+                head=header(sources(items), catalog.options.gen.version))
+
+    return Produced(files())
 
 
 def _group_files(name: str, group, head: str, test_doc: dict, component: str) -> dict[str, str]:
@@ -136,16 +152,22 @@ def capacity_rules(catalog: Catalog) -> Produced:
 def dashboards(catalog: Catalog) -> Produced:
     """dashboards/: the fleet dashboard, one per SLO, and dashboards.test.yaml, every panel's number proven on
     a synthetic fleet (rendered once, read by the tests as written)."""
-    files = dashboard_files(catalog.views)
-    doc = dashboard_tests(catalog.views, files)
-    test = header("the dashboards in dashboards/", catalog.options.gen.version) + "\n" + dump(doc)
-    return Produced({**files, DASHBOARD_TEST_FILE: test})
+
+    def files() -> Iterator[tuple[str, str]]:
+        tests = DashboardTests(catalog.views)
+        for path, text in iter_dashboard_files(catalog.views):
+            tests.add(path, text)
+            yield path, text
+        yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", catalog.options.gen.version) + "\n" + dump(
+            tests.document())
+
+    return Produced(files())
 
 
 def runbooks(catalog: Catalog) -> Produced:
     """docs/runbooks/: one per alert name, the SLOs' and the health and capacity alerts'."""
     extra = health_alert_views([*catalog.health_alerts, *catalog.capacity_alerts])
-    return Produced(runbook_files([*alert_views(catalog.results), *extra]))
+    return Produced(iter_runbook_files([*alert_views(catalog.results), *extra]))
 
 
 def kubernetes(catalog: Catalog) -> Produced:

@@ -7,7 +7,7 @@ from the spec, so a rename or a new SLO changes the dashboards in the same `slog
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import attr
@@ -580,7 +580,11 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
 # --------------------------------------------------------------------------------------
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
     """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
-    files = {FLEET_DASHBOARD_FILE: gf.render(fleet_dashboard(slos))}
-    for slo in sorted(slos, key=lambda s: s.slo_id):
-        files[slo_dashboard_path(slo.slo_id)] = gf.render(slo_dashboard(slo))
-    return files
+    return dict(iter_dashboard_files(slos))
+
+
+def iter_dashboard_files(slos: Sequence[SLOView]) -> Iterator[tuple[str, str]]:
+    """The same, one (path, JSON text) at a time in path order, rendered as they are taken."""
+    yield FLEET_DASHBOARD_FILE, gf.render(fleet_dashboard(slos))
+    for slo in sorted(slos, key=lambda s: slo_dashboard_path(s.slo_id)):
+        yield slo_dashboard_path(slo.slo_id), gf.render(slo_dashboard(slo))

@@ -9,7 +9,7 @@ and what to look at, in order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,14 +209,19 @@ def render_runbook(alert: AlertView, discovery: EngineDiscovery = EngineDiscover
 
 def runbook_files(alerts: Sequence[AlertView], discovery: EngineDiscovery = EngineDiscovery()) -> dict[str, str]:
     """Relative path -> Markdown for every alert name (tiers sharing a name share a runbook)."""
+    return dict(iter_runbook_files(alerts, discovery))
+
+
+def iter_runbook_files(alerts: Sequence[AlertView], discovery: EngineDiscovery = EngineDiscovery()
+                       ) -> Iterator[tuple[str, str]]:
+    """The same, one (path, Markdown) at a time, rendered as they are taken."""
     env = _environment()
-    files: dict[str, str] = {}
+    done: set[str] = set()
     for alert in sorted(alerts, key=lambda a: a.name):
         path = runbook_path(alert.name)
-        if path in files:
-            continue
-        files[path] = render_runbook(alert, discovery, env)
-    return files
+        if path not in done:
+            done.add(path)
+            yield path, render_runbook(alert, discovery, env)
 
 
-__all__ = ["ALERT_BURN", "ALERT_NO_DATA", "runbook_files", "runbook_path", "render_runbook", "topic", "TOPICS"]
+__all__ = ["ALERT_BURN", "ALERT_NO_DATA", "iter_runbook_files", "runbook_files", "runbook_path", "render_runbook", "topic", "TOPICS"]

@@ -291,14 +291,31 @@ def _cumulative(samples: list[Sample]) -> bool:
 
 def dashboard_tests(slos: Sequence[SLOView], files: Mapping[str, str]) -> dict:
     """The promtool test document for every panel of every generated dashboard (`files`: path -> JSON text)."""
-    fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
-    by_path = {FLEET_DASHBOARD_FILE: fleet_answers(slos, fleet), **{slo_dashboard_path(s.slo_id): slo_answers(s, fleet) for s in slos}}
-    errors: list[SpecError] = []
-    main, month = [], []
+    tests = DashboardTests(slos)
     for path in sorted(files):
-        answers = by_path.get(path, {})
+        tests.add(path, files[path])
+    return tests.document()
+
+
+class DashboardTests:
+    """The dashboards' promtool tests, gathered one dashboard at a time as the build renders them (a build of
+    10,000 SLOs need not hold 300 MB of dashboard JSON to test it): `add` each in path order, then `document`."""
+
+    def __init__(self, slos: Sequence[SLOView]) -> None:
+        self.slos = slos
+        self.fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
+        self.by_path = {FLEET_DASHBOARD_FILE: fleet_answers(slos, self.fleet),
+                        **{slo_dashboard_path(s.slo_id): slo_answers(s, self.fleet) for s in slos}}
+        self.errors: list[SpecError] = []
+        self.main: list[dict] = []
+        self.month: list[dict] = []
+
+    def add(self, path: str, text: str) -> None:
+        """One rendered dashboard's panels: a test case each, or an error naming the panel."""
+        errors, main, month = self.errors, self.main, self.month
+        answers = self.by_path.pop(path, {})
         seen = set()
-        for title, target in _targets(json.loads(files[path])):
+        for title, target in _targets(json.loads(text)):
             key = (title, target["refId"])
             seen.add(key)
             expected = answers.get(key)
@@ -326,18 +343,22 @@ def dashboard_tests(slos: Sequence[SLOView], files: Mapping[str, str]) -> dict:
         for key in sorted(set(answers) - seen):
             errors.append(SpecError(path, f"an expected answer for panel {key[0]!r} (query {key[1]}), which the "
                                           "dashboard does not have", fix="remove it from slogen/promtests/dashboards.py"))
-    if errors:
-        raise SpecErrors(errors)
-    series = fs.fleet_series(fleet) + [s for slo in slos for s in slo_series(slo)]
-    month_inputs = [s for slo in slos for s in month_series(slo)]
 
-    def group(name: str, inputs, cases) -> dict:
-        return {"name": name, "interval": f"{fs.STEP_S // 60}m",
-                "input_series": [{"series": n + label_filter(lb), "values": v} for n, lb, v in inputs],
-                "promql_expr_test": cases}
+    def document(self) -> dict:
+        """The whole test document; raises SpecErrors naming every panel without a proven answer."""
+        slos, fleet, main, month = self.slos, self.fleet, self.main, self.month
+        if self.errors:
+            raise SpecErrors(self.errors)
+        series = fs.fleet_series(fleet) + [s for slo in slos for s in slo_series(slo)]
+        month_inputs = [s for slo in slos for s in month_series(slo)]
 
-    return {"rule_files": [], "evaluation_interval": "1m", "tests": [
-        group("every panel on the synthetic fleet (slogen/promtests/fleet_scenario.py) at 10m, rate interval 5m",
-              series, main),
-        group("calendar-month budget 1d into a 31-day month after a 10-minute outage", month_inputs, month),
-    ]}
+        def group(name: str, inputs, cases) -> dict:
+            return {"name": name, "interval": f"{fs.STEP_S // 60}m",
+                    "input_series": [{"series": n + label_filter(lb), "values": v} for n, lb, v in inputs],
+                    "promql_expr_test": cases}
+
+        return {"rule_files": [], "evaluation_interval": "1m", "tests": [
+            group("every panel on the synthetic fleet (slogen/promtests/fleet_scenario.py) at 10m, rate interval 5m",
+                  series, main),
+            group("calendar-month budget 1d into a 31-day month after a 10-minute outage", month_inputs, month),
+        ]}

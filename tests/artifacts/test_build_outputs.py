@@ -15,7 +15,7 @@ import yaml
 
 from llmslo import conventions as c
 from slogen.build import BuildOptions, build as slogen_build
-from slogen.steps import STEPS
+from slogen.steps import STEPS, pairs
 from slogen.paths import prometheus_rule_path
 from slogen.artifacts.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
 from tests.helpers.dashboards import iter_queries
@@ -221,6 +221,6 @@ def test_no_health_alerts_option_drops_their_files(build):
 
 def test_build_is_deterministic(build):
     (root, options, catalog), _, files = build
-    again = {p: t for step in STEPS for p, t in step.run(catalog).files.items()}
+    again = {p: t for step in STEPS for p, t in pairs(step.run(catalog).files)}
     assert again and all(files[p] == text for p, text in again.items())
     assert KEDA_OUTPUT in again  # autoscaling/ was found next to the input directory
