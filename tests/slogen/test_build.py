@@ -136,6 +136,22 @@ def test_a_parallel_build_makes_the_same_files_and_notes(tmp_path):
     assert [s.name for s in STEPS if s.forkable] == ["tests"]
 
 
+def test_a_build_written_as_it_goes_makes_the_same_files_and_notes(tmp_path):
+    """`build_into` (what `slogen build` runs) writes each file to scratch as it is made, in one process and with
+    the forked child: the same bytes and notes as the in-memory build, and no text kept in the result."""
+    from bench.bench_slogen import write_specs
+
+    options = b.BuildOptions(inputs=(str(write_specs(tmp_path, 20)),))
+    memory = b.build(options, parallel=False)
+    for parallel in (False, True):
+        scratch = tmp_path / f"scratch-{parallel}"
+        scratch.mkdir()
+        streamed = b.build_into(options, scratch, parallel=parallel)
+        assert list(streamed.files) == list(memory.files) and streamed.notes == memory.notes
+        assert all(isinstance(f, Path) and f.is_relative_to(scratch) for f in streamed.files.values())
+        assert {p: f.read_text() for p, f in streamed.files.items()} == memory.files
+
+
 def test_a_parallel_build_raises_the_error_one_process_raises(workdir):
     """The child fails, the step runs again here and raises; its error comes first, as in the step list."""
     def tests_fail(catalog):
