@@ -40,7 +40,7 @@ SERIES_FAMILIES: tuple[C.MetricDef, ...] = (
     *(d for d, _ in HISTOGRAMS), C.TAP_REQUESTS, C.GOODPUT_REQUESTS, C.OUTPUT_TOKENS, C.GOODPUT_TOKENS,
     C.TAP_USAGE_REJECTED,
 )
-assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS} == set(C.TAP_METRICS)
+assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS, C.TAP_IN_FLIGHT_LATE} == set(C.TAP_METRICS)
 
 
 def escape_label_value(value: str) -> str:
