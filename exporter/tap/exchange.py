@@ -365,15 +365,20 @@ class Exchange:
         self.reusable = False  # closing the upstream connection is how the engine learns of the abort
         self._finish(self._left_outcome(self.proxy.clock()), close=True)
 
+    def late(self, now: float) -> bool:
+        """Whether this timed request's objective is already lost at `now` while it is still owed
+        something (exporter.tap.timing.gave_up): the in-flight-late gauge, and a leaving client's outcome."""
+        plan = self.plan
+        if plan is None or self.timing.complete:
+            return False
+        obj = plan.objective
+        limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
+        return gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
+
     def _left_outcome(self, now: float) -> str:
         """The outcome of a request whose client went away before its response ended."""
-        plan, lost = self.plan, False
-        if plan is not None and not self.timing.complete:
-            obj = plan.objective
-            limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
-            lost = gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
         return left_outcome(self.outcome, complete=self.timing.complete, responded=self.response is not None,
-                            gave_up=lost)
+                            gave_up=self.late(now))
 
     def pause_upstream(self) -> None:
         conn = self.conn

@@ -17,11 +17,11 @@ prometheus_client (tests, tools) through a collector over these values.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from llmslo.gofloat import client_float
 
 from exporter.tap.classes import SloConfig
@@ -131,6 +131,9 @@ class TapMetrics:
         self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
         self._models: set[str] = set()
+        # Timed requests in flight whose objective is already lost, by (model, slo_class): the proxy's
+        # TapProxy.in_flight_late, asked at scrape time; None (no proxy): every series at 0.
+        self.late_source: Callable[[], Mapping[tuple[str, str], int]] | None = None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
 
@@ -174,6 +177,14 @@ class TapMetrics:
             label = self.model_label(name)
             if label != OVERFLOW_MODEL:
                 self._for(label, self.slo.class_for_model(name).name)
+
+    def in_flight_late(self) -> list[tuple[Series, int]]:
+        """The in-flight-late gauge: every series' count (0 for most), read from late_source now. A late
+        request's (model, class) gets its series here if it has none yet (the label limits hold)."""
+        late = self.late_source() if self.late_source is not None else {}
+        for key in late:
+            self._for(*key)
+        return [(s, late.get((s.model, s.slo_class), 0)) for s in self.series.values()]
 
     # -- recording ---------------------------------------------------------------------------
     def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
@@ -223,6 +234,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         self.m.prime()
+        late = self.m.in_flight_late()
         series = list(self.m.series.values())
         for (d, _), i in zip(HISTOGRAMS, range(len(HISTOGRAMS))):
             fam = HistogramMetricFamily(d.name, d.help, labels=d.labels)
@@ -243,6 +255,11 @@ class _Collector:
         for reason, n in self.m.refusals.items():
             fam.add_metric([reason], n)
         yield fam
+        d = C.TAP_IN_FLIGHT_LATE
+        gauge = GaugeMetricFamily(d.name, d.help, labels=d.labels)
+        for s, n in late:
+            gauge.add_metric([s.model, s.slo_class], n)
+        yield gauge
 
     @staticmethod
     def _counter(d: C.MetricDef, values: Iterable[tuple[Series, tuple[str, ...], int]]) -> Metric:
