@@ -34,6 +34,14 @@ from llmslo.bucket_edges import TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 LATENCY_LADDER, TPOT_LADDER = TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 
 OVERFLOW_MODEL = "__other__"  # the model label of every request whose model may not be a label value
+RESERVED_PREFIX = "__"  # label values of this form are the tap's own (OVERFLOW_MODEL)
+
+
+def served_label(name: str) -> str:
+    """The label value of an admitted model name: the name itself, but a name starting with two
+    underscores gets one more, so that an upstream model called `__other__` is not merged into the
+    overflow bucket (it is `___other__`). Injective: no two names share a value, none is OVERFLOW_MODEL."""
+    return "_" + name if name.startswith(RESERVED_PREFIX) else name
 MAX_MODELS = 64  # distinct model label values at most, the last guard behind exporter.tap.models
 
 # The histogram families, in page order, and the SLO thresholds each must have as bucket edges.
@@ -130,7 +138,8 @@ class TapMetrics:
         self.slo = slo
         self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
-        self._models: set[str] = set()
+        self._models: dict[str, str] = {}  # admitted name -> its label value (served_label)
+        self._label_values: set[str] = set()
         # Timed requests in flight whose objective is already lost, by (model, slo_class): the proxy's
         # TapProxy.in_flight_late, asked at scrape time; None (no proxy): every series at 0.
         self.late_source: Callable[[], Mapping[tuple[str, str], int]] | None = None
@@ -143,12 +152,14 @@ class TapMetrics:
         and no class glob matches, a name too long, or one past max_models (clients choose it)."""
         if len(model) > MAX_LABEL_CHARS:  # before hashing it: a client may send megabytes
             return OVERFLOW_MODEL
-        if model in self._models:
-            return model
+        label = self._models.get(model)
+        if label is not None:
+            return label
         if len(self._models) >= self.max_models or not self.names.admits(model):
             return OVERFLOW_MODEL
-        self._models.add(model)
-        return model
+        label = self._models[model] = served_label(model)
+        self._label_values.add(label)
+        return label
 
     def _for(self, model: str, slo_class: str) -> Series:
         key = (model, slo_class)
@@ -214,7 +225,8 @@ class TapMetrics:
     def usage_rejected(self, model: str, slo_class: str) -> None:
         """The engine's usage.completion_tokens was ignored as implausible for one request. `model`
         may be the request's own (it goes through model_label() here) or a label it returned."""
-        s = self._for(self.model_label(model), slo_class)
+        label = model if model == OVERFLOW_MODEL or model in self._label_values else self.model_label(model)
+        s = self._for(label, slo_class)
         s.changes += 1
         s.usage_rejected = (s.usage_rejected or 0) + 1
 
