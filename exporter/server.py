@@ -3,9 +3,10 @@
 Handlers never compute anything heavy: the exposition was rendered (and gzipped) when the
 snapshot was published. Only bcrypt checks run in a thread: in a pool of their own with
 BCRYPT_WORKERS threads (never the default pool, which parses pages), at most
-BCRYPT_MAX_PENDING checks queued (more are answered 429 at once), and only for credentials not
-cached: a client whose credentials worked before is answered on the event loop, however many
-wrong passwords are being checked meanwhile.
+BCRYPT_MAX_PENDING checks queued (more are answered 429 at once), at most BCRYPT_MAX_PER_SOURCE of
+them from one source address (so one flooding source cannot fill the queue and lock out clients it
+has never seen), and only for credentials not cached: a client whose credentials worked before is
+answered on the event loop, however many wrong passwords are being checked meanwhile.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ WEB_CONFIG_CHECK_S = 10.0
 # them a request is answered 429 unchecked.
 BCRYPT_WORKERS = 1
 BCRYPT_MAX_PENDING = 16
+# Of those, one source address (the TCP peer) may hold this many: a flood from one source waits behind
+# itself (its further requests are answered 429) while a client seen for the first time still finds room
+# and waits at most BCRYPT_MAX_PER_SOURCE checks per other source. Sources behind one proxy share it.
+BCRYPT_MAX_PER_SOURCE = 4
 
 _LANDING = b"""<html><head><title>llmslo-exporter</title></head><body>
 <h1>llmslo-exporter</h1><p><a href="/metrics">/metrics</a> &middot; <a href="/healthz">/healthz</a> &middot;
@@ -79,22 +84,32 @@ WEB_STATE = web.AppKey("web_state", WebStateBox)
 
 
 class BcryptPool:
-    """The bcrypt checks' own bounded pool: `workers` threads and at most `max_pending` checks queued."""
+    """The bcrypt checks' own bounded pool: `workers` threads, at most `max_pending` checks queued, at
+    most `max_per_source` of them from one source (fairness: one source cannot take every place)."""
 
-    def __init__(self, workers: int = BCRYPT_WORKERS, max_pending: int = BCRYPT_MAX_PENDING):
+    def __init__(self, workers: int = BCRYPT_WORKERS, max_pending: int = BCRYPT_MAX_PENDING,
+                 max_per_source: int = BCRYPT_MAX_PER_SOURCE):
         self.max_pending = max_pending
+        self.max_per_source = max_per_source
         self.pending = 0  # queued or running; touched on the event loop only
+        self.by_source: dict[str, int] = {}  # source -> its pending checks (entries at 0 removed: bounded by pending)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmslo-bcrypt")
 
-    def full(self) -> bool:
-        return self.pending >= self.max_pending
+    def full(self, source: str = "") -> bool:
+        return self.pending >= self.max_pending or self.by_source.get(source, 0) >= self.max_per_source
 
-    async def run(self, fn, *args):
+    async def run(self, fn, *args, source: str = ""):
         self.pending += 1
+        self.by_source[source] = self.by_source.get(source, 0) + 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         finally:
             self.pending -= 1
+            left = self.by_source[source] - 1
+            if left:
+                self.by_source[source] = left
+            else:
+                del self.by_source[source]
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -124,10 +139,11 @@ def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: BcryptPool |
                 ok = st.auth.cached(header)
                 if ok is None:  # only bcrypt can tell, in its own pool
                     pool = request.app[BCRYPT_POOL]
-                    if pool.full():
+                    source = request.remote or ""
+                    if pool.full(source):
                         return _with_headers(st, web.Response(
                             status=429, text="Too Many Requests: credential checks queued\n", headers={"Retry-After": "1"}))
-                    ok = await pool.run(st.auth.verify, header)
+                    ok = await pool.run(st.auth.verify, header, source=source)
                 if not ok:
                     return _with_headers(st, web.Response(
                         status=401, text="Unauthorized\n", headers={"WWW-Authenticate": st.auth.challenge}))

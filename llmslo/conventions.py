@@ -261,9 +261,16 @@ TAP_USAGE_REJECTED = _m(
     "the output events were counted instead.", TAP_LABELS,
 )
 TAP_REFUSALS = _m("tap_refusals_total", "counter", "Connections and requests the tap refused itself, by reason.", (LABEL_REASON,))
+# Shown while it happens, not only when the request ends: requests in flight now whose objective is
+# already lost (no first token past the TTFT objective, or the TPOT pace lost), computed at scrape time.
+TAP_IN_FLIGHT_LATE = _m(
+    "tap_requests_in_flight_late", "gauge",
+    "Requests in flight now whose objective is already lost: no first token past the TTFT objective, a late "
+    "first token, or a stream slower than the TPOT objective so far.", TAP_LABELS,
+)
 TAP_METRICS = (
     TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS,
-    TAP_USAGE_REJECTED, TAP_REFUSALS,
+    TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE,
 )
 
 # --------------------------------------------------------------------------------------

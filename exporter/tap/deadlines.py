@@ -6,8 +6,22 @@ The tap therefore ends a timed request itself (outcome `upstream_timeout`, bad f
 when the engine keeps it waiting far beyond any objective:
 
 - first token: a streamed completion has produced no output event;
-- stall: a response body that had started flowing sends nothing more;
-- response: any other request (not streamed, or not a completion) has no response head.
+- stall: a timed response makes no progress: a stream sends no further output event, a
+  non-streamed body fewer than BODY_PROGRESS_BYTES more bytes;
+- response: any other request (not streamed, or not a completion) has no response head; a
+  non-streamed completion has not ended.
+
+Deadlines measure progress, not bytes. A keep-alive proves the connection, not the engine: TGI
+sends an SSE comment every 15 s, so an engine hung after its first token would otherwise look
+alive for ever. After the first token only an event that carries output (as exporter.tap.timing
+counts them for TPOT) moves a stream's stall deadline; comments, blank lines, role- or
+finish-only events and an event still arriving byte by byte do not. Output events, rather than any
+complete `data:` event: every token the engine makes for the user is one, and an engine that sends
+only empty events for longer than the stall deadline (10x the TPOT objective, 30 s at least) is
+failing its users either way. A non-streamed body has no events, so it must grow by
+BODY_PROGRESS_BYTES within every stall deadline (about 136 B/s at the 30 s floor; engines write
+such a body at megabytes a second, in one go), and end within the response deadline of its
+arrival: whitespace dribbled at any rate cannot hold it for ever.
 
 Defaults: FLOOR seconds, or MULTIPLE times the largest objective of that kind configured in
 the SLO files, whichever is longer. Long enough that the tap does not become a stricter
@@ -28,6 +42,8 @@ MULTIPLE = 10.0
 FIRST_TOKEN_FLOOR_S = 60.0
 STALL_FLOOR_S = 30.0
 RESPONSE_FLOOR_S = 600.0
+# How much a non-streamed body must grow within each stall deadline to count as progress.
+BODY_PROGRESS_BYTES = 4096
 
 
 class DeadlineError(ValueError):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap import http1
+from exporter.tap.deadlines import BODY_PROGRESS_BYTES
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
 from exporter.tap.relay import BodyRelay, Relay, SseRelay
@@ -54,7 +55,12 @@ class Exchange:
         self.request_head = proxy.upstream_head(head, len(body), has_body, timed, connection, self.upgrade)
         self.request_body = body
         self.client_close = head.version == b"1.0" or b"close" in connection
-        self.last_read = arrival  # when the upstream last sent bytes (or the client last made room for them)
+        # The stall deadline runs from the last progress (exporter.tap.deadlines): a stream's last output
+        # event (timing.last_token_at), a body's last BODY_PROGRESS_BYTES (progress_at, at body_bytes ==
+        # progress_bytes), or the last time a client not reading excused the engine's silence.
+        self.excused_at = arrival
+        self.progress_at = arrival
+        self.progress_bytes = 0
         self.body_bytes = 0  # decoded response body bytes
         self.conn: UpstreamConnection | None = None
         self.task: asyncio.Task[None] | None = None
@@ -134,18 +140,24 @@ class Exchange:
         if self.done or self.tunnel:
             return
         if self.client.flow.write_paused:
-            self.last_read = now  # the client is not reading: the engine is not the one stalling
+            self.excused_at = now  # the client is not reading: the engine is not the one stalling
             return
         d = self.proxy.deadlines
         plan = self.plan
-        if plan is not None and plan.streamed and self.timing.first_token_at is None:
-            limit, since, what = max(d.first_token_s, plan.objective.ttft or 0.0), self.timing.arrival, "first token"
+        timing = self.timing
+        if plan is not None and plan.streamed and timing.first_token_at is None:
+            limit, since, what = max(d.first_token_s, plan.objective.ttft or 0.0), timing.arrival, "first token"
         elif self.response is None:
-            limit, since, what = d.response_s, self.timing.arrival, "response"
-        elif plan is not None:
-            limit, since, what = d.stall_s, self.last_read, "next bytes of the response"
-        else:
+            limit, since, what = d.response_s, timing.arrival, "response"
+        elif plan is None:
             return  # an untimed body (e.g. a long poll) once it has started: the client decides
+        elif isinstance(self.relay, SseRelay) and self.relay.following and timing.last_token_at is not None:
+            # Only output events are progress: keep-alive comments, blank lines and partial events are not.
+            limit, since, what = d.stall_s, max(timing.last_token_at, self.excused_at), "next output event"
+        elif not self.streamed and now - timing.arrival > d.response_s:
+            limit, since, what = d.response_s, timing.arrival, "whole response"
+        else:
+            limit, since, what = d.stall_s, max(self.progress_at, self.excused_at), "next bytes of the response"
         if now - since > limit:
             self._timeout(what, limit)
 
@@ -164,7 +176,7 @@ class Exchange:
         if self.tunnel:
             self.client.write(data)
             return
-        t = self.last_read = self.proxy.clock()
+        t = self.proxy.clock()
         if self.reserved:
             self._release_body()  # the engine answers: it has read the request
         if self.response is None:
@@ -224,6 +236,7 @@ class Exchange:
 
     def _respond(self, head: ResponseHead, framing: int, t: float) -> None:
         self.response, self.status, self.framing = head, head.status, framing
+        self.progress_at = t
         self.timing.on_headers(t)
         self.outcome = outcome_for_status(head.status)
         if b"close" in http1.connection_tokens(head.fields) or head.version == b"1.0":
@@ -275,7 +288,9 @@ class Exchange:
             boundary_before, used, raw, payload, finished = True, len(data), data, data, False
         if used < len(data):
             self.reusable = False  # bytes past the end of the response: the connection is out of step
-        self.body_bytes += len(payload)
+        body_bytes = self.body_bytes = self.body_bytes + len(payload)
+        if body_bytes - self.progress_bytes >= BODY_PROGRESS_BYTES:
+            self.progress_at, self.progress_bytes = t, body_bytes
         relay = self.relay
         out = relay.feed(payload, t) if relay is not None and payload else None
         mode = self.mode
@@ -350,15 +365,20 @@ class Exchange:
         self.reusable = False  # closing the upstream connection is how the engine learns of the abort
         self._finish(self._left_outcome(self.proxy.clock()), close=True)
 
+    def late(self, now: float) -> bool:
+        """Whether this timed request's objective is already lost at `now` while it is still owed
+        something (exporter.tap.timing.gave_up): the in-flight-late gauge, and a leaving client's outcome."""
+        plan = self.plan
+        if plan is None or self.timing.complete:
+            return False
+        obj = plan.objective
+        limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
+        return gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
+
     def _left_outcome(self, now: float) -> str:
         """The outcome of a request whose client went away before its response ended."""
-        plan, lost = self.plan, False
-        if plan is not None and not self.timing.complete:
-            obj = plan.objective
-            limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
-            lost = gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
         return left_outcome(self.outcome, complete=self.timing.complete, responded=self.response is not None,
-                            gave_up=lost)
+                            gave_up=self.late(now))
 
     def pause_upstream(self) -> None:
         conn = self.conn
@@ -366,7 +386,7 @@ class Exchange:
             conn.transport.pause_reading()
 
     def resume_upstream(self) -> None:
-        self.last_read = self.proxy.clock()
+        self.excused_at = self.proxy.clock()
         conn = self.conn
         if conn is not None and conn.transport is not None and not conn.transport.is_closing():
             conn.transport.resume_reading()

@@ -40,7 +40,7 @@ SERIES_FAMILIES: tuple[C.MetricDef, ...] = (
     *(d for d, _ in HISTOGRAMS), C.TAP_REQUESTS, C.GOODPUT_REQUESTS, C.OUTPUT_TOKENS, C.GOODPUT_TOKENS,
     C.TAP_USAGE_REJECTED,
 )
-assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS} == set(C.TAP_METRICS)
+assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS, C.TAP_IN_FLIGHT_LATE} == set(C.TAP_METRICS)
 
 
 def escape_label_value(value: str) -> str:
@@ -62,6 +62,7 @@ class PageRenderer:
         self.metrics = metrics
         self._headers = [_header(d) for d in SERIES_FAMILIES]
         self._refusals_header = _header(C.TAP_REFUSALS)
+        self._late_header = _header(C.TAP_IN_FLIGHT_LATE)
         # Per histogram family: each bucket line's tail after the series' labels: `,le="0.5"} `.
         self._bucket_tails = [
             [f',le="{le_label(e)}"}} ' for e in metrics.edges[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
@@ -71,11 +72,7 @@ class PageRenderer:
 
     def _render_series(self, s: Series) -> None:
         """Every family's lines of one series, stored on it with the update count they show."""
-        labels = self._labels.get((s.model, s.slo_class))
-        if labels is None:
-            labels = self._labels[(s.model, s.slo_class)] = (
-                f'model="{escape_label_value(s.model)}",slo_class="{escape_label_value(s.slo_class)}"'
-            )
+        labels = self._labels.get((s.model, s.slo_class)) or self._label_text(s)
         parts: list[bytes] = []
         if s.histograms:
             for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails):
@@ -102,7 +99,7 @@ class PageRenderer:
         self._render_series(s)
         s.rendered_at = at
 
-    def _pieces(self, series: list[Series]) -> list[bytes]:
+    def _pieces(self, series: list[Series], late: list[tuple[Series, int]]) -> list[bytes]:
         """The page as pieces of about PIECE_BYTES, in order (one big buffer would be one long copy)."""
         pieces: list[bytes] = []
         group: list[bytes] = []
@@ -117,15 +114,32 @@ class PageRenderer:
         name = C.TAP_REFUSALS.name
         group.append(self._refusals_header)
         group.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.refusals.items()).encode())
+        group.append(self._late_lines(late))
         if self.extra is not None:
             group.append(self.extra())
         pieces.append(b"".join(group))
         return pieces
 
+    def _late_lines(self, late: list[tuple[Series, int]]) -> bytes:
+        """The in-flight-late gauge (one line per series; its labels are cached)."""
+        name = C.TAP_IN_FLIGHT_LATE.name
+        labels = self._labels
+        return self._late_header + "".join(
+            f"{name}{{{labels.get((s.model, s.slo_class)) or self._label_text(s)}}} {n}\n"
+            for s, n in late
+        ).encode()
+
+    def _label_text(self, s: Series) -> str:
+        text = self._labels[(s.model, s.slo_class)] = (
+            f'model="{escape_label_value(s.model)}",slo_class="{escape_label_value(s.slo_class)}"'
+        )
+        return text
+
     async def render_pieces(self) -> list[bytes]:
         """The page in pieces to write one at a time, yielding to the event loop after every SLICE_S
         of rendering."""
         self.metrics.prime()  # the series requests will count in, at 0 before their first request
+        late = self.metrics.in_flight_late()  # before the series are listed: it may add a late request's
         series = list(self.metrics.series.values())
         clock = time.perf_counter
         started = clock()
@@ -135,7 +149,7 @@ class PageRenderer:
                 if clock() - started > SLICE_S:
                     await asyncio.sleep(0)
                     started = clock()
-        return self._pieces(series)
+        return self._pieces(series, late)
 
     async def render(self) -> bytes:
         """The page as one buffer (render_pieces(), joined)."""
@@ -144,8 +158,9 @@ class PageRenderer:
     def render_now(self) -> bytes:
         """The page in one go (tests, tools; on a relaying loop use render_pieces())."""
         self.metrics.prime()
+        late = self.metrics.in_flight_late()
         series = list(self.metrics.series.values())
         for s in series:
             if s.rendered_at != s.changes:
                 self._refresh(s)
-        return b"".join(self._pieces(series))
+        return b"".join(self._pieces(series, late))

@@ -17,11 +17,11 @@ prometheus_client (tests, tools) through a collector over these values.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from llmslo.gofloat import client_float
 
 from exporter.tap.classes import SloConfig
@@ -34,6 +34,14 @@ from llmslo.bucket_edges import TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 LATENCY_LADDER, TPOT_LADDER = TAP_LATENCY_LADDER, TAP_TPOT_LADDER
 
 OVERFLOW_MODEL = "__other__"  # the model label of every request whose model may not be a label value
+RESERVED_PREFIX = "__"  # label values of this form are the tap's own (OVERFLOW_MODEL)
+
+
+def served_label(name: str) -> str:
+    """The label value of an admitted model name: the name itself, but a name starting with two
+    underscores gets one more, so that an upstream model called `__other__` is not merged into the
+    overflow bucket (it is `___other__`). Injective: no two names share a value, none is OVERFLOW_MODEL."""
+    return "_" + name if name.startswith(RESERVED_PREFIX) else name
 MAX_MODELS = 64  # distinct model label values at most, the last guard behind exporter.tap.models
 
 # The histogram families, in page order, and the SLO thresholds each must have as bucket edges.
@@ -130,7 +138,11 @@ class TapMetrics:
         self.slo = slo
         self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
-        self._models: set[str] = set()
+        self._models: dict[str, str] = {}  # admitted name -> its label value (served_label)
+        self._label_values: set[str] = set()
+        # Timed requests in flight whose objective is already lost, by (model, slo_class): the proxy's
+        # TapProxy.in_flight_late, asked at scrape time; None (no proxy): every series at 0.
+        self.late_source: Callable[[], Mapping[tuple[str, str], int]] | None = None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
 
@@ -140,12 +152,14 @@ class TapMetrics:
         and no class glob matches, a name too long, or one past max_models (clients choose it)."""
         if len(model) > MAX_LABEL_CHARS:  # before hashing it: a client may send megabytes
             return OVERFLOW_MODEL
-        if model in self._models:
-            return model
+        label = self._models.get(model)
+        if label is not None:
+            return label
         if len(self._models) >= self.max_models or not self.names.admits(model):
             return OVERFLOW_MODEL
-        self._models.add(model)
-        return model
+        label = self._models[model] = served_label(model)
+        self._label_values.add(label)
+        return label
 
     def _for(self, model: str, slo_class: str) -> Series:
         key = (model, slo_class)
@@ -175,6 +189,14 @@ class TapMetrics:
             if label != OVERFLOW_MODEL:
                 self._for(label, self.slo.class_for_model(name).name)
 
+    def in_flight_late(self) -> list[tuple[Series, int]]:
+        """The in-flight-late gauge: every series' count (0 for most), read from late_source now. A late
+        request's (model, class) gets its series here if it has none yet (the label limits hold)."""
+        late = self.late_source() if self.late_source is not None else {}
+        for key in late:
+            self._for(*key)
+        return [(s, late.get((s.model, s.slo_class), 0)) for s in self.series.values()]
+
     # -- recording ---------------------------------------------------------------------------
     def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
         """Count one finished request; `model` should already have passed through model_label()."""
@@ -203,7 +225,8 @@ class TapMetrics:
     def usage_rejected(self, model: str, slo_class: str) -> None:
         """The engine's usage.completion_tokens was ignored as implausible for one request. `model`
         may be the request's own (it goes through model_label() here) or a label it returned."""
-        s = self._for(self.model_label(model), slo_class)
+        label = model if model == OVERFLOW_MODEL or model in self._label_values else self.model_label(model)
+        s = self._for(label, slo_class)
         s.changes += 1
         s.usage_rejected = (s.usage_rejected or 0) + 1
 
@@ -223,6 +246,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         self.m.prime()
+        late = self.m.in_flight_late()
         series = list(self.m.series.values())
         for (d, _), i in zip(HISTOGRAMS, range(len(HISTOGRAMS))):
             fam = HistogramMetricFamily(d.name, d.help, labels=d.labels)
@@ -243,6 +267,11 @@ class _Collector:
         for reason, n in self.m.refusals.items():
             fam.add_metric([reason], n)
         yield fam
+        d = C.TAP_IN_FLIGHT_LATE
+        gauge = GaugeMetricFamily(d.name, d.help, labels=d.labels)
+        for s, n in late:
+            gauge.add_metric([s.model, s.slo_class], n)
+        yield gauge
 
     @staticmethod
     def _counter(d: C.MetricDef, values: Iterable[tuple[Series, tuple[str, ...], int]]) -> Metric:

@@ -13,10 +13,12 @@ dropped the whole target), and the first 64 made-up names pushed the real model 
 
 Everything else is counted under `__other__` (exporter.tap.metrics.OVERFLOW_MODEL), which also
 takes the names past TapMetrics' MAX_MODELS. Before the first successful read of the list, only
-glob matches are admitted; a failed read keeps the last good list. The read runs on the tap's
-event loop as one small HTTP request with a timeout, reading at most MAX_LIST_BYTES and keeping
-at most MAX_IDS ids, and its JSON is decoded a few entries at a time between which the loop
-relays, so a slow, dead, garbled or huge answer costs the relay nothing.
+glob matches are admitted; a failed read keeps the last good list. The read is one small HTTP
+request on the tap's event loop with a timeout, reading at most MAX_LIST_BYTES; its JSON is
+decoded in a worker thread (as the admission gate parses the engine's /metrics), one entry at a
+time, keeping at most MAX_IDS ids of at most MAX_ENTRIES entries (a list with more is refused),
+so a slow, dead, garbled or huge answer costs the relay nothing. (Decoded on the loop in slices, a
+1 MiB answer of empty entries once delayed relayed chunks by 454 ms with `--models-refresh 1`.)
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ FETCH_TIMEOUT_S = 5.0
 START_WAIT_S = 2.0  # how long TapServer.start waits for the first read before serving without it
 MAX_LIST_BYTES = 1 << 20
 MAX_IDS = 1024
-ENTRIES_PER_SLICE = 64  # list entries decoded between two turns of the event loop
+# Entries of the list, label-worthy or not: an answer of hundreds of thousands of tiny entries is not a
+# model list (vLLM lists one entry per model and LoRA adapter), and its decoding time is bounded by this.
+MAX_ENTRIES = 4 * MAX_IDS
+ENTRIES_PER_SLICE = 64  # list entries decoded between two yields of None (a caller may let others run)
 
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -72,10 +77,11 @@ class ModelListError(ValueError):
     """The upstream's answer to /v1/models is not an OpenAI model list."""
 
 
-def iter_model_ids(text: str, max_ids: int = MAX_IDS) -> Iterator[str | None]:
+def iter_model_ids(text: str, max_ids: int = MAX_IDS, max_entries: int = MAX_ENTRIES) -> Iterator[str | None]:
     """The label-worthy `id`s of an OpenAI model list ({"data": [{"id": ...}, ...]}), decoded one
-    entry at a time; yields None every ENTRIES_PER_SLICE entries so that a caller can let the event
-    loop run. Stops after max_ids ids. Raises ModelListError when the text is not such a list."""
+    entry at a time; yields None every ENTRIES_PER_SLICE entries so that a caller can let others
+    run. Stops after max_ids ids. Raises ModelListError when the text is not such a list, or when
+    its list has more than max_entries entries."""
     try:
         i = _skip(text, 0)
         if text[i : i + 1] != "{":
@@ -98,6 +104,8 @@ def iter_model_ids(text: str, max_ids: int = MAX_IDS) -> Iterator[str | None]:
                 i = _skip(text, i + 1)
                 n = 0
                 while text[i : i + 1] != "]":
+                    if n >= max_entries:
+                        raise ModelListError(f"more than {max_entries} entries in the list")
                     entry, i = _DECODER.raw_decode(text, i)
                     model_id = entry.get("id") if isinstance(entry, dict) else None
                     if isinstance(model_id, str) and label_worthy(model_id):
@@ -139,9 +147,14 @@ def _after(text: str, i: int, close: str) -> int:
     return i
 
 
-def model_ids(text: str, max_ids: int = MAX_IDS) -> frozenset[str]:
-    """iter_model_ids, all at once (tests, tools)."""
-    return frozenset(i for i in iter_model_ids(text, max_ids) if i is not None)
+def model_ids(text: str, max_ids: int = MAX_IDS, max_entries: int = MAX_ENTRIES) -> frozenset[str]:
+    """iter_model_ids, all at once (in a worker thread: ServedModels.refresh)."""
+    return frozenset(i for i in iter_model_ids(text, max_ids, max_entries) if i is not None)
+
+
+def decode_model_list(body: bytes, max_ids: int = MAX_IDS, max_entries: int = MAX_ENTRIES) -> frozenset[str]:
+    """The ids of an answer's raw bytes (UTF-8 decoding included): all the CPU work of a read, for a thread."""
+    return model_ids(body.decode("utf-8"), max_ids, max_entries)
 
 
 class ServedModels:
@@ -154,6 +167,7 @@ class ServedModels:
     def __init__(
         self, upstream: str, ca_file: str = "", refresh_s: float = DEFAULT_REFRESH_S, *,
         timeout_s: float = FETCH_TIMEOUT_S, max_bytes: int = MAX_LIST_BYTES, max_ids: int = MAX_IDS,
+        max_entries: int = MAX_ENTRIES,
     ) -> None:
         self.url = upstream.rstrip("/") + "/v1/models"
         # As exporter.tap.upstream.UpstreamPool builds it, so both trust the same CAs.
@@ -164,6 +178,7 @@ class ServedModels:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.max_ids = max_ids
+        self.max_entries = max_entries
         self.names: frozenset[str] = frozenset()
         self.refreshed_at: float | None = None  # time.monotonic() of the last successful read
         self.last_error = ""
@@ -176,13 +191,9 @@ class ServedModels:
         `last_error` says why. Never raises (but for cancellation)."""
         self.attempts += 1
         try:
-            text = await self._fetch()
-            names: set[str] = set()
-            for model_id in iter_model_ids(text, self.max_ids):
-                if model_id is None:
-                    await asyncio.sleep(0)  # let the relay run between slices of a long list
-                else:
-                    names.add(model_id)
+            body = await self._fetch()
+            # Off the relay's loop: the decoding is the whole CPU cost of a read, bounded by max_entries.
+            names = await asyncio.to_thread(decode_model_list, body, self.max_ids, self.max_entries)
         except Exception as e:  # noqa: BLE001  (whatever the upstream answers, the tap goes on; e.g. RecursionError)
             error = f"{type(e).__name__}: {e}"[:200]
             if not self.last_error:
@@ -192,12 +203,12 @@ class ServedModels:
             return False
         if names != self.names or self.last_error or self.refreshed_at is None:
             event("tap_models_refreshed", logger=TAP_LOGGER, url=self.url, models=len(names))
-        self.names = frozenset(names)
+        self.names = names
         self.refreshed_at = time.monotonic()
         self.last_error = ""
         return True
 
-    async def _fetch(self) -> str:
+    async def _fetch(self) -> bytes:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         # A connection per read: one request every refresh_s is not worth keeping one open.
         connector = aiohttp.TCPConnector(ssl=self.ssl or True, force_close=True)
@@ -215,7 +226,7 @@ class ServedModels:
                     body += piece
                     if len(body) > self.max_bytes:
                         raise ModelListError(f"the answer is larger than {self.max_bytes} bytes")
-        return body.decode("utf-8")
+        return bytes(body)
 
     async def _run(self) -> None:
         while True:

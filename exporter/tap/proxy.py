@@ -158,6 +158,8 @@ class TapProxy:
         self.accepting = True
         self.buffered_body_bytes = 0  # request bodies held now, on every connection together
         self._ticker: asyncio.TimerHandle | None = None
+        if metrics is not None:
+            metrics.late_source = self.in_flight_late
         shortest = min(self.deadlines.first_token_s, self.deadlines.stall_s, settings.head_timeout_s)
         self.tick_s = min(0.5, max(0.01, shortest / 5))  # how often deadlines are checked
 
@@ -177,6 +179,21 @@ class TapProxy:
         for conn in list(self.connections):
             conn.check_deadlines(now)
         self._ticker = asyncio.get_running_loop().call_later(self.tick_s, self._tick)
+
+    def in_flight_late(self) -> dict[tuple[str, str], int]:
+        """Timed requests in flight now whose objective is already lost, by (model label, slo_class).
+
+        Read at scrape time: one pass over the connections (at most max_connections), a few
+        comparisons each, so a hang shows on the page while it lasts, not only once it ends."""
+        now = self.clock()
+        label = self.metrics.model_label if self.metrics is not None else str
+        late: dict[tuple[str, str], int] = {}
+        for conn in self.connections:
+            ex = conn.exchange
+            if ex is not None and not ex.done and ex.plan is not None and ex.late(now):
+                key = (label(ex.plan.model), ex.plan.objective.slo_class)
+                late[key] = late.get(key, 0) + 1
+        return late
 
     def refused(self, reason: str) -> None:
         if self.metrics is not None:

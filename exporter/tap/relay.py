@@ -43,6 +43,11 @@ class SseRelay:
         self.error_event = False  # the stream carried an error event: the engine gave up mid-stream
         self._splitter: SseSplitter | None = SseSplitter()
 
+    @property
+    def following(self) -> bool:
+        """Whether the stream's events are still parsed (not relayed blindly after an oversized event)."""
+        return self._splitter is not None
+
     def feed(self, chunk: bytes, t: float) -> bytes | None:
         splitter = self._splitter
         if splitter is None:  # gave up following the stream: relay blindly, watching for its end only

@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap.addresses import format_host_port, metrics_address
 from exporter.tap.options import add_arguments
+from llmslo import conventions as C
 from llmslo.gofloat import client_float
 
 
@@ -87,8 +88,11 @@ def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
     return argv
 
 
-# Family types whose series add up across workers; every other type (gauge, untyped) is kept per worker.
+# Family types whose series add up across workers; every other type (gauge, untyped) is kept per worker,
+# but for the gauges in SUMMED_GAUGES: counts of what live workers hold now, which add up too (and which
+# a worker that died no longer holds, so they are taken from live workers only).
 SUMMED_TYPES = frozenset({"counter", "histogram"})
+SUMMED_GAUGES = frozenset({C.TAP_IN_FLIGHT_LATE.name})
 LABEL_WORKER = "worker"
 
 
@@ -98,6 +102,7 @@ class _Block:
 
     header: list[str]
     summed: bool = True  # until a TYPE line says otherwise
+    live_only: bool = False  # a SUMMED_GAUGES family: summed over live workers only
     series: dict[str, float] = field(default_factory=dict)  # `name{labels}` -> summed value
     kept: dict[str, str] = field(default_factory=dict)  # `name{labels,worker="i"}` -> that worker's value
 
@@ -132,20 +137,23 @@ def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None
                 name = parts[2]
                 block = None if name.endswith("_created") else blocks.setdefault(name, _Block([]))
                 if block is not None and parts[1] == "TYPE" and len(parts) == 4:
-                    block.summed = parts[3].strip() in SUMMED_TYPES
+                    block.live_only = name in SUMMED_GAUGES
+                    block.summed = parts[3].strip() in SUMMED_TYPES or block.live_only
                 if block is not None and len(block.header) < 2 and line not in block.header:
                     block.header.append(line)
                 continue
             if block is None or not line.strip():
                 continue
             key, _, value = line.rpartition(" ")
+            if block.live_only and worker is None:
+                continue
             if block.summed:
                 block.series[key] = block.series.get(key, 0.0) + float(value)
             elif worker is not None:
                 block.kept[with_worker_label(key, worker)] = value
     out: list[str] = []
     for block in blocks.values():
-        if not block.summed and not block.kept:
+        if (not block.summed and not block.kept) or (block.live_only and not block.series):
             continue  # a gauge only workers that died had
         out += block.header
         out += [f"{key} {client_float(value)}" for key, value in block.series.items()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import aiohttp
 import pytest
 
 from exporter import server as server_module, webconfig
@@ -74,12 +75,12 @@ def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tm
         pool = server.runner.app[BCRYPT_POOL]
         try:
             first = (await get(url, basic("alice", PASSWORD)))[0]  # checked once, then cached
-            flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(6)]
-            await wait_for(lambda: pool.pending == 6, "the wrong passwords never queued")
+            flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(4)]
+            await wait_for(lambda: pool.pending == 4, "the wrong passwords never queued")
             await asyncio.to_thread(fake_bcrypt.blocked.acquire)  # a bcrypt thread is stuck in a check
             checks_before = len(fake_bcrypt.calls)
             during = (await get(url, basic("alice", PASSWORD)))[0]
-            still_blocked = pool.pending == 6 and not any(t.done() for t in flood)
+            still_blocked = pool.pending == 4 and not any(t.done() for t in flood)
             checks_during = len(fake_bcrypt.calls) - checks_before
             fake_bcrypt.release.set()
             flooded = [status for status, _, _ in await asyncio.gather(*flood)]
@@ -90,9 +91,9 @@ def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tm
 
     first, during, still_blocked, checks_during, flooded = asyncio.run(go())
     assert first == 200
-    assert during == 200 and still_blocked  # answered while all six checks were still waiting
+    assert during == 200 and still_blocked  # answered while all four checks were still waiting
     assert checks_during == 0  # from the cache: no bcrypt
-    assert flooded == [401] * 6
+    assert flooded == [401] * 4
     assert fake_bcrypt.most_running == BCRYPT_WORKERS  # bounded
     assert fake_bcrypt.threads and all(name.startswith("llmslo-bcrypt") for name in fake_bcrypt.threads)
 
@@ -127,6 +128,35 @@ def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
     assert cached == 200
     assert checked_meanwhile == 0
     assert after == 401
+
+
+def test_a_flood_from_one_source_leaves_room_for_a_client_seen_for_the_first_time(tmp_path, fake_bcrypt):
+    """20 wrong passwords at once from 127.0.0.1 hold at most BCRYPT_MAX_PER_SOURCE places (the rest get 429);
+    a user no check has seen yet, from 127.0.0.2, is queued and checked, not refused."""
+    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n  bob: '{hashed(PASSWORD)}'\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        pool = server.runner.app[BCRYPT_POOL]
+        try:
+            flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(20)]
+            await wait_for(lambda: pool.pending + sum(t.done() for t in flood) == 20, "the flood never settled")
+            held = pool.pending
+            newcomer = asyncio.create_task(get(
+                url, basic("bob", PASSWORD), connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))))
+            await wait_for(lambda: pool.pending == held + 1 or newcomer.done(), "the newcomer was neither queued nor answered")
+            fake_bcrypt.release.set()
+            flooded = sorted(status for status, _, _ in await asyncio.gather(*flood))
+            return held, (await newcomer)[0], flooded
+        finally:
+            fake_bcrypt.release.set()
+            await server.stop()
+
+    held, newcomer, flooded = asyncio.run(go())
+    assert newcomer == 200
+    assert held == server_module.BCRYPT_MAX_PER_SOURCE < server_module.BCRYPT_MAX_PENDING
+    assert flooded == [401] * held + [429] * (20 - held)
 
 
 def test_the_default_thread_pool_is_never_used_for_bcrypt(tmp_path, fake_bcrypt, monkeypatch):

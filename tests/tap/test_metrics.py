@@ -112,6 +112,20 @@ def test_model_label_values_are_bounded_even_among_served_names() -> None:
     assert m.model_label("m1") == "m1"
 
 
+def test_an_upstream_model_called_like_the_overflow_bucket_keeps_its_own_series() -> None:
+    """A served `__other__` is not merged into the overflow bucket: names starting `__` get one more `_`."""
+    m = TapMetrics(CONFIG, names=ModelNames(CONFIG, _served("__other__", "___other__", "__x")))
+    labels = [m.model_label(x) for x in ("__other__", "___other__", "__x", "made-up")]
+    assert labels == ["___other__", "____other__", "___x", OVERFLOW_MODEL]
+    t = Timings(0.01, 0.1, 0.01, 0.2, 3, C.USAGE_SOURCE_ENGINE)
+    m.record(m.model_label("__other__"), "interactive", C.OUTCOME_OK, t, True)
+    m.record(m.model_label("made-up"), "interactive", C.OUTCOME_OK, t, True)
+    m.usage_rejected(m.model_label("__other__"), "interactive")  # a label it returned stays that label
+    assert m.series[("___other__", "interactive")].goodput == 1
+    assert m.series[("___other__", "interactive")].usage_rejected == 1
+    assert m.series[(OVERFLOW_MODEL, "interactive")].goodput == 1
+
+
 def test_refusals_exist_from_the_start_and_count_by_reason() -> None:
     m = TapMetrics(CONFIG)
     s = samples(m)

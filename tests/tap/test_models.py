@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,9 @@ class Scripted:
             for _ in range(10_000):
                 await resp.write(b'{"id":"' + b"z" * 1000 + b'"},')
             return resp
+        if mode == "empties":  # #27: just under 1 MiB of empty entries, a model list in form only
+            return web.Response(body=b'{"data":[' + b",".join([b"{}"] * 349_000) + b"]}",
+                                content_type="application/json")
         if mode == "gzip":
             body = gzip.compress(json.dumps(vllm_list("zipped", [])).encode())
             return web.Response(body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
@@ -141,6 +145,34 @@ def test_the_list_is_read_and_every_failure_keeps_the_last_good_one() -> None:
         assert served.names == {"chat-a", "new-adapter"}
 
     asyncio.run(go())
+
+
+def test_an_answer_of_a_million_bytes_of_empty_entries_is_refused_and_decoded_off_the_loop(monkeypatch) -> None:
+    """#27: its entries are bounded (MAX_ENTRIES), and the decoding runs in a worker thread, not on the relay's loop."""
+    threads: list[str] = []
+    real = M.model_ids
+
+    def recording(*args: object) -> frozenset[str]:
+        threads.append(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(M, "model_ids", recording)
+
+    async def go() -> None:
+        up = Scripted()
+        runner, url = await _serve(up.handle)
+        try:
+            served = ServedModels(url, refresh_s=0)
+            assert await served.refresh() and served.names == {"chat-a", "sql-lora"}
+            up.mode = "empties"
+            assert not await served.refresh()
+            assert f"more than {M.MAX_ENTRIES} entries" in served.last_error
+            assert served.names == {"chat-a", "sql-lora"}
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    assert len(threads) == 2 and threading.main_thread().name not in threads
 
 
 def test_an_upstream_path_prefix_is_kept() -> None:

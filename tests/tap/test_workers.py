@@ -57,6 +57,22 @@ def test_merged_exposition_equals_one_process_that_saw_everything() -> None:
     assert [a.value for a in adapted] == pytest.approx([b.value for b in single])
 
 
+def test_in_flight_late_gauge_adds_up_over_live_workers_only() -> None:
+    """Requests late now are held by live workers: their counts add up; a dead worker's last count is gone."""
+    parts = []
+    for late in (1, 2):
+        m = TapMetrics(CLASSES)
+        m.late_source = lambda late=late: {("chat-a", "interactive"): late}
+        parts.append(generate_latest(m.registry).decode())
+    name = C.TAP_IN_FLIGHT_LATE.name
+    got = promtext.parse(merge_expositions(parts))[name]
+    values = {s.labels["model"]: s.value for s in got.samples}
+    assert values == {"chat-a": 3.0, "__other__": 0.0}
+    retired_and_live = merge_expositions(parts, [None, "1"])
+    assert {s.labels["model"]: s.value for s in promtext.parse(retired_and_live)[name].samples}["chat-a"] == 2.0
+    assert name not in promtext.parse(merge_expositions(parts, [None, None]))
+
+
 def test_merged_exposition_passes_promtool(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is installed by scripts/install-system-deps.sh"
