@@ -282,3 +282,39 @@ def test_the_cli_refuses_a_bad_namespace_with_exit_2():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--discovery-namespaces" in proc.stderr and "'UPPER' is not a namespace name" in proc.stderr
+
+
+def test_a_discovered_pod_cannot_redirect_the_exporter_elsewhere(http_server, tmp_path):
+    """The pod's own /metrics answers 302 to another server: the exporter does not follow it."""
+    asked_secret = []
+
+    async def secret(request):
+        asked_secret.append(request.path)
+        return web.Response(body=b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="s"} 42\n',
+                            content_type="text/plain")
+
+    async def body(api, base):
+        secret_runner, secret_base = await http_server({"/metrics": secret})
+
+        async def redirect(request):
+            raise web.HTTPFound(f"{secret_base}/metrics")
+
+        engine_runner, engine_base = await http_server({"/metrics": redirect})
+        port = int(engine_base.rsplit(":", 1)[1])
+        api.pods = [pod("redirecting-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": str(port)},
+                        ports=[{"containerPort": port}])]
+        discoverer = KubernetesDiscoverer(KubernetesDiscovery(enabled=True, api_server=base, service_account_dir=str(tmp_path)), NODE)
+        targets = TargetSet((), discoverer, refresh_s=30)
+        try:
+            async with new_session() as session:
+                await targets.refresh()
+                return await Collector(ExporterConfig(gpu="off"), session, None, NODE).collect(targets.current())
+        finally:
+            await discoverer.close()
+            await engine_runner.cleanup()
+            await secret_runner.cleanup()
+
+    snap = asyncio.run(_with_api(http_server, [], body))
+    assert asked_secret == []
+    assert [(t.up, t.reason) for t in snap.targets] == [(False, "http_302")]
+    assert not [s for s in snap.samples if s.metric is c.REQUESTS_RUNNING]
