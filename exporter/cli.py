@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="run one cycle, print the exposition to stdout and exit")
     p.add_argument("--web-config", metavar="FILE", help="Prometheus web-config file: TLS, basic auth, bearer token")
     p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
+    p.add_argument("--discovery-namespaces", metavar="NS[,NS...]", action="append", default=[],
+                   help="the namespaces Kubernetes discovery lists pods in, repeatable "
+                   "(default: kubernetes_discovery.namespaces in the file, else all namespaces)")
     p.add_argument("--log-level", metavar="LEVEL", help="debug, info (default), warning or error")
     p.add_argument("--log-format", choices=logs.LOG_FORMATS, default=logs.LOG_FORMATS[0],
                    help="logfmt (default: event=NAME key=value ...) or json (one object per line)")
@@ -77,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = merge_cli(
             config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
             web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
-            source=args.config or "command line",
+            discovery_namespaces=args.discovery_namespaces, source=args.config or "command line",
         )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -151,7 +154,7 @@ async def run_once(config: ExporterConfig) -> int:
     rt = _Runtime(config)
     try:
         await rt.targets.refresh()  # one cycle: discover first, in line, then collect what was found
-        snap = await rt.collector.collect(rt.targets.current())
+        snap = await rt.collector.collect(rt.targets.current(), rt.targets.self_metrics())
     finally:
         await rt.close()
     if not snap.any_source_read:

@@ -136,7 +136,8 @@ class Collector:
         self._cycles = 0
 
     # ---------------------------------------------------------------- cycle
-    async def collect(self, targets: Sequence[TargetConfig]) -> Snapshot:
+    async def collect(self, targets: Sequence[TargetConfig], extra: Sequence[NormSample] = ()) -> Snapshot:
+        """One cycle; `extra` are samples made elsewhere (discovery's counters) added to the self-metrics."""
         started = time.perf_counter()
         labels = [t.label for t in targets]
         for stale in set(self._states) - set(labels):
@@ -154,7 +155,7 @@ class Collector:
             TargetStatus(r.target.label, r.engine, not r.reason, r.reason, r.duration_s, len(r.samples)) for r in scrapes
         )
         gpus_up = sum(1 for s in gpu_samples if s.metric.name == c.GPU_UP.name and s.value == 1)
-        samples = engine_samples + gpu_samples + self._self_metrics(statuses, duration, completed_at)
+        samples = engine_samples + gpu_samples + self._self_metrics(statuses, duration, completed_at) + list(extra)
         return Snapshot(tuple(samples), statuses, gpus_up, self._cycles, completed_at, duration)
 
     # ---------------------------------------------------------------- targets

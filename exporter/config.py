@@ -85,8 +85,20 @@ class KubernetesDiscovery:
     scheme_annotation: str = "llmslo.io/metrics-scheme"
     model_annotation: str = "llmslo.io/model"
     tap_port_annotation: str = "llmslo.io/tap-port"
-    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    # Empty: every namespace (one ClusterRole). Discovered targets are pinned to the pod's own IP and
+    # declared ports, so a pod elsewhere can only show its own page under its own namespace label;
+    # multi-tenant clusters list their engine namespaces (a Role in each), as deploy/overlays/production does.
+    namespaces: tuple[str, ...] = ()
+    allowed_ports: tuple[int, ...] = ()  # ports accepted though no container of the pod declares them
+    allow_host_network: bool = False  # a hostNetwork pod's IP is the node's: opt in to scrape such pods
     refresh_interval_s: float = 30.0
+    # Bounds of one listing (all pages, all namespaces); past one, the listing is abandoned and the
+    # last good target list stays. A node runs at most a few hundred pods (kubelet's max-pods is 110
+    # by default) and the API server fills each page up to PAGE_LIMIT (500), so a listing is one or
+    # two pages; the bounds leave room for a proxy that ignores the node's field selector.
+    max_pages: int = 100
+    max_items: int = 10_000
+    listing_timeout_s: float = 30.0  # the default refresh interval: a longer listing only falls behind
     api_server: str = ""  # empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
     service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -288,6 +300,29 @@ def _positive_int(value: Any) -> int:
     return value
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def parse_namespaces(value: Any) -> tuple[str, ...]:
+    """Namespace names (DNS-1123 labels), from a list or one comma-separated string; duplicates dropped."""
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(_str_list(value))
+    out: list[str] = []
+    for ns in items:
+        if not _NAMESPACE.fullmatch(ns):
+            raise ValueError(f"{ns[:70]!r} is not a namespace name (lower-case letters, digits and '-', at most 63)")
+        if ns not in out:
+            out.append(ns)
+    if not out:
+        raise ValueError("no namespace given")
+    return tuple(out)
+
+
+def _port_list(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65535 for v in value):
+        raise ValueError(f"expected a list of port numbers (1-65535), got {value!r}")
+    return tuple(value)
+
+
 def _str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
@@ -303,7 +338,8 @@ _TOP_KEYS = (
 _TARGET_KEYS = ("kind", "url", "name", "model", "pod", "namespace", "timeout", "max_page_bytes")
 _DISCOVERY_KEYS = (
     "enabled", "label_selector", "engine_label", "port_annotation", "path_annotation", "scheme_annotation",
-    "model_annotation", "tap_port_annotation", "namespaces", "refresh_interval", "api_server", "service_account_dir",
+    "model_annotation", "tap_port_annotation", "namespaces", "allowed_ports", "allow_host_network", "refresh_interval",
+    "max_pages", "max_items", "listing_timeout", "api_server", "service_account_dir",
 )
 
 
@@ -339,8 +375,14 @@ def _load_discovery(path: str, data: Any) -> KubernetesDiscovery:
         scheme_annotation=r.get("scheme_annotation", _str, d.scheme_annotation, text),
         model_annotation=r.get("model_annotation", _str, d.model_annotation, text),
         tap_port_annotation=r.get("tap_port_annotation", _str, d.tap_port_annotation, text),
-        namespaces=r.get("namespaces", _str_list, d.namespaces, "use a list of namespace names"),
+        namespaces=r.get("namespaces", lambda v: () if v == [] else parse_namespaces(v), d.namespaces,
+                         "use a list of namespace names, or [] for all namespaces"),
+        allowed_ports=r.get("allowed_ports", _port_list, d.allowed_ports, "use a list such as [8000]"),
+        allow_host_network=r.get("allow_host_network", _bool, d.allow_host_network, "write true or false"),
         refresh_interval_s=r.get("refresh_interval", parse_seconds_or_go_duration, d.refresh_interval_s, "use a duration such as 30s"),
+        max_pages=r.get("max_pages", _positive_int, d.max_pages, "use a whole number such as 100"),
+        max_items=r.get("max_items", _positive_int, d.max_items, "use a whole number such as 10000"),
+        listing_timeout_s=r.get("listing_timeout", parse_seconds_or_go_duration, d.listing_timeout_s, "use a duration such as 30s"),
         api_server=r.get("api_server", lambda v: check_url(_str(v)), d.api_server, "use https://host:port"),
         service_account_dir=r.get("service_account_dir", _str, d.service_account_dir, "use a directory path"),
     )
@@ -433,6 +475,7 @@ def merge_cli(
     web_config: str | None = None,
     node_name: str | None = None,
     log_level: str | None = None,
+    discovery_namespaces: list[str] | tuple[str, ...] = (),
     source: str = "command line",
 ) -> ExporterConfig:
     """Flags override file settings; `--engine` targets are added to the file's targets.
@@ -459,6 +502,10 @@ def merge_cli(
         changes["node_name"] = node_name
     if log_level is not None:
         changes["log_level"] = flag("log-level", _log_level, log_level, "write debug, info, warning or error")
+    if discovery_namespaces:
+        namespaces = flag("discovery-namespaces", parse_namespaces, ",".join(discovery_namespaces),
+                          "give namespace names, e.g. --discovery-namespaces llm,batch")
+        changes["discovery"] = replace(config.discovery, namespaces=namespaces)
     if engines:
         changes["targets"] = config.targets + tuple(parse_engine_flag(e) for e in engines)
     merged = replace(config, **changes)

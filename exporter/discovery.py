@@ -2,7 +2,7 @@
 
 The exporter runs as a DaemonSet, so it lists only pods with `spec.nodeName=<this node>` and
 the engine label, using the pod's service account (token re-read each time: projected tokens
-rotate). Pod metadata it reads, all names configurable:
+rotate), in every namespace or in the configured ones. Pod metadata it reads, all names configurable:
 
   label      llmslo.io/engine: vllm|sglang|tgi|trtllm-triton|trtllm-serve|llamacpp|tap|auto   (required)
   annotation llmslo.io/metrics-port   (else prometheus.io/port, else the container port named
@@ -12,14 +12,24 @@ rotate). Pod metadata it reads, all names configurable:
   annotation llmslo.io/model          (model label when the page does not name it)
   annotation llmslo.io/tap-port       (a goodput tap sidecar's metrics port: adds a `tap` target)
 
-Only Running pods with an IP that are not terminating become targets.
+Only Running pods with an IP that are not terminating become targets, and only at their own IP
+and declared ports (exporter/podtargets.py says what an annotation may and may not choose).
+
+The API server's answers are input too: one listing is bounded in pages, items, bytes per page
+and time (settings `max_pages`, `max_items`, `listing_timeout`), and pages are turned into
+targets as they arrive, so an endless `continue` token or a flood of items costs a bounded
+amount of memory and time. Past a bound the listing is abandoned: the caller keeps the last
+good list, and the reason is counted.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,17 +37,42 @@ from urllib.parse import quote
 import aiohttp
 
 from exporter import logs
-from exporter.config import TARGET_KINDS, KubernetesDiscovery, TargetConfig
+from exporter.config import KubernetesDiscovery, TargetConfig
+from exporter.model import NormSample
+from exporter.sources import PAGE_TOO_LARGE, FetchError, http_status_reason
+from exporter.sources.http import fetch_http
+from exporter.podtargets import REJECT_REASONS, Rejection, is_candidate, targets_for_pod
+from llmslo import conventions as c
 
-PROMETHEUS_PORT = "prometheus.io/port"
-PROMETHEUS_PATH = "prometheus.io/path"
-PROMETHEUS_SCHEME = "prometheus.io/scheme"
 PAGE_LIMIT = 500
 REQUEST_TIMEOUT_S = 10.0
+# One page of PAGE_LIMIT pods: about 20 KB of JSON for a pod with a large spec, so 10 MB. The cap is
+# what one hostile answer can cost before it is refused (parsed, pathological JSON such as millions
+# of `{}` can take some 30 times its bytes; a real pod list about 5 times).
+MAX_PAGE_BYTES = 16 * 1024 * 1024
+MAX_SKIP_MEMORY = 10_000  # (pod, reason) pairs remembered to log each once; pod churn must not grow it
+
+# The `reason` label of llm_exporter_discovery_listings_abandoned_total.
+ABANDON_PAGES = "max_pages"
+ABANDON_ITEMS = "max_items"
+ABANDON_BYTES = "page_bytes"
+ABANDON_TIME = "listing_timeout"
+ABANDON_ERROR = "error"
+ABANDON_REASONS = (ABANDON_PAGES, ABANDON_ITEMS, ABANDON_BYTES, ABANDON_TIME, ABANDON_ERROR)
 
 
 class DiscoveryError(Exception):
     """The API server could not be asked or refused; the message says what to check."""
+
+    reason = ABANDON_ERROR
+
+
+class ListingAbandoned(DiscoveryError):
+    """A listing hit one of its bounds; `reason` is one of ABANDON_REASONS."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 class KubernetesDiscoverer:
@@ -46,6 +81,9 @@ class KubernetesDiscoverer:
         self.node_name = node_name
         self._session: aiohttp.ClientSession | None = None
         self._skipped: set[tuple[str, str]] = set()
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.abandoned = dict.fromkeys(ABANDON_REASONS, 0)
+        self.last_success = 0.0  # unix time of the last complete listing
 
     # ------------------------------------------------------------------ API access
     def api_base(self) -> str:
@@ -95,88 +133,101 @@ class KubernetesDiscoverer:
             return [f"{base}/api/v1/pods?{query}"]
         return [f"{base}/api/v1/namespaces/{quote(ns, safe='')}/pods?{query}" for ns in self.settings.namespaces]
 
-    async def list_pods(self) -> list[dict[str, Any]]:
+    async def _page(self, session: aiohttp.ClientSession, url: str) -> tuple[list[Any], str]:
+        """One page: its items and its continue token; the body is read up to MAX_PAGE_BYTES."""
+        try:
+            raw = await fetch_http(session, url, timeout_s=REQUEST_TIMEOUT_S, max_bytes=MAX_PAGE_BYTES, headers=self._headers())
+        except FetchError as exc:
+            if exc.reason in (http_status_reason(401), http_status_reason(403)):
+                where = "a Role in each of kubernetes_discovery.namespaces" if self.settings.namespaces else "a ClusterRole"
+                raise DiscoveryError(
+                    f"API server answered HTTP {exc.reason[5:]}: the exporter's service account needs "
+                    f"get, list on pods ({where}) bound to it"
+                ) from None
+            if exc.reason == PAGE_TOO_LARGE:
+                raise ListingAbandoned(ABANDON_BYTES, f"a page is over {MAX_PAGE_BYTES} bytes") from None
+            raise DiscoveryError(f"listing pods failed: {exc}") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise DiscoveryError("listing pods failed: the answer is not JSON") from None
+        del raw
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        items = body.get("items") or [] if isinstance(body, dict) else None
+        cont = (meta.get("continue") if isinstance(meta, dict) else "") or ""
+        if not isinstance(items, list) or not isinstance(cont, str):
+            raise DiscoveryError("listing pods failed: the answer is not a PodList object")
+        return items, cont
+
+    async def _list_targets(self) -> list[TargetConfig]:
+        """Every page of every namespace, each turned into targets as it arrives, within the bounds."""
+        s = self.settings
         session = self._session_for_api()
-        pods: list[dict[str, Any]] = []
+        targets: list[TargetConfig] = []
+        rejected = dict.fromkeys(REJECT_REASONS, 0)
+        pages = items = 0
         for url in self._list_urls():
             cont = ""
             while True:
-                page_url = url + (f"&continue={quote(cont, safe='')}" if cont else "")
-                try:
-                    async with session.get(page_url, headers=self._headers()) as resp:
-                        if resp.status in (401, 403):
-                            raise DiscoveryError(
-                                f"API server answered HTTP {resp.status}: the exporter's service account needs "
-                                "get, list on pods (ClusterRole) bound to it"
-                            )
-                        if resp.status != 200:
-                            raise DiscoveryError(f"API server answered HTTP {resp.status} listing pods")
-                        body = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    raise DiscoveryError(f"listing pods failed: {type(exc).__name__}") from None
-                pods.extend(body.get("items") or [])
-                cont = (body.get("metadata") or {}).get("continue") or ""
+                if pages >= s.max_pages:
+                    raise ListingAbandoned(ABANDON_PAGES, f"the listing passed {s.max_pages} pages (max_pages)")
+                page, cont = await self._page(session, url + (f"&continue={quote(cont, safe='')}" if cont else ""))
+                pages += 1
+                items += len(page)
+                if items > s.max_items:
+                    raise ListingAbandoned(ABANDON_ITEMS, f"the listing passed {s.max_items} pods (max_items)")
+                for pod in page:
+                    if isinstance(pod, dict) and is_candidate(pod, self.node_name):
+                        found = targets_for_pod(pod, s)
+                        targets.extend(found.targets)
+                        for r in found.rejections:
+                            rejected[r.reason] += 1
+                            self._log_rejection(pod, r)
+                del page
                 if not cont:
                     break
-        return pods
+        for reason, n in rejected.items():  # counted once the listing is complete: one count per listing
+            self.rejected[reason] += n
+        return targets
 
     # ------------------------------------------------------------------ pods -> targets
     async def discover(self) -> list[TargetConfig]:
-        targets: list[TargetConfig] = []
-        for pod in await self.list_pods():
-            targets.extend(self.targets_for_pod(pod))
+        """The targets of one complete listing; raises DiscoveryError (counted by reason) otherwise."""
+        try:
+            async with asyncio.timeout(self.settings.listing_timeout_s):
+                targets = await self._list_targets()
+        except TimeoutError:
+            self.abandoned[ABANDON_TIME] += 1
+            raise ListingAbandoned(
+                ABANDON_TIME, f"the listing took over {self.settings.listing_timeout_s:g} s (listing_timeout)"
+            ) from None
+        except DiscoveryError as exc:
+            self.abandoned[exc.reason] += 1
+            raise
+        self.last_success = time.time()
         return sorted(targets, key=lambda t: t.label)
 
     def targets_for_pod(self, pod: dict[str, Any]) -> list[TargetConfig]:
-        s = self.settings
-        meta = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        name, namespace = meta.get("name", ""), meta.get("namespace", "")
-        labels = meta.get("labels") or {}
-        annotations = meta.get("annotations") or {}
-        ip = status.get("podIP")
-        if status.get("phase") != "Running" or not ip or meta.get("deletionTimestamp"):
+        """The targets one pod yields (none unless it is a candidate on this node); refusals are logged."""
+        if not is_candidate(pod, self.node_name):
             return []
-        if (pod.get("spec") or {}).get("nodeName", self.node_name) != self.node_name:
-            return []  # the field selector already filters; this guards a misbehaving proxy
-        kind = labels.get(s.engine_label) or annotations.get(s.engine_label, "")
-        if kind not in TARGET_KINDS:
-            self._skip(namespace, name, f"engine label {s.engine_label}={kind!r} is not one of {', '.join(TARGET_KINDS)}")
-            return []
-        port = annotations.get(s.port_annotation) or annotations.get(PROMETHEUS_PORT) or _container_port(pod)
-        if not port or not str(port).isdigit():
-            self._skip(namespace, name, f"no metrics port: set annotation {s.port_annotation}")
-            return []
-        path = annotations.get(s.path_annotation) or annotations.get(PROMETHEUS_PATH) or "/metrics"
-        scheme = annotations.get(s.scheme_annotation) or annotations.get(PROMETHEUS_SCHEME) or "http"
-        host = f"[{ip}]" if ":" in ip else ip
-        model = annotations.get(s.model_annotation, "")
-        out = [TargetConfig(
-            kind=kind, url=f"{scheme}://{host}:{port}/{path.lstrip('/')}", name=f"{namespace}/{name}:{port}",
-            model=model, pod=name, namespace=namespace,
-        )]
-        tap_port = annotations.get(s.tap_port_annotation)
-        if tap_port and str(tap_port).isdigit() and tap_port != str(port):
-            out.append(TargetConfig(
-                kind="tap", url=f"http://{host}:{tap_port}/metrics", name=f"{namespace}/{name}:{tap_port}",
-                model=model, pod=name, namespace=namespace,
-            ))
-        return out
+        found = targets_for_pod(pod, self.settings)
+        for r in found.rejections:
+            self._log_rejection(pod, r)
+        return list(found.targets)
 
-    def _skip(self, namespace: str, name: str, why: str) -> None:
-        if len(self._skipped) > 10_000:  # pod churn must not grow this forever
+    def _log_rejection(self, pod: dict[str, Any], r: Rejection) -> None:
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        who = f"{str(meta.get('namespace', ''))[:63]}/{str(meta.get('name', ''))[:253]}"
+        if len(self._skipped) > MAX_SKIP_MEMORY:
             self._skipped.clear()
-        if (f"{namespace}/{name}", why) not in self._skipped:  # log once per pod and reason
-            self._skipped.add((f"{namespace}/{name}", why))
-            logs.event("discovery_skipped_pod", logging.WARNING, pod=f"{namespace}/{name}", reason=why)
+        if (who, r.reason + r.key) not in self._skipped:  # log once per pod and reason
+            self._skipped.add((who, r.reason + r.key))
+            logs.event("discovery_rejected_pod", logging.WARNING, pod=who, annotation=r.key, reason=r.reason, detail=r.why)
 
-
-def _container_port(pod: dict[str, Any]) -> str:
-    """The container port named "metrics", else the pod's only port; "" when ambiguous."""
-    ports = [p for ctr in (pod.get("spec") or {}).get("containers") or [] for p in ctr.get("ports") or []]
-    for p in ports:
-        if p.get("name") == "metrics" and p.get("containerPort"):
-            return str(p["containerPort"])
-    if len(ports) == 1 and ports[0].get("containerPort"):
-        return str(ports[0]["containerPort"])
-    return ""
+    def self_metrics(self) -> list[NormSample]:
+        """Discovery's counters for the snapshot: refusals and abandoned listings by reason, last success."""
+        out = [NormSample(c.EXPORTER_DISCOVERY_REJECTED, {c.LABEL_REASON: r}, float(n)) for r, n in self.rejected.items()]
+        out += [NormSample(c.EXPORTER_DISCOVERY_ABANDONED, {c.LABEL_REASON: r}, float(n)) for r, n in self.abandoned.items()]
+        out.append(NormSample(c.EXPORTER_DISCOVERY_LAST_SUCCESS, {}, self.last_success))
+        return out

@@ -55,7 +55,7 @@ class CollectionLoop:
         self.interval_s = interval_s
 
     async def run_once(self) -> Published:
-        snapshot = await self.collector.collect(self.targets.current())  # never waits on discovery
+        snapshot = await self.collector.collect(self.targets.current(), self.targets.self_metrics())  # never waits on discovery
         published = await asyncio.to_thread(publishable, snapshot)  # rendering is CPU work
         self.holder.publish(published)
         return published

@@ -15,12 +15,15 @@ from typing import Protocol
 
 from exporter import logs
 from exporter.config import TargetConfig
+from exporter.model import NormSample
 
 MIN_REFRESH_S = 1.0  # a zero or tiny refresh_interval must not turn the task into a busy loop
 
 
 class Discoverer(Protocol):
     async def discover(self) -> list[TargetConfig]: ...
+
+    def self_metrics(self) -> list[NormSample]: ...
 
 
 class TargetSet:
@@ -38,6 +41,10 @@ class TargetSet:
         """The targets for this cycle: no I/O, whatever the last refresh swapped in."""
         return list(self._current)
 
+    def self_metrics(self) -> list[NormSample]:
+        """The discoverer's own counters for the snapshot; none without discovery."""
+        return self.discoverer.self_metrics() if self.discoverer is not None else []
+
     async def refresh(self) -> None:
         """Ask the discoverer once and swap the result in; on failure keep the last good list."""
         if self.discoverer is None:
@@ -46,7 +53,8 @@ class TargetSet:
         try:
             found = await self.discoverer.discover()
         except Exception as exc:
-            logs.event("discovery_failed", logging.WARNING, error=type(exc).__name__, detail=str(exc)[:200],
+            logs.event("discovery_failed", logging.WARNING, error=type(exc).__name__,
+                       reason=getattr(exc, "reason", "error"), detail=str(exc)[:200],
                        duration_s=round(time.monotonic() - started, 3), keeping=len(self._discovered))
             return
         duration = round(time.monotonic() - started, 3)

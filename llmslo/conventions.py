@@ -325,9 +325,25 @@ EXPORTER_SAMPLES_DROPPED = _m(
 EXPORTER_CYCLE_DURATION = _m("exporter_collection_duration_seconds", "gauge", "Duration of the last collection cycle.", unit="seconds")
 EXPORTER_CYCLES = _m("exporter_collection_cycles_total", "counter", "Collection cycles completed.")
 EXPORTER_LAST_CYCLE = _m("exporter_last_collection_timestamp_seconds", "gauge", "When the last cycle completed.", unit="seconds")
+# Kubernetes discovery (exporter/discovery.py); present only when discovery is on.
+EXPORTER_DISCOVERY_REJECTED = _m(
+    "exporter_discovery_rejected_total", "counter",
+    "Discovered targets refused (a pod's annotations or status failed a check), counted at every listing that finds them.",
+    (LABEL_REASON,),
+)
+EXPORTER_DISCOVERY_ABANDONED = _m(
+    "exporter_discovery_listings_abandoned_total", "counter",
+    "Pod listings given up (a bound was hit or the API server failed); the last good target list stays in use.",
+    (LABEL_REASON,),
+)
+EXPORTER_DISCOVERY_LAST_SUCCESS = _m(
+    "exporter_discovery_last_success_timestamp_seconds", "gauge",
+    "When the last complete pod listing finished (0: none yet); the target list in use is from then.", unit="seconds",
+)
 EXPORTER_METRICS = (
     EXPORTER_TARGET_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_LAST_ERROR, EXPORTER_PARSE_ERRORS, EXPORTER_SERIES_DROPPED,
     EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
+    EXPORTER_DISCOVERY_REJECTED, EXPORTER_DISCOVERY_ABANDONED, EXPORTER_DISCOVERY_LAST_SUCCESS,
 )
 
 # --------------------------------------------------------------------------------------

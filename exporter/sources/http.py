@@ -39,10 +39,15 @@ def new_session() -> aiohttp.ClientSession:
     )
 
 
-async def fetch_http(session: aiohttp.ClientSession, url: str, *, timeout_s: float, max_bytes: int) -> bytes | bytearray:
+async def fetch_http(
+    session: aiohttp.ClientSession, url: str, *, timeout_s: float, max_bytes: int, headers: dict[str, str] | None = None,
+) -> bytes | bytearray:
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            # No redirects: a discovered pod's page could otherwise send the exporter to any address
+            # (another pod, the node, a cloud metadata endpoint); a 3xx is a down target, `http_3xx`.
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers,
+                                   allow_redirects=False) as resp:
                 if resp.status != 200:
                     raise FetchError(http_status_reason(resp.status))
                 if resp.content_length is not None and resp.content_length > max_bytes and not resp.headers.get("Content-Encoding"):

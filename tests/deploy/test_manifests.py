@@ -10,7 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.config import DEFAULT_PORT, KubernetesDiscovery, load_config
+from exporter.cli import build_parser
+from exporter.config import DEFAULT_PORT, ExporterConfig, KubernetesDiscovery, load_config, merge_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -42,8 +43,9 @@ def test_every_overlay_builds(built):
     assert set(built) >= {"dev", "production"}
     for name, objects in built.items():
         kinds = {o["kind"] for o in objects}
-        assert {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "NetworkPolicy", "PodMonitor",
+        assert {"DaemonSet", "ServiceAccount", "NetworkPolicy", "PodMonitor",
                 "ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds, name
+        assert {"ClusterRole", "ClusterRoleBinding"} <= kinds or {"Role", "RoleBinding"} <= kinds, name
 
 
 def test_core_objects_validate_with_kubernetes_validate(built):
@@ -110,29 +112,53 @@ def test_exporter_daemonset_security_floor(built):
         assert ports["metrics"] == DEFAULT_PORT
 
 
+def exporter_config(objects: list[dict], path: Path) -> ExporterConfig:
+    """The exporter's settings as the DaemonSet runs it: its ConfigMap's file, then its flags, read by
+    the exporter's own parser and merge."""
+    ds = one(objects, "DaemonSet", "llmslo-exporter")
+    cm_name = ds["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    cm = one(objects, "ConfigMap", cm_name)  # kustomize's hashed name, referenced by the DaemonSet
+    path.write_text(cm["data"]["exporter.yaml"])
+    args = build_parser().parse_args(ds["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.config == "/etc/llmslo/exporter.yaml"
+    return merge_cli(load_config(path, check=False), discovery_namespaces=args.discovery_namespaces)
+
+
 def test_exporter_config_loads_with_the_exporters_own_loader(built, monkeypatch, tmp_path):
     monkeypatch.setenv("NODE_NAME", "gpu-node-1")
     for name, objects in built.items():
-        ds = one(objects, "DaemonSet", "llmslo-exporter")
-        cm_name = ds["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
-        cm = one(objects, "ConfigMap", cm_name)  # kustomize's hashed name, referenced by the DaemonSet
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(cm["data"]["exporter.yaml"])
-        config = load_config(path)
-        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
-        assert args == ["--config", "/etc/llmslo/exporter.yaml"]
+        config = exporter_config(objects, tmp_path / f"{name}.yaml")
         assert config.listen.port == DEFAULT_PORT
         assert config.discovery.enabled and config.gpu == "nvml"
 
 
-def test_rbac_reads_pods_and_nothing_else(built):
-    for objects in built.values():
-        role = one(objects, "ClusterRole", "llmslo-exporter")
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-        binding = one(objects, "ClusterRoleBinding", "llmslo-exporter")
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llmslo-exporter",
-                                        "namespace": "llmslo-system"}]
-        assert not find(objects, "Role") and not find(objects, "RoleBinding")
+POD_READER = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+EXPORTER_SA = [{"kind": "ServiceAccount", "name": "llmslo-exporter", "namespace": "llmslo-system"}]
+
+
+def test_rbac_reads_pods_where_discovery_looks_and_nothing_else(built, monkeypatch, tmp_path):
+    """All namespaces: one ClusterRole. Named namespaces: a Role in each of them, in no other, and no
+    cluster-wide grant (what the overlay's flag names and what it grants must not drift apart)."""
+    monkeypatch.setenv("NODE_NAME", "gpu-node-1")
+    watched = {}
+    for name, objects in built.items():
+        namespaces = exporter_config(objects, tmp_path / f"{name}.yaml").discovery.namespaces
+        watched[name] = namespaces
+        if not namespaces:
+            assert one(objects, "ClusterRole", "llmslo-exporter")["rules"] == POD_READER
+            binding = one(objects, "ClusterRoleBinding", "llmslo-exporter")
+            assert binding["subjects"] == EXPORTER_SA and binding["roleRef"]["kind"] == "ClusterRole"
+            assert not find(objects, "Role") and not find(objects, "RoleBinding")
+            continue
+        assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding"), name
+        roles, bindings = find(objects, "Role"), find(objects, "RoleBinding")
+        assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces), name
+        assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(namespaces), name
+        for role, binding in zip(roles, bindings, strict=True):
+            assert role["rules"] == POD_READER
+            assert binding["subjects"] == EXPORTER_SA
+            assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert watched["dev"] == () and watched["production"] == ("llm",)
 
 
 def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built):
@@ -151,6 +177,8 @@ def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built)
         assert {p["port"] for p in api["ports"]} == {443, 6443}
     prod = one(built["production"], "NetworkPolicy", "llmslo-exporter")
     assert prod["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] != "0.0.0.0/0"
+    # Engines only in the namespaces production's discovery watches.
+    assert prod["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}
 
 
 def test_pod_monitor_scrapes_the_exporter_and_keeps_its_labels(built):

@@ -38,16 +38,18 @@ def pod(name, kind="vllm", *, ns="llm", phase="Running", ip="10.0.0.5", annotati
 
 PODS = [
     pod("vllm-0", annotations={"llmslo.io/metrics-port": "8000", "llmslo.io/model": "llama-3-8b",
-                               "llmslo.io/tap-port": "9402"}),
+                               "llmslo.io/tap-port": "9402"},
+        ports=[{"containerPort": 8000}, {"name": "tap-metrics", "containerPort": 9402}]),
     pod("sglang-0", "sglang", annotations={"prometheus.io/port": "30000", "prometheus.io/path": "/custom/metrics",
-                                           "prometheus.io/scheme": "https"}),
+                                           "prometheus.io/scheme": "https"}, ports=[{"containerPort": 30000}]),
     pod("tgi-0", "tgi", ns="other", ports=[{"name": "http", "containerPort": 80}, {"name": "metrics", "containerPort": 9000}]),
     pod("pending-0", phase="Pending", annotations={"llmslo.io/metrics-port": "8000"}),
     pod("noip-0", ip="", annotations={"llmslo.io/metrics-port": "8000"}),
     pod("terminating-0", deleting=True, annotations={"llmslo.io/metrics-port": "8000"}),
     pod("badkind-0", "llama", annotations={"llmslo.io/metrics-port": "8000"}),
     pod("noport-0", ports=[{"containerPort": 1}, {"containerPort": 2}]),
-    pod("v6-0", "auto", ip="fd00::5", annotations={"llmslo.io/metrics-port": "8000", "llmslo.io/metrics-path": "stats"}),
+    pod("v6-0", "auto", ip="fd00::5", annotations={"llmslo.io/metrics-port": "8000", "llmslo.io/metrics-path": "stats"},
+        ports=[{"containerPort": 8000}]),
     pod("elsewhere-0", node="node-b", annotations={"llmslo.io/metrics-port": "8000"}),
 ]
 
@@ -201,7 +203,8 @@ def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server
     async def body():
         engine_runner, base = await http_server({"/metrics": metrics})
         port = base.rsplit(":", 1)[1]
-        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port})]
+        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port},
+                        ports=[{"containerPort": int(port)}])]
         discoverer = KubernetesDiscoverer(settings, NODE)
         try:
             async with new_session() as session:
@@ -231,7 +234,8 @@ def test_a_hung_api_server_never_delays_a_cycle(in_cluster, http_server, caplog)
     async def body():
         engine_runner, base = await http_server({"/metrics": metrics, "/static": metrics})
         port = base.rsplit(":", 1)[1]
-        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port})]
+        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port},
+                        ports=[{"containerPort": int(port)}])]
         static = (TargetConfig(kind="vllm", url=f"{base}/static", name="static", pod="static-0"),)
         discoverer = KubernetesDiscoverer(settings, NODE)
         targets = TargetSet(static, discoverer, refresh_s=0)
