@@ -20,15 +20,17 @@ from pathlib import Path
 
 from llmslo.conventions import CAPACITY, HEALTH
 from llmslo.conventions import SLO as C
-from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config, alertmanager_file
+from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, alertmanager_config, alertmanager_config_file,
+                                          alertmanager_config_object, alertmanager_file)
 from slogen.artifacts.dashboards import dashboard_files
 from slogen.artifacts.deploy import deploy_files
+from slogen.artifacts.grafana_provisioning import dashboard_configmaps, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
 from slogen.artifacts.runbooks import runbook_files
 from slogen.catalog import Catalog
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
-from slogen.paths import prometheus_rule_path, rules_path, tests_path
+from slogen.paths import ALERTMANAGER_CONFIG_FILE, DASHBOARD_CONFIGMAPS_FILE, prometheus_rule_path, rules_path, tests_path
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
 from slogen.promtests.dashboards import dashboard_tests
@@ -97,17 +99,17 @@ def slo_prometheus_rules(catalog: Catalog) -> Produced:
             [g for r in items for g in r.rules.groups()],
             namespace=origin.k8s_namespace if origin else "",
             labels=origin.k8s_labels if origin else None,
-            head=header(sources(items), catalog.options.gen.version))
+            head=header(sources(items), catalog.options.gen.version), meta=catalog.options.kube.meta)
     return Produced(out)
 
 
-def _group_files(name: str, group, head: str, test_doc: dict, component: str) -> dict[str, str]:
+def _group_files(name: str, group, head: str, test_doc: dict, component: str, meta) -> dict[str, str]:
     """A build-wide group's rule file, promtool tests and PrometheusRule (`component` labels the latter)."""
     return {
         rules_path(name): rule_file([group], head),
         tests_path(name): head + "\n" + dump(test_doc),
         prometheus_rule_path(name): prometheus_rule(
-            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}),
+            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}, meta=meta),
     }
 
 
@@ -117,7 +119,7 @@ def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, gro
         return Produced({})
     head = head.format(version=catalog.options.gen.version)
     test_doc = tests(list(alerts), opts, Path(rules_path(name)).name)
-    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component))
+    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component, catalog.options.kube.meta))
 
 
 def health_rules(catalog: Catalog) -> Produced:
@@ -135,11 +137,14 @@ def capacity_rules(catalog: Catalog) -> Produced:
 
 def dashboards(catalog: Catalog) -> Produced:
     """dashboards/: the fleet dashboard, one per SLO, and dashboards.test.yaml, every panel's number proven on
-    a synthetic fleet (rendered once, read by the tests as written)."""
+    a synthetic fleet (rendered once, read by the tests as written); what Grafana loads them from: a
+    ConfigMap each for its sidecar (deploy/generated/grafana/) and a file provider (dashboards/)."""
     files = dashboard_files(catalog.views)
     doc = dashboard_tests(catalog.views, files)
-    test = header("the dashboards in dashboards/", catalog.options.gen.version) + "\n" + dump(doc)
-    return Produced({**files, DASHBOARD_TEST_FILE: test})
+    version, kube = catalog.options.gen.version, catalog.options.kube
+    test = header("the dashboards in dashboards/", version) + "\n" + dump(doc)
+    return Produced({**files, DASHBOARD_TEST_FILE: test, **dashboard_configmaps(files, kube, version),
+                     **provider_file(kube, version)})
 
 
 def runbooks(catalog: Catalog) -> Produced:
@@ -151,27 +156,42 @@ def runbooks(catalog: Catalog) -> Produced:
 def kubernetes(catalog: Catalog) -> Produced:
     """KEDA ScaledObjects, their HPA v2 alternative, and deploy/generated/: the kustomization listing every
     generated object (the PrometheusRules and the ScaledObjects, not the HPAs) and the tap's ConfigMap."""
-    scaling = keda_files(catalog.pools, catalog.views)
+    meta = catalog.options.kube.meta
+    scaling = keda_files(catalog.pools, catalog.views, meta)
     extra_rules = ([prometheus_rule_path(HEALTH.GROUP)] * bool(catalog.health_alerts)
                    + [prometheus_rule_path(CAPACITY.GROUP)] * bool(catalog.capacity_alerts))
     rule_paths = sorted({prometheus_rule_path(r.slo.service) for r in catalog.results})
-    return Produced({**scaling, **hpa_files(catalog.pools, catalog.views),
-                     **deploy_files([*rule_paths, *extra_rules, *scaling], catalog.spec_files)})
+    # the dashboards step always writes the ConfigMaps (the fleet dashboard at least); routing, when any alerts
+    routing = [ALERTMANAGER_CONFIG_FILE] * (_routing(catalog) is not None)
+    listed = [*rule_paths, *extra_rules, *scaling, DASHBOARD_CONFIGMAPS_FILE, *routing]
+    return Produced({**scaling, **hpa_files(catalog.pools, catalog.views, meta),
+                     **deploy_files(listed, catalog.spec_files, meta)})
 
 
-def alertmanager(catalog: Catalog) -> Produced:
-    """alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)."""
+def _routing(catalog: Catalog) -> dict | None:
+    """The Alertmanager routing of the build's alerts (none when it has no alerts)."""
     options = catalog.options
     alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
     if not alerting and not options.health.enabled and not options.capacity.enabled:
-        return Produced({})
+        return None
     catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
     compat = options.gen.sloth_compat
     tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
     severities = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, ""))
                   for a in [*catalog.health_alerts, *catalog.capacity_alerts]]
-    config = alertmanager_config(catalogs, tiers, severities)
-    return Produced({ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)})
+    return alertmanager_config(catalogs, tiers, severities)
+
+
+def alertmanager(catalog: Catalog) -> Produced:
+    """alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py), and the same as
+    prometheus-operator's AlertmanagerConfig in deploy/generated/."""
+    config = _routing(catalog)
+    if config is None:
+        return Produced({})
+    version, kube = catalog.options.gen.version, catalog.options.kube
+    obj = alertmanager_config_object(config, kube.alertmanager_config_name, kube.meta)
+    return Produced({ALERTMANAGER_FILE: alertmanager_file(config, version),
+                     ALERTMANAGER_CONFIG_FILE: alertmanager_config_file(obj, version)})
 
 
 # The build, in order (the order of the notes; the files are sorted). Append a step to add an artifact.
@@ -184,5 +204,5 @@ STEPS: tuple[Step, ...] = (
     Step("dashboards", dashboards),  # dashboards/*.json and dashboards/dashboards.test.yaml
     Step("runbooks", runbooks),  # docs/runbooks/
     Step("kubernetes", kubernetes),  # KEDA, HPA, deploy/generated/kustomization.yaml, the tap's ConfigMap
-    Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml
+    Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml, deploy/generated/alertmanagerconfig.yaml
 )
