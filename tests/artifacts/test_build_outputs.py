@@ -188,7 +188,8 @@ def test_prometheus_rule_validates_and_carries_every_group(build, crd):
 def test_generated_kustomization_lists_what_was_generated(build):
     _, _, files = build
     kustomization = yaml.safe_load(files[KUSTOMIZATION])
-    assert kustomization["resources"] == ["keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
+    assert kustomization["resources"] == ["alertmanagerconfig.yaml", "grafana/dashboard-configmaps.yaml",
+                                          "keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
                                           "prometheusrule-llmslo-capacity.yaml", "prometheusrule-llmslo-health.yaml"]
     assert all(f"deploy/generated/{r}" in files for r in kustomization["resources"])
 
