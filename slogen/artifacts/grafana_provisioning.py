@@ -9,11 +9,12 @@ Each ConfigMap's data is the dashboard's JSON byte for byte, so both paths load 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from slogen.errors import SpecError, SpecErrors
-from slogen.k8smeta import MAX_CONFIGMAP_BYTES, KubeOptions, configmap_key_problem, subdomain_problem
+from slogen.k8smeta import MAX_CONFIGMAP_BYTES, MAX_SUBDOMAIN, KubeOptions, configmap_key_problem, subdomain_problem
 from slogen.paths import DASHBOARD_CONFIGMAPS_FILE, GRAFANA_PROVIDER_FILE
 from slogen.writers import GENERATED_MARKER, K8S_LABELS
 from slogen.yamlio import dump
@@ -25,14 +26,27 @@ HEADER = (f"# {GENERATED_MARKER} ({{version}}): {{what}}.\n"
           "# DO NOT EDIT: change slos/ or the build options (docs/deploy.md, \"Grafana\") and run `slogen build`.\n")
 
 
+def _fit(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with a hash of the whole kept at the end, when it is longer (an SLO id
+    may make a file name of 255 bytes; an object name and a ConfigMap key take 253)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit - 9].rstrip("-.") + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def configmap_name(dashboard_path: str) -> str:
-    return CONFIGMAP_PREFIX + PurePosixPath(dashboard_path).stem
+    return _fit(CONFIGMAP_PREFIX + PurePosixPath(dashboard_path).stem, MAX_SUBDOMAIN)
+
+
+def configmap_key(dashboard_path: str) -> str:
+    """The dashboard's file name (the sidecar writes the value to a file of this name)."""
+    return _fit(PurePosixPath(dashboard_path).stem, MAX_SUBDOMAIN - len(".json")) + ".json"
 
 
 def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
     """One dashboard's ConfigMap (key: its file name, value: its JSON as written); SpecErrors when the
-    API server would refuse it: a name it cannot take, a dashboard over the 1 MiB a ConfigMap holds."""
-    name, key = configmap_name(path), PurePosixPath(path).name
+    API server would refuse it: a dashboard over the 1 MiB a ConfigMap holds (or, defensively, a name)."""
+    name, key = configmap_name(path), configmap_key(path)
     problems = []
     if why := subdomain_problem(name):
         problems.append(SpecError(path, f"its ConfigMap name {name!r} {why}", fix="give the SLO a shorter id"))

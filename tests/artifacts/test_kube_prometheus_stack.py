@@ -285,3 +285,14 @@ def test_runbook_url_template_fills_alert_and_service_and_promtool_renders_it(tm
     proc = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path / "alerts")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_the_longest_dashboard_file_name_still_makes_a_valid_distinct_configmap():
+    """validate admits an SLO id whose dashboard file name is 255 bytes; a ConfigMap's name and key take 253."""
+    stems = ["slo-" + "s" * 233 + "-availability", "slo-" + "s" * 233 + "-availabilitx"]
+    objs = [dashboard_configmap(f"dashboards/{s}.json", "{}", KubeOptions()) for s in stems]
+    names = [o["metadata"]["name"] for o in objs]
+    keys = [next(iter(o["data"])) for o in objs]
+    assert all(len(f"{s}.json") == 255 for s in stems)
+    assert all(subdomain_problem(n) is None for n in names) and len(set(names)) == 2
+    assert all(len(k) <= 253 and k.endswith(".json") for k in keys) and len(set(keys)) == 2
