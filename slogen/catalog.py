@@ -17,6 +17,8 @@ from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import Pool
 from slogen.autoscaling import load_paths as load_autoscaling
 from slogen.errors import SpecError, SpecErrors
+from slogen.k8smeta import KubeOptions
+from slogen.links import placeholder_host
 from slogen.loaders import load_paths
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
@@ -37,6 +39,7 @@ class BuildOptions:
     health: HealthOptions = field(default_factory=HealthOptions)
     capacity: CapacityOptions = field(default_factory=CapacityOptions)
     autoscaling: bool = True  # generate KEDA objects from autoscaling/ next to the inputs
+    kube: KubeOptions = field(default_factory=KubeOptions)  # object labels, Grafana and AlertmanagerConfig settings
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,13 @@ def _refuse(problems: list[tuple[str, str]], what: str) -> None:
                           for name, why in problems])
 
 
+def _refuse_flags(problems: list[tuple[str, str]]) -> None:
+    """SpecErrors naming each bad build flag (`KubeOptions.problems`), if any."""
+    if problems:
+        raise SpecErrors([SpecError("slogen build", f"{flag} {why}", fix=f"pass a valid {flag}")
+                          for flag, why in problems])
+
+
 def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOptions) -> tuple[HealthAlert, ...]:
     """The alerts `make` generates from `opts` (none when they are off); SpecErrors for bad options."""
     if not opts.enabled:
@@ -110,6 +120,17 @@ def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
     return _alerts(options.capacity, "capacity", capacity.capacity_alerts, options.gen)
 
 
+def placeholder_warnings(gen: GenOptions) -> list[SpecError]:
+    """A warning for each link every alert carries that points at a reserved example host (the defaults do):
+    on call would open a page that does not exist."""
+    links = (("runbook_url", gen.runbook_base_url, "--runbook-url 'https://wiki.example/runbooks/{{alert}}' or "
+              "--runbook-base-url URL (env SLOGEN_RUNBOOK_BASE_URL)"),
+             ("dashboard", gen.grafana_url, "--grafana-url URL (env SLOGEN_GRAFANA_URL)"))
+    return [SpecError("slogen build", f"every alert's {what} annotation points at the placeholder host {host}",
+                      fix=f"set {flag} to where yours live")
+            for what, url, flag in links if (host := placeholder_host(url))]
+
+
 def compile_catalog(options: BuildOptions) -> Catalog:
     """Load and validate every input, generate the rules of every SLO, and compute what the steps share;
     SpecErrors lists every problem, AutoscalingError the first in autoscaling/."""
@@ -120,9 +141,11 @@ def compile_catalog(options: BuildOptions) -> Catalog:
     refused = override_error(gen)
     if refused is not None:
         raise SpecErrors([refused])
+    _refuse_flags(options.kube.problems())
     results = generate(loaded.slos, gen)
     root = input_root(options)
     pools = load_autoscaling([root / AUTOSCALING_DIR]).pools if options.autoscaling else ()
-    return Catalog(options, loaded.slos, results, windows, loaded.warnings, pools=pools,
+    warnings = list(loaded.warnings) + placeholder_warnings(gen)
+    return Catalog(options, loaded.slos, results, windows, warnings, pools=pools,
                    spec_files=spec_files(loaded.slos, root), views=tuple(from_context(r.ctx) for r in results),
                    health_alerts=health_alerts(options), capacity_alerts=capacity_alerts(options))

@@ -21,7 +21,10 @@ from slogen.generate import render_documents
 from slogen.rules import generate
 from slogen.rules.health import HealthOptions
 from slogen.rules.capacity import CapacityOptions
+from slogen.k8smeta import (DEFAULT_ALERTMANAGER_CONFIG, DEFAULT_DASHBOARD_FOLDER, DEFAULT_DASHBOARD_LABELS,
+                            DEFAULT_FOLDER_ANNOTATION, DEFAULT_PROVIDER_PATH, KubeOptions, ObjectMeta)
 from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
+from slogen.rules.alerts import RUNBOOK_PLACEHOLDERS, is_runbook_template
 from slogen.rules.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
                                        UNREACHABLE_RESCALE, GenOptions)
 from slogen.loaders import discover, load_paths
@@ -73,6 +76,46 @@ def _labels(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--extra-labels {pair!r}: {key} is reserved by slogen; choose another name")
         out[key] = value
     return out
+
+
+def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
+    """KEY=VALUE flags as a dict (Kubernetes' own checks come after, in KubeOptions.problems)."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {pair!r}: write KEY=VALUE, e.g. {flag} release=kube-prometheus-stack")
+        out[key] = value
+    return out
+
+
+def _kube_options(args: argparse.Namespace) -> KubeOptions:
+    """The Kubernetes settings of `slogen build`; a UsageError naming the flag for what the API server would refuse."""
+    opts = KubeOptions(
+        meta=ObjectMeta(_pairs("--object-label", args.object_label), _pairs("--object-annotation", args.object_annotation)),
+        dashboard_labels=_pairs("--dashboard-label", args.dashboard_label) if args.dashboard_label
+        else dict(DEFAULT_DASHBOARD_LABELS),
+        folder_annotation=args.dashboard_folder_annotation, folder=args.dashboard_folder,
+        provider_path=args.grafana_dashboards_path, alertmanager_config_name=args.alertmanager_config_name)
+    problems = opts.problems()
+    if problems:
+        raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
+    return opts
+
+
+def _runbook(args: argparse.Namespace) -> str:
+    """The runbook link option: `--runbook-url` (a template naming {{alert}} or {{service}}) or the base URL."""
+    if not args.runbook_url:
+        return args.runbook_base_url
+    names = ", ".join("{{" + n + "}}" for n in RUNBOOK_PLACEHOLDERS)
+    if not is_runbook_template(args.runbook_url):
+        raise UsageError(f"--runbook-url {args.runbook_url!r} names none of {names}: every alert would link one page; "
+                         "write e.g. --runbook-url 'https://wiki.example/runbooks/{{alert}}' (or use --runbook-base-url)")
+    rest = re.sub(r"{{\s*(alert|service)\s*}}", "", args.runbook_url)
+    if not re.match(r"^(https?|file)://", args.runbook_url) or re.search(r"{{|}}", rest):
+        raise UsageError(f"--runbook-url {args.runbook_url!r}: write an http(s) or file URL whose only placeholders "
+                         f"are {names}")
+    return args.runbook_url
 
 
 def _gen_args(p: argparse.ArgumentParser, *, compat_default: bool = False) -> None:
@@ -128,9 +171,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     from slogen.build import BuildOptions, build_into
     from slogen.outtree import scratch_dir
 
+    args.runbook_base_url = _runbook(args)
+    kube = _kube_options(args)
     gen = _gen_options(args, _windows(args.windows))
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
-                           autoscaling=args.autoscaling)
+                           autoscaling=args.autoscaling, kube=kube)
     # every file is written to a scratch directory as it is made (a build's memory is its catalog, not its
     # text); for --check beside the system's temporary files, else under --out, where staging links it in
     with (tempfile.TemporaryDirectory(prefix="slogen-check-") if args.check else scratch_dir(Path(args.out))) as scratch:
@@ -392,9 +437,31 @@ def parser() -> argparse.ArgumentParser:
                         "(by default it runs when promtool is on PATH, and a rejected file fails the build)")
     b.add_argument("--runbook-base-url", default=os.environ.get("SLOGEN_RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE_URL),
                    help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL)")
+    b.add_argument("--runbook-url", default="", metavar="TEMPLATE",
+                   help="runbook_url from a template instead, to fit an existing wiki: {{alert}} and {{service}} are "
+                        "replaced, e.g. 'https://wiki/sre/llm/{{alert}}' (overrides --runbook-base-url)")
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
+    k = b.add_argument_group("Kubernetes objects", "labels and annotations of every generated object, and how "
+                             "Grafana and Alertmanager find theirs (docs/deploy.md, kube-prometheus-stack)")
+    k.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
+                   help="label on every generated Kubernetes object (repeatable), e.g. release=kube-prometheus-stack "
+                        "for the chart's ruleSelector (unlike -l, which labels the rules inside)")
+    k.add_argument("--object-annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="annotation on every generated Kubernetes object (repeatable)")
+    k.add_argument("--dashboard-label", action="append", default=[], metavar="KEY=VALUE",
+                   help="label the Grafana sidecar selects the dashboard ConfigMaps by (repeatable; default "
+                        + ", ".join(f"{k}={v}" for k, v in DEFAULT_DASHBOARD_LABELS.items()) + ")")
+    k.add_argument("--dashboard-folder-annotation", default=DEFAULT_FOLDER_ANNOTATION, metavar="KEY",
+                   help=f"annotation naming the Grafana folder on the dashboard ConfigMaps (the sidecar's "
+                        f"folderAnnotation; default {DEFAULT_FOLDER_ANNOTATION})")
+    k.add_argument("--dashboard-folder", default=DEFAULT_DASHBOARD_FOLDER, metavar="NAME",
+                   help=f"Grafana folder of the dashboards (default {DEFAULT_DASHBOARD_FOLDER!r})")
+    k.add_argument("--grafana-dashboards-path", default=DEFAULT_PROVIDER_PATH, metavar="DIR",
+                   help=f"where dashboards/grafana-provider.yaml tells Grafana the JSON files are (default {DEFAULT_PROVIDER_PATH})")
+    k.add_argument("--alertmanager-config-name", default=DEFAULT_ALERTMANAGER_CONFIG, metavar="NAME",
+                   help=f"name of the generated AlertmanagerConfig (default {DEFAULT_ALERTMANAGER_CONFIG})")
     b.add_argument("--windows", action="append", default=[], metavar="PATH",
                    help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
                         "(repeatable; AlertWindows documents among the inputs load too)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from urllib.parse import urlsplit
 
 DEFAULT_GRAFANA_URL = "https://grafana.example.com"  # a placeholder, as the default runbook base URL is
 GRAFANA_URL_ENV = "SLOGEN_GRAFANA_URL"
@@ -31,3 +32,17 @@ FLEET_DASHBOARD_UID = dashboard_uid("llmslo", "fleet")  # the fleet serving dash
 def dashboard_url(grafana_url: str, uid: str) -> str:
     """Grafana's short link to a dashboard by uid: <grafana>/d/<uid> (Grafana adds the slug itself)."""
     return f"{grafana_url.rstrip('/')}/d/{uid}"
+
+
+# Names reserved for examples (RFC 2606, RFC 6761): a link there reaches no one's runbook or Grafana.
+_PLACEHOLDER_DOMAINS = ("example.com", "example.net", "example.org")
+_PLACEHOLDER_TLDS = (".example", ".invalid", ".test")
+
+
+def placeholder_host(url: str) -> str | None:
+    """The host of `url` when it is a reserved example name (the defaults are: runbooks.example.com,
+    grafana.example.com), else None."""
+    host = (urlsplit(url.replace("{{", "").replace("}}", "")).hostname or "").lower().rstrip(".")
+    if host in _PLACEHOLDER_DOMAINS or host.endswith(tuple("." + d for d in _PLACEHOLDER_DOMAINS)):
+        return host
+    return host if host.endswith(_PLACEHOLDER_TLDS) else None

@@ -32,3 +32,6 @@ DASHBOARD_TESTS_FILE = f"{DASHBOARD_DIR}/dashboards.test.yaml"
 def slo_dashboard_path(slo_id: str) -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", slo_id.lower()).strip("-")
     return f"{DASHBOARD_DIR}/slo-{slug}.json"
+GRAFANA_PROVIDER_FILE = f"{DASHBOARD_DIR}/grafana-provider.yaml"  # Grafana file provisioning, without the sidecar
+DASHBOARD_CONFIGMAPS_FILE = f"{PROMETHEUS_RULE_DIR}/grafana/dashboard-configmaps.yaml"  # for the Grafana sidecar
+ALERTMANAGER_CONFIG_FILE = f"{PROMETHEUS_RULE_DIR}/alertmanagerconfig.yaml"  # prometheus-operator's CRD

@@ -20,15 +20,17 @@ from pathlib import Path
 
 from llmslo.conventions import CAPACITY, HEALTH
 from llmslo.conventions import SLO as C
-from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config, alertmanager_file
+from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, alertmanager_config, alertmanager_config_file,
+                                          alertmanager_config_object, alertmanager_file)
 from slogen.artifacts.dashboards import iter_dashboard_files
 from slogen.artifacts.deploy import deploy_files
+from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
 from slogen.artifacts.runbooks import iter_runbook_files
 from slogen.catalog import Catalog
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
-from slogen.paths import prometheus_rule_path, rules_path, tests_path
+from slogen.paths import ALERTMANAGER_CONFIG_FILE, DASHBOARD_CONFIGMAPS_FILE, prometheus_rule_path, rules_path, tests_path
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
 from slogen.promtests.dashboards import DashboardTests
@@ -46,11 +48,13 @@ CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecas
 
 
 # A step's files: a mapping (relative path -> text), or (path, text) pairs made as they are taken, so that a
-# large build writes each file out before it makes the next (10,000 SLOs make 1.8 GB of text).
-Files = Mapping[str, str] | Iterable[tuple[str, str]]
+# large build writes each file out before it makes the next (10,000 SLOs make 1.8 GB of text). A text may be
+# given as its pieces in order (a list of str), written one after another.
+Text = str | list[str]
+Files = Mapping[str, Text] | Iterable[tuple[str, Text]]
 
 
-def pairs(files: Files) -> Iterable[tuple[str, str]]:
+def pairs(files: Files) -> Iterable[tuple[str, Text]]:
     """(path, text) of a step's files, whichever way it gave them."""
     return files.items() if isinstance(files, Mapping) else files
 
@@ -112,18 +116,18 @@ def slo_prometheus_rules(catalog: Catalog) -> Produced:
                 [g for r in items for g in r.rules.groups()],
                 namespace=origin.k8s_namespace if origin else "",
                 labels=origin.k8s_labels if origin else None,
-                head=header(sources(items), catalog.options.gen.version))
+                head=header(sources(items), catalog.options.gen.version), meta=catalog.options.kube.meta)
 
     return Produced(files())
 
 
-def _group_files(name: str, group, head: str, test_doc: dict, component: str) -> dict[str, str]:
+def _group_files(name: str, group, head: str, test_doc: dict, component: str, meta) -> dict[str, str]:
     """A build-wide group's rule file, promtool tests and PrometheusRule (`component` labels the latter)."""
     return {
         rules_path(name): rule_file([group], head),
         tests_path(name): head + "\n" + dump(test_doc),
         prometheus_rule_path(name): prometheus_rule(
-            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}),
+            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}, meta=meta),
     }
 
 
@@ -133,7 +137,7 @@ def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, gro
         return Produced({})
     head = head.format(version=catalog.options.gen.version)
     test_doc = tests(list(alerts), opts, Path(rules_path(name)).name)
-    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component))
+    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component, catalog.options.kube.meta))
 
 
 def health_rules(catalog: Catalog) -> Produced:
@@ -151,15 +155,20 @@ def capacity_rules(catalog: Catalog) -> Produced:
 
 def dashboards(catalog: Catalog) -> Produced:
     """dashboards/: the fleet dashboard, one per SLO, and dashboards.test.yaml, every panel's number proven on
-    a synthetic fleet (rendered once, read by the tests as written)."""
+    a synthetic fleet (rendered once, read by the tests as written); what Grafana loads them from: a
+    ConfigMap each for its sidecar (deploy/generated/grafana/) and a file provider (dashboards/)."""
+    version, kube = catalog.options.gen.version, catalog.options.kube
 
-    def files() -> Iterator[tuple[str, str]]:
+    def files() -> Iterator[tuple[str, Text]]:
         tests = DashboardTests(catalog.views)
+        configmaps = DashboardConfigMaps(kube, version)
         for path, text in iter_dashboard_files(catalog.views):
             tests.add(path, text)
+            configmaps.add(path, text)
             yield path, text
-        yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", catalog.options.gen.version) + "\n" + dump(
-            tests.document())
+        yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", version) + "\n" + dump(tests.document())
+        yield from configmaps.files().items()
+        yield from provider_file(kube, version).items()
 
     return Produced(files())
 
@@ -173,27 +182,42 @@ def runbooks(catalog: Catalog) -> Produced:
 def kubernetes(catalog: Catalog) -> Produced:
     """KEDA ScaledObjects, their HPA v2 alternative, and deploy/generated/: the kustomization listing every
     generated object (the PrometheusRules and the ScaledObjects, not the HPAs) and the tap's ConfigMap."""
-    scaling = keda_files(catalog.pools, catalog.views)
+    meta = catalog.options.kube.meta
+    scaling = keda_files(catalog.pools, catalog.views, meta)
     extra_rules = ([prometheus_rule_path(HEALTH.GROUP)] * bool(catalog.health_alerts)
                    + [prometheus_rule_path(CAPACITY.GROUP)] * bool(catalog.capacity_alerts))
     rule_paths = sorted({prometheus_rule_path(r.slo.service) for r in catalog.results})
-    return Produced({**scaling, **hpa_files(catalog.pools, catalog.views),
-                     **deploy_files([*rule_paths, *extra_rules, *scaling], catalog.spec_files)})
+    # the dashboards step always writes the ConfigMaps (the fleet dashboard at least); routing, when any alerts
+    routing = [ALERTMANAGER_CONFIG_FILE] * (_routing(catalog) is not None)
+    listed = [*rule_paths, *extra_rules, *scaling, DASHBOARD_CONFIGMAPS_FILE, *routing]
+    return Produced({**scaling, **hpa_files(catalog.pools, catalog.views, meta),
+                     **deploy_files(listed, catalog.spec_files, meta)})
 
 
-def alertmanager(catalog: Catalog) -> Produced:
-    """alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py)."""
+def _routing(catalog: Catalog) -> dict | None:
+    """The Alertmanager routing of the build's alerts (none when it has no alerts)."""
     options = catalog.options
     alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
     if not alerting and not options.health.enabled and not options.capacity.enabled:
-        return Produced({})
+        return None
     catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
     compat = options.gen.sloth_compat
     tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
     severities = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, ""))
                   for a in [*catalog.health_alerts, *catalog.capacity_alerts]]
-    config = alertmanager_config(catalogs, tiers, severities)
-    return Produced({ALERTMANAGER_FILE: alertmanager_file(config, options.gen.version)})
+    return alertmanager_config(catalogs, tiers, severities)
+
+
+def alertmanager(catalog: Catalog) -> Produced:
+    """alerts/alertmanager.yaml: routing and inhibition (artifacts/alertmanager.py), and the same as
+    prometheus-operator's AlertmanagerConfig in deploy/generated/."""
+    config = _routing(catalog)
+    if config is None:
+        return Produced({})
+    version, kube = catalog.options.gen.version, catalog.options.kube
+    obj = alertmanager_config_object(config, kube.alertmanager_config_name, kube.meta)
+    return Produced({ALERTMANAGER_FILE: alertmanager_file(config, version),
+                     ALERTMANAGER_CONFIG_FILE: alertmanager_config_file(obj, version)})
 
 
 # The build, in order (the order of the notes; the files are sorted). Append a step to add an artifact.
@@ -206,5 +230,5 @@ STEPS: tuple[Step, ...] = (
     Step("dashboards", dashboards),  # dashboards/*.json and dashboards/dashboards.test.yaml
     Step("runbooks", runbooks),  # docs/runbooks/
     Step("kubernetes", kubernetes),  # KEDA, HPA, deploy/generated/kustomization.yaml, the tap's ConfigMap
-    Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml
+    Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml, deploy/generated/alertmanagerconfig.yaml
 )

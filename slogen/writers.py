@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from slogen import VERSION_LABEL
+from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.model import Rule, RuleGroup
 from slogen.yamlio import dump
 
@@ -55,17 +56,11 @@ def rule_file(groups: list[RuleGroup], head: str = "") -> str:
 
 def prometheus_rule(name: str, groups: list[RuleGroup], *, namespace: str = "", labels: dict[str, str] | None = None,
                     annotations: dict[str, str] | None = None, head: str = "",
-                    managed_labels: dict[str, str] | None = None) -> str:
-    """A prometheus-operator PrometheusRule object carrying the same groups."""
-    meta: dict = {"name": name}
-    if namespace:
-        meta["namespace"] = namespace
+                    managed_labels: dict[str, str] | None = None, meta: ObjectMeta = NO_META) -> str:
+    """A prometheus-operator PrometheusRule object carrying the same groups (`meta`: the build's object
+    labels and annotations, e.g. the `release` label kube-prometheus-stack's ruleSelector matches)."""
     managed = K8S_LABELS if managed_labels is None else managed_labels
-    meta["labels"] = dict(sorted({**(labels or {}), **managed}.items()))
-    if annotations:
-        meta["annotations"] = dict(sorted(annotations.items()))
-    obj = {"apiVersion": PROMETHEUS_RULE_API, "kind": "PrometheusRule", "metadata": meta,
+    obj = {"apiVersion": PROMETHEUS_RULE_API, "kind": "PrometheusRule",
+           "metadata": meta.metadata(name, namespace, labels, annotations, managed),
            "spec": {"groups": [group_dict(g) for g in groups if g.rules]}}
     return head + ("\n" if head else "") + dump(obj)
-
-

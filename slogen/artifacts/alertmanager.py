@@ -32,6 +32,8 @@ to fill them in; the demo puts its webhook URLs there.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +42,8 @@ from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
-from slogen.writers import GENERATED_MARKER
+from slogen.k8smeta import NO_META, ObjectMeta
+from slogen.writers import GENERATED_MARKER, K8S_LABELS
 from slogen.yamlio import dump
 
 ALERTMANAGER_FILE = "alerts/alertmanager.yaml"
@@ -172,4 +175,61 @@ def alertmanager_file(config: dict, version: str) -> str:
     return HEADER.replace("VERSION", version, 1) + "\n" + dump(config)
 
 
-__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_file", "timers"]
+# --- the same routing as prometheus-operator's AlertmanagerConfig (monitoring.coreos.com/v1alpha1) ----------
+
+ALERTMANAGER_CONFIG_API = "monitoring.coreos.com/v1alpha1"
+_MATCHER = re.compile(r'^([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"$')
+_TIMERS = {"group_wait": "groupWait", "group_interval": "groupInterval", "repeat_interval": "repeatInterval"}
+
+
+def crd_matcher(text: str) -> dict:
+    """`name="value"` (as `alertmanager_config` writes matchers) as the CRD's {name, value, matchType}."""
+    m = _MATCHER.match(text)
+    if m is None:  # alertmanager_config writes only this form
+        raise ValueError(f"not a matcher of the form name=\"value\": {text!r}")
+    return {"name": m.group(1), "value": json.loads(f'"{m.group(3)}"'), "matchType": m.group(2)}
+
+
+def _crd_route(route: dict) -> dict:
+    out: dict = {"receiver": route["receiver"]}
+    if "group_by" in route:
+        out["groupBy"] = list(route["group_by"])
+    out.update({_TIMERS[k]: route[k] for k in _TIMERS if k in route})
+    if "matchers" in route:
+        out["matchers"] = [crd_matcher(t) for t in route["matchers"]]
+    if "routes" in route:
+        out["routes"] = [_crd_route(r) for r in route["routes"]]
+    return out
+
+
+def alertmanager_config_object(config: dict, name: str, meta: ObjectMeta = NO_META) -> dict:
+    """`config` (what `alertmanager_config` returns) as an AlertmanagerConfig: the same routes, grouping,
+    timers, inhibition and receivers, in the CRD's camelCase. prometheus-operator adds a `namespace`
+    matcher (the object's namespace) to its top route and inhibit rules unless the Alertmanager's
+    alertmanagerConfigMatcherStrategy is None (docs/deploy.md, "Alertmanager routing")."""
+    inhibit = [{"sourceMatch": [crd_matcher(t) for t in r["source_matchers"]],
+                "targetMatch": [crd_matcher(t) for t in r["target_matchers"]],
+                "equal": list(r["equal"])} for r in config["inhibit_rules"]]
+    return {"apiVersion": ALERTMANAGER_CONFIG_API, "kind": "AlertmanagerConfig",
+            "metadata": meta.metadata(name, managed={**K8S_LABELS, "app.kubernetes.io/component": "alerting"}),
+            "spec": {"route": _crd_route(config["route"]), "inhibitRules": inhibit,
+                     "receivers": [dict(r) for r in config["receivers"]]}}
+
+
+CRD_HEADER = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as prometheus-operator's AlertmanagerConfig.
+# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build`.
+#
+# The same routes, grouping, timers, inhibition and placeholder receivers as alerts/alertmanager.yaml.
+# prometheus-operator adds a matcher namespace="<this object's namespace>" to the top route and to every
+# inhibit rule, unless the Alertmanager sets alertmanagerConfigMatcherStrategy: {{type: None}}: read
+# docs/deploy.md, "Alertmanager routing", before applying it. Give the receivers integrations (a patch
+# in your overlay, e.g. pagerdutyConfigs with a Secret reference) before use.
+"""
+
+
+def alertmanager_config_file(obj: dict, version: str) -> str:
+    return CRD_HEADER.replace("VERSION", version, 1) + "\n" + dump(obj)
+
+
+__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_config_file",
+           "alertmanager_config_object", "alertmanager_file", "timers"]

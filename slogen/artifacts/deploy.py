@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import yaml
 
+from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.paths import PROMETHEUS_RULE_DIR
 from slogen.writers import GENERATED_MARKER
 
@@ -28,11 +29,11 @@ def _dump(obj: object) -> str:
     return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=120)
 
 
-def tap_slo_config(spec_files: Mapping[str, str]) -> str:
+def tap_slo_config(spec_files: Mapping[str, str], meta: ObjectMeta = NO_META) -> str:
     """A ConfigMap holding the SLO spec files (key: the file's path with `/` as `_`), for the tap."""
     data = {_KEY.sub("_", path.replace("/", "_")): text for path, text in sorted(spec_files.items())}
     obj = {"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": TAP_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "slogen"}},
+           "metadata": meta.metadata(TAP_CONFIGMAP, managed={"app.kubernetes.io/managed-by": "slogen"}),
            "data": data}
     return HEADER + _dump(obj)
 
@@ -43,6 +44,6 @@ def kustomization(resources: Sequence[str]) -> str:
     return HEADER + _dump(obj)
 
 
-def deploy_files(generated: Sequence[str], spec_files: Mapping[str, str]) -> dict[str, str]:
+def deploy_files(generated: Sequence[str], spec_files: Mapping[str, str], meta: ObjectMeta = NO_META) -> dict[str, str]:
     """Relative path -> text: the kustomization listing the generated objects, and the tap's ConfigMap."""
-    return {KUSTOMIZATION: kustomization(sorted(generated)), TAP_SLO_CONFIG: tap_slo_config(spec_files)}
+    return {KUSTOMIZATION: kustomization(sorted(generated)), TAP_SLO_CONFIG: tap_slo_config(spec_files, meta)}

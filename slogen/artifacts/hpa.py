@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 
 from slogen.autoscaling import Pool
-from slogen.artifacts.keda import HEADER, Signal, behavior, render, signals
+from slogen.artifacts.keda import HEADER, MANAGED_LABELS, Signal, behavior, render, signals
+from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.views import SLOView
 
 OUTPUT_DIR = "deploy/generated/hpa"
@@ -57,15 +58,11 @@ def _target(sig: Signal) -> dict[str, Any]:
     return {"type": "Value", "value": quantity(sig.target)}
 
 
-def horizontal_pod_autoscaler(pool: Pool, sigs: Sequence[Signal]) -> dict[str, Any]:
+def horizontal_pod_autoscaler(pool: Pool, sigs: Sequence[Signal], meta: ObjectMeta = NO_META) -> dict[str, Any]:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": pool.name,
-            "namespace": pool.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "slogen", "app.kubernetes.io/part-of": "llmslo"},
-        },
+        "metadata": meta.metadata(pool.name, pool.namespace, managed=MANAGED_LABELS),
         "spec": {
             "scaleTargetRef": {"apiVersion": pool.target_api_version, "kind": pool.target_kind, "name": pool.target_name},
             "minReplicas": max(1, pool.min_replicas),
@@ -79,7 +76,7 @@ def horizontal_pod_autoscaler(pool: Pool, sigs: Sequence[Signal]) -> dict[str, A
     }
 
 
-def hpa_files(pools: Sequence[Pool], slos: Sequence[SLOView]) -> dict[str, str]:
+def hpa_files(pools: Sequence[Pool], slos: Sequence[SLOView], meta: ObjectMeta = NO_META) -> dict[str, str]:
     """Relative path -> the HPAs, and the prometheus-adapter rules they read (none without pools)."""
     ordered = sorted(pools, key=lambda p: (p.namespace, p.name))
     if not ordered:
@@ -88,7 +85,7 @@ def hpa_files(pools: Sequence[Pool], slos: Sequence[SLOView]) -> dict[str, str]:
     header = HEADER + "# HPA v2 alternative to deploy/generated/keda: apply one or the other (docs/autoscaling.md).\n"
     rules = {"externalRules": [adapter_rule(p, s) for p, sigs in per_pool for s in sigs]}
     return {
-        HPAS: render([horizontal_pod_autoscaler(p, sigs) for p, sigs in per_pool], header),
+        HPAS: render([horizontal_pod_autoscaler(p, sigs, meta) for p, sigs in per_pool], header),
         ADAPTER_RULES: header + "# prometheus-adapter config (the Helm chart takes this list as rules.external).\n"
         + yaml.safe_dump(rules, sort_keys=False, default_flow_style=False, width=120),
     }

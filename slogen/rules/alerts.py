@@ -17,6 +17,7 @@ fires for a burn, per cluster: every arm keeps the same labels (`max without (sl
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
@@ -43,9 +44,25 @@ def runbook_path(alert: str | Rule) -> str:
     return f"{RUNBOOK_DIR}/{name}.md"
 
 
-def runbook_url(alert: str | Rule, base_url: str) -> str:
-    """The `runbook_url` annotation, as `literal` writes it (a `{{` in --runbook-base-url is text)."""
-    return literal(f"{base_url.rstrip('/')}/{runbook_path(alert)}")
+# `--runbook-url` templates: {{alert}} and {{service}} are replaced (URL-quoted); any other `{{` is text.
+RUNBOOK_PLACEHOLDERS = ("alert", "service")
+RUNBOOK_PLACEHOLDER_RE = re.compile(r"{{\s*(" + "|".join(RUNBOOK_PLACEHOLDERS) + r")\s*}}")
+
+
+def is_runbook_template(url: str) -> bool:
+    """Whether a runbook URL option is a template (names {{alert}} or {{service}}) rather than a base URL."""
+    return RUNBOOK_PLACEHOLDER_RE.search(url) is not None
+
+
+def runbook_url(alert: str | Rule, base_url: str, service: str = "") -> str:
+    """The `runbook_url` annotation, as `literal` writes it (any other `{{` in the option is text).
+    `base_url` is a base (`<base>/docs/runbooks/<alertname>.md`, `--runbook-base-url`) or a template
+    naming {{alert}} and {{service}} (`--runbook-url`, to fit an existing wiki)."""
+    name = alert.alert if isinstance(alert, Rule) else alert
+    if not is_runbook_template(base_url):
+        return literal(f"{base_url.rstrip('/')}/{runbook_path(name)}")
+    values = {"alert": name, "service": service}
+    return literal(RUNBOOK_PLACEHOLDER_RE.sub(lambda m: quote(values[m.group(1)], safe="-._~"), base_url))
 
 
 def literal(text: str) -> str:
@@ -183,7 +200,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
             f"{rescaled}. At this rate {spend} is gone within {tier.long}."
             + (f" {literal(slo.description)}" if slo.description else "")
         ),
-        "runbook_url": runbook_url(meta.name, ctx.opts.runbook_base_url),
+        "runbook_url": runbook_url(meta.name, ctx.opts.runbook_base_url, slo.service),
         "dashboard": slo_dashboard_link(ctx),
         **meta.annotations,
     }
@@ -327,7 +344,7 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
         "description": (f"No samples for {format_prometheus_duration(wait)} from: {', '.join(selectors)}.{per_scope} Check that "
                         f"the exporter or tap is scraped and that the selectors match (for a latency SLI, that the "
                         f"threshold is a bucket bound)."),
-        "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
+        "runbook_url": runbook_url(name, ctx.opts.runbook_base_url, slo.service),
         "dashboard": slo_dashboard_link(ctx),
     }
     return Rule(expr=expr, alert=name, for_=format_prometheus_duration(wait), labels=labels, annotations=ann)

@@ -127,7 +127,7 @@ def _alert(ctx: SLOContext, sli: EventsSLI, count_sel: str, bucket_sel: str) -> 
             "summary": (f"{slo.service} {slo.name}: {threshold} s is not a {metric} bucket edge of the "
                         f"{_l(c.LABEL_ENGINE)} engines{at}, so the SLI cannot measure them."),
             "description": description,
-            "runbook_url": runbook_url(name, ctx.opts.runbook_base_url),
+            "runbook_url": runbook_url(name, ctx.opts.runbook_base_url, ctx.slo.service),
             "dashboard": slo_dashboard_link(ctx),
         },
     )

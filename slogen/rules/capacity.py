@@ -113,7 +113,7 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
                "or preempt. Plan replicas or more KV blocks per replica (docs/metrics.md, \"KV seats\").",
                TOPIC_KV_SATURATION,
                f"A pool has had fewer than {n} KV seats at p99 context for {low_for}: little room for the next burst.",
-               base_url, extra, fleet),
+               base_url, extra, fleet, group=K.GROUP),
         _alert(K.SEATS_EXHAUSTION, page_expr(opts), opts.exhaustion_for, CRITICAL,
                f"{pool} runs out of KV seats within {m} minutes while its queue grows.",
                f"At the trend of the last {trend}, the pool's p99 seats reach zero within {m} minutes "
@@ -121,7 +121,7 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
                "will queue and running ones will be preempted: add replicas now, or shed batch traffic.",
                TOPIC_KV_SATURATION,
                f"A pool's KV seats are forecast to run out within {m} minutes while its queue grows.",
-               base_url, extra, fleet),
+               base_url, extra, fleet, group=K.GROUP),
     ]
 
 

@@ -98,11 +98,13 @@ def _one_line(expr: str) -> str:
 
 
 def _alert(name: str, expr: str, for_ms: int, severity: str, summary: str, description: str, topic: str,
-           runbook_summary: str, base_url: str, extra_labels: dict[str, str], dashboard: str) -> HealthAlert:
+           runbook_summary: str, base_url: str, extra_labels: dict[str, str], dashboard: str,
+           group: str = H.GROUP) -> HealthAlert:
+    """`group` stands for the service in a `--runbook-url` template's {{service}}: these alerts have none."""
     rule = Rule(expr=expr, alert=name, for_=format_prometheus_duration(for_ms) if for_ms else "",
                 labels={**extra_labels, c.SLO.LABEL_ALERT_SEVERITY: severity},
                 annotations={"summary": summary, "description": description,
-                             "runbook_url": runbook_url(name, base_url), "dashboard": dashboard})
+                             "runbook_url": runbook_url(name, base_url, group), "dashboard": dashboard})
     return HealthAlert(rule, topic, _one_line(expr), runbook_summary)
 
 

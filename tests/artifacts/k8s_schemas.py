@@ -25,9 +25,25 @@ CRD_FILES = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheus-operator/monitoring.coreos.com_prometheusrules.yaml",
     ("monitoring.coreos.com/v1", "PodMonitor"): "prometheus-operator/monitoring.coreos.com_podmonitors.yaml",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "prometheus-operator/monitoring.coreos.com_servicemonitors.yaml",
+    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"):
+        "prometheus-operator/monitoring.coreos.com_alertmanagerconfigs.yaml",
     ("keda.sh/v1alpha1", "ScaledObject"): "keda/keda.sh_scaledobjects.yaml",
     ("keda.sh/v1alpha1", "TriggerAuthentication"): "keda/keda.sh_triggerauthentications.yaml",
 }
+
+
+class Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading a bare `=` as the string it is to Kubernetes. YAML 1.1 types a plain `=`
+    as its `value` tag, which PyYAML cannot construct; the AlertmanagerConfig CRD's matchType enum and
+    kustomize's output of an AlertmanagerConfig (`matchType: =`, unquoted) both have one."""
+
+
+Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_all(text: str) -> list[Any]:
+    """The documents of a YAML stream (empty ones dropped), read as `Loader` reads them."""
+    return [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
 
 
 def strict(schema: Any) -> Any:
@@ -52,7 +68,7 @@ def strict(schema: Any) -> Any:
 
 
 def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((SCHEMAS / CRD_FILES[(api_version, kind)]).read_text())
+    crd = yaml.load((SCHEMAS / CRD_FILES[(api_version, kind)]).read_text(), Loader=Loader)
     group, version = api_version.split("/")
     assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind
     served = [v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")]

@@ -42,7 +42,7 @@ def kubectl() -> str:
 def kustomize(kubectl: str, path: Path) -> list[dict]:
     proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return [d for d in k8s.load_all(proc.stdout) if d]  # kustomize writes `matchType: =` bare
 
 
 @pytest.fixture(scope="session")
