@@ -57,7 +57,7 @@ class Bound:
         try:
             value: float = int(text) if self.integer else float(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not {self.describe()}") from None
+            raise ValueError(f"{text!r} is not {self.describe()} ({self.why})") from None
         if not self.accepts(value):
             raise ValueError(f"{text!r} is out of range: give {self.describe()} ({self.why})")
         return value

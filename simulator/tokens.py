@@ -37,7 +37,10 @@ def tokenize_chat(messages: list[dict]) -> list[int]:
             raise ValueError(f"messages[{i}].role must be one of {', '.join(_ROLE_IDS)}")
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text") or "" for p in content if isinstance(p, dict)]
+            if not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"messages[{i}].content: a part's text must be a string")
+            content = " ".join(texts)
         if content is not None and not isinstance(content, str):
             raise ValueError(f"messages[{i}].content must be a string or a list of text parts")
         ids.append(_ROLE_IDS[m["role"]])
