@@ -49,7 +49,8 @@ BAD_FLAGS = [
 ]
 
 
-@pytest.mark.parametrize("argv,flag,allowed", BAD_FLAGS, ids=[" ".join(a[0:1] + a[-2:]) for a, _, _ in BAD_FLAGS])
+@pytest.mark.parametrize("argv,flag,allowed", BAD_FLAGS,
+                         ids=[f"{a[0]} {f} {a[a.index(f) + 1]}" for a, f, _ in BAD_FLAGS])
 def test_a_bad_flag_exits_2_naming_the_flag_and_its_range(capsys, argv, flag, allowed):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
