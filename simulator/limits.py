@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llmslo.argtypes import Bound
 
-MAX_REQUESTS = 1_000_000  # one run's requests (measured: about 1.4 KiB each, so 1.4 GiB at the cap)
+MAX_REQUESTS = 1_000_000  # one run's requests (measured: about 1.1 KB each, so 1.1 GB at the cap)
 MAX_CONTEXT = 131_072  # the longest context of the presets' models (Llama 3.1: 128 Ki tokens)
 MAX_GPU_BLOCKS = 1 << 21  # about 250 bytes of simulator memory each: 0.5 GiB; 32 Mi tokens at block size 16
 
