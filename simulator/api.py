@@ -25,7 +25,7 @@ from simulator.engine import EngineCore, RealtimeLoop, RequestError
 from simulator.faults import FaultError, FaultState
 from simulator.metrics import VllmMetrics
 from simulator.request import FINISH_ABORT, FINISH_ERROR, Request
-from simulator.tokens import output_word, tokenize, tokenize_chat
+from simulator.tokens import PromptTooLong, output_word, tokenize, tokenize_chat
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for the legacy completions API
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -206,12 +206,12 @@ class SimulatorServer:
             if not isinstance(messages, list) or not messages:
                 raise RequestError("messages must be a non-empty list", param="messages")
             try:
-                prompt_ids = tokenize_chat(messages)
+                prompt_ids = tokenize_chat(messages, self._prompt_limit)
             except ValueError as e:
                 raise RequestError(str(e), param="messages") from None
             max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         else:
-            prompt_ids = self._prompt_ids(body.get("prompt"))
+            prompt_ids = self._prompt_ids(body.get("prompt"), self._prompt_limit)
             max_tokens = body.get("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise RequestError(f"max_tokens must be an integer, got {max_tokens!r}", param="max_tokens")
@@ -229,12 +229,21 @@ class SimulatorServer:
                                param="stream_options.include_usage") from None
         return _Call(chat, model, lora, prompt_ids, max_tokens, _flag(body, "ignore_eos"), stream, include_usage)
 
+    @property
+    def _prompt_limit(self) -> int:
+        """The longest prompt that can fit: the context less one output token (the engine checks the rest)."""
+        return self.config.model_len - 1
+
     @staticmethod
-    def _prompt_ids(prompt: Any) -> list[int]:
+    def _prompt_ids(prompt: Any, limit: int) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
-            return tokenize(prompt)
+            try:
+                return tokenize(prompt, limit)
+            except PromptTooLong as e:
+                raise RequestError(f"{e}: this model's maximum context length is {limit + 1} tokens",
+                                   param="prompt") from None
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID
                                             for t in prompt):
             return list(prompt)

@@ -7,12 +7,14 @@ Before: a deeply nested body ended in RecursionError (500) on /admin/faults and 
 from __future__ import annotations
 
 import json
+import tracemalloc
 import urllib.error
 import urllib.request
 
 import pytest
 
 from simulator.api import MAX_JSON_DEPTH, json_depth
+from simulator.tokens import PromptTooLong, tokenize, tokenize_chat
 
 
 def _post(url: str, path: str, raw: bytes) -> tuple[int, dict]:
@@ -97,3 +99,31 @@ def _schema(depth: int) -> dict:
 def test_json_depth():
     assert json_depth(1) == 0 and json_depth([]) == 1 and json_depth({"a": [1, {"b": []}]}) == 4
     assert json_depth(json.loads(_nested(50))) > MAX_JSON_DEPTH
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_it_is_tokenized(sim_server):
+    """Before: the whole prompt was split into words first (a 64 MiB body of one-letter words: 32 million
+    strings, ~2 GB) and only then refused for its length."""
+    srv = sim_server(max_model_len=2048)
+    status, answer = _post(srv.url, "/v1/completions", json.dumps({"prompt": "ka " * 2048}).encode())
+    assert status == 400 and answer["error"]["param"] == "prompt" and "2048" in answer["error"]["message"]
+    chat = {"messages": [{"role": "user", "content": "ka " * 1000}] * 3}
+    status, answer = _post(srv.url, "/v1/chat/completions", json.dumps(chat).encode())
+    assert status == 400 and answer["error"]["param"] == "messages", answer
+    status, _ = _post(srv.url, "/v1/completions", json.dumps({"prompt": "ka " * 2000, "max_tokens": 8}).encode())
+    assert status == 200
+
+
+def test_tokenizing_stops_at_the_limit():
+    text = "ka " * 1_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(PromptTooLong):
+            tokenize(text, 8191)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(text), f"{peak:,} bytes to refuse a {len(text):,}-byte prompt"
+    assert tokenize("ka  be\nka", 3) == tokenize("ka be ka") and len(tokenize_chat([{"role": "user", "content": "a b"}], 5)) == 5
+    with pytest.raises(PromptTooLong):
+        tokenize_chat([{"role": "user", "content": "a b"}], 4)
