@@ -8,6 +8,7 @@ work here, so this table runs in well under a second.
 from __future__ import annotations
 
 import argparse
+import math
 import tracemalloc
 
 import pytest
@@ -131,7 +132,7 @@ def test_a_run_cannot_ask_for_more_requests_than_the_cap():
 
 def test_a_generated_prompt_holds_no_list_of_its_tokens():
     """Before: every prompt a list of ~40 bytes a token, so 1M queued requests of 500 tokens held 20 GB."""
-    spec = WorkloadSpec(rate=math_inf, num_requests=100, duration=1, prompt_len=LengthDist(8000, 0, 1, 8000),
+    spec = WorkloadSpec(rate=math.inf, num_requests=100, duration=1, prompt_len=LengthDist(8000, 0, 1, 8000),
                         output_len=LengthDist(10, 0, 1, 10), shared_prefix=0.5, num_prefixes=1)
     tracemalloc.start()
     try:
@@ -146,5 +147,3 @@ def test_a_generated_prompt_holds_no_list_of_its_tokens():
     assert ids == as_list and ids[3990:4010] == as_list[3990:4010] and ids[-1] == as_list[-1]
     assert ids[::7] == as_list[::7] and ids[:4000] == list(items[1].prompt_token_ids)[:4000]  # the shared half
 
-
-math_inf = float("inf")
