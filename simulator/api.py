@@ -25,9 +25,61 @@ from simulator.engine import EngineCore, RealtimeLoop, RequestError
 from simulator.faults import FaultError, FaultState
 from simulator.metrics import VllmMetrics
 from simulator.request import FINISH_ABORT, FINISH_ERROR, Request
-from simulator.tokens import output_word, tokenize, tokenize_chat
+from simulator.tokens import PromptTooLong, output_word, tokenize, tokenize_chat
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for the legacy completions API
+MAX_BODY_BYTES = 64 * 1024 * 1024
+# JSON nesting a body may have: a chat request with content parts nests 4 deep, a tool's JSON schema a few more.
+# Deeper bodies get a 400 (Python's parser would otherwise end in RecursionError, a 500).
+MAX_JSON_DEPTH = 16
+MAX_TOKEN_ID = 2**32 - 1  # token ids in a prompt: 32 bits, more than any vocabulary
+
+
+class BadBody(ValueError):
+    """A request body the API refuses with 400; `field` names the offending field (None: the whole body)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body, or BadBody: not JSON, not UTF-8, or nested deeper than MAX_JSON_DEPTH."""
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise BadBody(f"the body nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError, and ints past Python's digit limit
+        raise BadBody("the body is not valid JSON") from None
+    if json_depth(body) > MAX_JSON_DEPTH:
+        raise BadBody(f"the body nests JSON deeper than {MAX_JSON_DEPTH} levels")
+    return body
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            break  # deep enough to refuse: no need to walk the rest
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
+
+
+def _flag(body: dict, name: str, default: bool = False) -> bool:
+    """A boolean field: true, false or absent (null: the default); anything else names the field."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(f"{name} must be true or false, got {value!r}", param=name)
+    return value
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
@@ -65,7 +117,7 @@ class SimulatorServer:
         return self.core.faults
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
@@ -103,13 +155,13 @@ class SimulatorServer:
 
     async def post_faults(self, request: web.Request) -> web.Response:
         try:
-            patch = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "faults: the body is not JSON; send e.g. {\"slowdown\": 3}")
+            patch = await read_json(request)
+        except BadBody as e:
+            return _error(400, f"faults: {e}; send e.g. {{\"slowdown\": 3}}")
         try:
             self.faults.update(patch, self.core.clock.now())
         except FaultError as e:
-            return _error(400, str(e))
+            return _error(400, str(e), e.field)
         self.loop.notify()
         return web.json_response(self.faults.to_json(self.core.clock.now()))
 
@@ -138,52 +190,71 @@ class SimulatorServer:
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         model = body.get("model") or self.config.model_name
+        if not isinstance(model, str):
+            raise RequestError(f"model must be a string, got {type(model).__name__}", param="model")
         if model == self.config.model_name:
             lora = None
         elif model in self.config.lora_adapters:
             lora = model
         else:
             raise RequestError(f"The model `{model}` does not exist.", status=404, param="model")
-        if body.get("n", 1) != 1:
+        n = body.get("n", 1)
+        if isinstance(n, bool) or n not in (1, None):
             raise RequestError("the simulator generates one choice per request: n must be 1", param="n")
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise RequestError("messages must be a non-empty list", param="messages")
             try:
-                prompt_ids = tokenize_chat(messages)
+                prompt_ids = tokenize_chat(messages, self._prompt_limit)
             except ValueError as e:
                 raise RequestError(str(e), param="messages") from None
             max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         else:
-            prompt_ids = self._prompt_ids(body.get("prompt"))
+            prompt_ids = self._prompt_ids(body.get("prompt"), self._prompt_limit)
             max_tokens = body.get("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise RequestError(f"max_tokens must be an integer, got {max_tokens!r}", param="max_tokens")
-        stream = bool(body.get("stream", False))
+        stream = _flag(body, "stream")
         options = body.get("stream_options")
         if options is not None and not stream:
             raise RequestError("Stream options can only be defined when `stream=True`.", param="stream_options")
-        include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        return _Call(chat, model, lora, prompt_ids, max_tokens, bool(body.get("ignore_eos", False)), stream,
-                     include_usage)
+        if options is not None and not isinstance(options, dict):
+            raise RequestError("stream_options must be an object, e.g. {\"include_usage\": true}",
+                               param="stream_options")
+        try:
+            include_usage = _flag(options or {}, "include_usage")
+        except RequestError:
+            raise RequestError("stream_options.include_usage must be true or false",
+                               param="stream_options.include_usage") from None
+        return _Call(chat, model, lora, prompt_ids, max_tokens, _flag(body, "ignore_eos"), stream, include_usage)
+
+    @property
+    def _prompt_limit(self) -> int:
+        """The longest prompt that can fit: the context less one output token (the engine checks the rest)."""
+        return self.config.model_len - 1
 
     @staticmethod
-    def _prompt_ids(prompt: Any) -> list[int]:
+    def _prompt_ids(prompt: Any, limit: int) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
-            return tokenize(prompt)
-        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            try:
+                return tokenize(prompt, limit)
+            except PromptTooLong as e:
+                raise RequestError(f"{e}: this model's maximum context length is {limit + 1} tokens",
+                                   param="prompt") from None
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID
+                                            for t in prompt):
             return list(prompt)
-        raise RequestError("prompt must be a string, a list of token ids, or a list holding one of those",
-                           param="prompt")
+        raise RequestError(f"prompt must be a string, a list of token ids (0 to {MAX_TOKEN_ID}), or a list holding "
+                           "one of those", param="prompt")
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the request body is not valid JSON")
+            body = await read_json(request)
+        except BadBody as e:
+            return _error(400, str(e), e.field)
         try:
             call = self._parse(body, chat)
             req = self.core.new_request(

@@ -10,10 +10,12 @@ import signal
 import sys
 
 from simulator import cliargs, plan
+from simulator import limits as L
 from simulator.api import SimulatorServer, start
 from simulator.clock import RealClock
 from simulator.costmodel import CostModel, CostParams
 from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS
+from simulator.progress import Progress
 from simulator.stats import render_text
 from simulator.virtual import simulate
 from llmslo.files import write_atomic
@@ -25,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="an OpenAI-compatible server with vLLM's /metrics")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000, help="0: let the OS pick (the chosen port is printed)")
+    serve.add_argument("--port", type=L.PORT, default=8000,
+                       help=L.PORT.help("0: let the OS pick (the chosen port is printed)"))
     cliargs.add_engine_arguments(serve)
     cliargs.add_fault_arguments(serve)
 
@@ -45,19 +48,25 @@ def _parser() -> argparse.ArgumentParser:
                       help="SLO file or directory with an llmslo/goodput SLO (repeatable), e.g. slos/chat.yaml")
     planner.add_argument("--class", dest="slo_class", default="",
                       help="goodput class (slo_class) to plan for; default: the only one in the files")
-    planner.add_argument("--rate", type=float, default=None,
-                      help="target arrivals per second for the whole pool: also print the replicas it needs")
-    planner.add_argument("--duration", type=float, default=120.0,
-                      help="virtual seconds of arrivals per probe (default %(default)s)")
-    planner.add_argument("--objective", type=float, default=None,
-                      help="override the SLO's goodput objective, percent (e.g. 99)")
-    planner.add_argument("--start-rate", type=float, default=1.0, help="first rate probed (default %(default)s)")
-    planner.add_argument("--tolerance", type=float, default=0.02,
-                      help="stop when the passing and failing rates are this close, relative (default %(default)s)")
+    planner.add_argument("--rate", type=L.TARGET_RATE, default=None,
+                         help=L.TARGET_RATE.help("target arrivals per second for the whole pool: also print the "
+                                                 "replicas it needs"))
+    planner.add_argument("--duration", type=L.PLAN_DURATION, default=120.0,
+                         help=L.PLAN_DURATION.help("virtual seconds of arrivals per probe (default %(default)s)"))
+    planner.add_argument("--objective", type=L.OBJECTIVE, default=None,
+                         help=L.OBJECTIVE.help("override the SLO's goodput objective, percent (e.g. 99)"))
+    planner.add_argument("--start-rate", type=L.START_RATE, default=1.0,
+                         help=L.START_RATE.help("first rate probed (default %(default)s)"))
+    planner.add_argument("--tolerance", type=L.TOLERANCE, default=0.02,
+                         help=L.TOLERANCE.help("stop when the passing and failing rates are this close, relative "
+                                               "(default %(default)s)"))
+    planner.add_argument("--seeds", type=L.SEEDS, default=3,
+                         help=L.SEEDS.help("workload seeds (--seed, --seed+1, ...): the answer is the highest rate "
+                                           "that meets the objective on every one (default %(default)s)"))
     planner.add_argument("--json", action="store_true", help="print the results as JSON")
     cliargs.add_engine_arguments(planner, multi_preset=True)
     cliargs.add_fault_arguments(planner)
-    cliargs.add_workload_shape_arguments(planner.add_argument_group("workload (--seed also seeds it)"))
+    cliargs.add_workload_shape_arguments(planner.add_argument_group("workload (--seed and --seeds seed it)"))
 
     sub.add_parser("presets", help="list the model + GPU presets with their KV capacity and speed")
     return p
@@ -82,6 +91,9 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def _virtual(args: argparse.Namespace) -> int:
     spec = cliargs.workload_spec(args)
+    if not spec.num_requests and spec.rate * spec.duration < 1:
+        raise ValueError(f"workload: --rate {spec.rate:g} x --duration {spec.duration:g} s expects less than one "
+                         "request; raise one of them")
     config = cliargs.engine_config(args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
     base = config.deployment.cost_params or CostParams()
     params = dataclasses.replace(base, frontend_latency_s=0.0) if args.offline else None
@@ -96,25 +108,31 @@ def _virtual(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     cls = plan.load_goodput_class(args.slo, args.slo_class)
     if args.objective is not None:
-        if not 0 < args.objective < 100:
-            raise ValueError(f"--objective: {args.objective} must be a percentage between 0 and 100")
         cls = dataclasses.replace(cls, objective=args.objective)
-    if args.rate is not None and args.rate <= 0:
-        raise ValueError(f"--rate: {args.rate} must be positive")
     spec = cliargs.workload_spec(_with(args, rate=1.0, duration=args.duration, workload_seed=args.seed))
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    if seeds[-1] > L.SEED.high:
+        raise ValueError(f"--seed {args.seed} with --seeds {args.seeds} runs past the highest seed, {L.SEED.high}")
+    progress = Progress("llmslo-sim plan")
+
+    def told(preset: str, p: plan.Probe) -> None:
+        progress.say(f"{preset} seed {p.seed}: {p.rate:.2f} req/s {'meets' if p.passed else 'misses'} the "
+                     f"objective ({p.attainment * 100:.1f}% of {p.requests} good)")
+
     results = []
     for preset in args.preset or [DEFAULT_DEPLOYMENT]:
         preset_args = _with(args, preset=preset)
         config = cliargs.engine_config(preset_args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
         cliargs.fault_state(preset_args, 0.0)  # refuse bad fault flags before the first probe
-        results.append(plan.find_max_rate(config, spec, cls, start_rate=args.start_rate, tolerance=args.tolerance,
-                                          faults=lambda a=preset_args: cliargs.fault_state(a, 0.0)))
+        results.append(plan.find_max_rate_all_seeds(
+            config, spec, cls, seeds, start_rate=args.start_rate, tolerance=args.tolerance,
+            faults=lambda a=preset_args: cliargs.fault_state(a, 0.0), on_probe=told))
     if args.json:
         print(json.dumps({
             "slo_class": dataclasses.asdict(cls),
             "workload": {"duration_s": spec.duration, "prompt_len_median": spec.prompt_len.median,
                          "output_len_median": spec.output_len.median, "shared_prefix": spec.shared_prefix,
-                         "seed": spec.seed},
+                         "seed": spec.seed, "seeds": seeds},
             "assumption": "replicas = ceil(rate / max_rate_per_replica): load spread evenly, replicas independent",
             "results": [plan.result_dict(r, args.rate) for r in results],
         }, indent=2))
@@ -122,8 +140,10 @@ def _plan(args: argparse.Namespace) -> int:
         objectives = " and ".join(f"{k} <= {v:g} s" for k, v in (("TTFT", cls.ttft), ("TPOT", cls.tpot)) if v)
         header = (f"class {cls.name} ({cls.origin}): {objectives}, objective {cls.objective:g}% good\n"
                   f"workload: Poisson, prompt median {spec.prompt_len.median:g} tok, output median "
-                  f"{spec.output_len.median:g} tok, {spec.duration:g} s virtual per probe, seed {spec.seed}; "
-                  "one replica per probe")
+                  f"{spec.output_len.median:g} tok, {spec.duration:g} s virtual per probe, "
+                  f"seeds {', '.join(map(str, seeds))}; one replica per probe\n"
+                  f"max req/s: the highest rate found that meets the objective on every seed; attain.: the worst "
+                  "seed's; per-seed max: the spread of each seed's own highest rate")
         print(plan.render_table(results, args.rate, header))
         if args.rate is not None:
             print("replicas = ceil(rate / max req/s): assumes the load spreads evenly over independent replicas; "
@@ -148,7 +168,10 @@ def _presets() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # a bad flag (argparse printed it and which flag; status 2) or --help
+        return e.code if isinstance(e.code, int) else 2
     try:
         if args.command == "serve":
             return asyncio.run(_serve(args))

@@ -1,4 +1,7 @@
-"""Command-line flags shared by `llmslo-sim serve`, `llmslo-sim virtual` and `llmslo-load`, and what they build."""
+"""Command-line flags shared by `llmslo-sim serve|virtual|plan` and `llmslo-load`, and what they build.
+
+Every number is parsed by its `Bound` in `simulator/limits.py`: out of range, argparse exits 2 naming the flag,
+the range and the reason, and `--help` shows the same range."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import argparse
 import dataclasses
 import math
 
+from simulator import limits as L
 from simulator.config import BATCHING_MODES, EngineConfig
 from simulator.faults import ERROR_MODES, FaultState
 from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS, get_deployment
@@ -25,47 +29,58 @@ def add_engine_arguments(p: argparse.ArgumentParser, multi_preset: bool = False)
                        help="model + GPU pair (default %(default)s); `llmslo-sim presets` lists them")
     g.add_argument("--model", default="", help="served model name (default: the preset model's Hugging Face id)")
     g.add_argument("--lora", default="", help="comma-separated LoRA adapter names served besides the base model")
-    g.add_argument("--max-loras", type=int, default=1, help="LoRA adapter slots (default %(default)s)")
-    g.add_argument("--tp", type=int, default=0, help="tensor-parallel GPUs (default: the preset's)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.0, help="default: the preset's (0.9)")
-    g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--num-gpu-blocks", type=int, default=0, help="override the KV blocks derived from the preset")
-    g.add_argument("--max-num-seqs", type=int, default=256)
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    g.add_argument("--max-model-len", type=int, default=0, help="default: the model's context length")
+    g.add_argument("--max-loras", type=L.MAX_LORAS, default=1, help=L.MAX_LORAS.help("LoRA adapter slots (default %(default)s)"))
+    g.add_argument("--tp", type=L.TP, default=0, help=L.TP.help("tensor-parallel GPUs (default: the preset's)"))
+    g.add_argument("--gpu-memory-utilization", type=L.GPU_MEMORY_UTILIZATION, default=0.0,
+                   help=L.GPU_MEMORY_UTILIZATION.help("default: the preset's (0.9)"))
+    g.add_argument("--block-size", type=L.BLOCK_SIZE, default=16, help=L.BLOCK_SIZE.help("default %(default)s"))
+    g.add_argument("--num-gpu-blocks", type=L.NUM_GPU_BLOCKS, default=0,
+                   help=L.NUM_GPU_BLOCKS.help("override the KV blocks derived from the preset"))
+    g.add_argument("--max-num-seqs", type=L.MAX_NUM_SEQS, default=256, help=L.MAX_NUM_SEQS.help("default %(default)s"))
+    g.add_argument("--max-num-batched-tokens", type=L.MAX_NUM_BATCHED_TOKENS, default=2048,
+                   help=L.MAX_NUM_BATCHED_TOKENS.help("default %(default)s"))
+    g.add_argument("--max-model-len", type=L.MAX_MODEL_LEN, default=0,
+                   help=L.MAX_MODEL_LEN.help("default: the model's context length"))
     g.add_argument("--no-chunked-prefill", action="store_true",
                    help="vLLM V0's default: whole prompts in prefill-only steps, before any decode")
-    g.add_argument("--num-scheduler-steps", type=int, default=1,
-                   help="vLLM V0's multi-step scheduling: new requests join only every N steps (default 1)")
+    g.add_argument("--num-scheduler-steps", type=L.NUM_SCHEDULER_STEPS, default=1,
+                   help=L.NUM_SCHEDULER_STEPS.help("vLLM V0's multi-step scheduling: new requests join only every "
+                                                   "N steps (default 1)"))
     g.add_argument("--async-output-proc", action="store_true",
                    help="vLLM V0's (0.6.x) asynchronous output processing: a step's tokens reach clients when the "
                         "next step ends")
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--batching", choices=BATCHING_MODES, default="continuous")
-    g.add_argument("--output-len-median", type=int, default=150,
-                   help="natural output length (lognormal median) of requests without ignore_eos")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--output-len-median", type=L.OUTPUT_LEN_MEDIAN, default=150,
+                   help=L.OUTPUT_LEN_MEDIAN.help("natural output length (lognormal median) of requests without "
+                                                 "ignore_eos"))
+    g.add_argument("--seed", type=L.SEED, default=0,
+                   help=L.SEED.help("seeds the engine's draws and, in virtual mode and plan, the workload"))
 
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("faults (also settable at run time: POST /admin/faults)")
-    g.add_argument("--slowdown", type=float, default=1.0, help="multiply every step's time")
-    g.add_argument("--error-rate", type=float, default=0.0, help="share of requests that fail (0..1)")
+    g.add_argument("--slowdown", type=L.SLOWDOWN, default=1.0, help=L.SLOWDOWN.help("multiply every step's time"))
+    g.add_argument("--error-rate", type=L.ERROR_RATE, default=0.0, help=L.ERROR_RATE.help("share of requests that fail"))
     g.add_argument("--error-mode", choices=ERROR_MODES, default="http500")
-    g.add_argument("--stall", type=float, default=0.0, help="stall the engine this many seconds at start (inf: until cleared)")
-    g.add_argument("--kv-capacity-factor", type=float, default=1.0, help="share of KV blocks usable (0..1]")
+    g.add_argument("--stall", type=L.STALL, default=0.0,
+                   help=L.STALL.help("stall the engine this many seconds at start (inf: until cleared)"))
+    g.add_argument("--kv-capacity-factor", type=L.KV_CAPACITY_FACTOR, default=1.0,
+                   help=L.KV_CAPACITY_FACTOR.help("share of KV blocks usable"))
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--rate", type=float, required=True,
-                   help="mean arrivals per second (Poisson); inf with --num-requests: all at t=0 (vLLM's "
-                        "--request-rate inf)")
-    g.add_argument("--duration", type=float, default=None, help="seconds of arrivals (or give --num-requests)")
-    g.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int, default=0,
-                   help="exactly this many requests instead of a duration (vLLM's --num-prompts)")
+    g.add_argument("--rate", type=L.RATE, required=True,
+                   help=L.RATE.help("mean arrivals per second (Poisson); inf with --num-requests: all at t=0 (vLLM's "
+                                    "--request-rate inf)"))
+    g.add_argument("--duration", type=L.DURATION, default=None,
+                   help=L.DURATION.help("seconds of arrivals (or give --num-requests)"))
+    g.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=L.NUM_REQUESTS, default=0,
+                   help=L.NUM_REQUESTS.help("exactly this many requests instead of a duration (vLLM's --num-prompts)"))
     add_workload_shape_arguments(g)
-    g.add_argument("--workload-seed", type=int, default=0)
+    g.add_argument("--workload-seed", type=L.SEED, default=None,
+                   help=L.SEED.help("seeds the workload (default: --seed, or 0 where there is none)"))
 
 
 def add_workload_shape_arguments(g: argparse._ActionsContainer) -> None:
@@ -73,18 +88,26 @@ def add_workload_shape_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--dataset", choices=("synthetic", *DATASETS), default="synthetic",
                    help="sharegpt: ShareGPT-like lengths with vLLM's benchmark filter (prompt <= 1024, prompt + "
                         "output <= 2048; means ~202 / ~179 tokens) instead of the length flags below")
-    g.add_argument("--prompt-len", type=int, default=None, help=f"median prompt tokens (lognormal; {PROMPT_LEN})")
-    g.add_argument("--prompt-sigma", type=float, default=None, help=f"0: every prompt the median ({PROMPT_SIGMA})")
-    g.add_argument("--output-len", type=int, default=None, help=f"median output tokens (lognormal; {OUTPUT_LEN})")
-    g.add_argument("--output-sigma", type=float, default=None, help=f"0: every output the median ({OUTPUT_SIGMA})")
-    g.add_argument("--shared-prefix", type=float, default=0.0, help="fraction of each prompt from a shared system prompt")
-    g.add_argument("--num-prefixes", type=int, default=4, help="distinct shared system prompts")
+    g.add_argument("--prompt-len", type=L.PROMPT_LEN, default=None,
+                   help=L.PROMPT_LEN.help(f"median prompt tokens (lognormal; {PROMPT_LEN})"))
+    g.add_argument("--prompt-sigma", type=L.SIGMA, default=None,
+                   help=L.SIGMA.help(f"0: every prompt the median ({PROMPT_SIGMA})"))
+    g.add_argument("--output-len", type=L.OUTPUT_LEN, default=None,
+                   help=L.OUTPUT_LEN.help(f"median output tokens (lognormal; {OUTPUT_LEN})"))
+    g.add_argument("--output-sigma", type=L.SIGMA, default=None,
+                   help=L.SIGMA.help(f"0: every output the median ({OUTPUT_SIGMA})"))
+    g.add_argument("--shared-prefix", type=L.SHARED_PREFIX, default=0.0,
+                   help=L.SHARED_PREFIX.help("fraction of each prompt from a shared system prompt"))
+    g.add_argument("--num-prefixes", type=L.NUM_PREFIXES, default=4,
+                   help=L.NUM_PREFIXES.help("distinct shared system prompts (default %(default)s)"))
     g.add_argument("--lora-mix", default="", help="ADAPTER=SHARE,... requests sent to LoRA adapters")
 
 
 def add_slo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ttft", type=float, default=0.5, help="goodput threshold on TTFT, seconds (default %(default)s)")
-    p.add_argument("--tpot", type=float, default=0.05, help="goodput threshold on TPOT, seconds (default %(default)s)")
+    p.add_argument("--ttft", type=L.SLO_SECONDS, default=0.5,
+                   help=L.SLO_SECONDS.help("goodput threshold on TTFT, seconds (default %(default)s)"))
+    p.add_argument("--tpot", type=L.SLO_SECONDS, default=0.05,
+                   help=L.SLO_SECONDS.help("goodput threshold on TPOT, seconds (default %(default)s)"))
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -166,5 +189,12 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
         shared_prefix=args.shared_prefix,
         num_prefixes=args.num_prefixes,
         lora_mix=parse_lora_mix(args.lora_mix),
-        seed=args.workload_seed,
+        seed=workload_seed(args),
     )
+
+
+def workload_seed(args: argparse.Namespace) -> int:
+    """--workload-seed when given, else --seed (virtual mode's one seed), else 0 (llmslo-load has no --seed)."""
+    if getattr(args, "workload_seed", None) is not None:
+        return args.workload_seed
+    return getattr(args, "seed", 0) or 0

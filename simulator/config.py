@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simulator.limits import MAX_GPU_BLOCKS
 from simulator.presets import DEFAULT_DEPLOYMENT, Deployment, get_deployment
 
 BATCHING_MODES = ("continuous", "static")
@@ -54,6 +55,10 @@ class EngineConfig:
         need(self.max_loras >= 1, "--max-loras", "must be at least 1")
         need(self.output_len_median >= 1, "--output-len-median", "must be at least 1")
         need(len(set(self.lora_adapters)) == len(self.lora_adapters), "--lora", "names an adapter twice")
+        blocks = self.num_gpu_blocks  # derived from the preset unless overridden: bounded either way (memory)
+        need(blocks <= MAX_GPU_BLOCKS, "--num-gpu-blocks",
+             f"(or what --block-size {self.block_size}, --tp and --gpu-memory-utilization derive: {blocks:,}) must "
+             f"be at most {MAX_GPU_BLOCKS:,} blocks, about 250 bytes of simulator memory each; raise --block-size")
 
     @property
     def model_name(self) -> str:

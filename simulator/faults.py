@@ -10,11 +10,18 @@ import math
 import random
 from dataclasses import dataclass
 
+from llmslo.argtypes import Bound
+from simulator import limits
+
 ERROR_MODES = ("http500", "abort")
 
 
 class FaultError(ValueError):
-    """A bad fault setting; the message names the field and what it accepts."""
+    """A bad fault setting; the message names the field and what it accepts, `field` the field."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass
@@ -42,26 +49,33 @@ class FaultState:
         known = {"slowdown", "error_rate", "error_mode", "stall", "kv_capacity_factor", "reset"}
         unknown = sorted(set(patch) - known)
         if unknown:
-            raise FaultError(f"faults: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        new = FaultState() if patch.get("reset") is True else FaultState(**vars(self))
+            raise FaultError(f"faults: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                             unknown[0])
+        reset = patch.get("reset", False)
+        if not isinstance(reset, bool):
+            raise FaultError(f"faults: reset must be true or false, got {reset!r}", "reset")
+        new = FaultState() if reset else FaultState(**vars(self))
         if "slowdown" in patch:
-            new.slowdown = _number(patch, "slowdown", low=0.01, high=1000.0)
+            new.slowdown = _number(patch, "slowdown", limits.SLOWDOWN)
         if "error_rate" in patch:
-            new.error_rate = _number(patch, "error_rate", low=0.0, high=1.0)
+            new.error_rate = _number(patch, "error_rate", limits.ERROR_RATE)
         if "error_mode" in patch:
-            if patch["error_mode"] not in ERROR_MODES:
-                raise FaultError(f"faults: error_mode must be one of {', '.join(ERROR_MODES)}, got {patch['error_mode']!r}")
-            new.error_mode = patch["error_mode"]
+            mode = patch["error_mode"]
+            if not isinstance(mode, str) or mode not in ERROR_MODES:
+                raise FaultError(f"faults: error_mode must be one of {', '.join(ERROR_MODES)}, got {mode!r}",
+                                 "error_mode")
+            new.error_mode = mode
         if "kv_capacity_factor" in patch:
-            new.kv_capacity_factor = _number(patch, "kv_capacity_factor", low=0.01, high=1.0)
+            new.kv_capacity_factor = _number(patch, "kv_capacity_factor", limits.KV_CAPACITY_FACTOR)
         if "stall" in patch:
             stall = patch["stall"]
             if stall is True:
                 new.stall_until = math.inf
-            elif stall in (False, None, 0):
+            elif stall is False or stall is None or (not isinstance(stall, bool) and stall == 0):
                 new.stall_until = None
             else:
-                new.stall_until = now + _number(patch, "stall", low=0.0, high=86400.0)
+                seconds = _number(patch, "stall", limits.STALL)
+                new.stall_until = math.inf if math.isinf(seconds) else now + seconds
         vars(self).update(vars(new))
 
     def to_json(self, now: float) -> dict:
@@ -78,8 +92,8 @@ class FaultState:
         }
 
 
-def _number(patch: dict, name: str, low: float, high: float) -> float:
-    value = patch[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise FaultError(f"faults: {name} must be a number from {low} to {high}, got {value!r}")
-    return float(value)
+def _number(patch: dict, name: str, bound: Bound) -> float:
+    try:
+        return float(bound.check(patch[name], name))
+    except ValueError as e:
+        raise FaultError(f"faults: {e}", name) from None

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import aiohttp
 
 from simulator import cliargs
+from simulator import limits as L
 from simulator.stats import RequestRecord, render_text, summarize
 from simulator.tokens import render
 from simulator.workload import WorkItem, WorkloadSpec, generate
@@ -161,15 +162,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default="", help="base model name (default: the first base model /v1/models lists)")
     p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
-    p.add_argument("--concurrency-limit", type=int, default=0, help="cap requests in flight (0: no cap)")
-    p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
+    p.add_argument("--concurrency-limit", type=L.CONCURRENCY_LIMIT, default=0,
+                   help=L.CONCURRENCY_LIMIT.help("cap requests in flight (0: no cap)"))
+    p.add_argument("--timeout", type=L.TIMEOUT, default=600.0, help=L.TIMEOUT.help("per-request timeout, seconds"))
     cliargs.add_workload_arguments(p)
     cliargs.add_slo_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # a bad flag (argparse printed it and which flag; status 2) or --help
+        return e.code if isinstance(e.code, int) else 2
     try:
         spec = cliargs.workload_spec(args)
     except ValueError as e:

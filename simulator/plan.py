@@ -11,7 +11,13 @@ highest Poisson arrival rate at which the share of good requests still meets the
   with TPOT = (t_last_token - t_first_token) / (n_out - 1), 0 when n_out <= 1, and `<=` as a
   histogram's `le`; attainment = good / all requests of the probe;
 - the search doubles the rate until a probe fails, then bisects between the last passing and the
-  first failing rate until they are within `tolerance` of each other.
+  first failing rate until they are within `tolerance` of each other;
+- one workload seed's cliff edge is luck (at one seed's highest passing rate another seed may miss), so
+  `find_max_rate_all_seeds` searches each of N seeds, takes the lowest of their highest rates, checks it
+  passes on every seed (searching below it with "every seed passes" as the test if not), and keeps each
+  seed's own result as the spread;
+- a probe's requests (rate x duration) are capped at `limits.MAX_REQUESTS`, so the search's ceiling is
+  min(10,000 req/s, MAX_REQUESTS / duration).
 
 Replicas for a target rate = ceil(target / per-replica rate), assuming the load spreads evenly and
 replicas do not interact (no shared prefix cache, no cross-replica queueing). docs/capacity.md says
@@ -35,6 +41,7 @@ from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
 from llmslo.specfile import SpecFileError, discover, read_documents
 from simulator.config import EngineConfig
 from simulator.faults import FaultState
+from simulator.limits import MAX_REQUESTS, START_RATE
 from simulator.request import FINISH_LENGTH, FINISH_STOP, Request
 from simulator.virtual import simulate
 from simulator.workload import WorkloadSpec
@@ -161,6 +168,7 @@ class Probe:
     requests: int
     good: int
     passed: bool
+    seed: int = 0  # the workload's
 
     @property
     def attainment(self) -> float:
@@ -176,7 +184,7 @@ def probe(config: EngineConfig, spec: WorkloadSpec, cls: GoodputClass, rate: flo
                    faults=faults() if faults else None, observers=(counter,))
     total = counter.finished + run.summary["unfinished"]  # an unfinished request is not good
     passed = total > 0 and counter.good * 100.0 >= cls.objective * total
-    return Probe(rate, total, counter.good, passed)
+    return Probe(rate, total, counter.good, passed, spec.seed)
 
 
 @dataclass
@@ -211,36 +219,27 @@ def replicas_for(target_rate: float, per_replica_rate: float) -> int | None:
     return max(1, math.ceil(target_rate / per_replica_rate - 1e-9))
 
 
-def find_max_rate(
-    config: EngineConfig,
-    spec: WorkloadSpec,
-    cls: GoodputClass,
-    *,
-    start_rate: float = 1.0,
-    tolerance: float = 0.02,
-    min_rate: float = 0.01,
-    max_rate_cap: float = 10_000.0,
-    faults: Callable[[], FaultState] | None = None,
-) -> PlanResult:
-    """Coarse (doubling or halving from `start_rate`) then fine (bisection to `tolerance`, relative)."""
-    if not 0 < tolerance < 1:
-        raise ValueError(f"--tolerance: {tolerance} must be between 0 and 1")
-    if start_rate <= 0:
-        raise ValueError(f"--start-rate: {start_rate} must be positive")
-    probes: list[Probe] = []
+MIN_RATE, MAX_RATE_CAP = START_RATE.low, START_RATE.high  # the search's floor and ceiling, req/s per replica
 
-    def run(rate: float) -> bool:
-        p = probe(config, spec, cls, rate, faults)
-        probes.append(p)
-        return p.passed
+OnProbe = Callable[[str, Probe], None]  # (preset, probe): told after every probe (progress)
 
+
+def rate_cap(spec: WorkloadSpec, max_rate_cap: float = MAX_RATE_CAP) -> float:
+    """The highest rate a probe may run: its requests (rate x duration) stay within MAX_REQUESTS."""
+    return max_rate_cap if spec.num_requests else min(max_rate_cap, MAX_REQUESTS / spec.duration)
+
+
+def _search(passes: Callable[[float], bool], start_rate: float, tolerance: float, min_rate: float,
+            cap: float) -> tuple[float, float | None]:
+    """(highest passing rate or 0.0, lowest failing rate or None): doubling or halving from `start_rate`, then
+    bisection until the two are within `tolerance` of each other (relative)."""
     lo, hi = 0.0, None  # lo passes (0 trivially), hi fails
     rate = start_rate
-    if run(rate):
+    if passes(rate):
         lo = rate
-        while hi is None and rate < max_rate_cap:
-            rate = min(rate * 2, max_rate_cap)
-            if run(rate):
+        while hi is None and rate < cap:
+            rate = min(rate * 2, cap)
+            if passes(rate):
                 lo = rate
             else:
                 hi = rate
@@ -248,47 +247,173 @@ def find_max_rate(
         hi = rate
         while lo == 0.0 and rate > min_rate:
             rate = max(rate / 2, min_rate)
-            if run(rate):
+            if passes(rate):
                 lo = rate
             else:
                 hi = rate
     if hi is not None and lo > 0:
         while (hi - lo) > tolerance * hi:
             mid = (lo + hi) / 2
-            if run(mid):
+            if passes(mid):
                 lo = mid
             else:
                 hi = mid
+    return lo, hi
+
+
+class _Prober:
+    """Runs probes once each: the per-seed searches and the all-seeds check share them."""
+
+    def __init__(self, config: EngineConfig, cls: GoodputClass, faults: Callable[[], FaultState] | None,
+                 on_probe: OnProbe | None) -> None:
+        self.config, self.cls, self.faults, self.on_probe = config, cls, faults, on_probe
+        self.done: dict[tuple[int, float], Probe] = {}
+
+    def __call__(self, spec: WorkloadSpec, rate: float) -> Probe:
+        key = (spec.seed, rate)
+        if key not in self.done:
+            self.done[key] = probe(self.config, spec, self.cls, rate, self.faults)
+            if self.on_probe is not None:
+                self.on_probe(self.config.deployment.name, self.done[key])
+        return self.done[key]
+
+
+def _check_search(spec: WorkloadSpec, start_rate: float, tolerance: float, cap: float) -> None:
+    if not 0 < tolerance < 1:
+        raise ValueError(f"--tolerance: {tolerance} must be between 0 and 1")
+    if not START_RATE.accepts(start_rate):
+        raise ValueError(f"--start-rate: {start_rate} is not {START_RATE.describe()}")
+    if start_rate > cap:
+        raise ValueError(f"--start-rate: {start_rate:g} req/s for --duration {spec.duration:g} s is more than "
+                         f"{MAX_REQUESTS:,} requests a probe; start at {cap:g} or below, or shorten --duration")
+
+
+def find_max_rate(
+    config: EngineConfig,
+    spec: WorkloadSpec,
+    cls: GoodputClass,
+    *,
+    start_rate: float = 1.0,
+    tolerance: float = 0.02,
+    min_rate: float = MIN_RATE,
+    max_rate_cap: float = MAX_RATE_CAP,
+    faults: Callable[[], FaultState] | None = None,
+    on_probe: OnProbe | None = None,
+    _prober: _Prober | None = None,
+) -> PlanResult:
+    """One seed's search: coarse (doubling or halving from `start_rate`) then fine (bisection to `tolerance`)."""
+    cap = rate_cap(spec, max_rate_cap)
+    _check_search(spec, start_rate, tolerance, cap)
+    prober = _prober or _Prober(config, cls, faults, on_probe)
+    probes: list[Probe] = []
+
+    def passes(rate: float) -> bool:
+        p = prober(spec, rate)
+        probes.append(p)
+        return p.passed
+
+    lo, hi = _search(passes, start_rate, tolerance, min_rate, cap)
     return PlanResult(config.deployment.name, cls, lo, hi, probes)
 
 
-def result_dict(result: PlanResult, target_rate: float | None) -> dict:
-    """A JSON-ready view of one preset's result."""
-    best, failing = result.best, result.failing
+@dataclass
+class SeedsResult:
+    """The highest rate that meets the objective on every seed, and each seed's own answer (the spread)."""
+
+    preset: str
+    slo_class: GoodputClass
+    max_rate: float  # passes on every seed; 0.0 when no rate does
+    first_failing_rate: float | None  # the lowest rate found where some seed fails; None: every seed passed the cap
+    at_max: list[Probe]  # one per seed at max_rate (empty when max_rate is 0)
+    at_failing: list[Probe]  # one per seed at first_failing_rate
+    per_seed: list[PlanResult]
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.probes[0].seed for r in self.per_seed]
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(lowest, highest) of the seeds' own highest passing rates."""
+        rates = [r.max_rate for r in self.per_seed]
+        return min(rates), max(rates)
+
+    def replicas(self, target_rate: float) -> int | None:
+        return replicas_for(target_rate, self.max_rate)
+
+
+def find_max_rate_all_seeds(
+    config: EngineConfig,
+    spec: WorkloadSpec,
+    cls: GoodputClass,
+    seeds: list[int] | tuple[int, ...],
+    *,
+    start_rate: float = 1.0,
+    tolerance: float = 0.02,
+    faults: Callable[[], FaultState] | None = None,
+    on_probe: OnProbe | None = None,
+) -> SeedsResult:
+    """Search each seed's workload, then the highest rate every one of them passes (see the module's docstring)."""
+    if not seeds:
+        raise ValueError("--seeds: at least one seed")
+    prober = _Prober(config, cls, faults, on_probe)
+    specs = [dataclasses.replace(spec, seed=s) for s in seeds]
+    per_seed = [find_max_rate(config, s, cls, start_rate=start_rate, tolerance=tolerance, _prober=prober)
+                for s in specs]
+
+    def every_seed(rate: float) -> bool:
+        return all(prober(s, rate).passed for s in specs)  # stops at the first seed that fails
+
+    rate = min(r.max_rate for r in per_seed)
+    failing = [r.first_failing_rate for r in per_seed if r.first_failing_rate is not None]
+    hi: float | None = min(failing) if failing else None
+    if rate > 0 and not every_seed(rate):  # a seed that passed higher fails here: search below, all seeds at once
+        rate, hi = _search(every_seed, rate, tolerance, MIN_RATE, rate)
+    at_max = [prober(s, rate) for s in specs] if rate > 0 else []
+    at_failing = [prober(s, hi) for s in specs] if hi is not None else []
+    return SeedsResult(config.deployment.name, cls, rate, hi, at_max, at_failing, per_seed)
+
+
+def _worst(probes: list[Probe]) -> float | None:
+    return min(p.attainment for p in probes) if probes else None
+
+
+def result_dict(result: SeedsResult, target_rate: float | None) -> dict:
+    """A JSON-ready view of one preset's result; attainments are the worst seed's."""
+    low, high = result.spread
     return {
         "preset": result.preset,
+        "seeds": result.seeds,
         "max_rate_per_replica": result.max_rate,
-        "attainment_at_max": best.attainment if best else None,
-        "requests_at_max": best.requests if best else None,
+        "attainment_at_max": _worst(result.at_max),
+        "requests_at_max": min(p.requests for p in result.at_max) if result.at_max else None,
         "first_failing_rate": result.first_failing_rate,
-        "attainment_at_first_failing": failing.attainment if failing else None,
+        "attainment_at_first_failing": _worst(result.at_failing),
+        "seeds_meeting_at_first_failing": sum(p.passed for p in result.at_failing) if result.at_failing else None,
+        "per_seed": [{"seed": seed, "max_rate": r.max_rate, "first_failing_rate": r.first_failing_rate}
+                     for seed, r in zip(result.seeds, result.per_seed)],
+        "spread": {"min_max_rate": low, "max_max_rate": high},
         "target_rate": target_rate,
         "replicas": result.replicas(target_rate) if target_rate is not None else None,
-        "probes": [dataclasses.asdict(p) | {"attainment": p.attainment} for p in result.probes],
+        "probes": [dataclasses.asdict(p) | {"attainment": p.attainment} for r in result.per_seed for p in r.probes],
     }
 
 
-def render_table(results: list[PlanResult], target_rate: float | None, header: str) -> str:
-    """A small text table, one row per preset."""
+def render_table(results: list[SeedsResult], target_rate: float | None, header: str) -> str:
+    """A small text table, one row per preset: the rate every seed meets, the worst seed's attainment there,
+    the lowest failing rate with how many seeds still met it, and the spread of the seeds' own answers."""
     lines = [header]
-    title = f"{'preset':<20} {'max req/s':>10} {'attain.':>8} {'fails at':>10} {'attain.':>8}"
+    title = (f"{'preset':<20} {'max req/s':>10} {'attain.':>8} {'fails at':>10} {'attain.':>8} {'seeds met':>10} "
+             f"{'per-seed max req/s':>20}")
     if target_rate is not None:
         title += " " + f"replicas for {target_rate:g} req/s".rjust(24)
     lines.append(title)
     for r in results:
-        best, failing = r.best, r.failing
-        row = (f"{r.preset:<20} {_fmt(r.max_rate):>10} {_pct(best.attainment if best else None):>8} "
-               f"{_fmt(r.first_failing_rate, up=True):>10} {_pct(failing.attainment if failing else None):>8}")
+        low, high = r.spread
+        met = f"{sum(p.passed for p in r.at_failing)} of {len(r.at_failing)}" if r.at_failing else "-"
+        row = (f"{r.preset:<20} {_fmt(r.max_rate):>10} {_pct(_worst(r.at_max)):>8} "
+               f"{_fmt(r.first_failing_rate, up=True):>10} {_pct(_worst(r.at_failing)):>8} {met:>10} "
+               f"{_fmt(low) + ' .. ' + _fmt(high):>20}")
         if target_rate is not None:
             n = r.replicas(target_rate)
             row += f" {'none meets it' if n is None else str(n):>24}"

@@ -87,10 +87,10 @@ def simulate(
     core.observers.append(recorder)
     core.observers.extend(observers)
     page = VllmMetrics(core) if metrics else None
-    arrivals = []
-    for item in generate(spec, config.model_len):
-        req = core.new_request(item.prompt_token_ids, item.output_len, output_len=item.output_len, lora=item.lora)
-        arrivals.append((item.arrival, req))
+    items = generate(spec, config.model_len)
+    # Requests are made as they arrive, so a finished one (and its prefix-cache hashes) is freed at once.
+    arrivals = ((item.arrival, core.new_request(item.prompt_token_ids, item.output_len, output_len=item.output_len,
+                                                lora=item.lora)) for item in items)
     wall, cpu = time.perf_counter(), time.process_time()
     run_virtual(core, clock, arrivals)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -99,7 +99,7 @@ def simulate(
         "batching": config.batching,
         "preset": config.deployment.name,
         "kv_blocks": config.num_gpu_blocks,
-        "unfinished": len(arrivals) - len(recorder.records),
+        "unfinished": len(items) - len(recorder.records),
         "preemptions": core.scheduler.num_preemptions,
         "peak_kv_usage": recorder.peak_kv_usage,
         "peak_queue": recorder.peak_queue,

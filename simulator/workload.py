@@ -6,18 +6,27 @@ benchmarks). Prompt and output lengths are lognormal around a median, clamped; a
 pairs that break vLLM's benchmark limits (ShareGPT: prompt <= 1024, prompt + output <= 2048). A `shared_prefix` fraction of every prompt's tokens is the head of one of
 `num_prefixes` shared system prompts, so the prefix-cache hit rate follows that fraction (less the partial
 block at the end of each prefix, which cannot be cached). A LoRA mix sends a share of requests to adapters.
-Everything is drawn from one seeded generator: the same spec gives the same requests.
+Everything is drawn from one seeded generator: the same spec gives the same requests. A run holds all its
+requests, so their number is bounded (`MAX_REQUESTS`, however it is asked for) and a prompt's ids are not a list
+(`PromptIds`): a request's memory does not grow with its prompt.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import overload
 
+from simulator.limits import MAX_REQUESTS
 from simulator.tokens import VOCAB_SIZE
 
-MAX_REQUESTS = 1_000_000  # a bound on --num-requests: a run's requests are held in memory
+# Poisson arrivals at rate x duration = MAX_REQUESTS overshoot it by a few standard deviations (1,000 at the
+# cap) at most; the generator stops with an error past this, whatever the spec says.
+HARD_MAX_REQUESTS = MAX_REQUESTS + MAX_REQUESTS // 100
 MAX_REDRAWS = 1000  # length pairs drawn per request before the filter is declared unsatisfiable
 
 
@@ -56,6 +65,10 @@ class WorkloadSpec:
             raise ValueError("workload: --rate inf sends everything at once, so it needs --num-requests")
         if not self.num_requests and not 0 < self.duration < math.inf:
             raise ValueError(f"workload: --duration must be positive, got {self.duration}")
+        if not self.num_requests and self.rate * self.duration > MAX_REQUESTS:
+            raise ValueError(f"workload: --rate {self.rate:g} x --duration {self.duration:g} s asks for "
+                             f"{self.rate * self.duration:,.0f} requests; a run holds at most {MAX_REQUESTS:,} "
+                             "(they are kept in memory): lower one of them")
         if self.max_prompt_len < 0 or self.max_total_len < 0:
             raise ValueError("workload: --max-prompt-len and --max-total-len are >= 0 (0: no limit)")
         if self.max_prompt_len and self.max_prompt_len < self.prompt_len.low:
@@ -92,10 +105,56 @@ DATASETS: dict[str, Dataset] = {
 }
 
 
+class PromptIds(Sequence[int]):
+    """A generated prompt's token ids without a list of them: the head of a shared system prompt, then a run of
+    consecutive fresh ids. Equal to the list it stands for; a million queued requests of 500 tokens would
+    otherwise hold 20 GB of ints."""
+
+    __slots__ = ("_prefix", "_shared", "_start", "_len")
+
+    def __init__(self, prefix: Sequence[int], shared: int, start: int, length: int) -> None:
+        self._prefix, self._shared, self._start, self._len = prefix, shared, start, length
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[int]:
+        return chain(self._prefix[:self._shared], range(self._start, self._start + self._len - self._shared))
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(self._len)
+            if step != 1:
+                return [self[i] for i in range(lo, hi, step)]
+            head = list(self._prefix[lo:min(hi, self._shared)]) if lo < self._shared else []
+            a, b = max(lo, self._shared), max(hi, self._shared)
+            return head + list(range(self._start + a - self._shared, self._start + b - self._shared))
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise IndexError("prompt index out of range")
+        return self._prefix[i] if i < self._shared else self._start + i - self._shared
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._len and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PromptIds({self._shared} shared + {self._len - self._shared} from {self._start})"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkItem:
     arrival: float  # seconds from the start
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]  # a PromptIds from `generate`
     output_len: int
     lora: str | None
 
@@ -118,17 +177,19 @@ def parse_lora_mix(text: str) -> tuple[tuple[str, float], ...]:
 def generate(spec: WorkloadSpec, max_model_len: int = 1 << 30) -> list[WorkItem]:
     """The spec's requests in arrival order; prompts are cut so prompt + output fits `max_model_len`."""
     rng = random.Random(spec.seed)
-    longest = spec.prompt_len.high
-    prefixes = [[rng.randrange(VOCAB_SIZE) for _ in range(longest)] for _ in range(spec.num_prefixes)]
+    longest = min(spec.prompt_len.high, max_model_len)  # a prompt is never longer than the model takes
+    prefixes = [array("i", (rng.randrange(VOCAB_SIZE) for _ in range(longest))) for _ in range(spec.num_prefixes)]
     items: list[WorkItem] = []
     at_once = math.isinf(spec.rate)
     t = 0.0 if at_once else rng.expovariate(spec.rate)
     while (len(items) < spec.num_requests) if spec.num_requests else (t < spec.duration):
+        if len(items) >= HARD_MAX_REQUESTS:
+            raise ValueError(f"workload: more than {HARD_MAX_REQUESTS:,} requests; lower --rate or --duration")
         prompt_len, output_len = _lengths(spec, rng, max_model_len)
         shared = int(round(spec.shared_prefix * prompt_len))
-        prefix = prefixes[rng.randrange(spec.num_prefixes)][:shared] if shared else []
+        prefix = prefixes[rng.randrange(spec.num_prefixes)] if shared else ()
         base = rng.randrange(1 << 40)  # a fresh run of ids: this prompt's own tokens share nothing
-        items.append(WorkItem(t, prefix + list(range(base, base + prompt_len - shared)), output_len, _pick_lora(spec, rng)))
+        items.append(WorkItem(t, PromptIds(prefix, shared, base, prompt_len), output_len, _pick_lora(spec, rng)))
         if not at_once:
             t += rng.expovariate(spec.rate)
     return items

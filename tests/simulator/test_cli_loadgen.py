@@ -43,6 +43,21 @@ def test_virtual_cli_text_static_batching_and_lora_mix(capsys, tmp_path):
     assert page[V.REQUEST_SUCCESS].samples and page[V.LORA_REQUESTS_INFO].samples
 
 
+def _virtual_json(capsys, *flags: str) -> dict:
+    assert cli.main(["virtual", "--rate", "8", "--duration", "10", "--json", *flags]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    return {k: v for k, v in summary.items() if k not in ("wall_s", "cpu_s", "simulated_requests_per_wall_s")}
+
+
+def test_virtual_seed_seeds_the_workload(capsys):
+    """Issue 25: `--seed` changed only the engine's output words, so every seed ran the same requests."""
+    one, again, other = _virtual_json(capsys, "--seed", "1"), _virtual_json(capsys, "--seed", "1"), \
+        _virtual_json(capsys, "--seed", "2")
+    assert one == again
+    assert one != other and (one["requests"], one["ttft_s"]) != (other["requests"], other["ttft_s"])
+    assert _virtual_json(capsys, "--seed", "2", "--workload-seed", "1") == one  # --workload-seed still wins
+
+
 def test_cli_errors_name_the_flag(capsys):
     assert cli.main(["virtual", "--rate", "5", "--duration", "5", "--shared-prefix", "1.5"]) == 2
     assert "--shared-prefix" in capsys.readouterr().err
