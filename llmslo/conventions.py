@@ -92,9 +92,12 @@ REFUSED_HEAD_TOO_LARGE = "head_too_large"  # 431
 REFUSED_BODY_TOO_LARGE = "body_too_large"  # over --max-body-bytes: 413
 REFUSED_BODY_MEMORY = "body_memory"  # every buffered request body together over --max-buffered-body-bytes: 503
 REFUSED_MALFORMED = "malformed"  # 400
+# KV admission (--admission): 429 with Retry-After and an OpenAI error object, the request never reaches the engine
+REFUSED_ADMISSION_KV = "admission_kv_full"  # fewer free KV seats than --admission-min-seats
+REFUSED_ADMISSION_QUEUE = "admission_queue"  # the engine's queue over --admission-max-queue
 REFUSED_REASONS = (
     REFUSED_CONNECTION_LIMIT, REFUSED_HEAD_TIMEOUT, REFUSED_HEAD_TOO_LARGE, REFUSED_BODY_TOO_LARGE,
-    REFUSED_BODY_MEMORY, REFUSED_MALFORMED,
+    REFUSED_BODY_MEMORY, REFUSED_MALFORMED, REFUSED_ADMISSION_KV, REFUSED_ADMISSION_QUEUE,
 )
 # The refusals that are the tap's own capacity running out (legitimate clients get 503s, which no SLO
 # counts); the rest are a client's fault. HEALTH.TAP_REFUSING_REQUESTS fires on these.
@@ -359,8 +362,26 @@ TAP_ADMISSION_FOOTPRINT = _m(
     "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
 )
 TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
+# Why a poll of the engine's page was not taken as a reading (LABEL_REASON of TAP_ADMISSION_READ_ERRORS): on any,
+# the gate fails open at once (a page that lies must not close it, nor open it on a full engine).
+ADMISSION_READ_UNREACHABLE = "unreachable"  # refused, timed out, an HTTP error, over the size cap
+ADMISSION_READ_NOT_ENGINE = "not_engine_page"  # no engine's families, or none with KV blocks and their size
+ADMISSION_READ_NON_FINITE = "non_finite"  # NaN or an infinity where a count or a ratio belongs
+ADMISSION_READ_OUT_OF_RANGE = "out_of_range"  # negative counts, usage outside [0, 1], a block size under 1
+ADMISSION_READ_INCONSISTENT = "inconsistent"  # more free blocks than blocks, engines without their own cache config
+ADMISSION_READ_BAD_HISTOGRAM = "bad_histogram"  # request-size buckets not cumulative: the last footprint is kept
+ADMISSION_READ_REASONS = (
+    ADMISSION_READ_UNREACHABLE, ADMISSION_READ_NOT_ENGINE, ADMISSION_READ_NON_FINITE, ADMISSION_READ_OUT_OF_RANGE,
+    ADMISSION_READ_INCONSISTENT, ADMISSION_READ_BAD_HISTOGRAM,
+)
+TAP_ADMISSION_READ_ERRORS = _m(
+    "tap_admission_engine_read_errors_total", "counter",
+    "Polls of the engine's /metrics not taken as a reading, by reason (the gate fails open; bad_histogram: the "
+    "reading is taken, its request sizes are not).", (LABEL_REASON,),
+)
 TAP_ADMISSION_METRICS = (
     TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
+    TAP_ADMISSION_READ_ERRORS,
 )
 
 ALL_METRICS = ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS

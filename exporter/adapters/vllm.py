@@ -14,6 +14,8 @@ answer, so it is also an `error` in llm_requests_finished_total (vLLM counts it 
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 
 from exporter.adapters.base import (
@@ -98,7 +100,9 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
     def config_for(dp: str) -> tuple[float | None, float | None]:
         if dp in configs:
             return configs[dp]
-        return next(iter(configs.values())) if len(configs) == 1 else (None, None)
+        # one engine's config without its label stands for the page's one engine, never for several: a page
+        # with usage series of engines that have no config of their own does not say how many blocks they have
+        return next(iter(configs.values())) if len(configs) == 1 and len(usages) == 1 else (None, None)
 
     per_model: dict[str | None, list[tuple[float, float | None]]] = {}
     sleeping: dict[str | None, list[bool]] = {}
@@ -123,8 +127,13 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
         out.put(c.KV_CACHE_USAGE, ratio, model)
         if known and len(known) == len(engines):
             out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
-            free = (0 if off else round(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model]))
+            free = (0 if off else _whole(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model]))
             out.put(c.KV_BLOCKS_FREE, float(sum(free)), model)
+
+
+def _whole(blocks: float) -> float:
+    """Blocks rounded to whole ones; a non-finite value (a page's NaN or infinite usage) stays as it is."""
+    return float(round(blocks)) if math.isfinite(blocks) else blocks
 
 
 def null_block_count(families: Mapping[str, MetricFamily]) -> int:

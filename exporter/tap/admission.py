@@ -52,7 +52,7 @@ import aiohttp
 from exporter import adapters
 from exporter.logs import TAP_LOGGER, event
 from exporter.model import MetricFamily
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -72,6 +72,7 @@ DEFAULT_FALLBACK_FOOTPRINT = 4096  # tokens, until the engine's histograms have 
 STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeout) no longer counts
 FETCH_TIMEOUT_S = 2.0
 MAX_PAGE_BYTES = 8 << 20
+FAMILY_LIMIT = 10_000  # samples of one family read from a page (the exporter's max_samples_per_family default)
 RETRY_AFTER_S = 1
 
 # The engine kinds admission can read: every adapter's but the tap's own (a tap in front of a tap has no KV cache).
@@ -117,7 +118,12 @@ def non_negative_int(value: str) -> int:
 
 
 class EngineReadError(ValueError):
-    """The engine's /metrics lacks what admission needs."""
+    """The engine's /metrics lacks what admission needs, or says something impossible (`reason`: one of
+    conventions.ADMISSION_READ_REASONS)."""
+
+    def __init__(self, message: str, reason: str = C.ADMISSION_READ_NOT_ENGINE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -129,39 +135,72 @@ class Reading:
     prompt: Buckets  # summed over the page's series
     generation: Buckets
     block_size: float = 1.0  # tokens per KV block (the largest of the page's engines): a request takes whole blocks
+    bad_histogram: str = ""  # why the request-size histograms were not taken (their buckets are then empty)
+
+
+# The adapters' gauges a reading is built from, each a count or a ratio that must be finite and in range.
+_CHECKED = {C.KV_BLOCKS_FREE.name: math.inf, C.KV_BLOCKS_TOTAL.name: math.inf, C.KV_BLOCK_SIZE.name: math.inf,
+            C.REQUESTS_WAITING.name: math.inf, C.KV_CACHE_USAGE.name: 1.0}
+
+
+def _check(name: str, model: str, value: float) -> None:
+    where = f"{name}{{model={model!r}}}"
+    if not math.isfinite(value):
+        raise EngineReadError(f"{where} is {value}", C.ADMISSION_READ_NON_FINITE)
+    if value < 0 or value > _CHECKED[name] or (name == C.KV_BLOCK_SIZE.name and value < 1):
+        raise EngineReadError(f"{where} is {value}, outside what it can be", C.ADMISSION_READ_OUT_OF_RANGE)
+
+
+def _histogram(per_model: dict[str, dict[float, float]]) -> tuple[Buckets, str]:
+    """The buckets summed over models, or () and why when any model's are not a cumulative histogram."""
+    summed: dict[float, float] = {}
+    for model, buckets in per_model.items():
+        ladder = sorted(buckets.items())
+        counts = [n for _, n in ladder]
+        if not all(math.isfinite(n) and n >= 0 for n in counts) or any(b < a for a, b in zip(counts, counts[1:])) \
+                or not ladder or ladder[-1][0] != math.inf or any(math.isnan(le) for le, _ in ladder):
+            return (), f"model {model!r}: buckets not cumulative, finite and ending at +Inf"
+        for le, n in ladder:
+            summed[le] = summed.get(le, 0.0) + n
+    return tuple(sorted(summed.items())), ""
 
 
 def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Reading:
     """The free KV tokens, the queue and the request-size histograms of a parsed page, read through the
-    engine kind's adapter (AUTO: the kind detected from the page)."""
+    engine kind's adapter (AUTO: the kind detected from the page). Each model's series is taken once (a
+    duplicate does not add up), and every count and ratio must be finite and possible: a page that says
+    otherwise raises EngineReadError with its reason, and the gate fails open rather than believe it."""
     if kind == AUTO:
         detected = adapters.detect(families)
         if detected is None or detected == adapters.tap.KIND:
             raise EngineReadError("no engine's families on the page")
         kind = detected
-    free_blocks: dict[str, float] = {}
-    block_size: dict[str, float] = {}
-    waiting = 0.0
-    histograms: dict[str, dict[float, float]] = {C.REQUEST_PROMPT_TOKENS.name: {}, C.REQUEST_GENERATION_TOKENS.name: {}}
+    gauges: dict[str, dict[str, float]] = {name: {} for name in _CHECKED}
+    histograms: dict[str, dict[str, dict[float, float]]] = {
+        C.REQUEST_PROMPT_TOKENS.name: {}, C.REQUEST_GENERATION_TOKENS.name: {}}
     for s in adapters.get(kind).adapt(families, {}):
         name, model = s.metric.name, s.labels.get(C.LABEL_MODEL, "")
-        if name == C.KV_BLOCKS_FREE.name:
-            free_blocks[model] = free_blocks.get(model, 0.0) + s.value
-        elif name == C.KV_BLOCK_SIZE.name:
-            block_size[model] = s.value
-        elif name == C.REQUESTS_WAITING.name:
-            waiting += s.value
+        if name in gauges:
+            _check(name, model, s.value)
+            gauges[name][model] = s.value
         elif name in histograms and s.suffix == "_bucket":
-            le = float(s.labels[C.LABEL_LE])
-            sums = histograms[name]
-            sums[le] = sums.get(le, 0.0) + s.value
-    sized = [(blocks, block_size[m]) for m, blocks in free_blocks.items() if m in block_size]
+            histograms[name].setdefault(model, {})[float(s.labels[C.LABEL_LE])] = s.value
+    free_blocks, totals, sizes = (gauges[m.name] for m in (C.KV_BLOCKS_FREE, C.KV_BLOCKS_TOTAL, C.KV_BLOCK_SIZE))
+    sized = [(blocks, sizes[m]) for m, blocks in free_blocks.items() if m in sizes]
     if not sized:
         raise EngineReadError(f"no free KV blocks and block size on the {kind} page")
-    free = sum(max(0.0, blocks) * size for blocks, size in sized)
-    prompt, generation = (tuple(sorted(histograms[m.name].items()))
-                          for m in (C.REQUEST_PROMPT_TOKENS, C.REQUEST_GENERATION_TOKENS))
-    return Reading(free, waiting, prompt, generation, max(size for _, size in sized))
+    for model, blocks in free_blocks.items():
+        if model in totals and blocks > totals[model] + 0.5:
+            raise EngineReadError(f"model {model!r}: {blocks:g} free KV blocks of {totals[model]:g}",
+                                  C.ADMISSION_READ_INCONSISTENT)
+    free = sum(blocks * size for blocks, size in sized)
+    (prompt, bad_prompt), (generation, bad_gen) = (
+        _histogram(histograms[m.name]) for m in (C.REQUEST_PROMPT_TOKENS, C.REQUEST_GENERATION_TOKENS))
+    bad = bad_prompt or bad_gen
+    if bad:
+        prompt, generation = (), ()
+    waiting = sum(gauges[C.REQUESTS_WAITING.name].values())
+    return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad)
 
 
 def _delta(now: Buckets, then: Buckets) -> Buckets:
@@ -205,6 +244,7 @@ class Admission:
         self.last_error = ""
         self.polls = 0
         self.refusals = 0
+        self.read_errors = dict.fromkeys(C.ADMISSION_READ_REASONS, 0)  # every reason's series from the start
         self._history: deque[tuple[float, Buckets, Buckets]] = deque()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -215,21 +255,31 @@ class Admission:
         """A recent reading exists (else the gate fails open)."""
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
+    def refusal(self) -> str:
+        """Why a request arriving now would be refused (a conventions.REFUSED_ADMISSION_* reason), or ""."""
+        if not self.readable:
+            return ""
+        n = self.admitted_since
+        if self.seats - n < self.min_seats:
+            return C.REFUSED_ADMISSION_KV
+        queued_since = max(0.0, n - self.seats)  # admitted since the reading that found no free seat
+        return C.REFUSED_ADMISSION_QUEUE if self.waiting + queued_since > self.max_queue else ""
+
     def is_open(self) -> bool:
         """Would a request arriving now be admitted (without counting it)?"""
-        if not self.readable:
-            return True
-        n = self.admitted_since
-        queued_since = max(0.0, n - self.seats)  # admitted since the reading that found no free seat
-        return self.seats - n >= self.min_seats and self.waiting + queued_since <= self.max_queue
+        return not self.refusal()
+
+    def decide(self) -> str:
+        """Decide for one new request: "" (admitted, and counted until the next reading) or why it is refused."""
+        why = self.refusal()
+        if why:
+            self.refusals += 1
+        else:
+            self.admitted_since += 1
+        return why
 
     def admit(self) -> bool:
-        """Decide for one new request: True (admitted, and counted until the next reading) or False."""
-        if self.is_open():
-            self.admitted_since += 1
-            return True
-        self.refusals += 1
-        return False
+        return not self.decide()
 
     # -- readings ----------------------------------------------------------------------------
     def update(self, reading: Reading) -> None:
@@ -262,25 +312,43 @@ class Admission:
         was_open = self.is_open()
         try:
             text = await self._fetch()
-            reading = await asyncio.to_thread(self._read, text)
         except Exception as e:  # noqa: BLE001  (whatever the engine answers, the tap goes on)
-            error = f"{type(e).__name__}: {e}"[:200]
-            if not self.last_error:
-                event("tap_admission_engine_unreadable", logging.WARNING, logger=TAP_LOGGER, url=self.url,
-                      error=error, note="the gate admits while it cannot read the engine")
-            self.last_error = error
+            self._unreadable(C.ADMISSION_READ_UNREACHABLE, e)  # the last reading stays until it is stale
+            return False
+        try:
+            reading = await asyncio.to_thread(self._read, text)
+        except Exception as e:  # noqa: BLE001
+            # a page that says something impossible is not believed at all: the gate fails open now
+            self._unreadable(e.reason if isinstance(e, EngineReadError) else C.ADMISSION_READ_NOT_ENGINE, e)
+            self.read_at = None
             return False
         if self.last_error:
             event("tap_admission_engine_readable", logger=TAP_LOGGER, url=self.url)
             self.last_error = ""
+        if reading.bad_histogram:
+            self.read_errors[C.ADMISSION_READ_BAD_HISTOGRAM] += 1
         self.update(reading)
         if self.is_open() != was_open:
             event(f"tap_admission_{'open' if not was_open else 'closed'}", logger=TAP_LOGGER,
                   seats=f"{self.seats:.1f}", footprint=f"{self.footprint:.0f}", waiting=f"{self.waiting:.0f}")
         return True
 
+    def _unreadable(self, reason: str, e: Exception) -> None:
+        self.read_errors[reason] += 1
+        error = f"{type(e).__name__}: {e}"[:200]
+        if not self.last_error:
+            event("tap_admission_engine_unreadable", logging.WARNING, logger=TAP_LOGGER, url=self.url, reason=reason,
+                  error=error, note="the gate admits while it cannot read the engine")
+        self.last_error = error
+
     def _read(self, text: str) -> Reading:
-        return read_engine(parse(text, wanted(self.engine)), self.engine)
+        """Parse (checked, as the exporter does: a duplicate series keeps its first value; at most
+        FAMILY_LIMIT samples of a family, so a page of made-up series costs a bounded time) and read."""
+        page = parse_page(text, wanted(self.engine), checked=True, family_limit=FAMILY_LIMIT)
+        if page.nonfinite:
+            raise EngineReadError(f"{page.nonfinite} NaN or infinite values in the families admission reads",
+                                  C.ADMISSION_READ_NON_FINITE)
+        return read_engine(page.families, self.engine)
 
     async def _fetch(self) -> str:
         if self._session is None:
@@ -333,4 +401,7 @@ class Admission:
             (C.TAP_ADMISSION_QUEUE, self.waiting if readable else math.nan),
         ):
             lines.append(f"# HELP {d.name} {d.help}\n# TYPE {d.name} {d.kind}\n{d.name} {go_g(value)}\n")
+        d = C.TAP_ADMISSION_READ_ERRORS
+        lines.append(f"# HELP {d.name} {d.help}\n# TYPE {d.name} {d.kind}\n")
+        lines += [f'{d.name}{{{C.LABEL_REASON}="{reason}"}} {n}\n' for reason, n in self.read_errors.items()]
         return "".join(lines).encode()

@@ -84,10 +84,16 @@ class Exchange:
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
         admission = self.proxy.admission
-        if self.plan is not None and admission is not None and not admission.admit():
+        refusal = admission.decide() if self.plan is not None and admission is not None else ""
+        if refusal:
             # Refused before anything reached the engine; requests already admitted are never touched.
-            self._fail("the engine is full (KV admission); retry later\n", 429, C.OUTCOME_REFUSED,
-                       retry_after=admission.retry_after_s)
+            assert admission is not None
+            if self.proxy.metrics is not None:
+                self.proxy.metrics.refused(refusal)
+            why = ("too few free KV-cache seats" if refusal == C.REFUSED_ADMISSION_KV
+                   else "too many requests queued at the engine")
+            self._fail(f"The engine is at capacity ({why}); retry after {admission.retry_after_s} s.", 429,
+                       C.OUTCOME_REFUSED, retry_after=admission.retry_after_s, code=refusal)
             return
         conn = self.proxy.pool.take_idle()
         if conn is not None:
@@ -127,12 +133,19 @@ class Exchange:
 
     def _fail(
         self, text: str, status: int = 502, outcome: str = C.OUTCOME_UPSTREAM_ERROR, retry_after: int | None = None,
+        code: str = "",
     ) -> None:
         """No response from the upstream: answer with the tap's own error (502, 504 for a deadline, 429
-        for an admission refusal)."""
+        for an admission refusal): an OpenAI error object for the API's timed requests, else plain text."""
         self.timing.on_end(self.proxy.clock())
         self.status = status
-        self.client.write(http1.simple_response(status, text, close=self.client_close, retry_after=retry_after))
+        if self.plan is not None:
+            kind = "rate_limit_exceeded" if status == 429 else "timeout" if status == 504 else "server_error"
+            response = http1.json_error_response(status, text.strip(), kind, code or outcome, close=self.client_close,
+                                                 retry_after=retry_after)
+        else:
+            response = http1.simple_response(status, text, close=self.client_close, retry_after=retry_after)
+        self.client.write(response)
         self._finish(outcome, close=self.client_close)
 
     def check_deadline(self, now: float) -> None:

@@ -13,6 +13,8 @@ and each refusal says why, since the tap answers it with a 400 the client can re
 
 from __future__ import annotations
 
+import json
+
 import enum
 from dataclasses import dataclass
 
@@ -233,6 +235,20 @@ def simple_response(status: int, text: str, close: bool, retry_after: int | None
     )
     return (
         b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n"
+        % (status, REASONS.get(status, "Error").encode(), len(body), extra)
+    ) + body
+
+
+def json_error_response(status: int, message: str, kind: str, code: str, close: bool,
+                        retry_after: int | None = None) -> bytes:
+    """The tap's own error on the OpenAI API, as an OpenAI client expects it: `{"error": {"message", "type",
+    "param", "code"}}` (clients read the message and type from there, not from a text body)."""
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    extra = (b"Connection: close\r\n" if close else b"") + (
+        b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b""
+    )
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
         % (status, REASONS.get(status, "Error").encode(), len(body), extra)
     ) + body
 

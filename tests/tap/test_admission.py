@@ -224,7 +224,11 @@ def test_refused_with_429_and_retry_after_counted_and_admitted_streams_are_never
             await asyncio.sleep(0.15)
             gate.update(reading(0.999, waiting=3))  # ...then the engine fills up
             status, body, headers = await _post(url, _chat(), **{"x-request-id": "refused"})
-            assert status == 429 and headers["Retry-After"] == "1" and b"KV admission" in body
+            # what an OpenAI client expects of a 429: JSON with the error's message, type and code
+            assert status == 429 and headers["Retry-After"] == "1" and headers["Content-Type"] == "application/json"
+            assert json.loads(body) == {"error": {
+                "message": "The engine is at capacity (too few free KV-cache seats); retry after 1 s.",
+                "type": "rate_limit_exceeded", "param": None, "code": C.REFUSED_ADMISSION_KV}}
             assert "refused" not in st.upstream.records, "a refused request never reaches the engine"
             async with aiohttp.ClientSession() as s:  # other paths are not gated
                 async with s.get(st.tap_url + "/v1/models") as r:
@@ -241,6 +245,8 @@ def test_refused_with_429_and_retry_after_counted_and_admitted_streams_are_never
                     page = await r.text()
             assert f'{C.TAP_REQUESTS.name}{{model="chat-a",slo_class="default",outcome="refused"}} 1' in page
             assert f"{C.TAP_ADMISSION_OPEN.name} 1" in page
+            assert f'{C.TAP_REFUSALS.name}{{reason="{C.REFUSED_ADMISSION_KV}"}} 1' in page  # each refusal says why
+            assert f'{C.TAP_REFUSALS.name}{{reason="{C.REFUSED_ADMISSION_QUEUE}"}} 0' in page
 
     asyncio.run(go())
 

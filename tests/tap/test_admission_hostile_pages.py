@@ -1,0 +1,154 @@
+"""KV admission reads a page it does not control: a page that lies is not believed (issue 25).
+
+Each hostile page below once either closed the gate for everyone while the engine still counted as readable
+(NaN or +Inf usage, a NaN queue, NaN num_gpu_blocks, block_size "0") or opened it on a full engine (-Inf
+usage, infinite blocks, duplicate series, made-up data-parallel engines); a bad request-size histogram
+pinned the footprint at 1 token. Now each is refused with a reason, the gate fails open at once with its
+readable gauge at 0 and the reason counted, and a duplicate series counts once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from aiohttp import web
+
+from exporter.promtext import parse
+from exporter.tap.admission import WANTED, Admission, EngineReadError, read_engine
+from llmslo import conventions as C
+from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, reading, vllm_page
+
+FULL = 1.0  # the engine these pages describe is full: no free block
+
+
+def page(usage: object = FULL, waiting: object = 0, blocks: object = BLOCKS, block_size: object = BLOCK_SIZE) -> str:
+    """vllm_page with any of its values replaced by text a page could carry."""
+    text = vllm_page(0.123, 7)
+    text = text.replace('model_name="m"} 0.123', f'model_name="m"}} {usage}')
+    text = text.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 7',
+                        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}')
+    return text.replace(f'block_size="{BLOCK_SIZE}",engine="0",num_gpu_blocks="{BLOCKS}"',
+                        f'block_size="{block_size}",engine="0",num_gpu_blocks="{blocks}"')
+
+
+USAGE_LINE = 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 1.0\n'
+HOSTILE = {
+    "NaN usage": (page(usage="NaN"), C.ADMISSION_READ_NON_FINITE),
+    "+Inf usage": (page(usage="+Inf"), C.ADMISSION_READ_NON_FINITE),
+    "-Inf usage": (page(usage="-Inf"), C.ADMISSION_READ_NON_FINITE),
+    "usage above 1": (page(usage=1.5), C.ADMISSION_READ_OUT_OF_RANGE),
+    "usage below 0": (page(usage=-0.5), C.ADMISSION_READ_OUT_OF_RANGE),
+    "NaN queue": (page(waiting="NaN"), C.ADMISSION_READ_NON_FINITE),
+    "negative queue": (page(waiting=-3), C.ADMISSION_READ_OUT_OF_RANGE),
+    # a cache config whose numbers are not numbers is no cache config: the page has no KV blocks to read
+    "NaN num_gpu_blocks": (page(blocks="NaN"), C.ADMISSION_READ_NOT_ENGINE),
+    "infinite num_gpu_blocks": (page(blocks="+Inf"), C.ADMISSION_READ_NOT_ENGINE),
+    "block_size 0": (page(block_size="0"), C.ADMISSION_READ_OUT_OF_RANGE),
+    "NaN block_size": (page(block_size="NaN"), C.ADMISSION_READ_NOT_ENGINE),
+    # 100 data-parallel engines that have a usage series but no cache config of their own
+    "made-up engines": (page().replace(USAGE_LINE, "".join(
+        f'vllm:kv_cache_usage_perc{{engine="{i}",model_name="m"}} 0.0\n' for i in range(1, 101)) + USAGE_LINE),
+        C.ADMISSION_READ_NOT_ENGINE),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_page_that_lies_is_refused_with_its_reason(name: str) -> None:
+    text, reason = HOSTILE[name]
+    with pytest.raises(EngineReadError) as e:
+        read_engine(parse(text, WANTED))
+    assert e.value.reason == reason, (name, str(e.value))
+
+
+def test_the_pages_are_otherwise_readable_and_full() -> None:
+    """The same page with honest values: the engine is full and the gate closes (so the hostile values are
+    what the test is about)."""
+    r = read_engine(parse(page(), WANTED))
+    assert r.free_tokens == 0 and r.waiting == 0
+    gate = Admission("http://127.0.0.1:1")
+    gate.update(r)
+    assert not gate.is_open() and gate.refusal() == C.REFUSED_ADMISSION_KV
+
+
+def read_as_the_gate_does(text: str):
+    return Admission("http://127.0.0.1:1")._read(text)
+
+
+def test_a_duplicate_series_counts_once() -> None:
+    """The same usage and queue series twice on the page (half the cache free, 3 waiting): not 2x the free
+    blocks, not 6 waiting (the gate parses as the exporter does: a series' first value is kept)."""
+    text = page(usage=0.5, waiting=3)
+    dup = text.replace(USAGE_LINE.replace("1.0", "0.5"), USAGE_LINE.replace("1.0", "0.5") * 2)
+    waiting = 'vllm:num_requests_waiting{engine="0",model_name="m"} 3\n'
+    dup = dup.replace(waiting, waiting * 2)
+    assert dup.count("vllm:num_requests_waiting{") == 2 and dup.count("vllm:kv_cache_usage_perc{") == 2
+    one, two = read_as_the_gate_does(text), read_as_the_gate_does(dup)
+    assert two.free_tokens == one.free_tokens == 500 * BLOCK_SIZE and two.waiting == one.waiting == 3
+
+
+def test_a_bad_histogram_keeps_the_last_footprint() -> None:
+    """Buckets that fall (or are NaN) are not a histogram: the reading is taken, its request sizes are not, so
+    the footprint stays what it was instead of dropping to 1 token and opening the gate to everything."""
+    gate = Admission("http://127.0.0.1:1", fallback_footprint=600)
+    gate.update(reading(0.5))
+    before = gate.footprint
+    text = vllm_page(0.5, 0).replace('vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 10',
+                                     'vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 2')
+    bad = read_engine(parse(text, WANTED))
+    assert bad.bad_histogram and bad.prompt == () and bad.free_tokens > 0
+    gate.update(bad)
+    assert gate.footprint == before > 500
+    # a NaN anywhere in what the gate reads is a page not to believe at all
+    with pytest.raises(EngineReadError) as e:
+        read_as_the_gate_does(vllm_page(0.5, 0).replace('le="+Inf",model_name="m"} 10', 'le="+Inf",model_name="m"} NaN'))
+    assert e.value.reason == C.ADMISSION_READ_NON_FINITE
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_the_gate_refuses_each_page_as_it_parses_them(name: str) -> None:
+    text, reason = HOSTILE[name]
+    with pytest.raises(EngineReadError) as e:
+        read_as_the_gate_does(text)
+    # the gate's checked parse drops non-finite samples before the adapters see them, and says so
+    assert e.value.reason in (reason, C.ADMISSION_READ_NON_FINITE), (name, str(e.value))
+
+
+def test_the_poller_fails_open_at_once_on_a_lying_page_and_counts_why() -> None:
+    """A real HTTP engine page: honest and full (the gate closes), then NaN usage (the gate opens at once, its
+    readable gauge 0, the reason counted), then honest again (it closes)."""
+    served = {"text": page()}
+
+    async def go() -> list[tuple[bool, bool, dict[str, int]]]:
+        app = web.Application()
+        app.router.add_get("/metrics", lambda _: web.Response(text=served["text"]))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        gate = Admission(f"http://127.0.0.1:{port}", poll_s=30)
+        seen = []
+        try:
+            for text in (page(), page(usage="NaN"), page()):
+                served["text"] = text
+                await gate.poll()
+                seen.append((gate.is_open(), gate.readable, dict(gate.read_errors)))
+            rendered = gate.render().decode()
+        finally:
+            await gate.stop()
+            await runner.cleanup()
+        assert f'{C.TAP_ADMISSION_READ_ERRORS.name}{{reason="{C.ADMISSION_READ_NON_FINITE}"}} 1' in rendered
+        return seen
+
+    (open1, readable1, _), (open2, readable2, errors2), (open3, readable3, errors3) = asyncio.run(go())
+    assert (open1, readable1) == (False, True)
+    assert (open2, readable2) == (True, False) and errors2[C.ADMISSION_READ_NON_FINITE] == 1
+    assert (open3, readable3) == (False, True) and errors3 == errors2
+
+
+def test_infinite_seats_are_never_shown() -> None:
+    gate = Admission("http://127.0.0.1:1")
+    gate.update(reading(0.0))
+    assert math.isfinite(gate.seats)
