@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from exporter import logs
 from exporter.config import (
+    DEFAULT_POD_RESOURCES_SOCKET,
     DEFAULT_PORT,
     TARGET_KINDS,
     ConfigError,
@@ -29,6 +30,14 @@ EXIT_CONFIG = 2
 EXIT_NOTHING_READ = 1
 
 
+def version_text() -> str:
+    """`--version`: the llmslo version and the Python that runs it (llmslo_build_info's labels)."""
+    import llmslo
+    import platform
+
+    return f"{PROG} {llmslo.__version__} ({platform.python_implementation()} {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The exporter's parser; `tap` is a placeholder (the tap's own parser is built only when `tap`
     is run: importing it costs start-up time every run would pay)."""
@@ -38,8 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Flags override the --config file; --engine adds to its targets. "
         f"`{PROG} tap --help` describes the goodput tap.",
     )
+    p.add_argument("--version", action="version", version=version_text())
     p.add_argument("--config", metavar="FILE", help="YAML config file (all settings, plus Kubernetes discovery)")
-    p.add_argument("--listen", metavar="HOST:PORT", help=f"where /metrics is served (default 0.0.0.0:{DEFAULT_PORT})")
+    # Prometheus exporters' flag names first; the earlier names stay as aliases.
+    p.add_argument("--web.listen-address", "--listen", dest="listen", metavar="HOST:PORT",
+                   help=f"where /metrics is served (default 0.0.0.0:{DEFAULT_PORT})")
     p.add_argument(
         "--engine", metavar="KIND=URL", action="append", default=[],
         help=f"a target to scrape, repeatable; KIND is one of {', '.join(TARGET_KINDS)}; URL is http(s)://... or file://...",
@@ -47,13 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", metavar="SPEC", help="nvml (default; falls back to no GPUs with a logged reason), fake:N or off")
     p.add_argument("--interval", metavar="SECONDS", help="collection interval (default 5)")
     p.add_argument("--once", action="store_true", help="run one cycle, print the exposition to stdout and exit")
-    p.add_argument("--web-config", metavar="FILE", help="Prometheus web-config file: TLS, basic auth, bearer token")
+    p.add_argument("--web.config.file", "--web-config", dest="web_config", metavar="FILE",
+                   help="Prometheus web-config file: TLS, basic auth, bearer token")
     p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
     p.add_argument("--discovery-namespaces", metavar="NS[,NS...]", action="append", default=[],
                    help="the namespaces Kubernetes discovery lists pods in, repeatable "
                    "(default: kubernetes_discovery.namespaces in the file, else all namespaces)")
-    p.add_argument("--log-level", metavar="LEVEL", help="debug, info (default), warning or error")
-    p.add_argument("--log-format", choices=logs.LOG_FORMATS, default=logs.LOG_FORMATS[0],
+    p.add_argument("--pod-resources-socket", metavar="PATH",
+                   help="the kubelet's pod-resources socket, read to label GPU series with the pod, namespace and "
+                   f"container that hold each GPU (default {DEFAULT_POD_RESOURCES_SOCKET}; off turns it off)")
+    p.add_argument("--log.level", "--log-level", dest="log_level", metavar="LEVEL",
+                   help="debug, info (default), warning or error")
+    p.add_argument("--log.format", "--log-format", dest="log_format", choices=logs.LOG_FORMATS,
+                   default=logs.LOG_FORMATS[0],
                    help="logfmt (default: event=NAME key=value ...) or json (one object per line)")
     sub = p.add_subparsers(dest="command", metavar="{tap}")
     sub.add_parser("tap", help=f"run the goodput tap, an in-line streaming proxy (`{PROG} tap --help`)",
@@ -80,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = merge_cli(
             config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
             web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
+            pod_resources_socket=args.pod_resources_socket,
             discovery_namespaces=args.discovery_namespaces, source=args.config or "command line",
         )
     except ConfigError as exc:
@@ -105,7 +124,7 @@ class ListenError(Exception):
             why = exc.strerror or str(exc)
         else:
             why = os.strerror(exc.errno)  # asyncio's own text repeats the address and lower-cases the reason
-        super().__init__(f"cannot listen on {listen}: {why} (fix: free the port or choose another with --listen)")
+        super().__init__(f"cannot listen on {listen}: {why} (fix: free the port or choose another with --web.listen-address)")
 
 
 class _Runtime:

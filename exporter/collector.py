@@ -23,7 +23,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from llmslo import conventions as c
-from exporter import adapters, logs, promtext
+from exporter import adapters, logs, procinfo, promtext
 from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
 from exporter.daemon_worker import DaemonWorker
 from exporter.guard import (
@@ -134,6 +134,11 @@ class Collector:
         self._files = FileReader()  # file:// targets: one read in flight per target, even when one hangs
         self._last_gpu_up: list[NormSample] = []
         self._cycles = 0
+        self.pod_mapper = None  # GPUs -> pods (kubelet pod-resources), when GPUs are read and the mapping is on
+        if gpu_provider is not None and config.pod_resources_socket != "off":
+            from exporter.gpu.podresources import PodMapper, PodResourcesClient
+
+            self.pod_mapper = PodMapper(PodResourcesClient(config.pod_resources_socket, config.pod_resources_timeout_s))
 
     # ---------------------------------------------------------------- cycle
     async def collect(self, targets: Sequence[TargetConfig], extra: Sequence[NormSample] = ()) -> Snapshot:
@@ -207,6 +212,8 @@ class Collector:
             await self.session.close()
             self.session = None
             self._owns_session = False
+        if self.pod_mapper is not None:
+            self.pod_mapper.close()
 
     def _parse_and_adapt(
         self, target: TargetConfig, pending: list[bytes | bytearray], state: _TargetState
@@ -322,7 +329,8 @@ class Collector:
         if self._gpu_future is not None and not self._gpu_future.done():
             logs.event("gpu_collection_hung", logging.WARNING, note="previous NVML call has not returned")
             return self._gpus_down()
-        future = _GPU_WORKER.submit(collect_gpus, self.gpu_provider, self.node_name)
+        owners = await self._gpu_owners()
+        future = _GPU_WORKER.submit(collect_gpus, self.gpu_provider, self.node_name, owners)
         self._gpu_future = future
         try:
             samples = await asyncio.wait_for(asyncio.shield(future), self.config.gpu_timeout_s)
@@ -334,6 +342,13 @@ class Collector:
             return self._gpus_down()
         self._last_gpu_up = [s for s in samples if s.metric.name == c.GPU_UP.name]
         return list(samples)
+
+    async def _gpu_owners(self) -> dict | None:
+        """Device ID -> owning container, listed from the kubelet this cycle (bounded by its deadline);
+        None when the mapping is off or the node has no GPUs to map."""
+        if self.pod_mapper is None or not self.gpu_provider.devices():
+            return None
+        return await asyncio.to_thread(self.pod_mapper.refresh)
 
     def _gpus_down(self) -> list[NormSample]:
         """`llm_gpu_up 0` for the GPUs we last saw, so a hung driver shows up as GPUs down."""
@@ -370,5 +385,8 @@ class Collector:
         out.append(NormSample(c.EXPORTER_CYCLE_DURATION, {}, duration))
         out.append(NormSample(c.EXPORTER_CYCLES, {}, float(self._cycles)))
         out.append(NormSample(c.EXPORTER_LAST_CYCLE, {}, completed_at))
+        if self.pod_mapper is not None:
+            out.extend(self.pod_mapper.samples())
+        out.extend(procinfo.self_samples())
         return out
 

@@ -29,6 +29,8 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_GPU_TIMEOUT_S = 5.0
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"  # the kubelet's, as dcgm-exporter reads it
+DEFAULT_POD_RESOURCES_TIMEOUT_S = 1.0
 
 
 class ConfigError(ValueError):
@@ -117,6 +119,9 @@ class ExporterConfig:
     node_name: str = ""
     discovery: KubernetesDiscovery = field(default_factory=KubernetesDiscovery)
     log_level: str = "info"
+    # The kubelet's pod-resources socket GPUs are mapped to pods with; "off" turns the mapping off.
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    pod_resources_timeout_s: float = DEFAULT_POD_RESOURCES_TIMEOUT_S
 
     def target_timeout(self, target: TargetConfig) -> float:
         """The target's deadline; at most one interval, so a slow target never delays the next cycle."""
@@ -333,6 +338,7 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 _TOP_KEYS = (
     "listen", "interval", "gpu", "gpu_timeout", "node_name", "web_config_file", "log_level",
+    "pod_resources_socket", "pod_resources_timeout",
     "scrape", "limits", "targets", "kubernetes_discovery",
 )
 _TARGET_KEYS = ("kind", "url", "name", "model", "pod", "namespace", "timeout", "max_page_bytes")
@@ -427,6 +433,10 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         node_name=r.get("node_name", _str, d.node_name, "use the Kubernetes node name"),
         web_config_file=r.get("web_config_file", _str, d.web_config_file, "use a file path"),
         log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
+        pod_resources_socket=r.get("pod_resources_socket", _socket_path, d.pod_resources_socket,
+                                   f"write a path such as {DEFAULT_POD_RESOURCES_SOCKET}, or off"),
+        pod_resources_timeout_s=r.get("pod_resources_timeout", parse_seconds_or_go_duration, d.pod_resources_timeout_s,
+                                      "use a duration such as 1s"),
         timeout_s=scrape.get("timeout", parse_seconds_or_go_duration, d.timeout_s, "use a duration such as 3s"),
         max_page_bytes=scrape.get("max_page_bytes", parse_size, d.max_page_bytes, "use a size such as 16MiB"),
         limits=Limits(
@@ -440,6 +450,15 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
     if check:
         check_config(config, path_s)
     return config
+
+
+def _socket_path(value: Any) -> str:
+    text = _str(value).strip()
+    if not text:
+        raise ValueError("empty path")
+    if text != "off" and not text.startswith("/"):
+        raise ValueError(f"{text!r} is not an absolute path")
+    return text
 
 
 def _log_level(value: Any) -> str:
@@ -475,6 +494,7 @@ def merge_cli(
     web_config: str | None = None,
     node_name: str | None = None,
     log_level: str | None = None,
+    pod_resources_socket: str | None = None,
     discovery_namespaces: list[str] | tuple[str, ...] = (),
     source: str = "command line",
 ) -> ExporterConfig:
@@ -491,7 +511,7 @@ def merge_cli(
             raise ConfigError(f"--{name} {value!r}: {exc}. Fix: {fix}.") from None
 
     if listen is not None:
-        changes["listen"] = flag("listen", parse_listen, listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
+        changes["listen"] = flag("web.listen-address", parse_listen, listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
     if gpu is not None:
         changes["gpu"] = flag("gpu", parse_gpu_spec, gpu, f"write {GPU_SPEC_HELP}")
     if interval is not None:
@@ -501,7 +521,10 @@ def merge_cli(
     if node_name is not None:
         changes["node_name"] = node_name
     if log_level is not None:
-        changes["log_level"] = flag("log-level", _log_level, log_level, "write debug, info, warning or error")
+        changes["log_level"] = flag("log.level", _log_level, log_level, "write debug, info, warning or error")
+    if pod_resources_socket is not None:
+        changes["pod_resources_socket"] = flag("pod-resources-socket", _socket_path, pod_resources_socket,
+                                               f"write a path such as {DEFAULT_POD_RESOURCES_SOCKET}, or off")
     if discovery_namespaces:
         namespaces = flag("discovery-namespaces", parse_namespaces, ",".join(discovery_namespaces),
                           "give namespace names, e.g. --discovery-namespaces llm,batch")

@@ -193,7 +193,7 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     try:
         data = yaml.safe_load(Path(path_s).read_text(encoding="utf-8")) or {}
     except OSError as exc:
-        raise ConfigError(f"{path_s}: cannot read the web config ({exc.strerror}). Fix: pass a readable file to --web-config.") from None
+        raise ConfigError(f"{path_s}: cannot read the web config ({exc.strerror}). Fix: pass a readable file to --web.config.file.") from None
     except yaml.YAMLError:
         raise ConfigError(f"{path_s}: not valid YAML. Fix: correct the syntax (see the exporter-toolkit web-config format).") from None
     if not isinstance(data, dict):

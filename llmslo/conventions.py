@@ -60,6 +60,15 @@ LABEL_ECC_TYPE = "type"  # corrected | uncorrected
 LABEL_XID = "xid"
 LABEL_CLOCK_EVENT = "clock_event"  # dcgm-exporter's label on DCGM_EXP_CLOCK_EVENTS_COUNT, same value names
 GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID, LABEL_HOSTNAME)
+# The container that holds a GPU or MIG instance (the kubelet's pod-resources API), as dcgm-exporter labels it;
+# empty when no container holds it or the kubelet cannot be read. LABEL_POD and LABEL_NAMESPACE name its pod.
+LABEL_CONTAINER = "container"
+GPU_OWNER_LABELS = (LABEL_POD, LABEL_NAMESPACE, LABEL_CONTAINER)
+
+# The exporter's build (llmslo_build_info, as Prometheus exporters' <name>_build_info).
+LABEL_VERSION = "version"
+LABEL_PYTHON_VERSION = "python_version"
+LABEL_PYTHON_IMPLEMENTATION = "python_implementation"
 
 # Request outcomes counted by the tap (docs/metrics.md, "Outcomes", defines each precisely).
 OUTCOME_OK = "ok"  # complete: a stream ended with the engine's final event, a body with its framing
@@ -343,10 +352,35 @@ EXPORTER_DISCOVERY_LAST_SUCCESS = _m(
     "exporter_discovery_last_success_timestamp_seconds", "gauge",
     "When the last complete pod listing finished (0: none yet); the target list in use is from then.", unit="seconds",
 )
+# GPU-to-pod mapping (exporter/gpu/podresources.py); present only while GPUs are read and the mapping is on.
+EXPORTER_GPU_POD_MAPPING_UP = _m(
+    "exporter_gpu_pod_mapping_up", "gauge",
+    "1 when the last kubelet pod-resources listing succeeded; 0: GPU series carry empty pod, namespace and container.",
+)
+EXPORTER_GPU_POD_MAPPED_DEVICES = _m(
+    "exporter_gpu_pod_mapped_devices", "gauge", "NVIDIA devices (GPUs and MIG instances) the last listing found allocated to a container.",
+)
+# The exporter's identity and process, named as every Prometheus exporter names them (no llm_ prefix).
+BUILD_INFO = MetricDef(
+    "llmslo_build_info", "gauge", "Always 1; the labels name the llmslo version and the Python that runs it.",
+    (LABEL_VERSION, LABEL_PYTHON_VERSION, LABEL_PYTHON_IMPLEMENTATION),
+)
+PROCESS_CPU = MetricDef("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", unit="seconds")
+PROCESS_RESIDENT_MEMORY = MetricDef("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", unit="bytes")
+PROCESS_VIRTUAL_MEMORY = MetricDef("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", unit="bytes")
+PROCESS_START_TIME = MetricDef(
+    "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", unit="seconds"
+)
+PROCESS_OPEN_FDS = MetricDef("process_open_fds", "gauge", "Number of open file descriptors.")
+PROCESS_MAX_FDS = MetricDef("process_max_fds", "gauge", "Maximum number of open file descriptors.")
+PROCESS_METRICS = (
+    PROCESS_CPU, PROCESS_RESIDENT_MEMORY, PROCESS_VIRTUAL_MEMORY, PROCESS_START_TIME, PROCESS_OPEN_FDS, PROCESS_MAX_FDS,
+)
 EXPORTER_METRICS = (
     EXPORTER_TARGET_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_LAST_ERROR, EXPORTER_PARSE_ERRORS, EXPORTER_SERIES_DROPPED,
     EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
     EXPORTER_DISCOVERY_REJECTED, EXPORTER_DISCOVERY_ABANDONED, EXPORTER_DISCOVERY_LAST_SUCCESS,
+    EXPORTER_GPU_POD_MAPPING_UP, EXPORTER_GPU_POD_MAPPED_DEVICES, BUILD_INFO, *PROCESS_METRICS,
 )
 
 # --------------------------------------------------------------------------------------

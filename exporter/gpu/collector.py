@@ -1,7 +1,8 @@
 """GPU readings -> normalized samples with dcgm-exporter's label names, one cycle at a time.
 
 Labels are dcgm-exporter's (`gpu`, `UUID`, `pci_bus_id`, `hostname`, and for a MIG instance
-`GPU_I_ID` and `GPU_I_PROFILE`, empty on whole-GPU series) so dashboards built on DCGM_FI_*
+`GPU_I_ID` and `GPU_I_PROFILE`, empty on whole-GPU series) and the `pod`, `namespace` and `container`
+that hold the device (from the kubelet, see podresources.py; empty when none does) so dashboards built on DCGM_FI_*
 series join ours on the same labels; its `modelName` is `model_name` here, as promtool's lint
 rejects camelCase label names. A field the provider did not report produces
 no sample. A lost GPU reports `llm_gpu_up 0` with its identity labels and the others carry on.
@@ -17,6 +18,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable
 
+from exporter.gpu.owners import DeviceOwners, owner_of
 from exporter.gpu.provider import (
     CLOCK_EVENT_REASONS,
     GpuError,
@@ -37,8 +39,15 @@ ECC_CORRECTED = "corrected"
 ECC_UNCORRECTED = "uncorrected"
 
 
-def gpu_labels(info: GpuInfo, hostname: str, mig: MigInfo | None = None) -> dict[str, str]:
-    """The label set every GPU series carries: identity, host, and the MIG instance if any."""
+def gpu_labels(
+    info: GpuInfo, hostname: str, mig: MigInfo | None = None, owners: DeviceOwners | None = None
+) -> dict[str, str]:
+    """The label set every GPU series carries: identity, host, the MIG instance if any, and its owner.
+
+    The owner labels are always there, empty when unknown: with the PodMonitor's honorLabels, an absent
+    `pod` would be filled in with the exporter's own pod, naming the wrong workload.
+    """
+    owner = owner_of(owners, info, mig)
     return {
         c.LABEL_GPU: str(info.index),
         c.LABEL_UUID: info.uuid,
@@ -47,6 +56,9 @@ def gpu_labels(info: GpuInfo, hostname: str, mig: MigInfo | None = None) -> dict
         c.LABEL_HOSTNAME: hostname,
         c.LABEL_GPU_INSTANCE_ID: "" if mig is None else str(mig.gpu_instance_id),
         c.LABEL_GPU_INSTANCE_PROFILE: "" if mig is None else mig.profile,
+        c.LABEL_POD: owner.pod,
+        c.LABEL_NAMESPACE: owner.namespace,
+        c.LABEL_CONTAINER: owner.container,
     }
 
 
@@ -59,8 +71,9 @@ class GpuCollector:
         self.xid_counts: Counter[tuple[int, int]] = Counter()  # (gpu index, xid) -> events seen
         self.down: dict[int, str] = {}  # gpu index -> why it reported llm_gpu_up 0 last cycle
 
-    def collect(self) -> list[NormSample]:
-        """One cycle. Never raises: whatever breaks becomes `llm_gpu_up 0` and a logged reason."""
+    def collect(self, owners: DeviceOwners | None = None) -> list[NormSample]:
+        """One cycle, labelled with `owners` (device ID -> container). Never raises: whatever breaks
+        becomes `llm_gpu_up 0` and a logged reason."""
         try:
             indexes = [info.index for info in self.provider.devices()]
             unavailable = self._poll_xids()
@@ -72,10 +85,10 @@ class GpuCollector:
             return []
         samples: list[NormSample] = []
         for info in devices:
-            labels = gpu_labels(info, self.hostname)
+            labels = gpu_labels(info, self.hostname, owners=owners)
             outcome = outcomes.get(info.index, "GPU appeared during the cycle")
             if isinstance(outcome, GpuReading):
-                samples.extend(reading_samples(outcome, info, self.hostname))
+                samples.extend(reading_samples(outcome, info, self.hostname, owners))
             reason = "" if isinstance(outcome, GpuReading) else outcome
             samples.append(NormSample(c.GPU_UP, dict(labels), 0.0 if reason else 1.0))
             self._note(info, reason)
@@ -119,9 +132,11 @@ class GpuCollector:
             del self.down[info.index]
 
 
-def reading_samples(reading: GpuReading, info: GpuInfo, hostname: str) -> list[NormSample]:
+def reading_samples(
+    reading: GpuReading, info: GpuInfo, hostname: str, owners: DeviceOwners | None = None
+) -> list[NormSample]:
     """Map one reading to samples; fields that are None produce nothing."""
-    labels = gpu_labels(info, hostname)
+    labels = gpu_labels(info, hostname, owners=owners)
     out: list[NormSample] = []
 
     def put(metric: MetricDef, value: float | int | None, extra: dict[str, str] | None = None) -> None:
@@ -144,7 +159,7 @@ def reading_samples(reading: GpuReading, info: GpuInfo, hostname: str) -> list[N
     put(c.GPU_PCIE_REPLAYS, reading.pcie_replays_total)
     _process_samples(out, reading.processes, labels)
     for instance in reading.mig:
-        mig_labels = gpu_labels(info, hostname, instance.info)
+        mig_labels = gpu_labels(info, hostname, instance.info, owners)
         _memory_samples(out, instance.memory, mig_labels)
         _process_samples(out, instance.processes, mig_labels)
     return out
@@ -171,12 +186,13 @@ def _process_samples(out: list[NormSample], processes: Iterable[ProcessMemory] |
 _collectors: "weakref.WeakKeyDictionary[object, GpuCollector]" = weakref.WeakKeyDictionary()
 
 
-def collect_gpus(provider: GpuProvider, hostname: str) -> list[NormSample]:
-    """Samples for every GPU the provider knows, with `hostname` as dcgm-exporter's label. Never raises."""
+def collect_gpus(provider: GpuProvider, hostname: str, owners: DeviceOwners | None = None) -> list[NormSample]:
+    """Samples for every GPU the provider knows, with `hostname` as dcgm-exporter's label and each
+    device's owner from `owners`. Never raises."""
     try:
         collector = _collectors.get(provider)
         if collector is None or collector.hostname != hostname:
             collector = _collectors[provider] = GpuCollector(provider, hostname)
     except TypeError:  # a provider that cannot be weakly referenced: no memory between cycles
         collector = GpuCollector(provider, hostname)
-    return collector.collect()
+    return collector.collect(owners)

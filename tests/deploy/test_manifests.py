@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -92,8 +93,13 @@ def test_exporter_daemonset_security_floor(built):
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             assert not spec.get(key), key
-        assert not any("hostPath" in v for v in spec.get("volumes", []))
+        # The one host path: the kubelet's pod-resources directory (GPUs tied to pods), mounted read-only.
+        host = [v for v in spec.get("volumes", []) if "hostPath" in v]
+        assert host == [{"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}}], host
         (container,) = spec["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
+        assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+        assert os.path.dirname(ExporterConfig().pod_resources_socket) == mount["mountPath"]
         sc = container["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
         assert sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"]}

@@ -329,6 +329,7 @@ def test_nvml_reading_maps_every_field_to_base_units() -> None:
     assert labels == {
         "gpu": "0", "UUID": "GPU-aaaaaaaa-0000-0000-0000-000000000000", "model_name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:18:00.0", "hostname": "node-a", "GPU_I_ID": "", "GPU_I_PROFILE": "",
+        "pod": "", "namespace": "", "container": "",  # no owner map given: empty, never absent
     }
     assert value(samples, c.GPU_UP, **g0) == 1
     # Memory stays in bytes (dcgm-exporter reports MiB); v2 gives reserved and used without it.
