@@ -66,7 +66,7 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
     else:
         root, prefix = doc, ""
         f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period",
-                                dialect.page_min_bad_events), "", elsewhere=_slo_keys("slos[i]", dialect))
+                                dialect.page_min_bad_events), "", elsewhere=_slo_keys("each SLO of slos", dialect))
 
     service = f.string(r, root, "service", prefix)
     f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
@@ -173,10 +173,11 @@ def _misplaced_in_slo(d: Dialect) -> dict[str, str]:
     return out
 
 
-def _misplaced_in_sli(d: Dialect, sp: str) -> dict[str, str]:
-    out = {"options": f"{sp}.plugin", "id": f"{sp}.plugin", d.error_query: f"{sp}.events",
-           d.total_query: f"{sp}.events", d.error_ratio_query: f"{sp}.raw"}
-    out.update({k: f"{sp}.plugin.options" for k in _ALL_OPTIONS if k not in out})
+def _misplaced_in_sli(d: Dialect) -> dict[str, str]:
+    """Keys written on `sli` that belong deeper (a dedented `options:`): where they go, from the SLO down."""
+    out = {"options": "sli.plugin", "id": "sli.plugin", d.error_query: "sli.events",
+           d.total_query: "sli.events", d.error_ratio_query: "sli.raw"}
+    out.update({k: "sli.plugin.options" for k in _ALL_OPTIONS if k not in out})
     return out
 
 
@@ -240,7 +241,7 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
               spec_labels: dict[str, str], d: Dialect, allow_out_of_range: bool = False) -> SLI | None:
     sli = f.mapping(r, node, "sli", p, slo=who)
     sp = f"{p}.sli"
-    f.unknown_keys(r, sli, ("events", "raw", "plugin"), sp, slo=who, elsewhere=_misplaced_in_sli(d, sp))
+    f.unknown_keys(r, sli, ("events", "raw", "plugin"), sp, slo=who, elsewhere=_misplaced_in_sli(d))
     kinds = [k for k in ("events", "raw", "plugin") if sli.get(k) is not None]
     if not kinds:
         r.error("the SLI is empty: one of events, raw or plugin is required", sp, slo=who, line=f.line_of(node, "sli"),
@@ -268,7 +269,7 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
         return RawSLI(q)
     plug = f.mapping(r, sli, "plugin", sp, slo=who)
     f.unknown_keys(r, plug, ("id", "options"), f"{sp}.plugin", slo=who,
-                   elsewhere={k: f"{sp}.plugin.options" for k in _ALL_OPTIONS})
+                   elsewhere={k: "sli.plugin.options" for k in _ALL_OPTIONS})
     pid = f.string(r, plug, "id", f"{sp}.plugin", slo=who)
     options = f.labels(r, plug, "options", f"{sp}.plugin", slo=who, what="option") if plug.get("options") else {}
     fn = plugins.sli_plugin(pid)
