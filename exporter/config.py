@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from exporter.adapters import ADAPTERS
 from llmslo.durations import parse_go_duration
+from llmslo.ranges import check as range_check
+from llmslo.suggest import closest
 
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
@@ -164,6 +166,29 @@ def parse_seconds_or_go_duration(value: Any) -> float:
     return seconds
 
 
+class UnitError(ValueError):
+    """A bare number outside the plausible range of what it measures; `fix` says what to write."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+def parse_interval(value: Any) -> float:
+    """The collection interval: a Go duration (`500ms`, `5s`) is taken as written; a bare number of seconds must
+    lie in llmslo.ranges' range, so `500` meant as milliseconds is refused with "500 looks like milliseconds:
+    write 0.5" (write `500s` to mean 500 seconds)."""
+    seconds = parse_seconds_or_go_duration(value)
+    bare = isinstance(value, (int, float)) or bool(_NUMBER.match(str(value).strip()))
+    wrong = range_check("exporter_interval", seconds) if bare else None
+    if wrong is not None:
+        keep = f"or write {value}s to mean {seconds:g} seconds"
+        fix = (f"write {wrong.suggested:g} (or {seconds:g}ms), {keep}" if wrong.suggested is not None
+               else f"write a duration such as 5s, {keep}")
+        raise UnitError(wrong.message, fix)
+    return seconds
+
+
 def parse_size(value: Any) -> int:
     """Bytes from an integer or a string like `16MiB`, `200MB`."""
     if isinstance(value, bool):
@@ -272,10 +297,8 @@ class _Reader:
     def check_keys(self, allowed: tuple[str, ...]) -> None:
         for key in self.data:
             if key not in allowed:
-                import difflib  # only for a typo's message
-
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}"
+                close = closest(str(key), allowed)
+                hint = f"did you mean {close!r}?" if close else f"known keys: {', '.join(allowed)}"
                 raise self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
 
     def get(self, key: str, parse, default, fix: str):
@@ -284,7 +307,7 @@ class _Reader:
         try:
             return parse(self.data[key])
         except (ValueError, TypeError) as exc:
-            raise self.error(key, str(exc), fix) from None
+            raise self.error(key, str(exc), getattr(exc, "fix", fix)) from None
 
 
 def _str(value: Any) -> str:
@@ -427,7 +450,7 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
     d = ExporterConfig()
     config = ExporterConfig(
         listen=r.get("listen", parse_listen, d.listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}"),
-        interval_s=r.get("interval", parse_seconds_or_go_duration, d.interval_s, "use a duration such as 5s"),
+        interval_s=r.get("interval", parse_interval, d.interval_s, "use a duration such as 5s"),
         gpu=r.get("gpu", parse_gpu_spec, d.gpu, f"write {GPU_SPEC_HELP}"),
         gpu_timeout_s=r.get("gpu_timeout", parse_seconds_or_go_duration, d.gpu_timeout_s, "use a duration such as 5s"),
         node_name=r.get("node_name", _str, d.node_name, "use the Kubernetes node name"),
@@ -508,14 +531,14 @@ def merge_cli(
         try:
             return parse(value)
         except ValueError as exc:
-            raise ConfigError(f"--{name} {value!r}: {exc}. Fix: {fix}.") from None
+            raise ConfigError(f"--{name} {value!r}: {exc}. Fix: {getattr(exc, 'fix', fix)}.") from None
 
     if listen is not None:
         changes["listen"] = flag("web.listen-address", parse_listen, listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
     if gpu is not None:
         changes["gpu"] = flag("gpu", parse_gpu_spec, gpu, f"write {GPU_SPEC_HELP}")
     if interval is not None:
-        changes["interval_s"] = flag("interval", parse_seconds_or_go_duration, interval, "give seconds, e.g. 5")
+        changes["interval_s"] = flag("interval", parse_interval, interval, "give seconds, e.g. 5")
     if web_config is not None:
         changes["web_config_file"] = web_config
     if node_name is not None:

@@ -19,6 +19,8 @@ Rules every reader applies (where slogen and the tap used to differ, the choice 
 * Unknown options are refused (a typo such as `treshold` must not pass silently), and so is an empty value.
 * Numbers are plain decimals (`0.5`, `2`, `1e-1`); nan and inf are refused: an infinite objective holds
   every request good and measures nothing.
+* Thresholds lie in the plausible range of what they measure (llmslo/ranges.py: `500` as a TTFT is
+  refused with "500 looks like milliseconds: write 0.5"), unless the SLO sets `allow_out_of_range: true`.
 * Goodput needs `slo_class` and at least one of `ttft` and `tpot`; the one left out is not constrained
   (a batch class may care about TTFT only). Two goodput SLOs naming the same class must give it the same
   ttft, tpot and models (`same_class`).
@@ -43,6 +45,9 @@ from typing import Any, Union
 from llmslo import conventions as c
 from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, measurable_threshold
 from llmslo.plugin_errors import PluginOptionError
+from llmslo.ranges import ALLOW_KEY
+from llmslo.ranges import check as range_check
+from llmslo.suggest import closest
 from llmslo.selectors import LABEL_NAME_RE, Matcher, parse_selector
 
 LATENCY = "llmslo/latency"
@@ -225,14 +230,18 @@ def _text(options: Any) -> dict[str, str]:
 class _Reader:
     """One plugin's options as strings: typed getters, each error naming the option and the fix."""
 
-    def __init__(self, plugin: str, options: Any):
+    def __init__(self, plugin: str, options: Any, allow_out_of_range: bool = False):
         self.plugin = plugin
+        self.allow_out_of_range = allow_out_of_range
         self.raw = _text(options)
         known = OPTIONS[plugin]
         unknown = sorted(set(self.raw) - set(known))
         if unknown:
-            raise PluginOptionError(f"unknown option(s) {', '.join(unknown)} for plugin {plugin}", unknown[0],
-                                    f"use only: {', '.join(known)}")
+            near = closest(unknown[0], known)
+            fix = f"did you mean {near}? (known: {', '.join(known)})" if near else f"use only: {', '.join(known)}"
+            if unknown[0] == ALLOW_KEY:
+                fix = f"{ALLOW_KEY} is a key of the SLO, beside objective, not a plugin option"
+            raise PluginOptionError(f"unknown option(s) {', '.join(unknown)} for plugin {plugin}", unknown[0], fix)
 
     def get(self, name: str, default: str = "") -> str:
         return self.raw.get(name, default).strip()
@@ -245,13 +254,18 @@ class _Reader:
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = self.get(name, default)
+        if not value:
+            raise PluginOptionError(f"option {name!r} is missing: plugin {self.plugin} needs it", name,
+                                    f"set {name} to one of: {', '.join(choices)} (under sli.plugin.options)")
         if value not in choices:
             raise PluginOptionError(f"option {name!r} is {value!r}, not one of {', '.join(choices)}", name,
                                     f"set {name} to one of: {', '.join(choices)}")
         return value
 
-    def number(self, name: str, *, default: str = "", hi: float | None = None, unit: str = "seconds") -> float:
-        """A finite number above 0 (at most `hi`)."""
+    def number(self, name: str, *, default: str = "", hi: float | None = None, unit: str = "seconds",
+               plausible: str = "") -> float:
+        """A finite number above 0 (at most `hi`), within llmslo.ranges.RANGES[plausible] unless the SLO allows
+        values out of range."""
         text = self.get(name, default)
         example = _EXAMPLES.get(name, "0.5")
         if not text:
@@ -268,6 +282,13 @@ class _Reader:
         if not math.isfinite(value):  # a decimal too large for a float
             raise PluginOptionError(f"option {name!r} is not a finite number: {text!r}", name,
                                     f'write {name}: "0.5" (a finite decimal; nan and inf cannot be a threshold)')
+        if plausible and value > 0 and not self.allow_out_of_range:
+            wrong = range_check(plausible, value)
+            if wrong is not None:
+                keep = f"or set {ALLOW_KEY}: true on the SLO to keep {text}"
+                fix = (f'write {name}: "{wrong.suggested:.12g}", {keep}' if wrong.suggested is not None
+                       else f"choose a value in the range, {keep}")
+                raise PluginOptionError(f"option {name!r}: {wrong.message}", name, fix)
         if hi is not None and not 0 < value <= hi:
             rng = f"(0, {hi:g}]"
             raise PluginOptionError(f"option {name!r} is {value:g}, outside {rng}", name, f"choose {name} in {rng}")
@@ -291,7 +312,7 @@ class _Reader:
 def _latency(r: _Reader) -> LatencyParams:
     metric = r.choice("metric", tuple(LATENCY_METRICS), "")
     source = r.choice("source", SOURCES, DEFAULT_SOURCE)
-    threshold = r.number("threshold")
+    threshold = r.number("threshold", plausible=metric)
     rounding = r.get("threshold_rounding")
     if rounding and rounding not in ROUNDINGS:
         raise PluginOptionError(f"option 'threshold_rounding' is {rounding!r}, not one of {', '.join(ROUNDINGS)}",
@@ -324,8 +345,8 @@ def _plain_bound(threshold: float) -> None:
 
 def _goodput(r: _Reader) -> GoodputParams:
     slo_class = r.required("slo_class", 'set slo_class: "<the tap class name>", e.g. "interactive"')
-    ttft = r.number("ttft") if r.get("ttft") else None
-    tpot = r.number("tpot") if r.get("tpot") else None
+    ttft = r.number("ttft", plausible="ttft") if r.get("ttft") else None
+    tpot = r.number("tpot", plausible="tpot") if r.get("tpot") else None
     if ttft is None and tpot is None:
         raise PluginOptionError(f"plugin {GOODPUT} needs ttft and/or tpot: a class without objectives has no goodput",
                                 "ttft", 'give ttft and/or tpot in seconds, e.g. ttft: "0.5", tpot: "0.05"')
@@ -357,14 +378,22 @@ def _availability(r: _Reader) -> AvailabilityParams:
 
 
 def _kv_headroom(r: _Reader) -> KvHeadroomParams:
-    return KvHeadroomParams(r.number("threshold", default=DEFAULT_KV_THRESHOLD, hi=1, unit="ratio"), r.selection())
+    return KvHeadroomParams(r.number("threshold", default=DEFAULT_KV_THRESHOLD, hi=1, unit="ratio",
+                                     plausible="kv_ratio"), r.selection())
+
+
+def _plugin_fix(plugin_id: str) -> str:
+    near = closest(plugin_id, PLUGIN_IDS)
+    return (f"did you mean {near}? " if near else "") + f"use one of the built-in plugins: {', '.join(PLUGIN_IDS)}"
 
 
 _RESOLVERS = {LATENCY: _latency, GOODPUT: _goodput, AVAILABILITY: _availability, KV_HEADROOM: _kv_headroom}
 
 
-def read_options(plugin_id: str, options: Any) -> PluginParams:
+def read_options(plugin_id: str, options: Any, *, allow_out_of_range: bool = False) -> PluginParams:
     """The resolved parameters of one `llmslo/*` SLI: `options` as a spec wrote them (a mapping, or None).
+
+    Thresholds must lie in their plausible range (llmslo.ranges) unless the SLO sets `allow_out_of_range`.
 
     PluginOptionError names the option and the fix (UnknownPluginError: the id itself is wrong); the
     caller adds the file, line and SLO. Pure: the same options give the same parameters everywhere.
@@ -372,5 +401,5 @@ def read_options(plugin_id: str, options: Any) -> PluginParams:
     resolve = _RESOLVERS.get(plugin_id)
     if resolve is None:
         raise UnknownPluginError(f"unknown SLI plugin {plugin_id!r}", "",
-                                 f"use one of the built-in plugins: {', '.join(PLUGIN_IDS)}")
-    return resolve(_Reader(plugin_id, options))
+                                 _plugin_fix(plugin_id))
+    return resolve(_Reader(plugin_id, options, allow_out_of_range))

@@ -6,6 +6,9 @@ carries content (a chat stream's role-only chunk does not count), TPOT is vLLM's
 (E2E - TTFT) / (output tokens - 1), and the output token count comes from the usage chunk. A stream that ends
 without `[DONE]` or a connection that breaks counts as failed. `run_load()` returns the per-request records
 for callers (the demo, the integration tests) that judge goodput themselves.
+
+The goodput thresholds are `--ttft` / `--tpot`, or a goodput class read from SLO files with `--slo` (and
+`--class`), as `llmslo-sim plan` reads them. A run says how far it is on stderr every PROGRESS_EVERY_S seconds.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import argparse
 import asyncio
 import json
 import sys
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -111,6 +116,29 @@ async def send_one(
     return rec
 
 
+PROGRESS_EVERY_S = 5.0  # a run shorter than this prints no progress
+
+
+@dataclass
+class Progress:
+    """How far a run is: requests scheduled, sent and finished."""
+
+    total: int
+    sent: int = 0
+    done: int = 0
+    failed: int = 0
+
+    def line(self, elapsed: float) -> str:
+        return (f"llmslo-load: {elapsed:.0f} s: {self.sent}/{self.total} sent, {self.done} done "
+                f"({self.failed} failed), {self.sent - self.done} in flight")
+
+
+async def _report_progress(progress: Progress, t0: float, every: float, say: Callable[[str], None]) -> None:
+    while True:
+        await asyncio.sleep(every)
+        say(progress.line(time.perf_counter() - t0))
+
+
 async def run_load(
     url: str,
     spec: WorkloadSpec,
@@ -121,8 +149,11 @@ async def run_load(
     timeout: float = 600.0,
     session: aiohttp.ClientSession | None = None,
     render_prompt: Callable[[list[int]], str] = render,
+    progress: Callable[[str], None] | None = None,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> list[RequestRecord]:
-    """Send the spec's workload to `url` on its Poisson schedule; one record per request, in send order."""
+    """Send the spec's workload to `url` on its Poisson schedule; one record per request, in send order.
+    `progress`, if given, is told how far the run is every `progress_every_s` seconds (never on a shorter run)."""
     url = url.rstrip("/")
     own = session is None
     if session is None:
@@ -133,18 +164,31 @@ async def run_load(
         listed, max_model_len = await fetch_base_model(session, url)
         model = model or listed
         gate = asyncio.Semaphore(concurrency_limit) if concurrency_limit > 0 else None
+        items = list(generate(spec, max_model_len))
+        state = Progress(len(items))
         t0 = time.perf_counter()
 
         async def launch(item: WorkItem) -> RequestRecord:
             delay = item.arrival - (time.perf_counter() - t0)
             if delay > 0:
                 await asyncio.sleep(delay)
+            state.sent += 1
             if gate is None:
-                return await send_one(session, url, item, model, chat, t0, render_prompt)
-            async with gate:
-                return await send_one(session, url, item, model, chat, t0, render_prompt)
+                rec = await send_one(session, url, item, model, chat, t0, render_prompt)
+            else:
+                async with gate:
+                    rec = await send_one(session, url, item, model, chat, t0, render_prompt)
+            state.done += 1
+            state.failed += not rec.ok
+            return rec
 
-        return list(await asyncio.gather(*(launch(item) for item in generate(spec, max_model_len))))
+        reporter = (asyncio.create_task(_report_progress(state, t0, progress_every_s, progress))
+                    if progress is not None else None)
+        try:
+            return list(await asyncio.gather(*(launch(item) for item in items)))
+        finally:
+            if reporter is not None:
+                reporter.cancel()
     finally:
         if own:
             await session.close()
@@ -161,13 +205,38 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmslo-load", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default="", help="base model name (default: the first base model /v1/models lists)")
-    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                   help="OpenAI API to call: /v1/chat/completions or /v1/completions (default %(default)s)")
     p.add_argument("--concurrency-limit", type=L.CONCURRENCY_LIMIT, default=0,
-                   help=L.CONCURRENCY_LIMIT.help("cap requests in flight (0: no cap)"))
-    p.add_argument("--timeout", type=L.TIMEOUT, default=600.0, help=L.TIMEOUT.help("per-request timeout, seconds"))
+                   help=L.CONCURRENCY_LIMIT.help("cap requests in flight (default 0: no cap)"))
+    p.add_argument("--timeout", type=L.TIMEOUT, default=600.0,
+                   help=L.TIMEOUT.help("per-request timeout, seconds (default 600)"))
+    p.add_argument("--quiet", action="store_true",
+                   help=f"print no progress (by default a line every {PROGRESS_EVERY_S:g} s on stderr)")
     cliargs.add_workload_arguments(p)
     cliargs.add_slo_arguments(p)
+    p.add_argument("--slo", action="append", default=[], metavar="PATH",
+                   help="SLO file or directory with an llmslo/goodput SLO (repeatable): its class's ttft and tpot "
+                        "replace --ttft and --tpot, as `llmslo-sim plan --slo` reads them (default: none)")
+    p.add_argument("--class", dest="slo_class", default="",
+                   help="the goodput class to read from --slo (default: the only one)")
     return p
+
+
+def _thresholds(args: argparse.Namespace) -> tuple[float, float]:
+    """--ttft/--tpot, or the goodput class of --slo (an unconstrained one: no limit); ValueError names the flag."""
+    if not args.slo:
+        if args.slo_class:
+            raise ValueError("--class needs --slo: the class is read from SLO files")
+        return args.ttft, args.tpot
+    from simulator.plan import load_goodput_class  # only with --slo
+
+    cls = load_goodput_class(args.slo, args.slo_class)
+    ttft = math.inf if cls.ttft is None else cls.ttft
+    tpot = math.inf if cls.tpot is None else cls.tpot
+    print(f"llmslo-load: goodput class {cls.name!r} ({cls.origin}): ttft {ttft:g} s, tpot {tpot:g} s",
+          file=sys.stderr)
+    return ttft, tpot
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,18 +246,20 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         spec = cliargs.workload_spec(args)
+        ttft, tpot = _thresholds(args)
     except ValueError as e:
         print(f"llmslo-load: {e}", file=sys.stderr)
         return 2
+    say = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         records = asyncio.run(run_load(
             args.url, spec, model=args.model or None, chat=args.endpoint == "chat",
-            concurrency_limit=args.concurrency_limit, timeout=args.timeout,
+            concurrency_limit=args.concurrency_limit, timeout=args.timeout, progress=say,
         ))
     except (aiohttp.ClientError, OSError) as e:
         print(f"llmslo-load: cannot reach {args.url}: {e}", file=sys.stderr)
         return 1
-    summary = summary_of(records, args.ttft, args.tpot)
+    summary = summary_of(records, ttft, tpot)
     print(json.dumps(summary, indent=2) if args.json else render_text(summary))
     return 0
 

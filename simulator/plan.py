@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from llmslo.sli_plugins import GOODPUT as GOODPUT_PLUGIN
 from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
+from llmslo.ranges import ALLOW_KEY
 from llmslo.specfile import SpecFileError, discover, read_documents
 from simulator.config import EngineConfig
 from simulator.faults import FaultState
@@ -89,7 +90,8 @@ def goodput_classes(paths: list[str | Path] | tuple[str | Path, ...]) -> list[Go
                     continue
                 origin = f"{path}: SLO {slo.get('name', '?')!r}"
                 try:  # the plugin contract's reader, as the tap and slogen read these options
-                    params = read_options(GOODPUT_PLUGIN, plugin.get("options"))
+                    params = read_options(GOODPUT_PLUGIN, plugin.get("options"),
+                                          allow_out_of_range=slo.get(ALLOW_KEY) is True)
                 except PluginOptionError as e:
                     field = "sli.plugin.options" + (f".{e.option}" if e.option else "")
                     raise ValueError(f"{origin}: {field}: {e}" + (f" (fix: {e.fix})" if e.fix else "")) from None

@@ -15,12 +15,12 @@ A companion file next to the SLO specs, owned by whoever owns capacity, not by t
           kv_seats: {min_free: 8}   # optional: keep 8 seats of p99 request size free
           ttft_burn_rate: {slo: chat/ttft, above: 2, window: 5m}
 
-Errors name the file, the pool and the field, and say how to fix it.
+Errors are slogen's SpecErrors (file:line, field, fix), all of them in one run: a pool with three mistakes
+reports three errors, and `slogen validate` reports what `slogen build` would refuse (slogen/catalog.py).
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -30,6 +30,8 @@ from typing import Any
 from llmslo import conventions as c
 from llmslo.durations import parse_prometheus_duration
 from llmslo.specfile import LineDict, SpecFileError, load_documents
+from llmslo.suggest import closest
+from slogen.errors import SpecError, SpecErrors
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"
@@ -45,8 +47,12 @@ TARGET_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "LeaderWorker
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class AutoscalingError(ValueError):
-    """A problem in an autoscaling spec; the message names the file, the field and the fix."""
+class AutoscalingError(SpecErrors):
+    """Every problem found in the autoscaling specs, each a SpecError naming the file, line, field and fix."""
+
+
+class _PoolRefused(Exception):
+    """A pool cannot be read further (its problem is already recorded); the next pool is read."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,14 @@ class TTFTBurnTrigger:
     slo: str  # "service/slo-name"
     above: float  # burn rate over which capacity is added proportionally
     window: str = "5m"
+    file: str = ""  # where `slo:` is written, for the errors about the SLO it names
+    field: str = ""
+    line: int | None = None
+    window_line: int | None = None
+
+    def error(self, problem: str, fix: str, key: str = "slo") -> SpecError:
+        field = self.field if key == "slo" else self.field.rsplit(".", 1)[0] + f".{key}"
+        return SpecError(self.file, problem, field, "", fix, self.line if key == "slo" else self.window_line)
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,10 @@ class Pool:
     cooldown_period_s: int = 300
     scale_up: ScalePolicy = ScalePolicy(stabilization_s=60, max_pods=2, max_percent=50, period_s=60)
     scale_down: ScalePolicy = ScalePolicy(stabilization_s=600, max_pods=1, max_percent=0, period_s=300)
-    origin: str = ""
+    origin: str = ""  # "file:line: pools[i]"
+    file: str = ""  # where the pool is, for SpecErrors
+    field: str = ""
+    line: int | None = None
 
     @property
     def target_api_version(self) -> str:
@@ -116,61 +133,85 @@ def _yaml_float(value: float) -> str:
 
 
 class _Node:
-    """One mapping of the spec with its location (file, line, field path), for error messages."""
+    """One mapping of the spec with its location (file, line, field path). Problems go to `errors` (shared by
+    every node of a load) so one run reports them all; a getter that finds one records it and returns a
+    placeholder, and `error()` records and returns an exception to raise where reading cannot go on."""
 
-    def __init__(self, file: str, where: str, data: Any, line: int | None = None):
+    def __init__(self, file: str, where: str, data: Any, line: int | None = None,
+                 errors: list[SpecError] | None = None):
         self.file, self.where = file, where
+        self.errors = errors if errors is not None else []
         self.line = getattr(data, "line", None) or line
+        self.data = data if isinstance(data, dict) else {}
         if not isinstance(data, dict):
             raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
-        self.data = data
 
     def line_of(self, key: str) -> int | None:
-        return self.data.line_of(key) if key and isinstance(self.data, LineDict) else self.line
+        return (self.data.line_of(key) or self.line) if key and isinstance(self.data, LineDict) else self.line
+
+    def field(self, key: str = "") -> str:
+        return f"{self.where}.{key}" if key and self.where else (key or self.where)
 
     def origin(self, key: str = "") -> str:
-        """file:line: field, as error messages begin."""
-        line = self.line_of(key) if hasattr(self, "data") else self.line
-        loc = f"{self.where}.{key}" if key and self.where else (key or self.where or "(top level)")
-        return f"{self.file}{f':{line}' if line else ''}: {loc}"
+        """file:line: field, where this node (or its key) is."""
+        line = self.line_of(key)
+        return f"{self.file}{f':{line}' if line else ''}: {self.field(key) or '(top level)'}"
 
-    def error(self, key: str, problem: str, fix: str) -> AutoscalingError:
-        return AutoscalingError(f"{self.origin(key)}: {problem}. Fix: {fix}.")
+    def spec_error(self, key: str, problem: str, fix: str) -> SpecError:
+        return SpecError(self.file, problem, self.field(key), "", fix, self.line_of(key))
+
+    def error(self, key: str, problem: str, fix: str) -> _PoolRefused:
+        """Record a problem; the returned exception, raised, stops reading this pool."""
+        self.errors.append(self.spec_error(key, problem, fix))
+        return _PoolRefused()
+
+    def note(self, key: str, problem: str, fix: str) -> None:
+        """Record a problem and read on."""
+        self.errors.append(self.spec_error(key, problem, fix))
 
     def keys(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
         for key in self.data:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}"
-                raise self.error(str(key), "unknown key", f"remove it or correct the name ({hint})")
+                near = closest(str(key), allowed)
+                hint = f"did you mean {near!r}?" if near else f"known keys: {', '.join(allowed)}"
+                self.note(str(key), "unknown key", f"remove it or correct the name ({hint})")
         for key in required:
             if key not in self.data:
-                raise self.error(key, "missing", f"add `{key}:`")
+                self.note(key, "missing", f"add `{key}:`")
 
     def child(self, key: str) -> "_Node":
-        return _Node(self.file, f"{self.where}.{key}" if self.where else key, self.data[key], self.line_of(key))
+        """The mapping at `key` ({} when missing: keys() reports a missing required key)."""
+        data = self.data.get(key) if key in self.data else {}
+        return _Node(self.file, self.field(key), data, self.line_of(key), self.errors)
 
     def string(self, key: str, default: str | None = None, pattern: re.Pattern[str] | None = None,
                fix: str = "use a string") -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str) or not value:
-            raise self.error(key, f"expected a non-empty string, got {value!r}", fix)
+            if key in self.data or default is not None:  # a missing required key is reported by keys()
+                self.note(key, f"expected a non-empty string, got {value!r}", fix)
+            return default or "x"
         if pattern and not pattern.match(value):
-            raise self.error(key, f"{value!r} is not valid", fix)
+            self.note(key, f"{value!r} is not valid", fix)
         return value
 
     def number(self, key: str, lo: float, hi: float | None = None, default: float | None = None,
                integer: bool = False) -> float:
         value = self.data.get(key, default)
+        placeholder = default if default is not None else lo
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if value is None and key not in self.data:
+            return placeholder  # a missing required key is reported by keys()
         if ok_type and not isinstance(value, bool) and not math.isfinite(value):
-            raise self.error(key, f"{_yaml_float(value)} is not a finite number",
-                             f"write a number {f'between {lo:g} and {hi:g}' if hi is not None else f'of at least {lo:g}'}"
-                             " (YAML reads .nan and .inf as not-a-number and infinity)")
+            self.note(key, f"{_yaml_float(value)} is not a finite number",
+                      f"write a number {f'between {lo:g} and {hi:g}' if hi is not None else f'of at least {lo:g}'}"
+                      " (YAML reads .nan and .inf as not-a-number and infinity)")
+            return placeholder
         if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):
             bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
             kind = "a whole number" if integer else "a number"
-            raise self.error(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
+            self.note(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
+            return placeholder
         return value
 
     def seconds(self, key: str, default: int, hi: int) -> int:
@@ -182,10 +223,12 @@ class _Node:
         except ValueError:
             ms = -1
         if ms < 0 or ms % 1000:
-            raise self.error(key, f"{value!r} is not a duration in whole seconds", "write e.g. 30s, 5m or 1h")
+            self.note(key, f"{value!r} is not a duration in whole seconds", "write e.g. 30s, 5m or 1h")
+            return default
         seconds = ms // 1000
         if not 0 <= seconds <= hi:
-            raise self.error(key, f"{value!r} is out of range", f"use at most {hi}s")
+            self.note(key, f"{value!r} is out of range", f"use at most {hi}s")
+            return default
         return seconds
 
 
@@ -209,20 +252,21 @@ def _pool(node: _Node) -> Pool:
     target.keys(("kind", "name"), ("name",))
     kind = target.string("kind", "Deployment")
     if kind not in TARGET_KINDS:
-        raise target.error("kind", f"cannot scale a {kind}", f"use one of {', '.join(TARGET_KINDS)}")
+        target.note("kind", f"cannot scale a {kind}", f"use one of {', '.join(TARGET_KINDS)}")
+        kind = "Deployment"
     replicas = node.child("replicas")
     replicas.keys(("min", "max"), ("max",))
     lo = int(replicas.number("min", 0, default=1, integer=True))
     hi = int(replicas.number("max", max(lo, 1), integer=True))
     match = node.child("match")
-    if not match.data:
-        raise match.error("", "empty", "name at least the pool's namespace and model, e.g. {namespace: llm, model: m}")
+    if not match.data and "match" in node.data:
+        match.note("", "empty", "name at least the pool's namespace and model, e.g. {namespace: llm, model: m}")
     match.keys(MATCH_LABELS)
     labels = {k: match.string(k) for k in match.data}
     triggers = node.child("triggers")
     triggers.keys(("queue_depth", "kv_cache_utilization", "kv_seats", "ttft_burn_rate"))
-    if not triggers.data:
-        raise triggers.error("", "no trigger", "add queue_depth, kv_cache_utilization, kv_seats and/or ttft_burn_rate")
+    if not triggers.data and "triggers" in node.data:
+        triggers.note("", "no trigger", "add queue_depth, kv_cache_utilization, kv_seats and/or ttft_burn_rate")
     queue = kv = burn = seats = None
     if "queue_depth" in triggers.data:
         t = triggers.child("queue_depth")
@@ -236,7 +280,7 @@ def _pool(node: _Node) -> Pool:
         t = triggers.child("kv_seats")
         t.keys(("min_free",), ("min_free",))
         if c.LABEL_NODE in labels:
-            raise match.error(c.LABEL_NODE, "the recorded seats have no node label, so a kv_seats trigger would "
+            match.note(c.LABEL_NODE, "the recorded seats have no node label, so a kv_seats trigger would "
                               "read nothing", "match the pool on namespace and model (and cluster), not node")
         seats = KVSeatsTrigger(t.number("min_free", 1))
     if "ttft_burn_rate" in triggers.data:
@@ -245,9 +289,10 @@ def _pool(node: _Node) -> Pool:
         slo = t.string("slo", pattern=re.compile(r"^[^/]+/[^/]+$"), fix="write service/slo-name, e.g. chat/ttft")
         window = t.string("window", "5m")
         if window not in SHORT_WINDOWS:
-            raise t.error("window", f"{window} is not a short window: scaling on it would lag capacity and never "
-                                    "scale back down in time", f"use one of {', '.join(SHORT_WINDOWS)}")
-        burn = TTFTBurnTrigger(slo, t.number("above", 0.1), window)
+            t.note("window", f"{window} is not a short window: scaling on it would lag capacity and never "
+                             "scale back down in time", f"use one of {', '.join(SHORT_WINDOWS)}")
+        burn = TTFTBurnTrigger(slo, t.number("above", 0.1), window, file=t.file, field=t.field("slo"),
+                               line=t.line_of("slo"), window_line=t.line_of("window"))
     up = _policy(node.child("scale_up"), Pool.scale_up) if "scale_up" in node.data else Pool.scale_up
     down = _policy(node.child("scale_down"), Pool.scale_down) if "scale_down" in node.data else Pool.scale_down
     return Pool(
@@ -259,49 +304,100 @@ def _pool(node: _Node) -> Pool:
         if "authentication_ref" in node.data else "",
         polling_interval_s=node.seconds("polling_interval", 15, 3600) or 15,
         cooldown_period_s=node.seconds("cooldown_period", 300, 86400),
-        scale_up=up, scale_down=down, origin=node.origin(),
+        scale_up=up, scale_down=down, origin=node.origin(), file=node.file, field=node.field(),
+        line=node.line_of("name"),
     )
 
 
 def load_text(text: str | bytes, file: str) -> AutoscalingSpec:
+    """The pools of one file; AutoscalingError lists every problem in it."""
+    errors: list[SpecError] = []
+    pools = _read(text, file, errors)
+    if errors:
+        raise AutoscalingError(errors)
+    return AutoscalingSpec(tuple(pools))
+
+
+def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[Pool]:
+    """The pools of one file that read without a problem; every problem appended to `errors`."""
     pools: list[Pool] = []
     try:
         docs = load_documents(text, file)
     except SpecFileError as exc:  # not UTF-8, not YAML, a duplicate key, nesting too deep
-        raise AutoscalingError(f"{exc.file}{f':{exc.line}' if exc.line else ''}: {exc.message}. Fix: {exc.fix}.") from None
+        errors.append(SpecError(exc.file, exc.message, "", "", exc.fix, exc.line))
+        return []
     for i, doc in enumerate(docs):
-        top = _Node(file, f"document {i}" if len(docs) > 1 else "", doc)
+        before = len(errors)
+        try:
+            top = _Node(file, f"document {i}" if len(docs) > 1 else "", doc, errors=errors)
+        except _PoolRefused:
+            continue
         top.keys(("version", "pools"), ("version", "pools"))
-        if top.data["version"] != VERSION:
-            raise top.error("version", f"unknown version {top.data['version']!r}", f'write version: "{VERSION}"')
-        if not isinstance(top.data["pools"], list):
-            raise top.error("pools", "expected a list", "write `pools:` followed by `- name: ...` items")
-        for j, item in enumerate(top.data["pools"]):
+        version = top.data.get("version")
+        if "version" in top.data and version != VERSION:
+            top.note("version", f"unknown version {version!r}", _version_fix(version))
+        pools_node = top.data.get("pools")
+        if "pools" in top.data and not isinstance(pools_node, list):
+            top.note("pools", "expected a list", "write `pools:` followed by `- name: ...` items")
+        if len(errors) > before:
+            continue  # a document of another kind, or no pools list: its pools would only add noise
+        for j, item in enumerate(pools_node):
             where = f"{top.where + '.' if top.where else ''}pools[{j}]"
-            pools.append(_pool(_Node(file, where, item, getattr(top.data["pools"], "line", None))))
-    return AutoscalingSpec(tuple(pools))
+            first = len(errors)
+            try:
+                pool = _pool(_Node(file, where, item, getattr(pools_node, "line", None), errors))
+            except _PoolRefused:
+                continue
+            if len(errors) == first:
+                pools.append(pool)
+    return pools
 
 
-def load_paths(paths: list[Path]) -> AutoscalingSpec:
-    """Every `*.yaml`/`*.yml` under the given files or directories; pool names must be unique per namespace."""
+def _version_fix(version: object) -> str:
+    if isinstance(version, str) and (version == "prometheus/v1" or version.startswith(("openslo/", "sloth.slok.dev/"))):
+        return (f"this is an SLO spec (version {version}), not an autoscaling spec: move it to the SLO inputs "
+                f"(slos/), or write version: \"{VERSION}\" if it describes pools")
+    return f'write version: "{VERSION}"'
+
+
+def spec_files(paths: list[Path]) -> list[Path]:
+    """Every `*.yaml`/`*.yml` under the given files or directories, sorted (as slogen reads SLO inputs)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
             files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
         elif path.exists():
             files.append(path)
+    return files
+
+
+def read_paths(paths: list[Path]) -> tuple[AutoscalingSpec, list[SpecError]]:
+    """The pools under the given files or directories, and every problem found (pool names must be unique per
+    namespace); the one reading `slogen validate` and `slogen build` share."""
+    errors: list[SpecError] = []
     pools: list[Pool] = []
     seen: dict[tuple[str, str], str] = {}
-    for file in files:
+    for file in spec_files(paths):
         try:
             data = file.read_bytes()
         except OSError as exc:
-            raise AutoscalingError(f"{file}: cannot read ({exc.strerror or exc}). Fix: check the path.") from None
-        for pool in load_text(data, str(file)).pools:
+            errors.append(SpecError(str(file), f"cannot read ({exc.strerror or exc})", fix="check the path"))
+            continue
+        for pool in _read(data, str(file), errors):
             key = (pool.namespace, pool.name)
             if key in seen:
-                raise AutoscalingError(f"{pool.origin}: name: pool {pool.name!r} in namespace {pool.namespace!r} is "
-                                       f"already defined at {seen[key]}. Fix: give each pool its own name.")
+                errors.append(SpecError(pool.file, f"pool {pool.name!r} in namespace {pool.namespace!r} is already "
+                                        f"defined at {seen[key]}", f"{pool.field}.name", "",
+                                        "give each pool its own name", pool.line))
+                continue
             seen[key] = pool.origin
             pools.append(pool)
-    return AutoscalingSpec(tuple(pools))
+    return AutoscalingSpec(tuple(pools)), errors
+
+
+def load_paths(paths: list[Path]) -> AutoscalingSpec:
+    """read_paths, raising AutoscalingError with every problem."""
+    spec, errors = read_paths(paths)
+    if errors:
+        raise AutoscalingError(errors)
+    return spec

@@ -13,9 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
-from slogen.autoscaling import Pool
-from slogen.autoscaling import load_paths as load_autoscaling
+from slogen import pools as autoscaling
+from slogen.autoscaling import AutoscalingError, Pool
 from slogen.errors import SpecError, SpecErrors
 from slogen.k8smeta import KubeOptions
 from slogen.links import placeholder_host
@@ -38,7 +37,8 @@ class BuildOptions:
     gen: GenOptions = field(default_factory=GenOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
     capacity: CapacityOptions = field(default_factory=CapacityOptions)
-    autoscaling: bool = True  # generate KEDA objects from autoscaling/ next to the inputs
+    autoscaling: bool = True  # generate KEDA objects from the autoscaling specs
+    autoscaling_dir: str | None = None  # None: autoscaling/ beside the first input directory (slogen.pools)
     kube: KubeOptions = field(default_factory=KubeOptions)  # object labels, Grafana and AlertmanagerConfig settings
 
 
@@ -66,12 +66,9 @@ class Catalog:
 
 
 def input_root(options: BuildOptions) -> Path:
-    """Where the build's other inputs (`autoscaling/`) sit: next to the first input directory,
-    i.e. the repository root for the default `slogen build` of `slos/`."""
-    inputs = [Path(p) for p in options.inputs]
-    if not inputs:
-        return Path(".")
-    return (inputs[0] if inputs[0].is_dir() else inputs[0].parent).parent
+    """Where the build's other inputs sit: next to the first input directory, i.e. the repository root for
+    the default `slogen build` of `slos/` (slogen.pools.input_root)."""
+    return autoscaling.input_root(options.inputs)
 
 
 def spec_files(slos: list[SLO], root: Path) -> dict[str, str]:
@@ -133,7 +130,7 @@ def placeholder_warnings(gen: GenOptions) -> list[SpecError]:
 
 def compile_catalog(options: BuildOptions) -> Catalog:
     """Load and validate every input, generate the rules of every SLO, and compute what the steps share;
-    SpecErrors lists every problem, AutoscalingError the first in autoscaling/."""
+    SpecErrors lists every problem (AutoscalingError: every one in the autoscaling specs)."""
     loaded = load_paths(list(options.inputs))
     extra = load_paths(list(options.windows_paths), windows_only=True).windows if options.windows_paths else []
     windows = merge(loaded.windows + extra, dict(options.gen.windows))
@@ -144,8 +141,13 @@ def compile_catalog(options: BuildOptions) -> Catalog:
     _refuse_flags(options.kube.problems())
     results = generate(loaded.slos, gen)
     root = input_root(options)
-    pools = load_autoscaling([root / AUTOSCALING_DIR]).pools if options.autoscaling else ()
+    views = tuple(from_context(r.ctx) for r in results)
+    pools: tuple[Pool, ...] = ()
+    if options.autoscaling:
+        pools, problems = autoscaling.read_pools(autoscaling.directory(options.inputs, options.autoscaling_dir), views)
+        if problems:
+            raise AutoscalingError(problems)
     warnings = list(loaded.warnings) + placeholder_warnings(gen)
     return Catalog(options, loaded.slos, results, windows, warnings, pools=pools,
-                   spec_files=spec_files(loaded.slos, root), views=tuple(from_context(r.ctx) for r in results),
+                   spec_files=spec_files(loaded.slos, root), views=views,
                    health_alerts=health_alerts(options), capacity_alerts=capacity_alerts(options))

@@ -1,4 +1,7 @@
-"""The `slogen` command: build, validate, generate (a drop-in for `sloth generate`), version."""
+"""The `slogen` command: build, validate, generate (a drop-in for `sloth generate`), version.
+
+CI should run `slogen validate --strict` (or `slogen build --strict --check`): every warning, such as an
+unknown key Sloth would ignore, is then an error."""
 
 from __future__ import annotations
 
@@ -13,9 +16,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from slogen import VERSION_LABEL
+from slogen import VERSION_LABEL, __version__
 from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
-from slogen.autoscaling import AutoscalingError
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
 from slogen.rules import generate
@@ -122,7 +124,7 @@ def _gen_args(p: argparse.ArgumentParser, *, compat_default: bool = False) -> No
     p.add_argument("--default-slo-period", type=_duration, default=30 * DAY, metavar="PERIOD",
                    help="period of SLOs that set none (default 30d)")
     p.add_argument("-l", "--extra-labels", action="append", default=[], metavar="KEY=VALUE",
-                   help="label added to every generated rule (repeatable)")
+                   help="label added to every generated rule (repeatable; default: none)")
     p.add_argument("--sloth-compat", action="store_true", default=compat_default,
                    help="emit exactly Sloth v0.16's rules (no traffic-weighted SLI, per-tier alerts, tests)")
     p.add_argument("--unreachable-tiers", choices=(UNREACHABLE_FAIL, UNREACHABLE_RESCALE), default=UNREACHABLE_FAIL,
@@ -146,6 +148,39 @@ def _gen_options(args: argparse.Namespace, windows: dict | None = None) -> GenOp
         grafana_url=getattr(args, "grafana_url", DEFAULT_GRAFANA_URL),
         period_override=getattr(args, "override_period", None),
     )
+
+
+def _strict_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="every warning is an error (an unknown key, a misspelt `disable`): what CI should run")
+
+
+def _autoscaling_args(p: argparse.ArgumentParser) -> None:
+    from slogen.pools import DEFAULT_HELP
+
+    p.add_argument("--autoscaling", dest="autoscaling_dir", default=None, metavar="DIR",
+                   help=f"directory of autoscaling specs (llmslo/autoscaling/v1) to validate and make KEDA and HPA "
+                        f"objects from (default: {DEFAULT_HELP})")
+    p.add_argument("--no-autoscaling", dest="autoscaling", action="store_false",
+                   help="read no autoscaling specs and make no KEDA objects (e.g. for a compressed demo catalog)")
+
+
+def _autoscaling_note(args: argparse.Namespace) -> Path:
+    """The autoscaling directory this run reads, said on stderr (or that there is none)."""
+    from slogen import pools
+
+    path = pools.directory(args.paths or ["slos"], args.autoscaling_dir)
+    print(f"note: {pools.note(path, bool(args.autoscaling_dir))}", file=sys.stderr)
+    return path
+
+
+def _strict_failed(args: argparse.Namespace, warnings: list[SpecError], what: str) -> bool:
+    """With --strict, report the warnings as errors and say the run failed."""
+    if not getattr(args, "strict", False) or not warnings:
+        return False
+    _report(list(warnings))
+    print(f"{what} failed: --strict makes {len(warnings)} warning(s) errors; nothing was written", file=sys.stderr)
+    return True
 
 
 def _report(errors: list[SpecError], warnings: list[SpecError] = ()) -> None:
@@ -175,7 +210,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     kube = _kube_options(args)
     gen = _gen_options(args, _windows(args.windows))
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
-                           autoscaling=args.autoscaling, kube=kube)
+                           autoscaling=args.autoscaling, autoscaling_dir=args.autoscaling_dir, kube=kube)
+    if args.autoscaling:
+        _autoscaling_note(args)
     # every file is written to a scratch directory as it is made (a build's memory is its catalog, not its
     # text); for --check beside the system's temporary files, else under --out, where staging links it in
     with (tempfile.TemporaryDirectory(prefix="slogen-check-") if args.check else scratch_dir(Path(args.out))) as scratch:
@@ -187,6 +224,8 @@ def _build_from(args: argparse.Namespace, built) -> int:
     from slogen.outputs import stale_outputs, write_outputs
 
     catalog, artifacts = built.catalog, built.files
+    if _strict_failed(args, catalog.warnings, "build"):
+        return 1
     _report([], catalog.warnings)
     for note in built.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -261,8 +300,6 @@ def _promtool_check_files(artifacts: Mapping[str, str | Path]) -> list[tuple[str
 def _health_args(p: argparse.ArgumentParser) -> None:
     d = HealthOptions()
     h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml")
-    p.add_argument("--no-autoscaling", dest="autoscaling", action="store_false",
-                   help="do not generate KEDA objects from autoscaling/ (e.g. for a compressed demo catalog)")
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
     h.add_argument("--gpu-lost-for", type=_duration, default=d.gpu_lost_for, metavar="DURATION",
@@ -350,12 +387,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
             results = []
         if results and args.promtool:
             errors += _promtool_check(results)
-    _report(errors, loaded.warnings)
+        if args.autoscaling and not errors:
+            errors += _validate_pools(args, results)
+    elif args.autoscaling:  # the SLOs have errors: the pools' files still get read, not checked against them
+        from slogen.autoscaling import read_paths
+
+        path = _autoscaling_note(args)
+        errors += read_paths([path])[1] if path.exists() else []
+    if args.strict:
+        errors, warnings = list(loaded.warnings) + errors, []
+    else:
+        warnings = loaded.warnings
+    _report(errors, warnings)
     if errors:
         print(f"validation failed: {len(errors)} problem(s) in {len(loaded.files)} file(s)", file=sys.stderr)
         return 1
     print(f"{len(loaded.slos)} SLOs in {len(loaded.files)} file(s) are valid", file=sys.stderr)
     return 0
+
+
+def _validate_pools(args: argparse.Namespace, results) -> list[SpecError]:
+    """What `slogen build` would refuse in the autoscaling specs (slogen.pools: the same reading)."""
+    from slogen.pools import read_pools
+    from slogen.views import from_context
+
+    return read_pools(_autoscaling_note(args), [from_context(r.ctx) for r in results])[1]
 
 
 def _promtool_check(results) -> list[SpecError]:
@@ -395,11 +451,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         files = [f for f in discover(src) if _selected(f, args)]
         if not files:
             raise UsageError("0 SLO specs have been discovered")
-        for f in files:
-            text = _generate_one(f, opts)
+        texts = [(f, _generate_one(f, opts, args.strict)) for f in files]
+        for f, text in texts:
             write_atomic(out / f.relative_to(src), text)
         return 0
-    text = _generate_one(src, opts)
+    text = _generate_one(src, opts, args.strict)
     if args.out == "-":
         sys.stdout.write(text)
     else:
@@ -414,8 +470,11 @@ def _selected(path: Path, args: argparse.Namespace) -> bool:
     return not args.fs_include or bool(re.search(args.fs_include, p))
 
 
-def _generate_one(path: Path, opts: GenOptions) -> str:
+def _generate_one(path: Path, opts: GenOptions, strict: bool = False) -> str:
     loaded = load_paths([path])
+    if strict and loaded.warnings:
+        raise SpecErrors(loaded.warnings)
+    _report([], loaded.warnings)
     if not loaded.slos:
         raise SpecErrors([SpecError(str(path), "no SLOs found", fix="add an SLO spec document")])
     return render_documents(loaded.slos, opts)
@@ -425,7 +484,9 @@ def _generate_one(path: Path, opts: GenOptions) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="slogen", description=__doc__)
+    ap = argparse.ArgumentParser(prog="slogen", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"slogen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="generate rules, tests and deploy objects from the SLO catalog")
@@ -436,10 +497,11 @@ def parser() -> argparse.ArgumentParser:
                    help="do not run `promtool check rules` on the generated rule files before writing them "
                         "(by default it runs when promtool is on PATH, and a rejected file fails the build)")
     b.add_argument("--runbook-base-url", default=os.environ.get("SLOGEN_RUNBOOK_BASE_URL", DEFAULT_RUNBOOK_BASE_URL),
-                   help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL)")
+                   help="runbook_url = BASE/docs/runbooks/<alertname>.md (env SLOGEN_RUNBOOK_BASE_URL; default "
+                        f"{DEFAULT_RUNBOOK_BASE_URL})")
     b.add_argument("--runbook-url", default="", metavar="TEMPLATE",
                    help="runbook_url from a template instead, to fit an existing wiki: {{alert}} and {{service}} are "
-                        "replaced, e.g. 'https://wiki/sre/llm/{{alert}}' (overrides --runbook-base-url)")
+                        "replaced, e.g. 'https://wiki/sre/llm/{{alert}}' (overrides --runbook-base-url; default: none)")
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
@@ -447,9 +509,9 @@ def parser() -> argparse.ArgumentParser:
                              "Grafana and Alertmanager find theirs (docs/deploy.md, kube-prometheus-stack)")
     k.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
                    help="label on every generated Kubernetes object (repeatable), e.g. release=kube-prometheus-stack "
-                        "for the chart's ruleSelector (unlike -l, which labels the rules inside)")
+                        "for the chart's ruleSelector (unlike -l, which labels the rules inside; default: none)")
     k.add_argument("--object-annotation", action="append", default=[], metavar="KEY=VALUE",
-                   help="annotation on every generated Kubernetes object (repeatable)")
+                   help="annotation on every generated Kubernetes object (repeatable; default: none)")
     k.add_argument("--dashboard-label", action="append", default=[], metavar="KEY=VALUE",
                    help="label the Grafana sidecar selects the dashboard ConfigMaps by (repeatable; default "
                         + ", ".join(f"{k}={v}" for k, v in DEFAULT_DASHBOARD_LABELS.items()) + ")")
@@ -464,30 +526,48 @@ def parser() -> argparse.ArgumentParser:
                    help=f"name of the generated AlertmanagerConfig (default {DEFAULT_ALERTMANAGER_CONFIG})")
     b.add_argument("--windows", action="append", default=[], metavar="PATH",
                    help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
-                        "(repeatable; AlertWindows documents among the inputs load too)")
+                        "(repeatable; AlertWindows documents among the inputs load too; default: none)")
     b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
-                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo")
+                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
+                        "(default: each SLO's own)")
+    _strict_arg(b)
+    _autoscaling_args(b)
     _gen_args(b)
     _health_args(b)
     _capacity_args(b)
 
-    v = sub.add_parser("validate", help="check SLO specs (and their generation) without writing anything")
-    v.add_argument("paths", nargs="+")
-    v.add_argument("--ignore-slo-duplicates", action="store_true")
-    v.add_argument("--windows", action="append", default=[], metavar="PATH")
+    v = sub.add_parser("validate", help="check SLO specs, their generation and the autoscaling specs without "
+                                        "writing anything (everything `build` reads)")
+    v.add_argument("paths", nargs="+", help="SLO spec files or directories (every *.yaml and *.yml below a directory)")
+    v.add_argument("--ignore-slo-duplicates", action="store_true",
+                   help="accept two SLOs with the same <service>-<name> id (as separate Sloth runs would)")
+    v.add_argument("--windows", action="append", default=[], metavar="PATH",
+                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
+                        "(repeatable; default: none)")
     v.add_argument("--promtool", action="store_true", help="also parse every generated rule with promtool")
+    _strict_arg(v)
+    _autoscaling_args(v)
     _gen_args(v)
 
     g = sub.add_parser("generate", help="drop-in for `sloth generate`: one input file or directory to rules")
-    g.add_argument("-i", "--input", required=True)
-    g.add_argument("-o", "--out", default="-")
-    g.add_argument("-e", "--fs-exclude", default="")
-    g.add_argument("-n", "--fs-include", default="")
-    g.add_argument("--disable-alerts", action="store_true")
-    g.add_argument("--disable-recordings", action="store_true")
-    g.add_argument("--slo-period-windows-path", default="", help="directory of AlertWindows catalogs (replaces the built-in ones)")
-    g.add_argument("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL)
-    g.add_argument("--grafana-url", default=DEFAULT_GRAFANA_URL, metavar="URL")
+    g.add_argument("-i", "--input", required=True, metavar="PATH",
+                   help="one SLO spec file, or a directory of them (then --out must be a directory)")
+    g.add_argument("-o", "--out", default="-", metavar="PATH",
+                   help="output file, or directory for a directory input (default: -, standard output)")
+    g.add_argument("-e", "--fs-exclude", default="", metavar="REGEX",
+                   help="with a directory input, skip files whose path matches (default: none skipped)")
+    g.add_argument("-n", "--fs-include", default="", metavar="REGEX",
+                   help="with a directory input, read only files whose path matches (default: all)")
+    g.add_argument("--disable-alerts", action="store_true", help="generate no alert rules")
+    g.add_argument("--disable-recordings", action="store_true", help="generate no recording rules")
+    g.add_argument("--slo-period-windows-path", default="", metavar="DIR",
+                   help="directory of AlertWindows catalogs (replaces the built-in 30d and 28d ones; default: none)")
+    g.add_argument("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL, metavar="URL",
+                   help=f"runbook_url = URL/docs/runbooks/<alertname>.md (default {DEFAULT_RUNBOOK_BASE_URL})")
+    g.add_argument("--grafana-url", default=DEFAULT_GRAFANA_URL, metavar="URL",
+                   help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (default {DEFAULT_GRAFANA_URL}, "
+                        "a placeholder)")
+    _strict_arg(g)
     _gen_args(g)
 
     sub.add_parser("version", help="print the version (the sloth_version label value)")
@@ -510,9 +590,6 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"slogen: {e}", file=sys.stderr)
         return 2
-    except AutoscalingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

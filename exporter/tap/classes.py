@@ -31,6 +31,7 @@ from typing import Any
 
 from llmslo import sli_plugins
 from llmslo.globs import matches
+from llmslo.ranges import ALLOW_KEY
 from llmslo.specfile import SpecFileError, discover, read_documents
 
 TAP_LATENCY_METRICS = sli_plugins.TAP_LATENCY_METRICS  # the tap's histograms a latency SLI may read
@@ -143,10 +144,11 @@ def _plugin(slo: dict[str, Any]) -> tuple[str, Any]:
     return str(plugin.get("id", "")), plugin.get("options")
 
 
-def _params(plugin_id: str, options: Any, origin: str) -> sli_plugins.PluginParams:
-    """The contract's reading of one llmslo/* SLI (the one `slogen validate` uses); its error, placed."""
+def _params(plugin_id: str, options: Any, origin: str, allow_out_of_range: bool = False) -> sli_plugins.PluginParams:
+    """The contract's reading of one llmslo/* SLI (the one `slogen validate` uses); its error, placed. A threshold
+    outside its plausible range (llmslo.ranges: 500 s as a TTFT) is refused here too, unless the SLO allows it."""
     try:
-        return sli_plugins.read_options(plugin_id, options)
+        return sli_plugins.read_options(plugin_id, options, allow_out_of_range=allow_out_of_range)
     except sli_plugins.UnknownPluginError as e:
         raise SloConfigError(f"{origin}: sli.plugin.id: {e} (fix: {e.fix})") from None
     except sli_plugins.PluginOptionError as e:
@@ -197,7 +199,8 @@ def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
                 plugin_id, options = _plugin(slo)
                 if not sli_plugins.is_llmslo(plugin_id):
                     continue  # Sloth events/raw SLIs and other plugins: nothing for the tap
-                params = _params(plugin_id, options, origin)
+                allow = slo.get(ALLOW_KEY) is True or slo.get("allowOutOfRange") is True  # the CRD's spelling
+                params = _params(plugin_id, options, origin, allow)
                 if isinstance(params, sli_plugins.GoodputParams):
                     _merge(classes, SloClass(params.slo_class, params.ttft, params.tpot, params.selection.models,
                                              origin), params)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from exporter.logs import TAP_LOGGER, event, setup
 from exporter.tap.admission import Admission
 from exporter.tap.classes import SloConfigError, load_slo_config
-from exporter.tap.deadlines import DeadlineError, derive_deadlines
+from exporter.tap.deadlines import DeadlineError, derive_deadlines, log_derived
 from exporter.tap.options import add_arguments
 from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
@@ -145,10 +145,11 @@ def run(args: argparse.Namespace) -> int:
                   "readable PEM file of CA certificates)", file=sys.stderr)
             return 2
     try:
-        derive_deadlines(slo, args.first_token_timeout, args.stall_timeout, args.response_timeout)
+        deadlines = derive_deadlines(slo, args.first_token_timeout, args.stall_timeout, args.response_timeout)
     except DeadlineError as e:
         print(f"llmslo-exporter tap: {e}", file=sys.stderr)
         return 2
+    log_derived(slo, deadlines, TAP_LOGGER)
     fd_limit = raise_fd_limit()
     if args.workers > 1:
         from exporter.tap.workers import run_workers  # the parent of N workers: loaded only when asked for

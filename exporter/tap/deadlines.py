@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.logs import event
 from exporter.tap.classes import SloConfig
 
 MULTIPLE = 10.0
@@ -88,3 +89,19 @@ def derive_deadlines(
             )
         out.append(float(given))
     return Deadlines(*out)
+
+
+def log_derived(slo: SloConfig, deadlines: Deadlines, logger: str) -> None:
+    """One `tap_slo_class` line per class at start: its objectives and the deadlines the tap derived, so a
+    threshold in the wrong unit (a TTFT of 500 s, a 5000 s first-token deadline) shows on the first line."""
+    def text(values: tuple[float, ...]) -> str:
+        return ",".join(f"{v:g}" for v in values) or "none"
+
+    for cls in slo.classes:
+        event("tap_slo_class", logger=logger, slo_class=cls.name,
+              ttft_s="none" if cls.ttft is None else f"{cls.ttft:g}",
+              tpot_s="none" if cls.tpot is None else f"{cls.tpot:g}", models=",".join(cls.models) or "*",
+              first_token_deadline_s=f"{deadlines.first_token_s:g}", stall_deadline_s=f"{deadlines.stall_s:g}",
+              response_deadline_s=f"{deadlines.response_s:g}", ttft_edges_s=text(slo.thresholds.get("ttft", ())),
+              tpot_edges_s=text(slo.thresholds.get("tpot", ())), e2e_edges_s=text(slo.thresholds.get("e2e", ())),
+              origin=cls.origin)

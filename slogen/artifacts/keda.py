@@ -29,6 +29,7 @@ from llmslo import conventions as c
 from slogen.autoscaling import AutoscalingError, Pool, ScalePolicy
 from slogen.k8smeta import NO_META, ObjectMeta
 from slogen import promql as q
+from slogen.errors import SpecError
 from slogen.views import SLI_LATENCY, SLOView
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
@@ -83,24 +84,32 @@ def burn_rate_query(slo: SLOView, window: str, pool: Pool) -> str:
 
 def find_slo(pool: Pool, slos: Sequence[SLOView]) -> SLOView:
     """The TTFT latency SLO a pool's burn-rate trigger names; AutoscalingError with the fix otherwise."""
-    assert pool.ttft_burn_rate is not None
-    ref = pool.ttft_burn_rate.slo
+    found, problem = slo_problem(pool, slos)
+    if problem is not None:
+        raise AutoscalingError([problem])
+    assert found is not None
+    return found
+
+
+def slo_problem(pool: Pool, slos: Sequence[SLOView]) -> tuple[SLOView | None, SpecError | None]:
+    """The TTFT latency SLO a pool's burn-rate trigger names, or the SpecError (at its `slo:` or `window:`
+    line) saying why it cannot scale on it: `slogen validate` and `slogen build` both ask this."""
+    burn = pool.ttft_burn_rate
+    assert burn is not None
+    ref = burn.slo
     service, _, name = ref.partition("/")
     for slo in slos:
         if slo.service == service and slo.name == name:
             if slo.sli_kind != SLI_LATENCY or slo.latency_metric != "ttft":
-                raise AutoscalingError(
-                    f"{pool.origin}.triggers.ttft_burn_rate.slo: {ref!r} is not a TTFT latency SLO. "
-                    "Fix: point it at an SLO with sli.plugin id llmslo/latency and metric: ttft.")
-            if slo.windows and pool.ttft_burn_rate.window not in slo.windows:
-                raise AutoscalingError(
-                    f"{pool.origin}.triggers.ttft_burn_rate.window: the rules record no "
-                    f"{pool.ttft_burn_rate.window} error ratio for {ref!r}. "
-                    f"Fix: use one of {', '.join(w for w in slo.windows if w in ('1m', '2m', '5m', '10m'))}.")
-            return slo
+                return None, burn.error(f"{ref!r} is not a TTFT latency SLO",
+                                        "point it at an SLO with sli.plugin id llmslo/latency and metric: ttft")
+            if slo.windows and burn.window not in slo.windows:
+                return None, burn.error(
+                    f"the rules record no {burn.window} error ratio for {ref!r}",
+                    f"use one of {', '.join(w for w in slo.windows if w in ('1m', '2m', '5m', '10m'))}", "window")
+            return slo, None
     known = ", ".join(sorted(f"{s.service}/{s.name}" for s in slos)) or "none"
-    raise AutoscalingError(f"{pool.origin}.triggers.ttft_burn_rate.slo: no SLO {ref!r}. "
-                           f"Fix: use service/slo-name of a defined SLO (defined: {known}).")
+    return None, burn.error(f"no SLO {ref!r}", f"use service/slo-name of a defined SLO (defined: {known})")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
+from slogen.autoscaling import VERSION as AUTOSCALING_VERSION
 from slogen.errors import SpecError, SpecErrors
 from slogen.loaders import k8s, openslo, sloth, windows
 from slogen.loaders.common import Reporter
@@ -18,6 +20,7 @@ from slogen.model import SLO, AlertWindows
 from llmslo.sli_plugins import GoodputParams, same_class
 from llmslo.specfile import SpecFileError, read_documents
 from llmslo.specfile import discover as discover
+from llmslo.suggest import closest
 
 
 @dataclass
@@ -85,8 +88,15 @@ def _load_doc(doc: object, r: Reporter, i: int, refs: openslo.V1Refs) -> list[SL
     if version is not None and "apiVersion" not in doc:
         if version == sloth.PROMETHEUS_V1.spec:
             return sloth.load(doc, r, i)
-        r.error(f"unsupported spec version {version!r}", "version", line=doc.line_of("version") if hasattr(doc, "line_of") else None,
-                fix='write version: "prometheus/v1"')
+        line = doc.line_of("version") if hasattr(doc, "line_of") else None
+        if version == AUTOSCALING_VERSION:
+            r.error(f"this is an autoscaling spec (version {AUTOSCALING_VERSION}), not an SLO spec", "version",
+                    line=line, fix=f"move it to {AUTOSCALING_DIR}/ or pass --autoscaling DIR naming its directory "
+                                   "(and leave it out of the SLO inputs)")
+            return []
+        near = closest(str(version), (sloth.PROMETHEUS_V1.spec, AUTOSCALING_VERSION))
+        r.error(f"unsupported spec version {version!r}", "version", line=line,
+                fix=f'write version: "{near or sloth.PROMETHEUS_V1.spec}"')
         return []
     if k8s.is_spec(doc):
         return k8s.load(doc, r, i)

@@ -8,11 +8,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from llmslo.conventions import SLO as C
 from slogen.errors import SpecError
+from llmslo.ranges import ALLOW_KEY
+from llmslo.ranges import check as range_check
 from llmslo.specfile import LineDict
+from llmslo.suggest import closest
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]$")
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -164,11 +168,18 @@ def check_name(r: Reporter, value: str, what: str, field: str, *, slo: str = "",
 
 
 def check_objective(r: Reporter, value: float | None, field: str, *, slo: str, line: int | None,
-                    given: bool = False) -> None:
-    """`given`: the spec wrote a value that `number` already refused (None here), so say nothing more."""
+                    given: bool = False, plausible: bool = False) -> None:
+    """`given`: the spec wrote a value that `number` already refused (None here), so say nothing more.
+    `plausible`: also refuse a percent outside llmslo.ranges' objective range (0.99 looks like a ratio), unless
+    the SLO sets allow_out_of_range."""
     if value is None:
         if not given:
             r.error("objective is required", field, slo=slo, line=line, fix="set objective: 99.9 (a percent)")
+    elif plausible and 0 < value <= 100 and (wrong := range_check("objective", value)) is not None:
+        keep = f"or set {ALLOW_KEY}: true on the SLO to keep {value:g}"
+        r.error(wrong.message, field, slo=slo, line=line,
+                fix=f"write objective: {wrong.suggested:g}, {keep}" if wrong.suggested is not None
+                else f"write the objective as a percent, e.g. 99.9, {keep}")
     elif not (0 < value <= 100):
         r.error(f"objective {value:g} is out of range: it must be > 0 and <= 100", field, slo=slo, line=line,
                 fix="write the objective as a percent, e.g. 99.9 (not 0.999, not 101)")
@@ -220,14 +231,24 @@ def promql_lexical_problem(expr: str) -> str:
     return ""
 
 
-def unknown_keys(r: Reporter, node: Any, known: tuple[str, ...], prefix: str, *, slo: str = "") -> None:
-    """Unknown keys are warnings (Sloth ignores them), with a did-you-mean when one is close."""
+def unknown_keys(r: Reporter, node: Any, known: tuple[str, ...], prefix: str, *, slo: str = "",
+                 elsewhere: Mapping[str, str] | None = None) -> None:
+    """Unknown keys are warnings (Sloth ignores them; `--strict` makes them errors). The message says where a
+    key that belongs elsewhere goes (`elsewhere`: key -> its place, e.g. options -> sli.plugin), or which
+    known key a typo is closest to (llmslo.suggest)."""
     if not isinstance(node, dict):
         return
-    norm = {k.replace("_", "").lower(): k for k in known}
     for k in node:
         if k in known:
             continue
-        near = norm.get(str(k).replace("_", "").lower())
-        fix = f"did you mean {near}?" if near else f"known keys: {', '.join(known)}"
-        r.warn(f"unknown key {k!r} is ignored", join(prefix, str(k)), slo=slo, line=line_of(node, k), fix=fix)
+        key = str(k)
+        where = f" in {prefix}" if prefix else " at the top level"
+        place = (elsewhere or {}).get(key)
+        near = closest(key, known)
+        if place is not None:
+            message, fix = f"unknown key {key!r}{where}: it belongs under {place}", f"move it under {place}"
+        elif near:
+            message, fix = f"unknown key {key!r}{where} is ignored", f"did you mean {near}?"
+        else:
+            message, fix = f"unknown key {key!r}{where} is ignored", f"known keys: {', '.join(known)}"
+        r.warn(message, join(prefix, key), slo=slo, line=line_of(node, k), fix=fix)

@@ -17,8 +17,11 @@ from typing import Any
 from slogen import plugins
 from slogen.plugins.contract import PluginError, SLIPluginRequest
 from llmslo.durations import parse_prometheus_duration
+from llmslo.ranges import ALLOW_KEY
+from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
+from llmslo.suggest import closest
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
 
 ALERT_NAME_RE = __import__("re").compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -38,12 +41,13 @@ class Dialect:
     ticket_alert: str
     slo_plugins: str
     page_min_bad_events: str
+    allow_out_of_range: str = ALLOW_KEY
 
 
 PROMETHEUS_V1 = Dialect("prometheus/v1", "cli-gen-prom", "", "error_query", "total_query", "error_ratio_query",
                         "page_alert", "ticket_alert", "slo_plugins", "page_min_bad_events")
 K8S_V1 = Dialect("sloth.slok.dev/v1", "cli-gen-k8s", "spec", "errorQuery", "totalQuery", "errorRatioQuery",
-                 "pageAlert", "ticketAlert", "sloPlugins", "pageMinBadEvents")
+                 "pageAlert", "ticketAlert", "sloPlugins", "pageMinBadEvents", "allowOutOfRange")
 
 
 def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V1) -> list[SLO]:
@@ -62,7 +66,7 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
     else:
         root, prefix = doc, ""
         f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period",
-                                dialect.page_min_bad_events), "")
+                                dialect.page_min_bad_events), "", elsewhere=_slo_keys("each SLO of slos", dialect))
 
     service = f.string(r, root, "service", prefix)
     f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
@@ -116,12 +120,13 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
                 f"dashboards/slo-<id>.json and a file name has at most {NAME_MAX} bytes", f.join(p, "name"), slo=who,
                 line=f.line_of(node, "name"), fix=f"shorten the service or SLO name (together at most {MAX_SLO_ID_BYTES})")
     f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period",
-                             d.page_min_bad_events), p,
-                   slo=who)
+                             d.page_min_bad_events, d.allow_out_of_range), p,
+                   slo=who, elsewhere=_misplaced_in_slo(d))
     f.check_name(r, name, "SLO name", f"{p}.name", slo=who, line=f.line_of(node, "name"))
+    allow = f.boolean(r, node, d.allow_out_of_range, p, slo=who)
     objective = f.number(r, node, "objective", p, slo=who)
     f.check_objective(r, objective, f"{p}.objective", slo=who, line=f.line_of(node, "objective"),
-                      given=node.get("objective") is not None)
+                      given=node.get("objective") is not None, plausible=not allow)
     slo_labels = f.labels(r, node, "labels", p, slo=who)
     f.check_reserved(r, slo_labels, f"{p}.labels", slo=who, line=f.line_of(node, "labels"))
     period = _period(r, node, p, who)
@@ -133,7 +138,7 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
     if override and not plugins_:
         r.error("plugins.overridePrevious is set but no plugins are declared", f"{p}.plugins", slo=who,
                 fix="declare plugins in the chain or drop overridePrevious")
-    sli = _load_sli(r, node, p, who, service, name, slo_id, objective or 0.0, spec_labels, d)
+    sli = _load_sli(r, node, p, who, service, name, slo_id, objective or 0.0, spec_labels, d, allow)
     min_bad = _min_bad_events(r, node, d.page_min_bad_events, p, who)
     if min_bad and isinstance(sli, RawSLI):
         r.warn(f"{d.page_min_bad_events} has no effect on a raw SLI: an error ratio has no event counts",
@@ -149,6 +154,31 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         labels={**spec_labels, **slo_labels}, alerting=alerting, plugins=tuple(chain),
         override_plugins=override or group_override, page_min_bad_events=min_bad, origin=origin,
     )
+
+
+_ALL_OPTIONS = tuple(dict.fromkeys(o for opts in PLUGIN_OPTIONS.values() for o in opts))
+
+
+def _slo_keys(where: str, d: Dialect) -> dict[str, str]:
+    """Keys of one SLO that a spec wrote at the top of the file (dedented): where they belong."""
+    return {k: where for k in ("name", "objective", "sli", "alerting", "description", d.allow_out_of_range)}
+
+
+def _misplaced_in_slo(d: Dialect) -> dict[str, str]:
+    """Keys written on an SLO that belong deeper (a dedent, or a level left out): where they go."""
+    out = {"options": "sli.plugin", "id": "sli.plugin", "events": "sli", "raw": "sli", "plugin": "sli",
+           d.error_query: "sli.events", d.total_query: "sli.events", d.error_ratio_query: "sli.raw",
+           d.page_alert: "alerting", d.ticket_alert: "alerting", "slos": "the top level"}
+    out.update({k: "sli.plugin.options" for k in _ALL_OPTIONS if k not in out})
+    return out
+
+
+def _misplaced_in_sli(d: Dialect) -> dict[str, str]:
+    """Keys written on `sli` that belong deeper (a dedented `options:`): where they go, from the SLO down."""
+    out = {"options": "sli.plugin", "id": "sli.plugin", d.error_query: "sli.events",
+           d.total_query: "sli.events", d.error_ratio_query: "sli.raw"}
+    out.update({k: "sli.plugin.options" for k in _ALL_OPTIONS if k not in out})
+    return out
 
 
 def _period(r: Reporter, node: dict, p: str, who: str) -> int | None:
@@ -208,9 +238,10 @@ def _slo_plugins(r: Reporter, node: dict, key: str, p: str, who: str) -> tuple[l
 
 
 def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str, slo_id: str, objective: float,
-              spec_labels: dict[str, str], d: Dialect) -> SLI | None:
+              spec_labels: dict[str, str], d: Dialect, allow_out_of_range: bool = False) -> SLI | None:
     sli = f.mapping(r, node, "sli", p, slo=who)
     sp = f"{p}.sli"
+    f.unknown_keys(r, sli, ("events", "raw", "plugin"), sp, slo=who, elsewhere=_misplaced_in_sli(d))
     kinds = [k for k in ("events", "raw", "plugin") if sli.get(k) is not None]
     if not kinds:
         r.error("the SLI is empty: one of events, raw or plugin is required", sp, slo=who, line=f.line_of(node, "sli"),
@@ -237,16 +268,20 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
         f.check_query_template(r, q, f"{sp}.raw.{d.error_ratio_query}", slo=who, line=f.line_of(raw, d.error_ratio_query))
         return RawSLI(q)
     plug = f.mapping(r, sli, "plugin", sp, slo=who)
+    f.unknown_keys(r, plug, ("id", "options"), f"{sp}.plugin", slo=who,
+                   elsewhere={k: "sli.plugin.options" for k in _ALL_OPTIONS})
     pid = f.string(r, plug, "id", f"{sp}.plugin", slo=who)
     options = f.labels(r, plug, "options", f"{sp}.plugin", slo=who, what="option") if plug.get("options") else {}
     fn = plugins.sli_plugin(pid)
     if fn is None:
+        near = closest(pid, plugins.sli_plugin_ids())
         r.error(f"unknown SLI plugin {pid!r}", f"{sp}.plugin.id", slo=who, line=f.line_of(plug, "id"),
-                fix=f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
+                fix=(f"did you mean {near}? " if near else "")
+                + f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
         return None
     try:
         return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
-                                   labels=spec_labels, options=options))
+                                   labels=spec_labels, options=options, allow_out_of_range=allow_out_of_range))
     except PluginError as e:
         field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
         raw_options = plug.get("options")

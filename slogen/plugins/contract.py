@@ -27,6 +27,7 @@ class SLIPluginRequest:
     objective: float
     labels: dict[str, str]
     options: dict[str, str] = field(default_factory=dict)
+    allow_out_of_range: bool = False  # the SLO's `allow_out_of_range`: thresholds may leave llmslo.ranges
 
 
 SLIPlugin = Callable[[SLIPluginRequest], SLI]

@@ -128,7 +128,7 @@ def engine_latency_selectors(sli: EventsSLI) -> tuple[str, str, str] | None:
 
 def _read(plugin: str, req: SLIPluginRequest):
     """The contract's resolved parameters (llmslo.sli_plugins.read_options); its errors are PluginErrors."""
-    return sp.read_options(plugin, req.options)
+    return sp.read_options(plugin, req.options, allow_out_of_range=req.allow_out_of_range)
 
 
 def _written(req: SLIPluginRequest) -> dict[str, str]:

@@ -149,9 +149,9 @@ def test_empty_spec_writes_nothing(sample_slos):
 
 
 @pytest.mark.parametrize("change, field, words, line", [
-    # Found when building against the SLOs: the line is the pool's.
-    ("ttft_burn_rate: {slo: chat/nope, above: 2}", "ttft_burn_rate.slo", "no SLO 'chat/nope'", 4),
-    ("ttft_burn_rate: {slo: chat/tpot, above: 2}", "ttft_burn_rate.slo", "not a TTFT latency SLO", 4),
+    # Found when building against the SLOs: the line is the `slo:` field's too (issue 29: it was the pool's).
+    ("ttft_burn_rate: {slo: chat/nope, above: 2}", "ttft_burn_rate.slo", "no SLO 'chat/nope'", 10),
+    ("ttft_burn_rate: {slo: chat/tpot, above: 2}", "ttft_burn_rate.slo", "not a TTFT latency SLO", 10),
     # Found when loading: the line is the field's.
     ("ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}", "ttft_burn_rate.window", "not a short window", 10),
     ("queue_depth: {per_replica: \"4\"}", "queue_depth.per_replica", "expected a number", 10),
@@ -173,8 +173,8 @@ pools:
     with pytest.raises(AutoscalingError) as err:
         keda.keda_files(load_text(text, "autoscaling/bad.yaml").pools, sample_slos)
     message = str(err.value)
-    assert message.startswith(f"autoscaling/bad.yaml:{line}: pools[0].") and field in message, message
-    assert words in message and "Fix:" in message, message
+    assert message.startswith(f"autoscaling/bad.yaml:{line}: field pools[0].") and field in message, message
+    assert words in message and "(fix: " in message, message
 
 
 def test_duplicate_pools_across_files_are_rejected(tmp_path):

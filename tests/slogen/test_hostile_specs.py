@@ -163,8 +163,8 @@ def test_non_finite_window_catalog_numbers_are_refused(tmp_path, capsys):
 def test_non_finite_autoscaling_numbers_are_refused():
     spec = ('version: "llmslo/autoscaling/v1"\npools:\n  - name: p\n    namespace: llm\n    target: {name: d}\n'
             "    replicas: {max: 4}\n    match: {namespace: llm}\n    triggers:\n      queue_depth: {per_replica: .inf}\n")
-    with pytest.raises(AutoscalingError, match=r"pools\.yaml:9: pools\[0\]\.triggers\.queue_depth\.per_replica: "
-                                               r"\.inf is not a finite number\. Fix: write a number of at least 0\.1"):
+    with pytest.raises(AutoscalingError, match=r"pools\.yaml:9: field pools\[0\]\.triggers\.queue_depth\.per_replica: "
+                                               r"\.inf is not a finite number \(fix: write a number of at least 0\.1"):
         load_text(spec, "pools.yaml")
     with pytest.raises(AutoscalingError, match=r"pools\.yaml:2: duplicate key 'version'"):
         load_text('version: "llmslo/autoscaling/v1"\nversion: x\npools: []\n', "pools.yaml")
