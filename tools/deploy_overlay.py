@@ -288,11 +288,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--api-server-cidr", default=DEFAULT_CIDR, metavar="CIDR",
                         help=f"the API server's endpoints, the exporter's egress for discovery (default {DEFAULT_CIDR})")
     parser.add_argument("--out", required=True, metavar="DIR", help="the overlay directory to write")
+    parser.add_argument("--deploy", default=str(DEPLOY), metavar="DIR",
+                        help="the deploy/ tree the overlay builds on, with `slogen build`'s deploy/generated "
+                             "(default: this checkout's)")
     args = parser.parse_args(argv)
     try:
         params = OverlayParams(namespace_list(args.inference_namespaces), args.monitoring_namespace,
                                args.api_server_cidr)
-        files = render(params, Path(args.out))
+        deploy = Path(args.deploy)
+        if not (deploy / "base" / "kustomization.yaml").is_file():
+            raise OverlayError("--deploy", f"{deploy} has no base/kustomization.yaml; name the deploy/ directory")
+        files = render(params, Path(args.out), deploy)
     except OverlayError as e:
         print(f"python -m tools.deploy_overlay: {e}", file=sys.stderr)
         return 2
