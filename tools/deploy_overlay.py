@@ -16,7 +16,8 @@ deploy/overlays/production is this script's output for `--inference-namespaces l
 
 It refuses (exit 2, naming the flag) a namespace name Kubernetes would refuse, and a ScaledObject in
 the generated autoscalers (deploy/generated/keda) whose namespace is not one of the inference
-namespaces: its pool would get autoscaling but no security floor, tap ConfigMap or discovery.
+namespaces (its pool would get autoscaling but no security floor, tap ConfigMap or discovery), or one
+that asks the prometheus-operated Service of another namespace than --monitoring-namespace.
 """
 
 from __future__ import annotations
@@ -73,8 +74,13 @@ def _check_name(name: str, flag: str) -> None:
                                  "at most 63, starting and ending with a letter or digit)")
 
 
-def check_scaled_objects(deploy: Path, namespaces: Sequence[str]) -> None:
-    """OverlayError if a generated ScaledObject lives outside the inference namespaces."""
+_OPERATED = re.compile(r"//prometheus-operated\.([a-z0-9-]+)\.svc[:/]")
+
+
+def check_scaled_objects(deploy: Path, namespaces: Sequence[str], monitoring: str = "monitoring") -> None:
+    """OverlayError if a generated ScaledObject lives outside the inference namespaces, or asks the
+    prometheus-operator Service of another namespace than the monitoring one (the pool's `prometheus:`
+    in autoscaling/ sets the address; a custom one, e.g. Thanos, is left alone)."""
     path = deploy / SCALED_OBJECTS
     if not path.is_file():
         return
@@ -89,6 +95,15 @@ def check_scaled_objects(deploy: Path, namespaces: Sequence[str]) -> None:
                 f"one of {','.join(namespaces)}: its pool would scale without the security floor, the tap's SLO "
                 f"ConfigMap or discovery; add {ns!r} to the list, or change the pool's namespace in autoscaling/ "
                 "and run `slogen build`")
+        for trigger in doc.get("spec", {}).get("triggers", []):
+            address = str(trigger.get("metadata", {}).get("serverAddress", ""))
+            found = _OPERATED.search(address)
+            if found and found.group(1) != monitoring:
+                raise OverlayError(
+                    "--monitoring-namespace",
+                    f"the generated ScaledObject {doc['metadata']['name']!r} ({path}) asks {address}, the Prometheus in "
+                    f"namespace {found.group(1)!r}, not in {monitoring!r}; set `prometheus: "
+                    f"http://prometheus-operated.{monitoring}.svc:9090` on its pool in autoscaling/ and run `slogen build`")
 
 
 HEADER = ("# Written by `python -m tools.deploy_overlay {args}`.\n"
@@ -133,13 +148,6 @@ replacements:
           name: llmslo-exporter
         fieldPaths:
           - spec.ingress.0.from.0.namespaceSelector.matchLabels.[kubernetes.io/metadata.name]
-      - select:
-          kind: ScaledObject
-        fieldPaths:
-          - spec.triggers.*.metadata.serverAddress
-        options:
-          delimiter: "."
-          index: 1
   # deploy-parameters.yaml: inferenceNamespaces, the namespaces discovery watches (a Role in each).
   - source:
       kind: ConfigMap
@@ -219,9 +227,9 @@ metadata:
 data:
   # The namespace your Prometheus stack runs in; it must exist (the Prometheus stack creates it,
   # so it is not shipped here: removing this overlay must not delete your monitoring). The
-  # PrometheusRules go there (prometheus-operator's ruleNamespaceSelector must select it), the
-  # exporter's NetworkPolicy admits Prometheus pods from it, and the ScaledObjects query the
-  # prometheus-operated Service in it.
+  # PrometheusRules go there (prometheus-operator's ruleNamespaceSelector must select it) and the
+  # exporter's NetworkPolicy admits Prometheus pods from it. (The ScaledObjects' Prometheus address is
+  # each pool's `prometheus:` in autoscaling/; the generator checks it points here.)
   monitoringNamespace: {p.monitoring_namespace}
   # The engines' namespaces, comma-separated: the exporter's --discovery-namespaces. Each one also
   # needs inference/<name> in this overlay (tools.deploy_overlay writes both).
@@ -250,7 +258,7 @@ def render(p: OverlayParams, out: Path, deploy: Path = DEPLOY) -> dict[str, str]
     for ns in p.inference_namespaces:
         _check_name(ns, "--inference-namespaces")
     _check_name(p.monitoring_namespace, "--monitoring-namespace")
-    check_scaled_objects(deploy, p.inference_namespaces)
+    check_scaled_objects(deploy, p.inference_namespaces, p.monitoring_namespace)
     args = f"--inference-namespaces {','.join(p.inference_namespaces)}"
     if p.monitoring_namespace != "monitoring":
         args += f" --monitoring-namespace {p.monitoring_namespace}"

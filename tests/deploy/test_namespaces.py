@@ -38,6 +38,7 @@ pools:
     target: {kind: Deployment, name: vllm-chat}
     replicas: {min: 1, max: 4}
     match: {namespace: llm-chat, model: llama-3-8b}
+    prometheus: http://prometheus-operated.observability.svc:9090
     triggers:
       queue_depth: {per_replica: 4}
   - name: vllm-batch
@@ -45,6 +46,7 @@ pools:
     target: {kind: Deployment, name: vllm-batch}
     replicas: {min: 1, max: 2}
     match: {namespace: llm-batch, model: batch-70b}
+    prometheus: http://prometheus-operated.observability.svc:9090
     triggers:
       kv_cache_utilization: {per_replica: 0.85}
 """
@@ -159,6 +161,12 @@ def test_generator_refuses_a_pool_outside_the_inference_namespaces(tree, tmp_pat
     with pytest.raises(overlay.OverlayError) as e:
         overlay.render(overlay.OverlayParams(("llm-chat",)), tmp_path / "o", tree / "deploy")
     assert e.value.flag == "--inference-namespaces" and "vllm-batch" in str(e.value) and "llm-batch" in str(e.value)
+
+
+def test_generator_refuses_autoscalers_asking_another_prometheus(tree, tmp_path):
+    with pytest.raises(overlay.OverlayError) as e:
+        overlay.render(overlay.OverlayParams(INFERENCE, "monitoring"), tmp_path / "o", tree / "deploy")
+    assert e.value.flag == "--monitoring-namespace" and "prometheus-operated.monitoring.svc" in str(e.value)
 
 
 @pytest.mark.parametrize("value", ["", "LLM", "llm_chat", "a" * 64, "llm,llm"])
