@@ -226,3 +226,32 @@ def test_a_broken_file_is_refused_whole_and_sighup_retries(tmp_path: Path) -> No
     finally:
         tap.stop()
         upstream.stop()
+
+
+def test_workers_reload_on_the_parents_sighup_and_show_one_hash(tmp_path: Path) -> None:
+    """`--workers 2` with polling off: SIGHUP to the parent reaches both workers; the merged page then has
+    one llm_tap_config_info series, the new hash, with no worker label (both run on the same files)."""
+    upstream = spawn_upstream()
+    slos = ConfigMapDir(tmp_path / "slos")
+    old_text, new_text = SLO.format(ttft="4"), SLO.format(ttft="1.25")
+    slos.write({"chat.yaml": old_text})
+    tap = Tap(upstream.url, slos.path, "--slo-reload-interval", "0", "--workers", "2", "--shutdown-grace", "2")
+    try:
+        deadline = time.monotonic() + 30  # both workers up (their lines may trail the parent's)
+        while sum("event=tap_worker_listening" in ln for ln in tap.lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        info = C.TAP_CONFIG_INFO.name
+        assert {ls for (n, ls), _ in asyncio.run(page(tap)).items() if n == info} == {
+            frozenset({("hash", config_hash([old_text]))})}
+        seen = len(tap.lines)
+        slos.write({"chat.yaml": new_text})
+        tap.popen.send_signal(signal.SIGHUP)
+        first = tap.wait_for("event=tap_slo_reloaded", seen)
+        tap.wait_for("event=tap_slo_reloaded", tap.lines.index(first) + 1)  # the second worker's
+        now = asyncio.run(page(tap))
+        assert {ls for (n, ls), _ in now.items() if n == info} == {frozenset({("hash", config_hash([new_text]))})}
+        assert value(now, C.TAP_TTFT.name + "_bucket", le="1.25") == 0  # every worker serves the new edge
+        assert any(n == C.TAP_TTFT.name + "_bucket" and ("le", "1.25") in ls for (n, ls) in now)
+    finally:
+        tap.stop()
+        upstream.stop()
