@@ -42,6 +42,7 @@ LABEL_SLO_CLASS = "slo_class"
 LABEL_OUTCOME = "outcome"
 LABEL_USAGE_SOURCE = "usage_source"  # "usage" (engine-reported) | "chunks" (counted by the tap)
 LABEL_LE = "le"
+LABEL_CONFIG_HASH = "hash"  # TAP_CONFIG_INFO: llmslo.confighash of the SLO files a tap has loaded
 LABEL_CLUSTER = "cluster"  # added by federation / remote-write external labels, not by the exporter
 
 # Labels every normalized engine series carries (target identity).
@@ -280,9 +281,19 @@ TAP_IN_FLIGHT_LATE = _m(
     "Requests in flight now whose objective is already lost: no first token past the TTFT objective, a late "
     "first token, or a stream slower than the TPOT objective so far.", TAP_LABELS,
 )
+# Which SLO files the tap runs on now (it reloads them when they change, exporter/tap/reload.py): the
+# hash of their contents, as slogen computes it for the rules (HEALTH.TAP_CONFIG_DRIFT compares the two).
+TAP_CONFIG_INFO = _m(
+    "tap_config_info", "gauge",
+    "The SLO configuration the tap runs on: always 1, with the content hash of its SLO files.", (LABEL_CONFIG_HASH,),
+)
+TAP_CONFIG_RELOAD_FAILURES = _m(
+    "tap_config_reload_failures_total", "counter",
+    "Changed SLO files the tap could not use (unreadable or invalid); it kept the configuration it had.",
+)
 TAP_METRICS = (
     TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS,
-    TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE,
+    TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE, TAP_CONFIG_INFO, TAP_CONFIG_RELOAD_FAILURES,
 )
 
 # --------------------------------------------------------------------------------------
@@ -582,8 +593,9 @@ class HEALTH:
     KV_CACHE_SATURATED = "LLMKVCacheSaturated"
     PREEMPTION_STORM = "LLMPreemptionStorm"
     TAP_REFUSING_REQUESTS = "LLMTapRefusingRequests"
+    TAP_CONFIG_DRIFT = "LLMTapConfigDrift"  # a tap's TAP_CONFIG_INFO hash is not the one the rules were built from
     ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
-              TAP_REFUSING_REQUESTS)
+              TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects
 
 

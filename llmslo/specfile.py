@@ -236,10 +236,15 @@ def read_documents(path: str | Path) -> list[Any]:
 
 
 def discover(path: str | Path) -> list[Path]:
-    """A file as given, or every *.yaml / *.yml below a directory, in sorted order."""
+    """A file as given, or every *.yaml / *.yml below a directory, in sorted order.
+
+    Hidden entries below the directory are skipped: a mounted ConfigMap holds each file twice, as
+    `name.yaml` and as `..2026_01_01_00_00_00.123/name.yaml` (the `..data` copy Kubernetes swaps
+    atomically), and reading both would count every SLO twice."""
     p = Path(path)
     if p.is_dir():
-        return sorted(x for x in p.rglob("*") if x.suffix in SUFFIXES and x.is_file())
+        return sorted(x for x in p.rglob("*") if x.suffix in SUFFIXES and x.is_file()
+                      and not any(part.startswith(".") for part in x.relative_to(p).parts))
     return [p]
 
 

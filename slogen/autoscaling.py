@@ -14,6 +14,8 @@ A companion file next to the SLO specs, owned by whoever owns capacity, not by t
           kv_cache_utilization: {per_replica: 0.85}
           kv_seats: {min_free: 8}   # optional: keep 8 seats of p99 request size free
           ttft_burn_rate: {slo: chat/ttft, above: 2, window: 5m}
+        # only with replicas.min: 0: what wakes the pool, a request metric of the gateway in front of it
+        wake: {metric: nginx_ingress_controller_requests, selector: {ingress: vllm-llama-3-8b}}
 
 Errors are slogen's SpecErrors (file:line, field, fix), all of them in one run: a pool with three mistakes
 reports three errors, and `slogen validate` reports what `slogen build` would refuse (slogen/catalog.py).
@@ -86,6 +88,29 @@ class TTFTBurnTrigger:
 
 
 @dataclass(frozen=True)
+class WakeSignal:
+    """What wakes a pool at zero replicas: a request metric that exists without them (the gateway's or
+    ingress's in front of the pool). Either a counter (`metric` + `selector`, read as a rate over `window`)
+    or a whole PromQL `query` answering requests per second."""
+
+    query: str = ""
+    metric: str = ""
+    selector: tuple[tuple[str, str], ...] = ()
+    window: str = "1m"
+    per_replica: float = 0.0  # requests/s one replica carries; 0: it only wakes the pool, other triggers size it
+
+
+# Metrics the pool's own pods write (the exporter's and the tap's, the rules recorded from them, the engines'
+# own): they vanish with the last replica, so none can wake the pool.
+_POOL_METRIC = re.compile(r"(?<![\w:])(?:" + re.escape(c.PREFIX) + r"|llm:|vllm:|sglang:)[\w:]*")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+WAKE_FIX = ("name a request metric of the gateway or ingress in front of the pool, which exists at zero replicas: "
+            "`wake: {metric: <its request counter>, selector: {<label>: <value>}}` or `wake: {query: <PromQL giving "
+            "requests per second>}` (docs/autoscaling.md, \"Scale to zero\")")
+
+
+@dataclass(frozen=True)
 class ScalePolicy:
     stabilization_s: int
     max_pods: int
@@ -106,6 +131,7 @@ class Pool:
     kv_cache_utilization: KVUtilizationTrigger | None = None
     ttft_burn_rate: TTFTBurnTrigger | None = None
     kv_seats: KVSeatsTrigger | None = None
+    wake: WakeSignal | None = None
     prometheus: str = DEFAULT_PROMETHEUS
     authentication_ref: str = ""  # a KEDA TriggerAuthentication for a secured Prometheus
     polling_interval_s: int = 15
@@ -242,9 +268,47 @@ def _policy(node: _Node, default: ScalePolicy) -> ScalePolicy:
     )
 
 
+def _wake(node: _Node) -> WakeSignal:
+    node.keys(("query", "metric", "selector", "window", "per_replica"))
+    if ("query" in node.data) == ("metric" in node.data):
+        raise node.error("", "needs exactly one of query and metric", WAKE_FIX)
+    per_replica = node.number("per_replica", 0.001) if "per_replica" in node.data else 0.0
+    if "query" in node.data:
+        if "selector" in node.data or "window" in node.data:
+            key = "selector" if "selector" in node.data else "window"
+            raise node.error(key, "goes with metric, not query", "put the selector and window inside the query")
+        query = node.string("query", fix="write PromQL that answers the requests per second in front of the pool")
+        if len(query) > 2000:
+            raise node.error("query", "longer than 2000 characters", "shorten the query or use metric and selector")
+        own = _POOL_METRIC.search(re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', query))  # names, not label values
+        if own:
+            raise node.error("query", f"reads {own.group(0)!r}, which the pool's own pods write: it does not exist at "
+                                      "zero replicas, so it cannot wake the pool", WAKE_FIX)
+        return WakeSignal(query=query, per_replica=per_replica)
+    metric = node.string("metric", pattern=_METRIC_NAME, fix="write a Prometheus metric name")
+    if _POOL_METRIC.search(metric):
+        raise node.error("metric", f"{metric!r} is written by the pool's own pods: it does not exist at zero replicas, "
+                                   "so it cannot wake the pool", WAKE_FIX)
+    if "selector" not in node.data:
+        raise node.error("selector", "missing: without it every request the gateway sees, for any pool, would wake "
+                                     "this one", "add `selector: {<label>: <value>}` naming this pool's route")
+    sel = node.child("selector")
+    if not sel.data:
+        raise sel.error("", "empty", "name at least one label of this pool's route, e.g. {service: vllm-llama-3-8b}")
+    for key in sel.data:
+        if not isinstance(key, str) or not _LABEL_NAME.match(key):
+            raise sel.error(str(key), "not a Prometheus label name", "use letters, digits and '_'")
+    window = node.string("window", "1m")
+    if window not in SHORT_WINDOWS:
+        raise node.error("window", f"{window} is not a short window: the pool would wake late and sleep late",
+                         f"use one of {', '.join(SHORT_WINDOWS)}")
+    return WakeSignal(metric=metric, selector=tuple(sorted((k, sel.string(k)) for k in sel.data)), window=window,
+                      per_replica=per_replica)
+
+
 def _pool(node: _Node) -> Pool:
-    node.keys(("name", "namespace", "target", "replicas", "match", "triggers", "prometheus", "authentication_ref",
-               "polling_interval", "cooldown_period", "scale_up", "scale_down"),
+    node.keys(("name", "namespace", "target", "replicas", "match", "triggers", "wake", "prometheus",
+               "authentication_ref", "polling_interval", "cooldown_period", "scale_up", "scale_down"),
               ("name", "namespace", "target", "replicas", "match", "triggers"))
     dns = "use lowercase letters, digits and '-' (a Kubernetes name)"
     name = node.string("name", pattern=_NAME, fix=dns)
@@ -293,12 +357,18 @@ def _pool(node: _Node) -> Pool:
                              "scale back down in time", f"use one of {', '.join(SHORT_WINDOWS)}")
         burn = TTFTBurnTrigger(slo, t.number("above", 0.1), window, file=t.file, field=t.field("slo"),
                                line=t.line_of("slo"), window_line=t.line_of("window"))
+    wake = _wake(node.child("wake")) if "wake" in node.data else None
+    if lo == 0 and wake is None:
+        raise replicas.error(
+            "min", "0 replicas, but every trigger reads series the pool's own engine pods write (queue depth, KV "
+                   "cache, seats, the tap's TTFT), and at zero replicas there are none: the pool could never wake",
+            f"set min: 1, or {WAKE_FIX}")
     up = _policy(node.child("scale_up"), Pool.scale_up) if "scale_up" in node.data else Pool.scale_up
     down = _policy(node.child("scale_down"), Pool.scale_down) if "scale_down" in node.data else Pool.scale_down
     return Pool(
         name=name, namespace=node.string("namespace", pattern=_NAME, fix=dns), target_kind=kind,
         target_name=target.string("name", pattern=_NAME, fix=dns), min_replicas=lo, max_replicas=hi, match=labels,
-        queue_depth=queue, kv_cache_utilization=kv, ttft_burn_rate=burn, kv_seats=seats,
+        queue_depth=queue, kv_cache_utilization=kv, ttft_burn_rate=burn, kv_seats=seats, wake=wake,
         prometheus=node.string("prometheus", DEFAULT_PROMETHEUS),
         authentication_ref=node.string("authentication_ref", pattern=_NAME, fix=dns)
         if "authentication_ref" in node.data else "",

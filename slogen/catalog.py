@@ -9,10 +9,12 @@ is computed here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmslo.confighash import config_hash
 from slogen import pools as autoscaling
 from slogen.autoscaling import AutoscalingError, Pool
 from slogen.errors import SpecError, SpecErrors
@@ -58,6 +60,12 @@ class Catalog:
     views: tuple[SLOView, ...] = ()  # one per result, in the results' order
     health_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-health-alerts`
     capacity_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-capacity-rules`
+    tap_config_hash: str = ""  # llmslo.confighash of spec_files: what the taps must report (HEALTH.TAP_CONFIG_DRIFT)
+
+    @property
+    def health_options(self) -> HealthOptions:
+        """The health alert options in force: the build's, with the taps' expected config hash."""
+        return dataclasses.replace(self.options.health, tap_config_hash=self.tap_config_hash)
 
     @property
     def services(self) -> dict[str, list[SLOResult]]:
@@ -107,9 +115,11 @@ def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOpti
     return tuple(make(opts, gen.runbook_base_url, dict(gen.extra_labels), gen.grafana_url))
 
 
-def health_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
-    """The capacity and health alerts a build generates (none with `--no-health-alerts`)."""
-    return _alerts(options.health, "health alert", health.health_alerts, options.gen)
+def health_alerts(options: BuildOptions, tap_config_hash: str = "") -> tuple[HealthAlert, ...]:
+    """The capacity and health alerts a build generates (none with `--no-health-alerts`); `tap_config_hash`:
+    llmslo.confighash of the SLO files (the taps' ConfigMap), which HEALTH.TAP_CONFIG_DRIFT expects."""
+    opts = dataclasses.replace(options.health, tap_config_hash=tap_config_hash)
+    return _alerts(opts, "health alert", health.health_alerts, options.gen)
 
 
 def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
@@ -148,6 +158,9 @@ def compile_catalog(options: BuildOptions) -> Catalog:
         if problems:
             raise AutoscalingError(problems)
     warnings = list(loaded.warnings) + placeholder_warnings(gen)
+    files = spec_files(loaded.slos, root)
+    tap_hash = config_hash(files.values())
     return Catalog(options, loaded.slos, results, windows, warnings, pools=pools,
-                   spec_files=spec_files(loaded.slos, root), views=views,
-                   health_alerts=health_alerts(options), capacity_alerts=capacity_alerts(options))
+                   spec_files=files, views=views,
+                   health_alerts=health_alerts(options, tap_hash), capacity_alerts=capacity_alerts(options),
+                   tap_config_hash=tap_hash)

@@ -142,7 +142,7 @@ def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, gro
 
 def health_rules(catalog: Catalog) -> Produced:
     """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
-    return _build_wide(catalog, catalog.health_alerts, catalog.options.health, HEALTH.GROUP, HEALTH_HEADER,
+    return _build_wide(catalog, catalog.health_alerts, catalog.health_options, HEALTH.GROUP, HEALTH_HEADER,
                        health_tests, health.health_group, "health")
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from llmslo import sli_plugins
+from llmslo.confighash import config_hash
 from llmslo.globs import matches
 from llmslo.ranges import ALLOW_KEY
-from llmslo.specfile import SpecFileError, discover, read_documents
+from llmslo.specfile import SpecFileError, discover, load_documents
 
 TAP_LATENCY_METRICS = sli_plugins.TAP_LATENCY_METRICS  # the tap's histograms a latency SLI may read
 
@@ -80,6 +81,7 @@ class SloConfig:
 
     classes: tuple[SloClass, ...]
     thresholds: dict[str, tuple[float, ...]]  # "ttft" | "tpot" | "e2e" -> sorted seconds
+    hash: str = ""  # llmslo.confighash of the files read (conventions.TAP_CONFIG_INFO); "" for none
     _by_name: dict[str, SloClass] = field(init=False, repr=False)
     _fallback: SloClass = field(init=False, repr=False)
     _model_cache: dict[str, SloClass] = field(init=False, repr=False, default_factory=dict)
@@ -179,9 +181,12 @@ def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
     """Read goodput classes and tap latency thresholds from SLO YAML files (or directories)."""
     classes: list[tuple[SloClass, sli_plugins.GoodputParams]] = []
     thresholds: dict[str, set[float]] = {m: set() for m in TAP_LATENCY_METRICS}
+    contents: list[bytes] = []
     for path in expand_paths(paths):
         try:
-            docs = read_documents(path)  # slogen's reader: strict UTF-8, no duplicate keys, bounded nesting
+            data = path.read_bytes()  # once: the bytes hashed are the bytes parsed
+            contents.append(data)
+            docs = load_documents(data, str(path))  # slogen's reader: strict UTF-8, no duplicate keys, bounded nesting
         except OSError as e:
             raise SloConfigError(f"{path}: cannot read the SLO file ({e.strerror}); check the --slo path") from None
         except SpecFileError as e:
@@ -210,4 +215,33 @@ def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
                         thresholds["tpot"].add(params.tpot)
                 elif isinstance(params, sli_plugins.LatencyParams) and params.source == sli_plugins.SOURCE_TAP:
                     thresholds[params.metric].add(params.threshold)
-    return SloConfig(tuple(cls for cls, _ in classes), {m: tuple(sorted(v)) for m, v in thresholds.items()})
+    return SloConfig(tuple(cls for cls, _ in classes), {m: tuple(sorted(v)) for m, v in thresholds.items()},
+                     config_hash(contents) if contents else "")
+
+
+def _objectives(cls: SloClass) -> str:
+    parts = [f"{key}={value:g}s" for key, value in (("ttft", cls.ttft), ("tpot", cls.tpot)) if value is not None]
+    return " ".join(parts + [f"models={','.join(cls.models)}"] if cls.models else parts) or "no objectives"
+
+
+def describe_changes(old: SloConfig, new: SloConfig) -> list[str]:
+    """What a reload changes, one short phrase each (for the tap's log line): classes added, removed or
+    with other objectives, and thresholds added to or removed from each histogram."""
+    out: list[str] = []
+    before = {c.name: c for c in old.classes}
+    after = {c.name: c for c in new.classes}
+    for name in after.keys() - before.keys():
+        out.append(f"class {name} added ({_objectives(after[name])})")
+    for name in before.keys() - after.keys():
+        out.append(f"class {name} removed")
+    for name in sorted(before.keys() & after.keys()):
+        a, b = before[name], after[name]
+        if (a.ttft, a.tpot, a.models) != (b.ttft, b.tpot, b.models):
+            out.append(f"class {name}: {_objectives(a)} -> {_objectives(b)}")
+    for metric in sorted(set(old.thresholds) | set(new.thresholds)):
+        was, now = set(old.thresholds.get(metric, ())), set(new.thresholds.get(metric, ()))
+        if was != now:
+            out.append(f"{metric} thresholds {','.join(f'{v:g}' for v in sorted(was)) or '-'} -> "
+                       f"{','.join(f'{v:g}' for v in sorted(now)) or '-'}")
+    return out
+

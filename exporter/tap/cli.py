@@ -93,6 +93,7 @@ async def _serve(args: argparse.Namespace, server: TapServer) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_slo)  # check the SLO files now (exporter.tap.reload)
     await server.start(args.listen, args.metrics_listen, reuse_port=args.reuse_port)
     _tune_gc()
     assert server.proxy_address is not None
@@ -102,7 +103,8 @@ async def _serve(args: argparse.Namespace, server: TapServer) -> None:
     else:
         event("tap_listening", logger=TAP_LOGGER, proxy=server.proxy_address.url(),
               metrics=server.metrics_address.url() + "/metrics", upstream=args.upstream,
-              classes=",".join(server.proxy.slo.class_names), loop=type(loop).__module__.split(".")[0])
+              classes=",".join(server.proxy.slo.class_names), slo_hash=server.proxy.slo.hash,
+              loop=type(loop).__module__.split(".")[0])
     try:
         await stop.wait()
     finally:
@@ -174,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,
     ) if args.admission else None
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
-                       admission=admission)
+                       admission=admission, slo_paths=args.slo, reload_interval_s=args.slo_reload_interval)
     try:
         with _runner(args.event_loop) as runner:
             runner.run(_serve(args, server))

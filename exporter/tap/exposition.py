@@ -40,7 +40,9 @@ SERIES_FAMILIES: tuple[C.MetricDef, ...] = (
     *(d for d, _ in HISTOGRAMS), C.TAP_REQUESTS, C.GOODPUT_REQUESTS, C.OUTPUT_TOKENS, C.GOODPUT_TOKENS,
     C.TAP_USAGE_REJECTED,
 )
-assert set(SERIES_FAMILIES) | {C.TAP_REFUSALS, C.TAP_IN_FLIGHT_LATE} == set(C.TAP_METRICS)
+# The families rendered once per page, after the series' (the refusals, the late gauge, the configuration's).
+PAGE_FAMILIES = (C.TAP_REFUSALS, C.TAP_IN_FLIGHT_LATE, C.TAP_CONFIG_INFO, C.TAP_CONFIG_RELOAD_FAILURES)
+assert set(SERIES_FAMILIES) | set(PAGE_FAMILIES) == set(C.TAP_METRICS)
 
 
 def escape_label_value(value: str) -> str:
@@ -63,16 +65,21 @@ class PageRenderer:
         self._headers = [_header(d) for d in SERIES_FAMILIES]
         self._refusals_header = _header(C.TAP_REFUSALS)
         self._late_header = _header(C.TAP_IN_FLIGHT_LATE)
-        # Per histogram family: each bucket line's tail after the series' labels: `,le="0.5"} `.
-        self._bucket_tails = [
-            [f',le="{le_label(e)}"}} ' for e in metrics.edges[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
-        ]
+        self._config_headers = (_header(C.TAP_CONFIG_INFO), _header(C.TAP_CONFIG_RELOAD_FAILURES))
+        self._tails_for: dict[str, tuple[float, ...]] | None = None
+        self._bucket_tails: list[list[str]] = []
         self._labels: dict[tuple[str, str], str] = {}
         self.extra: Callable[[], bytes] | None = None  # more lines for the page's end (the admission gate's)
 
     def _render_series(self, s: Series) -> None:
         """Every family's lines of one series, stored on it with the update count they show."""
         labels = self._labels.get((s.model, s.slo_class)) or self._label_text(s)
+        if self._tails_for is not self.metrics.edges:  # first page, or a reload changed the edges
+            self._tails_for = self.metrics.edges
+            # Per histogram family: each bucket line's tail after the series' labels: `,le="0.5"} `.
+            self._bucket_tails = [
+                [f',le="{le_label(e)}"}} ' for e in self._tails_for[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
+            ]
         parts: list[bytes] = []
         if s.histograms:
             for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails):
@@ -115,6 +122,9 @@ class PageRenderer:
         group.append(self._refusals_header)
         group.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.refusals.items()).encode())
         group.append(self._late_lines(late))
+        info, failures = self._config_headers
+        group.append(info + f'{C.TAP_CONFIG_INFO.name}{{{C.LABEL_CONFIG_HASH}="{self.metrics.slo.hash}"}} 1\n'.encode())
+        group.append(failures + f"{C.TAP_CONFIG_RELOAD_FAILURES.name} {self.metrics.config_reload_failures}\n".encode())
         if self.extra is not None:
             group.append(self.extra())
         pieces.append(b"".join(group))

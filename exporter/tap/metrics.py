@@ -55,6 +55,18 @@ def bucket_edges(ladder: Iterable[float], thresholds: Iterable[float]) -> tuple[
     return tuple(sorted(set(ladder) | set(thresholds)))
 
 
+def histogram_edges(slo: SloConfig) -> dict[str, tuple[float, ...]]:
+    """Each histogram's bucket edges (HISTOGRAMS' keys): its ladder and every threshold configured for it."""
+    th = slo.thresholds
+    return {
+        "ttft": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
+        "tpot": bucket_edges(TPOT_LADDER, th.get("tpot", ())),
+        "e2e": bucket_edges(LATENCY_LADDER, th.get("e2e", ())),
+        # TTFB bounds TTFT from below; TTFT thresholds are the edges worth reading it at.
+        "ttfb": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
+    }
+
+
 def le_label(seconds: float) -> str:
     """How a bucket edge appears in the `le` label (Go float formatting: 0.5 -> "0.5", 1 -> "1.0")."""
     return client_float(seconds)
@@ -125,17 +137,11 @@ class TapMetrics:
         """`names` decides which models may be label values (default: only the classes' model globs)."""
         self.max_models = max_models
         self.names = names if names is not None else ModelNames(slo)
-        th = slo.thresholds
-        self.edges = {
-            "ttft": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
-            "tpot": bucket_edges(TPOT_LADDER, th.get("tpot", ())),
-            "e2e": bucket_edges(LATENCY_LADDER, th.get("e2e", ())),
-            # TTFB bounds TTFT from below; TTFT thresholds are the edges worth reading it at.
-            "ttfb": bucket_edges(LATENCY_LADDER, th.get("ttft", ())),
-        }
+        self.edges = histogram_edges(slo)
         self._hist_edges = tuple(self.edges[key] for _, key in HISTOGRAMS)
         self.series: dict[tuple[str, str], Series] = {}
         self.slo = slo
+        self.config_reload_failures = 0  # conventions.TAP_CONFIG_RELOAD_FAILURES
         self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
         self._models: dict[str, str] = {}  # admitted name -> its label value (served_label)
@@ -145,6 +151,29 @@ class TapMetrics:
         self.late_source: Callable[[], Mapping[tuple[str, str], int]] | None = None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
+
+    def set_slo(self, slo: SloConfig) -> list[str]:
+        """Count by a reloaded configuration from now on; returns the histogram families whose bucket
+        edges changed. Those start again, empty, with the new edges in every series (a counter reset,
+        which rate() and increase() handle: the old edges' series end, the new ones start at 0); the
+        other histograms and every counter go on. Classes the new files add get their series at the
+        next page; a removed class's series stay, no longer counting."""
+        edges = histogram_edges(slo)
+        changed = [key for _, key in HISTOGRAMS if edges[key] != self.edges[key]]
+        self.edges, self.slo = edges, slo
+        self._hist_edges = tuple(edges[key] for _, key in HISTOGRAMS)
+        self.names.set_classes(slo)
+        self._primed_from = None  # prime() again: the new classes' series
+        if changed:
+            fresh = [i for i, (_, key) in enumerate(HISTOGRAMS) if key in changed]
+            for series in self.series.values():
+                if series.histograms:
+                    hists = list(series.histograms)
+                    for i in fresh:
+                        hists[i] = Histogram(self._hist_edges[i])
+                    series.histograms = tuple(hists)
+                    series.changes += 1
+        return [d.name for d, key in HISTOGRAMS if key in changed]
 
     # -- label values ------------------------------------------------------------------------
     def model_label(self, model: str) -> str:
@@ -272,6 +301,14 @@ class _Collector:
         for s, n in late:
             gauge.add_metric([s.model, s.slo_class], n)
         yield gauge
+        d = C.TAP_CONFIG_INFO
+        info = GaugeMetricFamily(d.name, d.help, labels=d.labels)
+        info.add_metric([self.m.slo.hash], 1)
+        yield info
+        d = C.TAP_CONFIG_RELOAD_FAILURES
+        fam = CounterMetricFamily(d.name, d.help)
+        fam.add_metric([], self.m.config_reload_failures)
+        yield fam
 
     @staticmethod
     def _counter(d: C.MetricDef, values: Iterable[tuple[Series, tuple[str, ...], int]]) -> Metric:

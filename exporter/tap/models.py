@@ -261,6 +261,10 @@ class ModelNames:
 
     def __init__(self, slo: SloConfig, served: ServedModels | None = None) -> None:
         self.served = served
+        self.set_classes(slo)
+
+    def set_classes(self, slo: SloConfig) -> None:
+        """Admit by the globs of `slo`'s classes from now on (a reloaded configuration)."""
         self._globbed = tuple(c for c in slo.classes if c.models)
 
     def admits(self, name: str) -> bool:

@@ -17,6 +17,7 @@ from exporter.tap.admission import (
 from exporter.tap.deadlines import FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
 from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
+from exporter.tap.reload import DEFAULT_INTERVAL_S as DEFAULT_RELOAD_S, reload_interval
 
 
 def positive_int(value: str) -> int:
@@ -74,6 +75,11 @@ def _serving_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slo", action="extend", nargs="+", default=[], metavar="FILE",
         help="SLO YAML files or directories (repeatable): goodput classes and tap latency thresholds",
+    )
+    p.add_argument(
+        "--slo-reload-interval", type=reload_interval, default=DEFAULT_RELOAD_S, metavar="SECONDS",
+        help="check the --slo files this often and reload them when their contents change (in-flight requests "
+             f"keep their objectives); 0: only on SIGHUP (default {DEFAULT_RELOAD_S:g})",
     )
     p.add_argument(
         "--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",

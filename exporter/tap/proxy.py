@@ -160,8 +160,26 @@ class TapProxy:
         self._ticker: asyncio.TimerHandle | None = None
         if metrics is not None:
             metrics.late_source = self.in_flight_late
-        shortest = min(self.deadlines.first_token_s, self.deadlines.stall_s, settings.head_timeout_s)
-        self.tick_s = min(0.5, max(0.01, shortest / 5))  # how often deadlines are checked
+        self.tick_s = self._tick_for(self.deadlines)  # how often deadlines are checked
+
+    def _tick_for(self, deadlines: Deadlines) -> float:
+        shortest = min(deadlines.first_token_s, deadlines.stall_s, self.settings.head_timeout_s)
+        return min(0.5, max(0.01, shortest / 5))
+
+    def _deadlines_for(self, slo: SloConfig) -> Deadlines:
+        s = self.settings
+        return derive_deadlines(slo, s.first_token_timeout_s, s.stall_timeout_s, s.response_timeout_s)
+
+    def check_deadlines_fit(self, slo: SloConfig) -> None:
+        """DeadlineError if the deadline flags would cut requests still on time under `slo` (a reload's check)."""
+        self._deadlines_for(slo)
+
+    def set_slo(self, slo: SloConfig) -> None:
+        """Resolve requests that arrive from now on with `slo`. A request in flight keeps the Objective it
+        was given (its _Plan holds it); the deadlines follow the new objectives (each request's own TTFT
+        objective still bounds its first-token deadline, exporter.tap.exchange)."""
+        deadlines = self._deadlines_for(slo)
+        self.slo, self.deadlines, self.tick_s = slo, deadlines, self._tick_for(deadlines)
 
     # -- deadlines -------------------------------------------------------------------------
     def start(self) -> None:

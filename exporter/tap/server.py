@@ -11,7 +11,9 @@ chunks (exporter.tap.exposition). The server also keeps the upstream's model lis
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -21,6 +23,7 @@ from exporter.tap.exposition import CONTENT_TYPE, PageRenderer
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.models import DEFAULT_REFRESH_S, ModelNames, ServedModels
 from exporter.tap.proxy import Observer, TapProxy, TapSettings
+from exporter.tap.reload import DEFAULT_INTERVAL_S, SloReloader
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,14 @@ class TapServer:
         shutdown_timeout_s: float = 10.0,
         models_refresh_s: float = DEFAULT_REFRESH_S,
         admission: Admission | None = None,
+        slo_paths: Sequence[str | Path] = (),
+        reload_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         """`models_refresh_s`: how often the upstream's GET /v1/models is read (0: never; then only
         the classes' model globs admit model names as label values). `admission`: the KV admission
-        gate (exporter.tap.admission), polled while the server runs; None: every request is admitted."""
+        gate (exporter.tap.admission), polled while the server runs; None: every request is admitted.
+        `slo_paths`: the SLO files `slo` was read from, reloaded when they change (exporter.tap.reload;
+        every `reload_interval_s`, 0: only on reload_slo())."""
         self.served = ServedModels(settings.upstream, settings.upstream_ca, models_refresh_s)
         self.metrics = TapMetrics(slo, names=ModelNames(slo, self.served))
         self.renderer = PageRenderer(self.metrics)
@@ -62,11 +69,26 @@ class TapServer:
         if admission is not None:
             self.renderer.extra = admission.render
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.reloader = SloReloader(slo_paths, lambda: self.proxy.slo, self.apply_slo, self.proxy.check_deadlines_fit,
+                                    self._reload_failed, reload_interval_s)
         self._runners: list[web.AppRunner] = []
         self._proxy_server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.proxy_address: BoundAddress | None = None
         self.metrics_address: BoundAddress | None = None
+
+    def apply_slo(self, slo: SloConfig) -> list[str]:
+        """Run on `slo` from now on (a reload): new requests get its objectives, in-flight ones keep theirs;
+        returns the histogram families that started again with new bucket edges."""
+        self.proxy.set_slo(slo)
+        return self.metrics.set_slo(slo)
+
+    def _reload_failed(self) -> None:
+        self.metrics.config_reload_failures += 1
+
+    def reload_slo(self) -> None:
+        """Check the SLO files now (SIGHUP)."""
+        self.reloader.request()
 
     def _metrics_app(self) -> web.Application:
         renderer = self.renderer
@@ -117,6 +139,7 @@ class TapServer:
             self.proxy_address = BoundAddress(str(addr[0]), int(addr[1]))
             self.metrics_address = await self._start_app(self._metrics_app(), metrics_listen)
             await self.served.start()
+            self.reloader.start()
             if self.admission is not None:
                 self.admission.start()
         except BaseException:
@@ -136,6 +159,7 @@ class TapServer:
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.cancel()
+        await self.reloader.stop()
         await self.served.stop()
         if self.admission is not None:
             await self.admission.stop()

@@ -10,7 +10,8 @@ and histograms are summed, series by series, which is exact. Gauges (the admissi
 kept with a `worker` label, so N workers' seats do not read N times the engine's. A worker that
 dies is started again, and what it had counted when last scraped stays in the sum, so the
 counters never go down (what it counted after that scrape is lost); its gauges go with it.
-SIGTERM is passed on and each worker drains its own streams.
+SIGTERM is passed on and each worker drains its own streams; SIGHUP is passed on and each worker
+checks its SLO files (exporter.tap.reload), as each also does every --slo-reload-interval.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
 # a worker that died no longer holds, so they are taken from live workers only).
 SUMMED_TYPES = frozenset({"counter", "histogram"})
 SUMMED_GAUGES = frozenset({C.TAP_IN_FLIGHT_LATE.name})
+# Info gauges (always 1): one series per distinct label set any live worker has, without a worker label
+# (two workers on the same SLO files show one `llm_tap_config_info{hash}`; mid-reload, both hashes).
+UNION_GAUGES = frozenset({C.TAP_CONFIG_INFO.name})
 LABEL_WORKER = "worker"
 
 
@@ -103,6 +107,7 @@ class _Block:
     header: list[str]
     summed: bool = True  # until a TYPE line says otherwise
     live_only: bool = False  # a SUMMED_GAUGES family: summed over live workers only
+    union: bool = False  # a UNION_GAUGES family: each live worker's series once
     series: dict[str, float] = field(default_factory=dict)  # `name{labels}` -> summed value
     kept: dict[str, str] = field(default_factory=dict)  # `name{labels,worker="i"}` -> that worker's value
 
@@ -138,6 +143,7 @@ def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None
                 block = None if name.endswith("_created") else blocks.setdefault(name, _Block([]))
                 if block is not None and parts[1] == "TYPE" and len(parts) == 4:
                     block.live_only = name in SUMMED_GAUGES
+                    block.union = name in UNION_GAUGES
                     block.summed = parts[3].strip() in SUMMED_TYPES or block.live_only
                 if block is not None and len(block.header) < 2 and line not in block.header:
                     block.header.append(line)
@@ -145,7 +151,10 @@ def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None
             if block is None or not line.strip():
                 continue
             key, _, value = line.rpartition(" ")
-            if block.live_only and worker is None:
+            if (block.live_only or block.union) and worker is None:
+                continue
+            if block.union:
+                block.kept[key] = value
                 continue
             if block.summed:
                 block.series[key] = block.series.get(key, 0.0) + float(value)
@@ -229,6 +238,7 @@ class Parent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_workers)
         runner = web.AppRunner(web.Application(), access_log=None)
         try:
             hold.bind(info[4])
@@ -263,6 +273,12 @@ class Parent:
             task.cancel()
         await runner.cleanup()
         return 0
+
+    def _reload_workers(self) -> None:
+        """SIGHUP: every worker checks its SLO files now (each also polls them on its own)."""
+        for w in self.workers:
+            if w.process is not None and w.process.returncode is None:
+                w.process.send_signal(signal.SIGHUP)
 
     async def _stop_workers(self) -> None:
         self.stopping = True

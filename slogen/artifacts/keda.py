@@ -38,6 +38,10 @@ TRIGGER_QUEUE = "queue-depth"
 TRIGGER_KV = "kv-cache-utilization"
 TRIGGER_BURN = "ttft-burn-rate"
 TRIGGER_SEATS = "kv-seats"
+TRIGGER_WAKE = "wake"
+# A wake signal without per_replica only wakes the pool: its threshold is so high that it never asks for a
+# second replica (desired = ceil(rate / threshold)), and the engine triggers size the pool once it is up.
+WAKE_ONLY_THRESHOLD = 1e6
 SEATS_FLOOR = 0.1  # seats below this count as this, so the ratio stays finite when a pool is out of seats
 
 
@@ -141,6 +145,26 @@ def signals(pool: Pool, slos: Sequence[SLOView]) -> list[Signal]:
     return out
 
 
+def wake_query(pool: Pool) -> str:
+    """Requests per second in front of the pool, as one sample (0 with none): from the gateway or ingress,
+    so it exists while the pool has no replica."""
+    assert pool.wake is not None
+    if pool.wake.query:
+        return q.or_zero(f"sum({pool.wake.query})")
+    matchers = [q.eq(label, value) for label, value in pool.wake.selector]
+    return q.or_zero(q.agg("sum", f"rate({q.selector(pool.wake.metric, matchers)}[{pool.wake.window}])"))
+
+
+def wake_trigger(pool: Pool) -> dict[str, Any]:
+    """The KEDA trigger that takes the pool from zero to one replica: active (activationThreshold) as soon as
+    any request arrives in front of it; with `per_replica`, it also sizes the pool by request rate."""
+    assert pool.wake is not None
+    trigger = _trigger(Signal(TRIGGER_WAKE, "AverageValue", wake_query(pool),
+                              pool.wake.per_replica or WAKE_ONLY_THRESHOLD, ""), pool)
+    trigger["metadata"]["activationThreshold"] = "0"
+    return trigger
+
+
 def behavior(pool: Pool) -> dict[str, Any]:
     """The HPA `behavior`: up by the larger of N pods and N percent a period, so small pools still
     grow by whole pods; down one pod a period, after a quiet window."""
@@ -175,6 +199,8 @@ def scale_policy(p: ScalePolicy, select: str) -> dict[str, Any]:
 
 def scaled_object(pool: Pool, slos: Sequence[SLOView], meta: ObjectMeta = NO_META) -> dict[str, Any]:
     triggers = [_trigger(sig, pool) for sig in signals(pool, slos)]
+    if pool.wake is not None:
+        triggers.append(wake_trigger(pool))
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": "ScaledObject",

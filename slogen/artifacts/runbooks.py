@@ -41,9 +41,11 @@ TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_GPU_HEALTH = "gpu_health"
 TOPIC_TARGET_DOWN = "target_down"  # the exporter cannot read an engine
 TOPIC_TAP_REFUSALS = "tap_refusals"  # a goodput tap refuses requests at its own limits
+TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"  # a goodput tap runs on other SLO files than the rules
 TOPIC_BUCKET_EDGE = "bucket_edge"  # engines whose latency histogram lacks an SLI's threshold (bucket_alerts.py)
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
-          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_BUCKET_EDGE)
+          TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_TAP_CONFIG_DRIFT,
+          TOPIC_BUCKET_EDGE)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def topic(alert: AlertView) -> str:
         return TOPIC_NO_DATA
     if alert.kind == ALERT_BUCKET_EDGE:
         return TOPIC_BUCKET_EDGE
-    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS):
+    if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS,
+                      TOPIC_TAP_CONFIG_DRIFT):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -144,6 +147,9 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "tap_capacity_refusals": q.sum_rate(
             c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))], WINDOW, per_engine),
         "tap_requests": q.sum_rate(c.TAP_REQUESTS.name, [], WINDOW, per_engine),
+        "tap_config_hashes": f"count by ({c.LABEL_CONFIG_HASH}) ({q.selector(c.TAP_CONFIG_INFO.name)})",
+        "tap_config_by_pod": q.agg("max", q.selector(c.TAP_CONFIG_INFO.name), (*per_engine, c.LABEL_CONFIG_HASH)),
+        "tap_config_reload_failures": f"increase({q.selector(c.TAP_CONFIG_RELOAD_FAILURES.name)}[1h]) > 0",
         "tap_refused_share": "({refused}) / ({refused} + {relayed})".format(
             refused=q.sum_rate(c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))],
                                WINDOW, per_engine),

@@ -78,6 +78,13 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
     clients = tuple((c.TAP_REFUSALS.name, {**TAP_LABELS, c.LABEL_REASON: reason}, f"0+{10 * ref_step}x{ref_end}")
                     for reason in c.REFUSED_REASONS if reason not in c.REFUSED_CAPACITY_REASONS)
     blip = {**TAP_LABELS, c.LABEL_POD: "vllm-1", c.LABEL_REASON: c.REFUSED_BODY_MEMORY}
+    # Config drift: vllm-1 runs on other files throughout; vllm-0 reloads from the old files to the rules' at 5m
+    # (its old series goes stale within the 5m lookback, well inside `for`) and stays quiet.
+    drift_for = _m(opts.tap_config_drift_for)
+    old_hash = next(h for h in ("0" * 16, "1" * 16) if h != opts.tap_config_hash)
+    drifted = {**TAP_LABELS, c.LABEL_POD: "vllm-1", c.LABEL_CONFIG_HASH: old_hash}
+    reloaded_old = {**TAP_LABELS, c.LABEL_CONFIG_HASH: old_hash}
+    reloaded_new = {**TAP_LABELS, c.LABEL_CONFIG_HASH: opts.tap_config_hash}
     return {
         H.GPU_LOST: Scenario(
             f"GPU 0 lost at 5m fires after {lost}m; GPU 1 stays up",
@@ -117,6 +124,12 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
              (c.TAP_REFUSALS.name, blip, f"0x9 {ref}x{ref_end - 10}")),
             capacity, quiet=(9, 10 + ref_for - 1, ref_stop + ref_window + 1),
             firing=(10 + ref_for, ref_stop)),
+        H.TAP_CONFIG_DRIFT: Scenario(
+            f"a tap on other SLO files fires after {drift_for}m; a tap that reloads to the rules' files at 5m does not",
+            ((c.TAP_CONFIG_INFO.name, drifted, f"1x{drift_for + 10}"),
+             (c.TAP_CONFIG_INFO.name, reloaded_old, "1x4"),
+             (c.TAP_CONFIG_INFO.name, reloaded_new, f"_x5 1x{drift_for + 5}")),
+            drifted, quiet=(0, drift_for - 1), firing=(drift_for, drift_for + 5)),
     }
 
 

@@ -36,6 +36,7 @@ TOPIC_GPU_HEALTH = "gpu_health"
 TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_TARGET_DOWN = "target_down"
 TOPIC_TAP_REFUSALS = "tap_refusals"
+TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class HealthOptions:
     tap_refusal_rate: float = 0.0  # refusals per second per tap and reason, over tap_refusal_window
     tap_refusal_window: int = 5 * MINUTE
     tap_refusal_for: int = 10 * MINUTE  # longer than the window, so one burst of refusals does not fire it
+    # The content hash of the SLO files the rules are built from (llmslo.confighash; set by the build from
+    # its inputs, not a flag): a tap running on other files fires TAP_CONFIG_DRIFT after tap_config_drift_for,
+    # long enough for the kubelet to update a mounted ConfigMap (about a minute) and the tap to reload it.
+    tap_config_hash: str = ""
+    tap_config_drift_for: int = 15 * MINUTE
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
@@ -66,7 +72,7 @@ class HealthOptions:
         if not self.tap_refusal_rate >= 0:
             out.append(("tap_refusal_rate", f"is {self.tap_refusal_rate:g}; write a rate per second, 0 (any refusal) or more"))
         durations = ("gpu_lost_for", "gpu_error_window", "target_down_for", "kv_saturated_for",
-                     "preemption_window", "preemption_for", "tap_refusal_window", "tap_refusal_for")
+                     "preemption_window", "preemption_for", "tap_refusal_window", "tap_refusal_for", "tap_config_drift_for")
         for name in durations:
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
@@ -182,6 +188,18 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                TOPIC_TAP_REFUSALS,
                "A goodput tap refuses requests because its own connection or body-memory limit is reached: clients "
                "get 503s that never reach the engine, and no SLO counts them.",
+               base_url, extra, fleet),
+        _alert(H.TAP_CONFIG_DRIFT, f'{c.TAP_CONFIG_INFO.name}{{{c.LABEL_CONFIG_HASH}!="{opts.tap_config_hash}"}}\n',
+               opts.tap_config_drift_for, WARNING,
+               f"{tap} runs on other SLO files than the rules.",
+               f"The tap's SLO files hash to {_l(c.LABEL_CONFIG_HASH)}; the rules were built from files hashing to "
+               f"{opts.tap_config_hash or '(none)'} (llm_tap_config_info, for {format_prometheus_duration(opts.tap_config_drift_for)}). "
+               "Its classes and histogram bucket edges may not be the rules' thresholds, so its latency and goodput "
+               "SLIs are not what the SLOs say. Apply the ConfigMap slogen generated (deploy/generated/tap) in its "
+               "namespace; if it is applied, the tap's log says why it did not reload (event=tap_slo_reload_failed).",
+               TOPIC_TAP_CONFIG_DRIFT,
+               "A goodput tap runs on other SLO files than the ones the rules were built from: its thresholds and "
+               "bucket edges may not be the ones the rules query.",
                base_url, extra, fleet),
     ]
 

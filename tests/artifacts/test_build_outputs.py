@@ -17,7 +17,7 @@ from llmslo import conventions as c
 from slogen.build import BuildOptions, build as slogen_build
 from slogen.steps import STEPS, pairs
 from slogen.paths import prometheus_rule_path
-from slogen.artifacts.deploy import KUSTOMIZATION, TAP_SLO_CONFIG
+from slogen.artifacts.deploy import CONFIG_HASH_ANNOTATION, KUSTOMIZATION, TAP_SLO_CONFIG
 from tests.helpers.dashboards import iter_queries
 from slogen.artifacts.keda import OUTPUT as KEDA_OUTPUT
 from slogen.rules.options import GenOptions
@@ -204,6 +204,11 @@ def test_the_tap_reads_the_configmap_it_mounts(build, tmp_path):
     config = load_slo_config([tmp_path])
     assert "interactive" in {cls.name for cls in config.classes}
     assert 0.5 in config.thresholds["ttft"]
+    # The hash the tap reports for these files is the ConfigMap's annotation and the one the drift alert expects.
+    assert config.hash and cm["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == config.hash
+    health = yaml.safe_load(files["alerts/llmslo-health.rules.yaml"])
+    (drift,) = [r for g in health["groups"] for r in g["rules"] if r.get("alert") == c.HEALTH.TAP_CONFIG_DRIFT]
+    assert drift["expr"].strip() == f'{c.TAP_CONFIG_INFO.name}{{{c.LABEL_CONFIG_HASH}!="{config.hash}"}}'
 
 
 def test_no_health_alerts_option_drops_their_files(build):

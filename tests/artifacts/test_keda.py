@@ -34,6 +34,7 @@ pools:
     authentication_ref: prometheus-bearer
     triggers:
       queue_depth: {per_replica: 16}
+    wake: {metric: nginx_ingress_controller_requests, selector: {exported_namespace: batch, ingress: sglang}}
     scale_down: {stabilization: 15m, max_pods: 2, period: 10m}
 """
 
@@ -258,3 +259,91 @@ def test_kv_seats_trigger_refuses_a_node_match():
     with pytest.raises(AutoscalingError) as err:
         load_text(spec, "autoscaling/pools.yaml")
     assert "node" in str(err.value) and "namespace and model" in str(err.value)
+
+
+# ----------------------------------------------------------------------------------------
+# Scale to zero: a pool at min 0 wakes only on a signal that exists without replicas.
+# ----------------------------------------------------------------------------------------
+ZERO = """
+version: "llmslo/autoscaling/v1"
+pools:
+  - name: p
+    namespace: llm
+    target: {{name: d}}
+    replicas: {{min: 0, max: 4}}
+    match: {{namespace: llm, model: m}}
+    triggers:
+      queue_depth: {{per_replica: 4}}
+{wake}"""
+
+
+def test_min_zero_without_a_wake_signal_is_refused_naming_file_field_and_fix():
+    with pytest.raises(AutoscalingError) as err:
+        load_text(ZERO.format(wake=""), "autoscaling/zero.yaml")
+    message = str(err.value)
+    assert message.startswith("autoscaling/zero.yaml:7: field pools[0].replicas.min: 0 replicas"), message
+    assert "could never wake" in message and "(fix: set min: 1, or" in message and "wake: {metric:" in message
+
+
+@pytest.mark.parametrize("wake, field, words", [
+    ("wake: {metric: llm_tap_requests_total, selector: {namespace: llm}}", "wake.metric", "pool's own pods"),
+    ("wake: {query: 'sum(rate(vllm:request_success_total[1m]))'}", "wake.query", "'vllm:request_success_total'"),
+    ("wake: {query: 'sum(rate(llm_tap_time_to_first_token_seconds_count[1m]))'}", "wake.query", "pool's own pods"),
+    ("wake: {metric: nginx_ingress_controller_requests}", "wake.selector", "missing"),
+    ("wake: {metric: gw_requests_total, selector: {}}", "wake.selector", "empty"),
+    ("wake: {metric: gw_requests_total, selector: {route: r}, window: 1h}", "wake.window", "not a short window"),
+    ("wake: {metric: gw_requests_total, query: 'sum(x)'}", "wake", "exactly one of query and metric"),
+    ("wake: {}", "wake", "exactly one of query and metric"),
+    ("wake: {query: 'sum(x)', selector: {a: b}}", "wake.selector", "goes with metric"),
+])
+def test_a_wake_signal_the_pool_itself_writes_is_refused(wake, field, words):
+    with pytest.raises(AutoscalingError) as err:
+        load_text(ZERO.format(wake="    " + wake + "\n"), "autoscaling/zero.yaml")
+    message = str(err.value)
+    assert f"pools[0].{field}" in message and words in message and "(fix: " in message, message
+
+
+def test_a_label_value_that_looks_like_an_engine_metric_is_not_refused():
+    wake = """    wake: {query: 'sum(rate(envoy_cluster_upstream_rq_total{envoy_cluster_name="llm_pool"}[1m]))'}\n"""
+    (pool,) = load_text(ZERO.format(wake=wake), "autoscaling/zero.yaml").pools
+    assert pool.wake is not None and "llm_pool" in pool.wake.query
+
+
+def test_wake_trigger_wakes_on_any_request_and_validates(objects, crd):
+    batch = next(o for o in objects if o["metadata"]["name"] == "sglang-batch")
+    assert batch["spec"]["minReplicaCount"] == 0
+    wake = next(t for t in batch["spec"]["triggers"] if t["name"] == keda.TRIGGER_WAKE)
+    meta = wake["metadata"]
+    assert meta["query"] == ('(sum(rate(nginx_ingress_controller_requests{exported_namespace="batch", ingress="sglang"}'
+                             '[1m]))) or vector(0)')
+    assert meta["activationThreshold"] == "0"  # the first request wakes the pool
+    assert float(meta["threshold"]) == keda.WAKE_ONLY_THRESHOLD  # and only wakes it: the engine triggers size it
+    assert wake["authenticationRef"] == {"name": "prometheus-bearer"}  # the same Prometheus, the same credentials
+    assert crd.crd_errors(batch) == []
+    spec = ZERO.format(wake="    wake: {query: 'sum(rate(gw_requests_total{route=\"p\"}[2m]))', per_replica: 5}\n")
+    (obj,) = [o for o in yaml.safe_load_all(keda.keda_files(load_text(spec, "z.yaml").pools, [])[keda.OUTPUT]) if o]
+    wake = next(t for t in obj["spec"]["triggers"] if t["name"] == keda.TRIGGER_WAKE)
+    assert wake["metadata"]["query"] == '(sum(sum(rate(gw_requests_total{route="p"}[2m])))) or vector(0)'
+    assert wake["metadata"]["threshold"] == "5" and wake["metricType"] == "AverageValue"
+
+
+def test_wake_query_reads_the_gateway_at_zero_replicas(objects, promtool, tmp_path):
+    """With no engine series at all (zero replicas), the wake query sees the gateway's requests; with none, 0."""
+    batch = next(o for o in objects if o["metadata"]["name"] == "sglang-batch")
+    query = next(t for t in batch["spec"]["triggers"] if t["name"] == keda.TRIGGER_WAKE)["metadata"]["query"]
+    gateway = [
+        {"series": 'nginx_ingress_controller_requests{exported_namespace="batch",ingress="sglang",status="503"}',
+         "values": "0+60x10"},  # one request a second, answered 503: nothing behind the ingress yet
+        {"series": 'nginx_ingress_controller_requests{exported_namespace="chat",ingress="vllm",status="200"}',
+         "values": "0+600x10"},  # another pool's traffic must not wake this one
+    ]
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": gateway,
+         "promql_expr_test": [{"expr": query, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}]},
+        {"interval": "1m", "input_series": gateway[1:],
+         "promql_expr_test": [{"expr": query, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 0}]}]},
+    ]}
+    path = tmp_path / "wake_test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

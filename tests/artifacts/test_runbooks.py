@@ -51,9 +51,11 @@ def test_every_topic_template_renders(sample_alerts):
     rendered = {rb.topic(a) for a in sample_alerts} | {rb.topic(AlertView("KV", rb.TOPIC_KV_SATURATION)),
                                                         rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH)),
                                                         rb.topic(AlertView("DOWN", rb.TOPIC_TARGET_DOWN)),
-                                                        rb.topic(AlertView("TAP", rb.TOPIC_TAP_REFUSALS))}
+                                                        rb.topic(AlertView("TAP", rb.TOPIC_TAP_REFUSALS)),
+                                                        rb.topic(AlertView("DRIFT", rb.TOPIC_TAP_CONFIG_DRIFT))}
     assert rendered == set(rb.TOPICS)
-    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN, rb.TOPIC_TAP_REFUSALS):
+    for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN, rb.TOPIC_TAP_REFUSALS,
+                 rb.TOPIC_TAP_CONFIG_DRIFT):
         text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
         assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
 

@@ -183,8 +183,9 @@ def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built)
         assert {p["port"] for p in api["ports"]} == {443, 6443}
     prod = one(built["production"], "NetworkPolicy", "llmslo-exporter")
     assert prod["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] != "0.0.0.0/0"
-    # Engines only in the namespaces production's discovery watches.
-    assert prod["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}
+    # Engines only in the inference namespaces (labelled so by deploy/namespaces/inference), which are the
+    # ones production's discovery watches (test_namespaces.py checks the two agree, for any names).
+    assert prod["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {"matchLabels": {"llmslo.io/inference": "true"}}
 
 
 def test_pod_monitor_scrapes_the_exporter_and_keeps_its_labels(built):
