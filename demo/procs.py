@@ -182,6 +182,17 @@ def live_processes_in_groups(pgids: list[int]) -> list[tuple[int, str]]:
     return found
 
 
+def lingering_in_groups(pgids: list[int], within_s: float = 10.0) -> list[tuple[int, str]]:
+    """`live_processes_in_groups` once they have had `within_s` to go: a SIGKILLed process with a large
+    address space (a real engine's torch worker) takes the kernel a moment to tear down; [] when all went."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = live_processes_in_groups(pgids)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
 def live_children_of(pid: int) -> list[tuple[int, str]]:
     """(pid, command name) of the live (not zombie) processes whose parent is `pid`, read from /proc."""
     return [(s[0], s[1]) for s in _proc_stats() if s[4] == pid and s[2] != "Z"]

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE, build_config, start_alertmanager
-from demo.procs import Supervisor, live_processes_in_groups
+from demo.procs import Supervisor, lingering_in_groups
 from demo.webhook import Notification, WebhookReceiver
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
 from slogen.build import BuildOptions, build
@@ -83,7 +83,7 @@ class Stack:
             await self.session.close()
         await self.sup.stop()
         await self.webhook.stop()
-        assert live_processes_in_groups(groups) == []
+        assert lingering_in_groups(groups) == []
 
     async def post(self, *labelsets: dict[str, str], resolved: bool = False) -> None:
         now = time.time()

@@ -22,7 +22,7 @@ import yaml
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, Scenario, expected_fire_bound, expected_resolve_bound, fastest_page_tier,
                            pipeline_lag_s, run_incident, sent_between)
-from demo.procs import live_children_of, live_processes_in_groups
+from demo.procs import live_children_of, lingering_in_groups
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
@@ -102,7 +102,7 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     print(f"\nstack up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing is left running: every process group the stack made is empty, no child of ours survives
-    assert live_processes_in_groups(groups) == []
+    assert lingering_in_groups(groups) == []
     assert [c for c in live_children_of(os.getpid()) if c not in children_before] == []
 
     # --- the page: one notification for the degraded class's service, on the page route, with labels and links

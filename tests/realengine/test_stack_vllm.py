@@ -31,7 +31,7 @@ import pytest
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.fullstack import vllm_variant
 from demo.incident import IncidentReport, Scenario, expected_resolve_bound, pipeline_lag_s, run_incident, sent_between
-from demo.procs import live_children_of, live_processes_in_groups
+from demo.procs import live_children_of, lingering_in_groups
 from demo.realload import prompt_text
 from demo.stack import VLLM_ENGINES, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
@@ -71,7 +71,7 @@ def test_a_real_slowdown_pages_once_clears_and_goodput_agrees(tmp_path):
 
     # nothing left running: the supervisor's groups (the vLLM API server's holds its engine core and worker)
     assert len(groups) == len(settings.engines) * 2 + 3  # engine + tap each, exporter, Alertmanager, Prometheus
-    assert live_processes_in_groups(groups) == []
+    assert lingering_in_groups(groups) == []
     assert [c for c in live_children_of(os.getpid()) if c not in children_before] == []
 
     # the page: one notification for the chat service, after the fault, from the generated routing
