@@ -632,8 +632,13 @@ class CAPACITY:
     POOL_SEATS_P99 = "llm:kv_seats_pool:p99"
     POOL_SEATS_P50 = "llm:kv_seats_pool:p50"
     POOL_WAITING = "llm:requests_waiting_pool"  # sum of llm_requests_waiting over the pool's engines
+    POOL_FREE_TOKENS = "llm:kv_cache_free_tokens_pool"  # sum of the pool's engines' free KV tokens (histograms or not)
+    # Minutes until the pool's free KV tokens reach 0 at the trend of the trend window (the page's forecast);
+    # absent unless free tokens are falling.
+    POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION = "llm:kv_cache_free_tokens_pool:minutes_to_exhaustion"
     # Minutes until the pool's p99 seats reach 0 at the trend of the trend window; absent unless seats are falling.
     POOL_MINUTES_TO_EXHAUSTION = "llm:kv_seats_pool:p99:minutes_to_exhaustion"
     SEATS_LOW = "LLMKVSeatsLow"  # ticket: the pool stays under N seats at p99 context
-    SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"  # page: the forecast says it runs out within M minutes, queue growing
+    # page: free tokens run out within M minutes at their trend, or have run out (under one p99 seat) while the queue grows
+    SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"
     ALERTS = (SEATS_LOW, SEATS_EXHAUSTION)

@@ -9,15 +9,23 @@ per seat. Besides the alerts, the tests pin the recorded seats of each engine an
   page fires after its `for`. Before the fall, no page.
 - Full but healthy: a pool under N seats whose seats and queue do not move: the ticket fires, the page
   never does (no falling trend, no growing queue).
+- vLLM's order: free tokens fall steadily while nothing queues (vLLM queues only once the KV cache is
+  full), then free tokens sit at ~0 while the queue grows, then the load drops. The page fires at least
+  5 minutes before free tokens reach 0, with the queue still empty; stays firing through the exhaustion,
+  long after the free tokens' trend has gone flat; and clears once the pool recovers.
+- Healthy and fluctuating: free tokens swing by a third in a triangle, and a small queue grows on every
+  fall (a batch-size limit, not KV): the forecast never drops under the horizon and the page never fires.
 Thresholds and windows come from the options, so the tests follow `--capacity-seats-low` etc.
 """
 
 from __future__ import annotations
 
+import math
+
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.durations import MINUTE
-from slogen.rules.capacity import CapacityOptions
+from slogen.rules.capacity import EXHAUSTION_LEAD, CapacityOptions
 from slogen.rules.health import HealthAlert
 from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check
 from llmslo.gofloat import go_g
@@ -114,4 +122,73 @@ def capacity_tests(alerts: list[HealthAlert], opts: CapacityOptions, rule_file: 
             f"with the queue growing page after the forecast drops under {go_g(horizon)} minutes",
             filling, filling_checks, samples),
         doc("full but healthy pool: seats low and stable, queue steady: ticket, never a page", stable, stable_checks),
+        doc(*_vllm_order(page, opts)),
+        doc(*_fluctuating(page, opts)),
     ]}
+
+
+def _vllm_order(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
+    """Free tokens fall, then the queue grows at ~0 free, then recovery: page before, during, not after."""
+    trend, page_for, horizon = _m(opts.trend_window), _m(opts.exhaustion_for), math.ceil(opts.exhaustion_minutes)
+    # Two replicas, each losing one p99 seat (s blocks) a minute from minute D for X minutes: free tokens reach 0 at
+    # t_x = D + X. The forecast is remaining minutes = X - (t - D) once the trend window lies on the fall (before,
+    # deriv is a weighted mean of 0 and the fall's slope, so the forecast is longer). It first drops under the horizon
+    # M at t_p = D + X - ceil(M) + 1, which is on the fall when X = ceil(M) + trend (t_p - trend = D + 1 >= D);
+    # the page fires `for` later, ceil(M) - 1 - for >= 5 minutes before t_x (the options require it).
+    s, d = SEAT_BLOCKS, 5
+    x = horizon + trend
+    t_x = d + x
+    t_p = d + x - horizon + 1
+    fire = t_p + page_for
+    assert t_x - fire >= _m(EXHAUSTION_LEAD), (t_x, fire)
+    # Exhausted for trend + 10 minutes: free flickers between 8 and 0 blocks per replica (1/16 of a seat: the pool
+    # holds under one seat), the queue grows by one a minute per replica from t_x + 1. After trend minutes of that
+    # the free tokens' trend has no fall left in its window: only the queue arm holds the page.
+    t_r = t_x + trend + 10
+    end = t_r + trend + 5
+    flicker = " ".join("8" if i % 2 == 0 else "0" for i in range(t_r - t_x - 1))
+    recovered = x * s // 2  # load dropped: half the starting free tokens back, the queue drained
+    free = f"{x * s}x{d} {(x - 1) * s}-{s}x{x - 1} {flicker} {recovered}x{end - t_r}"
+    waiting = f"0x{t_x} 1+1x{t_r - t_x - 2} 0x{end - t_r}"
+    a, b = _engine("llm", "llama-3-70b", "vllm-0"), _engine("llm", "llama-3-70b", "vllm-1")
+    series = [*_engine_series(a, free, waiting, end), *_engine_series(b, free, waiting, end)]
+    pool = _pool(a)
+    checks = [_check(page, m, None) for m in (d, t_p, fire - 1)]
+    checks += [_check(page, m, pool) for m in (fire, t_x - _m(EXHAUSTION_LEAD), t_x, t_x + 1, t_x + trend + 2, t_r - 1)]
+    checks += [_check(page, m, None) for m in (t_r, t_r + trend + 2, end)]
+    samples = [
+        _sample(K.POOL_FREE_TOKENS, pool, d, 2 * x * s * BLOCK),
+        # first under the horizon with ceil(M) - 1 minutes left, and nothing queued yet
+        _sample(K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, pool, t_p, horizon - 1),
+        _sample(K.POOL_WAITING, pool, fire, 0),
+        _sample(K.POOL_WAITING, pool, t_r - 1, 2 * (t_r - t_x - 1)),
+    ]
+    title = (f"vLLM's order: free tokens fall from {d}m and run out at {t_x}m with no queue; the page fires at {fire}m, "
+             f"stays up while the queue grows until {t_r}m, clears on recovery")
+    return title, series, checks, samples
+
+
+def _fluctuating(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
+    """A healthy pool whose free tokens and queue swing: no forecast under the horizon, no page."""
+    horizon = math.ceil(opts.exhaustion_minutes)
+    # Each replica's free blocks run a triangle: fall by s a minute for P minutes from `lo + P s`, rise back. deriv
+    # is a weighted mean of the minute-to-minute changes, so it never falls faster than s a minute, and free
+    # tokens never go under lo: the forecast is at least lo / s = ceil(M) + 1 minutes > M at any window. The
+    # queue grows by one a minute on every fall (the batch is full, the cache is not): the pool holds at least
+    # 2 lo / SEAT_BLOCKS seats, far over one, so the exhausted arm does not hold either.
+    s, period = SEAT_BLOCKS, 8
+    lo = (horizon + 1) * s
+    cycles = max(4, math.ceil((_m(opts.trend_window) + _m(opts.exhaustion_for) + 10) / (2 * period)))
+    end = 2 * period * cycles
+    free = " ".join(f"{lo + period * s}-{s}x{period - 1} {lo}+{s}x{period - 1}" for _ in range(cycles)) + f" {lo + period * s}"
+    waiting = " ".join(f"0+1x{period - 1} 0x{period - 1}" for _ in range(cycles)) + " 0"
+    a, b = _engine("chat", "qwen2.5-7b", "vllm-0"), _engine("chat", "qwen2.5-7b", "vllm-1")
+    series = [*_engine_series(a, free, waiting, end), *_engine_series(b, free, waiting, end)]
+    pool = _pool(a)
+    checks = [_check(page, m, None) for m in range(0, end + 1)]
+    under = f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}{label_filter(pool)} < {go_g(opts.exhaustion_minutes)}"
+    samples = [{"expr": under, "eval_time": f"{m}m", "exp_samples": []} for m in range(0, end + 1)]
+    samples.append(_sample(K.POOL_FREE_TOKENS, pool, period, 2 * lo * BLOCK))  # the bottom of the first fall
+    title = (f"healthy pool: free tokens swing between {lo} and {lo + period * s} blocks a replica, the queue grows on "
+             "every fall: the forecast stays over the horizon, never a page")
+    return title, series, checks, samples

@@ -8,9 +8,19 @@ footprint (prompt + output), at the p99 and the p50 request size the engine itse
 its seats are the sum of its engines' seats.
 
 Two alerts, in the severities' usual sense: a ticket when a pool stays under N seats at p99 context
-(someone should add replicas this week), and a page only when the forecast says the pool runs out
-within M minutes while its queue grows (users are about to wait). A pool that is full but stable
-(seats low, not falling) gets the ticket, never the page.
+(someone should add replicas this week), and a page when the pool's free KV tokens are forecast to run
+out within M minutes, or have run out while its queue grows (users are waiting). A pool that is full but
+stable (seats low, free tokens not falling, queue not growing) gets the ticket, never the page.
+
+Why the page has two arms: vLLM (and SGLang) queue only once the KV cache is full, so a forecast that
+also needs a growing queue comes after exhaustion; and once the cache is full, free tokens sit at ~0,
+their trend goes flat and a forecast alone clears while the queue keeps growing. So: the forecast on
+free tokens alone (it pages before the queue exists), or "under one p99 seat left and the queue growing"
+(it holds the page through the exhaustion; the forecast hands over to it without a gap, since the queue
+starts growing as soon as the cache is full). The forecast uses free tokens, not seats, so that a change
+in the request-size footprint does not read as a trend. No engine publishes the tokens its running
+requests will still take (their committed growth), so the forecast cannot subtract it; that growth
+shows up in the trend as it is taken.
 
 Own rule group and file (`llmslo-capacity`), the same labels and annotations as the health alerts
 (`severity`, `summary`, `description`, `runbook_url`, `dashboard`). Plain PromQL only.
@@ -31,6 +41,9 @@ from slogen import promql
 from slogen.model import Rule, RuleGroup
 
 
+EXHAUSTION_LEAD = 5 * MINUTE  # the page fires at least this long before a steadily filling pool runs out
+
+
 @dataclass(frozen=True)
 class CapacityOptions:
     """`slogen build --capacity-... ` options; durations in ms."""
@@ -40,8 +53,8 @@ class CapacityOptions:
     trend_window: int = 10 * MINUTE  # deriv() window of the forecast and of the queue trend
     seats_low: float = 4.0  # LLMKVSeatsLow: a pool under this many p99 seats ...
     seats_low_for: int = 15 * MINUTE  # ... for this long
-    exhaustion_minutes: float = 15.0  # LLMKVSeatsExhaustion: forecast under this many minutes ...
-    exhaustion_for: int = 5 * MINUTE  # ... with the queue growing, for this long
+    exhaustion_minutes: float = 15.0  # LLMKVSeatsExhaustion: free tokens forecast to run out within this many minutes ...
+    exhaustion_for: int = 5 * MINUTE  # ... (or run out with the queue growing), for this long
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
@@ -54,11 +67,14 @@ class CapacityOptions:
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
                 out.append((f"capacity_{name}", f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
-        if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and self.exhaustion_for + 2 * MINUTE >= self.exhaustion_minutes * MINUTE:
+        # A steady fall is first forecast under M minutes with under M left, and the page fires `for` later:
+        # the warning it gives is M - 1m (one evaluation step) - for, which must leave the promised 5 minutes.
+        if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and \
+                self.exhaustion_for + EXHAUSTION_LEAD + MINUTE > self.exhaustion_minutes * MINUTE:
             out.append(("capacity_exhaustion_for",
-                        f"is {format_prometheus_duration(self.exhaustion_for)}, not 2m shorter than the forecast horizon "
-                        f"({self.exhaustion_minutes:g} minutes), so the page would fire only once the pool has run out; "
-                        "write a shorter duration or a longer --capacity-exhaustion-minutes"))
+                        f"is {format_prometheus_duration(self.exhaustion_for)}, not 6m shorter than the forecast horizon "
+                        f"({self.exhaustion_minutes:g} minutes), so the page would fire less than 5 minutes before the "
+                        "pool runs out; write a shorter duration or a longer --capacity-exhaustion-minutes"))
         return out
 
 
@@ -85,6 +101,10 @@ def recording_rules(opts: CapacityOptions) -> list[Rule]:
         Rule(record=K.POOL_SEATS_P99, expr=promql.agg("sum", K.SEATS_P99, pool) + "\n"),
         Rule(record=K.POOL_SEATS_P50, expr=promql.agg("sum", K.SEATS_P50, pool) + "\n"),
         Rule(record=K.POOL_WAITING, expr=promql.agg("sum", c.REQUESTS_WAITING.name, pool) + "\n"),
+        Rule(record=K.POOL_FREE_TOKENS, expr=promql.agg("sum", K.FREE_TOKENS, pool) + "\n"),
+        # free tokens / (tokens lost per minute), only where they fall: absent when flat or rising; 0 once out.
+        Rule(record=K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
+             expr=f"{K.POOL_FREE_TOKENS}\n/\n({promql.deriv(K.POOL_FREE_TOKENS, trend)} * -60 > 0)\n"),
         # seats / (seats lost per minute), only where seats fall: absent when flat or rising.
         Rule(record=K.POOL_MINUTES_TO_EXHAUSTION,
              expr=f"{K.POOL_SEATS_P99}\n/\n({promql.deriv(K.POOL_SEATS_P99, trend)} * -60 > 0)\n"),
@@ -92,10 +112,14 @@ def recording_rules(opts: CapacityOptions) -> list[Rule]:
 
 
 def page_expr(opts: CapacityOptions) -> str:
+    """Forecast on free tokens, or exhausted (under one p99 seat) with a growing queue; both keep the pool labels,
+    so the alert stays one alert when one arm hands over to the other."""
     on_pool, trend = promql.on(K.POOL_LABELS), format_prometheus_duration(opts.trend_window)
-    return (f"{K.POOL_MINUTES_TO_EXHAUSTION} < {go_g(opts.exhaustion_minutes)}\n"
-            f"and {on_pool}\n{promql.deriv(K.POOL_WAITING, trend)} > 0\n"
-            f"and {on_pool}\n{K.POOL_WAITING} > 0\n")
+    return (f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION} < {go_g(opts.exhaustion_minutes)}\n"
+            f"or {on_pool}\n(\n"
+            f"  {K.POOL_SEATS_P99} < 1\n"
+            f"  and {on_pool}\n  {K.POOL_WAITING} > 0\n"
+            f"  and {on_pool}\n  {promql.deriv(K.POOL_WAITING, trend)} > 0\n)\n")
 
 
 def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str, str] | None = None,
@@ -115,12 +139,14 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
                f"A pool has had fewer than {n} KV seats at p99 context for {low_for}: little room for the next burst.",
                base_url, extra, fleet, group=K.GROUP),
         _alert(K.SEATS_EXHAUSTION, page_expr(opts), opts.exhaustion_for, CRITICAL,
-               f"{pool} runs out of KV seats within {m} minutes while its queue grows.",
-               f"At the trend of the last {trend}, the pool's p99 seats reach zero within {m} minutes "
-               f"({K.POOL_MINUTES_TO_EXHAUSTION}) and the requests waiting in the pool are rising. New requests "
-               "will queue and running ones will be preempted: add replicas now, or shed batch traffic.",
+               f"{pool} runs out of KV cache within {m} minutes, or has run out while its queue grows.",
+               f"At the trend of the last {trend}, the pool's free KV tokens reach zero within {m} minutes "
+               f"({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}), or fewer than one p99-sized request fits "
+               f"({K.POOL_SEATS_P99} < 1) while the requests waiting in the pool are rising. New requests "
+               "queue and running ones are preempted: add replicas now, or shed batch traffic.",
                TOPIC_KV_SATURATION,
-               f"A pool's KV seats are forecast to run out within {m} minutes while its queue grows.",
+               f"A pool's free KV tokens are forecast to run out within {m} minutes, or have run out while "
+               "its queue grows (vLLM queues only once the cache is full).",
                base_url, extra, fleet, group=K.GROUP),
     ]
 

@@ -104,10 +104,12 @@ def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, t
     files = capacity_rules(compile_catalog(BuildOptions(inputs=(), capacity=opts, autoscaling=False))).files
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(files[RULES])["groups"] for r in g["rules"]}
     assert list(rules) == [K.FREE_TOKENS, K.FOOTPRINT_P99, K.FOOTPRINT_P50, K.SEATS_P99, K.SEATS_P50,
-                           K.POOL_SEATS_P99, K.POOL_SEATS_P50, K.POOL_WAITING, K.POOL_MINUTES_TO_EXHAUSTION, *K.ALERTS]
+                           K.POOL_SEATS_P99, K.POOL_SEATS_P50, K.POOL_WAITING, K.POOL_FREE_TOKENS,
+                           K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, K.POOL_MINUTES_TO_EXHAUSTION, *K.ALERTS]
     assert "[1h]" in rules[K.FOOTPRINT_P99]["expr"] and "[20m]" in rules[K.POOL_MINUTES_TO_EXHAUSTION]["expr"]
+    assert "[20m]" in rules[K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION]["expr"]
     assert rules[K.SEATS_LOW]["expr"].startswith(f"{K.POOL_SEATS_P99} < 10") and rules[K.SEATS_LOW]["for"] == "5m"
-    assert rules[K.SEATS_EXHAUSTION]["expr"].startswith(f"{K.POOL_MINUTES_TO_EXHAUSTION} < 30")
+    assert rules[K.SEATS_EXHAUSTION]["expr"].startswith(f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION} < 30")
     assert rules[K.SEATS_EXHAUSTION]["for"] == "10m" and rules[K.SEATS_EXHAUSTION]["labels"]["severity"] == "critical"
     assert rules[K.SEATS_LOW]["labels"]["severity"] == "warning"
     done = _promtool_test(promtool, {Path(RULES).name: files[RULES], "test.yaml": files[TESTS]}, tmp_path)
@@ -123,13 +125,21 @@ def test_bad_options_are_reported_with_the_option_and_the_fix():
         assert f"--{name.replace('_', '-')}" in text, name
 
 
+def test_a_page_that_would_warn_under_5_minutes_is_refused():
+    # A steady fall is forecast under 15 minutes with 14 left; `for` 10m fires with 4 left: under the promised 5.
+    bad = CapacityOptions(exhaustion_minutes=15, exhaustion_for=10 * MINUTE)
+    assert [name for name, _ in bad.problems()] == ["capacity_exhaustion_for"]
+    assert "less than 5 minutes before" in bad.problems()[0][1]
+    assert CapacityOptions(exhaustion_minutes=15, exhaustion_for=9 * MINUTE).problems() == []
+
+
 def test_cli_flags_set_the_options_and_no_capacity_rules_drops_them(tmp_path, monkeypatch):
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(repo)
     assert main(["build", "slos", "--out", str(tmp_path), "--capacity-seats-low", "6", "--capacity-exhaustion-minutes",
                  "20", "--capacity-trend-window", "15m"]) == 0
     text = (tmp_path / RULES).read_text()
-    assert f"{K.POOL_SEATS_P99} < 6" in text and f"{K.POOL_MINUTES_TO_EXHAUSTION} < 20" in text and "[15m]" in text
+    assert f"{K.POOL_SEATS_P99} < 6" in text and f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION} < 20" in text and "[15m]" in text
     assert main(["build", "slos", "--out", str(tmp_path), "--no-capacity-rules"]) == 0
     assert not (tmp_path / RULES).exists()
 
