@@ -16,7 +16,7 @@ from typing import Any
 
 from slogen import plugins
 from slogen.plugins.contract import PluginError, SLIPluginRequest
-from llmslo.durations import parse_prometheus_duration
+from llmslo.durations import format_prometheus_duration, parse_prometheus_duration
 from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
 from slogen.loaders import common as f
@@ -304,7 +304,7 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
     for key in (d.page_alert, d.ticket_alert):
         block = f.mapping(r, al, key, ap, slo=who)
         bp = f"{ap}.{key}"
-        f.unknown_keys(r, block, ("disable", "labels", "annotations"), bp, slo=who)
+        f.unknown_keys(r, block, ("disable", "labels", "annotations", "for"), bp, slo=who)
         disable = f.boolean(r, block, "disable", bp, slo=who)
         labels = f.labels(r, block, "labels", bp, slo=who)
         f.check_reserved(r, labels, f"{bp}.labels", slo=who, line=f.line_of(block, "labels"))
@@ -320,6 +320,21 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
             refused.add(name)
             r.error(f"alert name {name!r} is not a valid Prometheus alert name", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name"), fix="use letters, digits, '_' and ':' only, e.g. ChatTTFTBudgetBurn")
-        metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False))
+        metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False,
+                               for_=_alert_for(r, block, bp, who)))
     return Alerting(name=name, page=metas[0], ticket=metas[1])
 
+
+
+def _alert_for(r: Reporter, block: dict, bp: str, who: str) -> str:
+    """`for:` of a page or ticket alert (the field of Sloth's alert_for contrib plugin): how long the burn must
+    last before the alert fires, in Prometheus' spelling; "" when unset."""
+    value = block.get("for") if isinstance(block, dict) else None
+    if value is None or value == "":
+        return ""
+    try:
+        return format_prometheus_duration(parse_prometheus_duration(str(value)))
+    except ValueError:
+        r.error(f"for {value!r} is not a Prometheus duration", f"{bp}.for", slo=who, line=f.line_of(block, "for"),
+                fix="write e.g. for: 5m (how long the burn must last before the alert fires)")
+        return ""

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
+from slogen import VERSION_LABEL
 from slogen.cli import main
 
 from tests.slogen.test_golden import expected, version
+
+
+from tests.slogen.conftest import SLOTH as PEERS
 
 
 def _alerts(text: str) -> list[dict]:
@@ -34,3 +41,36 @@ def test_sloth_compat_is_a_noop_alias_and_contradicts_llm_extras(sloth_testdata,
     assert capsys.readouterr().out == plain
     assert main(["generate", "--sloth-compat", "--llm-extras", "-i", str(sloth_testdata / "in-base.yaml")]) == 2
     assert "--llm-extras" in capsys.readouterr().err
+
+
+FOR_SPEC = Path(__file__).parent / "fixtures" / "sloth_alert_for.yaml"
+
+
+def test_sloths_contrib_plugins_match_sloths_own_output(capsys):
+    """info_labels/v1 and rule_intervals/v1, against Sloth's examples/_gen golden (made with -l cmd=examplesgen.sh)."""
+    examples = PEERS / "examples"
+    assert main(["generate", "-l", "cmd=examplesgen.sh", "-i", str(examples / "contrib-slo-plugins.yml")]) == 0
+    got = capsys.readouterr().out.replace(VERSION_LABEL, "dev")
+    want = list(yaml.safe_load_all((examples / "_gen" / "contrib-slo-plugins.yml").read_text()))
+    assert list(yaml.safe_load_all(got)) == want
+    assert any(g.get("interval") == "5m" for d in want for g in d["groups"]), "the golden exercises rule_intervals"
+
+
+@pytest.mark.parametrize("extras", [[], ["--llm-extras"]])
+def test_alert_for_plugin_and_for_fields_set_for_on_the_alerts(capsys, extras):
+    assert main(["generate", *extras, "-i", str(FOR_SPEC)]) == 0
+    fors = {(a["labels"]["sloth_severity"], a.get("for")) for a in _alerts(capsys.readouterr().out)
+            if a["alert"] == "MyServiceHighErrorRate"}
+    assert fors == {("page", "10m"), ("ticket", "1h")}
+
+
+def test_bad_for_and_bad_contrib_config_are_spec_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(FOR_SPEC.read_text().replace("for: 10m", "for: ten"))
+    assert main(["generate", "-i", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "page_alert.for" in err and "'ten' is not a Prometheus duration" in err and "bad.yaml:" in err
+    bad.write_text(FOR_SPEC.read_text().replace('- id: "sloth.dev/contrib/alert_for/v1"',
+                                                '- id: "sloth.dev/contrib/rule_intervals/v1"\n          config: {}'))
+    assert main(["generate", "-i", str(bad)]) == 1
+    assert "interval.default is required" in capsys.readouterr().err
