@@ -21,6 +21,7 @@ from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
+from slogen.loaders.sloth_common import events_equivalent
 from llmslo.suggest import closest
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
 
@@ -275,9 +276,11 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
     fn = plugins.sli_plugin(pid)
     if fn is None:
         near = closest(pid, plugins.sli_plugin_ids())
+        inline = events_equivalent(pid, options, d.error_query, d.total_query)
         r.error(f"unknown SLI plugin {pid!r}", f"{sp}.plugin.id", slo=who, line=f.line_of(plug, "id"),
-                fix=(f"did you mean {near}? " if near else "")
-                + f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
+                fix=(f"slogen does not load Sloth's Go plugins; write the same SLI inline: {inline}" if inline else
+                     (f"did you mean {near}? " if near else "")
+                     + f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}"))
         return None
     try:
         return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,

@@ -74,3 +74,22 @@ def test_bad_for_and_bad_contrib_config_are_spec_errors(tmp_path, capsys):
                                                 '- id: "sloth.dev/contrib/rule_intervals/v1"\n          config: {}'))
     assert main(["generate", "-i", str(bad)]) == 1
     assert "interval.default is required" in capsys.readouterr().err
+
+
+def test_sloth_common_plugin_gets_its_inline_events_equivalent(tmp_path, capsys):
+    spec = tmp_path / "apiserver.yaml"
+    spec.write_text('version: "prometheus/v1"\nservice: k8s-apiserver\nslos:\n  - name: requests-availability\n'
+                    '    objective: 99.9\n    sli:\n      plugin:\n'
+                    '        id: "sloth-common/kubernetes/apiserver/availability"\n'
+                    '        options: {filter: \'job="apiserver"\'}\n    alerting: {name: K8sApiserverAvailability}\n')
+    assert main(["generate", "-i", str(spec)]) == 1
+    err = capsys.readouterr().err
+    fix = err.split("write the same SLI inline: ", 1)[1].rsplit(")", 1)[0]
+    assert "apiserver.yaml:8" in err
+    inline = yaml.safe_load(fix)["sli"]["events"]
+    assert inline == {"error_query": 'sum(rate(apiserver_request_total{job="apiserver",code=~"(5..|429)"}[{{.window}}]))',
+                      "total_query": 'sum(rate(apiserver_request_total{job="apiserver"}[{{.window}}]))'}
+    # the fix, pasted in, builds
+    spec.write_text(spec.read_text().split("    sli:")[0] + "    sli:\n      events:\n"
+                    + "".join(f"        {k}: '{v}'\n" for k, v in inline.items()) + "    alerting: {name: K8sApiserverAvailability}\n")
+    assert main(["generate", "-i", str(spec)]) == 0, capsys.readouterr().err
