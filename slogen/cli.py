@@ -120,13 +120,22 @@ def _runbook(args: argparse.Namespace) -> str:
     return args.runbook_url
 
 
-def _gen_args(p: argparse.ArgumentParser, *, compat_default: bool = False) -> None:
+def _gen_args(p: argparse.ArgumentParser, *, sloth_generate: bool = False) -> None:
     p.add_argument("--default-slo-period", type=_duration, default=30 * DAY, metavar="PERIOD",
                    help="period of SLOs that set none (default 30d)")
     p.add_argument("-l", "--extra-labels", action="append", default=[], metavar="KEY=VALUE",
                    help="label added to every generated rule (repeatable; default: none)")
-    p.add_argument("--sloth-compat", action="store_true", default=compat_default,
-                   help="emit exactly Sloth v0.16's rules (no traffic-weighted SLI, per-tier alerts, tests)")
+    if sloth_generate:  # a drop-in for `sloth generate`: Sloth's rules unless asked for more
+        p.add_argument("--llm-extras", dest="sloth_compat", action="store_false", default=True,
+                       help="emit slogen's rules instead of Sloth's: traffic-weighted SLIs, per-tier page/ticket "
+                            "alerts, the low-traffic guard and the no-data alert (default: off, Sloth's 2 alerts "
+                            "per SLO, as `sloth generate`)")
+        p.add_argument("--sloth-compat", dest="sloth_compat_alias", action="store_true",
+                       help="accepted for scripts written before generate made Sloth's rules by default: a no-op "
+                            "(default: Sloth's rules already)")
+    else:
+        p.add_argument("--sloth-compat", action="store_true", default=False,
+                       help="emit exactly Sloth v0.16's rules (no traffic-weighted SLI, per-tier alerts, tests)")
     p.add_argument("--unreachable-tiers", choices=(UNREACHABLE_FAIL, UNREACHABLE_RESCALE), default=UNREACHABLE_FAIL,
                    help="an alert tier that can never fire: fail (default) or rescale it to fire at a 90%% error ratio")
     p.add_argument("--derive-above", type=_duration, default=None, metavar="WINDOW",
@@ -436,6 +445,9 @@ def _promtool_check(results) -> list[SpecError]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    if args.sloth_compat_alias and not args.sloth_compat:
+        raise UsageError("--sloth-compat and --llm-extras contradict each other: --sloth-compat is generate's "
+                         "default (Sloth's rules); drop one of them")
     windows = _windows([args.slo_period_windows_path], replace=True) if args.slo_period_windows_path else dict(BUILTIN)
     if args.default_slo_period not in windows:
         raise UsageError(f"--default-slo-period {format_prometheus_duration(args.default_slo_period)} has no alert-window catalog "
@@ -568,7 +580,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (default {DEFAULT_GRAFANA_URL}, "
                         "a placeholder)")
     _strict_arg(g)
-    _gen_args(g)
+    _gen_args(g, sloth_generate=True)
 
     sub.add_parser("version", help="print the version (the sloth_version label value)")
     return ap

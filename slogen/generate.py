@@ -1,8 +1,9 @@
 """`slogen generate`: Sloth's `generate` command, one output document per input document.
 
 Plain specs (prometheus/v1, OpenSLO) become Prometheus rule files, Sloth CRDs become
-PrometheusRule objects named after the CRD, as Sloth does. With `sloth_compat` the rules are
-Sloth's own; without it they are slogen's (traffic-weighted SLIs, per-tier alerts).
+PrometheusRule objects named after the CRD, as Sloth does. With `sloth_compat` (the CLI's default,
+so that it is a drop-in) the rules are Sloth's own; without it (`--llm-extras`) they are slogen's
+(traffic-weighted SLIs, per-tier alerts).
 """
 
 from __future__ import annotations

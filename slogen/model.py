@@ -105,6 +105,7 @@ class AlertMeta:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     disable: bool = True
+    for_: str = ""  # the alert's `for:` (page_alert.for / ticket_alert.for), a Prometheus duration; "" = none
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ from typing import Any
 
 from slogen import plugins
 from slogen.plugins.contract import PluginError, SLIPluginRequest
-from llmslo.durations import parse_prometheus_duration
+from llmslo.durations import format_prometheus_duration, parse_prometheus_duration
 from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
+from slogen.loaders.sloth_common import events_equivalent
 from llmslo.suggest import closest
 from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
 
@@ -275,9 +276,11 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
     fn = plugins.sli_plugin(pid)
     if fn is None:
         near = closest(pid, plugins.sli_plugin_ids())
+        inline = events_equivalent(pid, options, d.error_query, d.total_query)
         r.error(f"unknown SLI plugin {pid!r}", f"{sp}.plugin.id", slo=who, line=f.line_of(plug, "id"),
-                fix=(f"did you mean {near}? " if near else "")
-                + f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}")
+                fix=(f"slogen does not load Sloth's Go plugins; write the same SLI inline: {inline}" if inline else
+                     (f"did you mean {near}? " if near else "")
+                     + f"use one of the built-in plugins: {', '.join(plugins.sli_plugin_ids())}"))
         return None
     try:
         return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
@@ -304,7 +307,7 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
     for key in (d.page_alert, d.ticket_alert):
         block = f.mapping(r, al, key, ap, slo=who)
         bp = f"{ap}.{key}"
-        f.unknown_keys(r, block, ("disable", "labels", "annotations"), bp, slo=who)
+        f.unknown_keys(r, block, ("disable", "labels", "annotations", "for"), bp, slo=who)
         disable = f.boolean(r, block, "disable", bp, slo=who)
         labels = f.labels(r, block, "labels", bp, slo=who)
         f.check_reserved(r, labels, f"{bp}.labels", slo=who, line=f.line_of(block, "labels"))
@@ -320,6 +323,21 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
             refused.add(name)
             r.error(f"alert name {name!r} is not a valid Prometheus alert name", f"{ap}.name", slo=who,
                     line=f.line_of(al, "name"), fix="use letters, digits, '_' and ':' only, e.g. ChatTTFTBudgetBurn")
-        metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False))
+        metas.append(AlertMeta(name=name, labels={**base_labels, **labels}, annotations={**base_ann, **ann}, disable=False,
+                               for_=_alert_for(r, block, bp, who)))
     return Alerting(name=name, page=metas[0], ticket=metas[1])
 
+
+
+def _alert_for(r: Reporter, block: dict, bp: str, who: str) -> str:
+    """`for:` of a page or ticket alert (the field of Sloth's alert_for contrib plugin): how long the burn must
+    last before the alert fires, in Prometheus' spelling; "" when unset."""
+    value = block.get("for") if isinstance(block, dict) else None
+    if value is None or value == "":
+        return ""
+    try:
+        return format_prometheus_duration(parse_prometheus_duration(str(value)))
+    except ValueError:
+        r.error(f"for {value!r} is not a Prometheus duration", f"{bp}.for", slo=who, line=f.line_of(block, "for"),
+                fix="write e.g. for: 5m (how long the burn must last before the alert fires)")
+        return ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slogen import plugins
-from slogen.plugins.contract import SLOPlugin
+from slogen.plugins.contract import PluginError, SLOPlugin
 from slogen.rules.alerts import alert_rules
 from slogen.rules.bucket_alerts import bucket_edge_groups
 from slogen.rules.metadata import meta_rules
@@ -37,8 +37,8 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
     ctx = resolve(slo, opts)
     rules = SLORules(sli=RuleGroup(""), meta=RuleGroup(""), alerts=RuleGroup(""))
     chain = sorted(slo.plugins, key=lambda p: p.priority)  # stable, as Sloth's SortStableFunc
-    pre = [_plugin(p) for p in chain if p.priority < 0]
-    post = [_plugin(p) for p in chain if p.priority >= 0]
+    pre = [_plugin(p, slo) for p in chain if p.priority < 0]
+    post = [_plugin(p, slo) for p in chain if p.priority >= 0]
     for plugin in pre:
         plugin(slo, rules)
     if not slo.override_plugins:
@@ -60,11 +60,17 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
     return SLOResult(ctx, rules)
 
 
-def _plugin(ref) -> SLOPlugin:
+def _plugin(ref, slo: SLO) -> SLOPlugin:
     factory = plugins.slo_plugin_factory(ref.id)
     if factory is None:  # the loader already reported it; keep the message if called directly
         raise ValueError(f"unknown SLO plugin {ref.id!r}")
-    return factory(ref.config)
+    try:
+        return factory(ref.config)
+    except PluginError as e:  # a refused config: a spec error naming the plugin, not a traceback
+        from slogen.errors import SpecError
+
+        raise SpecError(slo.origin.file, str(e), f"{slo.origin.path}.plugins.chain", slo.id,
+                        e.fix or f"fix the config of {ref.id}", slo.origin.line) from None
 
 
 def generate(slos: list[SLO], opts: GenOptions) -> list[SLOResult]:

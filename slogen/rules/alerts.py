@@ -134,7 +134,8 @@ def _sloth_alert(ctx: SLOContext, meta: AlertMeta, quick: Tier, slow: Tier) -> R
         "summary": f"{{{{$labels.{C.LABEL_SERVICE}}}}} {{{{$labels.{C.LABEL_SLO}}}}} SLO error budget burn rate is over expected.",
         **meta.annotations,
     }
-    return Rule(expr=expr, alert=meta.name, labels={C.LABEL_SEVERITY: sev, **meta.labels}, annotations=ann)
+    return Rule(expr=expr, alert=meta.name, labels={C.LABEL_SEVERITY: sev, **meta.labels}, annotations=ann,
+                for_=meta.for_)
 
 
 # ---------------------------------------------------------------------- per-tier alerts
@@ -204,7 +205,7 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
         "dashboard": slo_dashboard_link(ctx),
         **meta.annotations,
     }
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
 
 
 def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int) -> Rule:
@@ -229,7 +230,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
         **meta.annotations,
     }
     expr = _burn(ctx, tier) + f"unless\n{guard(ctx, tier, need)}"
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
 
 
 def no_data_selectors(ctx: SLOContext) -> list[str]:

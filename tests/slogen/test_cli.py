@@ -20,7 +20,7 @@ def test_generate_directory_mirrors_files(tmp_path, sloth_testdata):
     out.mkdir()
     (src / "sub" / "a.yaml").write_text((sloth_testdata / "in-base.yaml").read_text())
     (src / "b.yaml").write_text((sloth_testdata / "in-openslo.yaml").read_text())
-    assert main(["generate", "-i", str(src), "-o", str(out), "-e", "b\\.yaml"]) == 0
+    assert main(["generate", "--llm-extras", "-i", str(src), "-o", str(out), "-e", "b\\.yaml"]) == 0
     assert [p.relative_to(out).as_posix() for p in out.rglob("*.yaml")] == ["sub/a.yaml"]
     doc = yaml.safe_load((out / "sub" / "a.yaml").read_text())
     records = {r.get("record") for g in doc["groups"] for r in g["rules"]}
@@ -28,7 +28,7 @@ def test_generate_directory_mirrors_files(tmp_path, sloth_testdata):
 
 
 def test_generate_k8s_gives_prometheus_rule(sloth_testdata, capsys):
-    assert main(["generate", "-i", str(sloth_testdata / "in-base-k8s.yaml")]) == 0
+    assert main(["generate", "--llm-extras", "-i", str(sloth_testdata / "in-base-k8s.yaml")]) == 0
     doc = yaml.safe_load(capsys.readouterr().out)
     assert doc["kind"] == "PrometheusRule" and doc["metadata"]["name"] == "svc"
     assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slogen"
