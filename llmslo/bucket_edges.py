@@ -53,6 +53,11 @@ class EdgeRow:
     source: str  # where the edges were read: repository, path, release or commit
     configurable: str = ""  # how an operator can change them (then only the run-time alert knows)
     notes: str = ""  # what could not be verified
+    # The releases the row covers, as version numbers [since, until) (None: unbounded); what a spec's
+    # `engine_versions` option is matched against (llmslo/engine_versions.py). Releases no row covers are
+    # gaps nobody checked, not guesses.
+    since: tuple[int, ...] | None = None
+    until: tuple[int, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -102,16 +107,19 @@ ROWS: tuple[EdgeRow, ...] = (
             configurable="newer main lets an operator override a bucket family (ObservabilityConfig histogram "
                          "buckets); the release that added it was not checked",
             notes="TPOT (request_time_per_output_token_seconds) uses the inter-token-latency family: read in 0.33.0, "
-                  "not in main's loggers.py"),
+                  "not in main's loggers.py",
+            since=(0, 11)),
     EdgeRow(VLLM, "0.10",
             {TTFT: _VLLM_TTFT, ITL: _VLLM_ITL, E2E: _VLLM_REQUEST},
             "vllm-project/vllm vllm/v1/metrics/loggers.py of the 0.10.1.1 wheel "
-            "(shared/peers/engine-metrics/vllm-v1-0.10-transition.prom); ITL is its time_per_output_token_seconds"),
+            "(shared/peers/engine-metrics/vllm-v1-0.10-transition.prom); ITL is its time_per_output_token_seconds",
+            since=(0, 10), until=(0, 11)),
     EdgeRow(VLLM, "0.6 (V0)",
             {TTFT: _VLLM_TTFT[:16], ITL: _VLLM_ITL[:13], E2E: _VLLM_REQUEST[:15]},
             "vllm-project/vllm vllm/engine/metrics.py of the 0.6.6.post1 wheel "
             "(shared/peers/engine-metrics/vllm-v0-legacy.prom); ITL is its time_per_output_token_seconds",
-            notes="V0 releases after 0.6.6 were not checked; they may carry V1's longer lists"),
+            notes="V0 releases after 0.6.6 were not checked; they may carry V1's longer lists",
+            since=(0, 6), until=(0, 6, 7)),
     EdgeRow(SGLANG, "0.5",
             {TTFT: _SGLANG_TTFT, TPOT: _SGLANG_ITL, ITL: _SGLANG_ITL, E2E: _SGLANG_E2E},
             "sgl-project/sglang python/sglang/srt/observability/metrics_collector.py @ 44cedc2b (main) and "
@@ -120,7 +128,8 @@ ROWS: tuple[EdgeRow, ...] = (
                          "--bucket-e2e-request-latency",
             notes="TPOT (request_time_per_output_token_seconds) edges are the 0.5.23 wheel's (the ITL list); "
                   "main's metrics_collector.py @ 44cedc2b does not define that histogram: unverified for main. "
-                  "Releases between 0.4.6 and 0.5 were not checked"),
+                  "Releases between 0.4.6 and 0.5 were not checked",
+            since=(0, 5)),
     EdgeRow(SGLANG, "<0.4.6",
             {TTFT: (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0,
                     20.0, 25.0, 30.0),
@@ -129,12 +138,14 @@ ROWS: tuple[EdgeRow, ...] = (
              E2E: (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)},
             "sgl-project/sglang docs/references/production_metrics.md @ 40ef116f (a verbatim /metrics page, "
             "shared/peers/engine-metrics/sglang-legacy-docs.prom); ITL is its time_per_output_token_seconds",
-            notes="read from a documented page, not from that release's source"),
+            notes="read from a documented page, not from that release's source",
+            until=(0, 4, 6)),
     EdgeRow(TGI, "v3 router",
             {TPOT: _TGI_DURATION, E2E: _TGI_DURATION},
             "huggingface/text-generation-inference router/src/server.rs @ db931fcf (2026-01-08, the last commit: "
             "the repository is in maintenance mode): tgi_request_mean_time_per_token_duration, tgi_request_duration",
-            notes="TGI exports no TTFT and no ITL"),
+            notes="TGI exports no TTFT and no ITL",
+            since=(3,)),
     EdgeRow(TRTLLM_TRITON, "",
             {TTFT: (0.1, 0.5, 2.0, 5.0), E2E: ()},
             "triton-inference-server/server docs/user_guide/metrics.md @ e1db8a60 (2026-08): "

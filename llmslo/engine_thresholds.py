@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
+from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, Declared, edge_rows
 from llmslo.plugin_errors import PluginOptionError
 from llmslo.selectors import Matcher, unquote
 
@@ -57,16 +58,27 @@ def _pin_example(kinds: tuple[str, ...]) -> str:
     return f"selector: '{{{inner}}}'"
 
 
-def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Matcher], rounding: str) -> float:
+def _constraint(row: be.EdgeRow) -> str:
+    """A row's versions as an engine_versions constraint (the narrowest one a spec can write)."""
+    since = ".".join(map(str, row.since)) if row.since else ""
+    until = ".".join(map(str, row.until)) if row.until else ""
+    if since and until:
+        return f">={since}, {row.kind}<{until}"
+    return f">={since}" if since else (f"<{until}" if until else "")
+
+
+def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Matcher], rounding: str,
+                         decl: Declared = Declared({}, {})) -> float:
     """The threshold an engine-sourced latency SLI measures: `threshold` itself when it is a bucket edge
-    of every engine kind and version the SLI's selector may pick, else the common edge `rounding` names;
-    PluginOptionError naming the nearest edges and the fixes otherwise."""
+    of every engine kind and version the SLI's selector may pick (narrowed to the versions and buckets the
+    spec declares, llmslo/engine_versions.py), else the common edge `rounding` names; PluginOptionError
+    naming the nearest edges and the fixes otherwise."""
     kinds = engine_kinds(matchers)
     if not kinds:
         raise PluginOptionError(f"the selector's engine matchers pick no engine kind the exporter knows "
                                 f"({', '.join(be.ENGINE_KINDS)}), so the SLI would measure nothing", "selector",
                                 "match the engine label against those kind names, e.g. " + _pin_example((be.VLLM,)))
-    selected = be.rows(kinds, metric)
+    selected = edge_rows(kinds, metric, decl)
     if not selected:
         exporters = tuple(dict.fromkeys(r.kind for r in be.rows(metric=metric)))
         raise PluginOptionError(f"no engine kind this SLI selects ({', '.join(kinds)}) exports a {metric} histogram",
@@ -94,6 +106,10 @@ def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Match
                f"select ({scope}); "
                f"where it is not, the exporter has no bucket le={t}, so the SLI is blind there (its burn alerts "
                f"cannot fire) or counts every request as too slow. Nearest edges: {where}")
+    if decl.any:
+        message += (". Edges of the declared engines: "
+                    + "; ".join(f"{r.label}: {', '.join(be.edge_text(e) for e in r.edges[metric]) or 'none'}"
+                                for r in selected))
     if rounding:
         message += (f". threshold_rounding: {rounding} finds no edge {'below' if rounding == ROUND_DOWN else 'above'} "
                     f"{t} that every selected engine has")
@@ -107,6 +123,12 @@ def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Match
         fixes.append(f"select only the engines where {t} is an edge ({_pin_example(on_edge)})")
     elif len(kinds) > 1:
         fixes.append(f"select fewer engine kinds (e.g. {_pin_example((off[0].kind,))}) and choose among their edges")
+    fitting = {r.kind: r for r in reversed(selected) if r.has_edge(metric, threshold)}  # the newest row per kind
+    if fitting and not decl.versions:
+        runs = ", ".join(f"{r.kind}{_constraint(r)}" for r in reversed(fitting.values()))
+        fixes.append(f"if you run only versions that have it, declare them: {VERSIONS_OPTION}: \"{runs}\"")
+    fixes.append(f"if your engines run with their own buckets, declare them: {BUCKETS_OPTION}: "
+                 f"\"{off[0].kind}: <edges, seconds>\"")
     if down is not None:
         fixes.append(f'set threshold_rounding: "down" to measure le={be.edge_text(down)} instead (a stricter objective)')
     if up is not None:

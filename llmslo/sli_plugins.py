@@ -9,7 +9,8 @@ What a spec may write (options are strings, as in Sloth; YAML numbers and boolea
 | plugin                 | options                                                          | defaults            |
 |------------------------|------------------------------------------------------------------|---------------------|
 | llmslo/latency         | metric (ttft tpot e2e itl), threshold (s), source, slo_class,     | source tap          |
-|                        | threshold_rounding (down up; engine only), selector, models, by   | by cluster          |
+|                        | threshold_rounding (down up; engine only), selector, models, by,  | by cluster          |
+|                        | engine_versions, buckets (engine only; llmslo/engine_versions.py) |                     |
 | llmslo/goodput         | slo_class (required), ttft (s), tpot (s), selector, models, by    | by cluster          |
 | llmslo/availability    | source, slo_class (tap only), error_reasons (engine only), ...    | source tap, reasons |
 |                        |                                                                  | abort,error         |
@@ -44,6 +45,7 @@ from typing import Any, Union
 
 from llmslo import conventions as c
 from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, measurable_threshold
+from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared
 from llmslo.plugin_errors import PluginOptionError
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
@@ -68,7 +70,8 @@ DEFAULT_ERROR_REASONS = c.FINISHED_BAD_REASONS
 
 COMMON_OPTIONS = ("selector", "models", "by")
 OPTIONS: dict[str, tuple[str, ...]] = {
-    LATENCY: ("metric", "threshold", "source", "slo_class", "threshold_rounding") + COMMON_OPTIONS,
+    LATENCY: ("metric", "threshold", "source", "slo_class", "threshold_rounding", VERSIONS_OPTION, BUCKETS_OPTION)
+    + COMMON_OPTIONS,
     GOODPUT: ("slo_class", "ttft", "tpot") + COMMON_OPTIONS,
     AVAILABILITY: ("source", "slo_class", "error_reasons") + COMMON_OPTIONS,
     KV_HEADROOM: ("threshold",) + COMMON_OPTIONS,
@@ -328,9 +331,14 @@ def _latency(r: _Reader) -> LatencyParams:
     if slo_class and source != SOURCE_TAP:
         raise PluginOptionError("slo_class is a label of the tap's series only", "slo_class",
                                 'use models: "<globs>" to pick requests at the engine, or source: "tap"')
+    decl = declared(r.get(VERSIONS_OPTION), r.get(BUCKETS_OPTION))
+    if decl.any and source != SOURCE_ENGINE:
+        name = VERSIONS_OPTION if decl.versions else BUCKETS_OPTION
+        raise PluginOptionError(f"{name} applies to source: engine only", name,
+                                "remove it: the tap adds every threshold it reads to its histograms' edges")
     # Only `selector` can name engine kinds (a `models` matcher is on the model label).
-    measured = measurable_threshold(metric, threshold, selection.matchers, rounding) if source == SOURCE_ENGINE \
-        else threshold
+    measured = measurable_threshold(metric, threshold, selection.matchers, rounding, decl) \
+        if source == SOURCE_ENGINE else threshold
     _plain_bound(measured)
     return LatencyParams(metric, source, measured, threshold, rounding, slo_class, selection)
 

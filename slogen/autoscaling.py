@@ -46,6 +46,24 @@ MATCH_LABELS = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL, c.LABEL_ENGIN
 SHORT_WINDOWS = ("1m", "2m", "5m", "10m")
 TARGET_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 
+# Every mapping's keys (allowed, required), by where it sits; the loader checks them and slogen/schema.py
+# writes them into the JSON Schema, so the two cannot drift.
+KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "policy": (("stabilization", "max_pods", "max_percent", "period"), ()),
+    "wake": (("query", "metric", "selector", "window", "per_replica"), ()),
+    "pool": (("name", "namespace", "target", "replicas", "match", "triggers", "wake", "prometheus",
+              "authentication_ref", "polling_interval", "cooldown_period", "scale_up", "scale_down"),
+             ("name", "namespace", "target", "replicas", "match", "triggers")),
+    "target": (("kind", "name"), ("name",)),
+    "replicas": (("min", "max"), ("max",)),
+    "triggers": (("queue_depth", "kv_cache_utilization", "kv_seats", "ttft_burn_rate"), ()),
+    "queue_depth": (("per_replica",), ("per_replica",)),
+    "kv_cache_utilization": (("per_replica",), ("per_replica",)),
+    "kv_seats": (("min_free",), ("min_free",)),
+    "ttft_burn_rate": (("slo", "above", "window"), ("slo", "above")),
+    "spec": (("version", "pools"), ("version", "pools")),
+}
+
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -259,7 +277,7 @@ class _Node:
 
 
 def _policy(node: _Node, default: ScalePolicy) -> ScalePolicy:
-    node.keys(("stabilization", "max_pods", "max_percent", "period"))
+    node.keys(*KEYS["policy"])
     return ScalePolicy(
         stabilization_s=node.seconds("stabilization", default.stabilization_s, 3600),
         max_pods=int(node.number("max_pods", 1, default=default.max_pods, integer=True)),
@@ -269,7 +287,7 @@ def _policy(node: _Node, default: ScalePolicy) -> ScalePolicy:
 
 
 def _wake(node: _Node) -> WakeSignal:
-    node.keys(("query", "metric", "selector", "window", "per_replica"))
+    node.keys(*KEYS["wake"])
     if ("query" in node.data) == ("metric" in node.data):
         raise node.error("", "needs exactly one of query and metric", WAKE_FIX)
     per_replica = node.number("per_replica", 0.001) if "per_replica" in node.data else 0.0
@@ -307,19 +325,17 @@ def _wake(node: _Node) -> WakeSignal:
 
 
 def _pool(node: _Node) -> Pool:
-    node.keys(("name", "namespace", "target", "replicas", "match", "triggers", "wake", "prometheus",
-               "authentication_ref", "polling_interval", "cooldown_period", "scale_up", "scale_down"),
-              ("name", "namespace", "target", "replicas", "match", "triggers"))
+    node.keys(*KEYS["pool"])
     dns = "use lowercase letters, digits and '-' (a Kubernetes name)"
     name = node.string("name", pattern=_NAME, fix=dns)
     target = node.child("target")
-    target.keys(("kind", "name"), ("name",))
+    target.keys(*KEYS["target"])
     kind = target.string("kind", "Deployment")
     if kind not in TARGET_KINDS:
         target.note("kind", f"cannot scale a {kind}", f"use one of {', '.join(TARGET_KINDS)}")
         kind = "Deployment"
     replicas = node.child("replicas")
-    replicas.keys(("min", "max"), ("max",))
+    replicas.keys(*KEYS["replicas"])
     lo = int(replicas.number("min", 0, default=1, integer=True))
     hi = int(replicas.number("max", max(lo, 1), integer=True))
     match = node.child("match")
@@ -328,28 +344,28 @@ def _pool(node: _Node) -> Pool:
     match.keys(MATCH_LABELS)
     labels = {k: match.string(k) for k in match.data}
     triggers = node.child("triggers")
-    triggers.keys(("queue_depth", "kv_cache_utilization", "kv_seats", "ttft_burn_rate"))
+    triggers.keys(*KEYS["triggers"])
     if not triggers.data and "triggers" in node.data:
         triggers.note("", "no trigger", "add queue_depth, kv_cache_utilization, kv_seats and/or ttft_burn_rate")
     queue = kv = burn = seats = None
     if "queue_depth" in triggers.data:
         t = triggers.child("queue_depth")
-        t.keys(("per_replica",), ("per_replica",))
+        t.keys(*KEYS["queue_depth"])
         queue = QueueDepthTrigger(t.number("per_replica", 0.1))
     if "kv_cache_utilization" in triggers.data:
         t = triggers.child("kv_cache_utilization")
-        t.keys(("per_replica",), ("per_replica",))
+        t.keys(*KEYS["kv_cache_utilization"])
         kv = KVUtilizationTrigger(t.number("per_replica", 0.05, 1.0))
     if "kv_seats" in triggers.data:
         t = triggers.child("kv_seats")
-        t.keys(("min_free",), ("min_free",))
+        t.keys(*KEYS["kv_seats"])
         if c.LABEL_NODE in labels:
             match.note(c.LABEL_NODE, "the recorded seats have no node label, so a kv_seats trigger would "
                               "read nothing", "match the pool on namespace and model (and cluster), not node")
         seats = KVSeatsTrigger(t.number("min_free", 1))
     if "ttft_burn_rate" in triggers.data:
         t = triggers.child("ttft_burn_rate")
-        t.keys(("slo", "above", "window"), ("slo", "above"))
+        t.keys(*KEYS["ttft_burn_rate"])
         slo = t.string("slo", pattern=re.compile(r"^[^/]+/[^/]+$"), fix="write service/slo-name, e.g. chat/ttft")
         window = t.string("window", "5m")
         if window not in SHORT_WINDOWS:
@@ -402,7 +418,7 @@ def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[Pool]:
             top = _Node(file, f"document {i}" if len(docs) > 1 else "", doc, errors=errors)
         except _PoolRefused:
             continue
-        top.keys(("version", "pools"), ("version", "pools"))
+        top.keys(*KEYS["spec"])
         version = top.data.get("version")
         if "version" in top.data and version != VERSION:
             top.note("version", f"unknown version {version!r}", _version_fix(version))

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from slogen import VERSION_LABEL, __version__
 from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
@@ -583,7 +584,41 @@ def parser() -> argparse.ArgumentParser:
     _gen_args(g, sloth_generate=True)
 
     sub.add_parser("version", help="print the version (the sloth_version label value)")
+    _schema_args(sub)
     return ap
+
+
+# ----------------------------------------------------------------------------------- schema
+
+
+def _schema_args(sub: Any) -> None:
+    s = sub.add_parser("schema", help="write the JSON Schema of the files slogen reads (for editors' YAML "
+                                      "language servers; docs/slogen.md)")
+    s.add_argument("-o", "--out", default="-", metavar="PATH",
+                   help="where to write it (default: -, standard output; the repository's copy is "
+                        "schemas/slogen.schema.json)")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 when --out differs from the schema")
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from slogen.schema import render
+
+    text = render()
+    if args.out == "-":
+        if args.check:
+            raise UsageError("--check needs --out PATH, the file to compare")
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.out)
+    if args.check:
+        current = out.read_text(encoding="utf-8") if out.is_file() else None
+        if current != text:
+            print(f"slogen: {out} is stale: run `slogen schema --out {out}`", file=sys.stderr)
+            return 1
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -592,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "version":
             print(VERSION_LABEL)
             return 0
-        return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate}[args.command](args)
+        return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
+                "schema": cmd_schema}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)
         return 1

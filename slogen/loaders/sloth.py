@@ -51,6 +51,26 @@ K8S_V1 = Dialect("sloth.slok.dev/v1", "cli-gen-k8s", "spec", "errorQuery", "tota
                  "pageAlert", "ticketAlert", "sloPlugins", "pageMinBadEvents", "allowOutOfRange")
 
 
+# The keys each mapping may hold (slogen/schema.py writes the same lists into the JSON Schema).
+SLI_KEYS = ("events", "raw", "plugin")
+PLUGIN_KEYS = ("id", "options")
+ALERT_KEYS = ("disable", "labels", "annotations", "for")  # page_alert, ticket_alert
+SLO_PLUGIN_KEYS = ("id", "priority", "config")  # each entry of plugins.chain
+
+
+def spec_keys(d: Dialect) -> tuple[str, ...]:
+    return ("version", "service", "labels", "slo_plugins", "slos", "period", d.page_min_bad_events)
+
+
+def slo_keys(d: Dialect) -> tuple[str, ...]:
+    return ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period",
+            d.page_min_bad_events, d.allow_out_of_range)
+
+
+def alerting_keys(d: Dialect) -> tuple[str, ...]:
+    return ("name", "labels", "annotations", d.page_alert, d.ticket_alert)
+
+
 def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V1) -> list[SLO]:
     """Map one Sloth document to SLOs, reporting every problem into `r`."""
     origin_extra: dict[str, Any] = {}
@@ -66,8 +86,7 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
         prefix = dialect.root
     else:
         root, prefix = doc, ""
-        f.unknown_keys(r, doc, ("version", "service", "labels", "slo_plugins", "slos", "period",
-                                dialect.page_min_bad_events), "", elsewhere=_slo_keys("each SLO of slos", dialect))
+        f.unknown_keys(r, doc, spec_keys(dialect), "", elsewhere=_slo_keys("each SLO of slos", dialect))
 
     service = f.string(r, root, "service", prefix)
     f.check_name(r, service, "service", f.join(prefix, "service"), line=f.line_of(root, "service"))
@@ -120,9 +139,7 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         r.error(f"SLO id {service}-<name> is {len(slo_id.encode())} bytes long: build names its dashboard "
                 f"dashboards/slo-<id>.json and a file name has at most {NAME_MAX} bytes", f.join(p, "name"), slo=who,
                 line=f.line_of(node, "name"), fix=f"shorten the service or SLO name (together at most {MAX_SLO_ID_BYTES})")
-    f.unknown_keys(r, node, ("name", "description", "objective", "plugins", "labels", "sli", "alerting", "period",
-                             d.page_min_bad_events, d.allow_out_of_range), p,
-                   slo=who, elsewhere=_misplaced_in_slo(d))
+    f.unknown_keys(r, node, slo_keys(d), p, slo=who, elsewhere=_misplaced_in_slo(d))
     f.check_name(r, name, "SLO name", f"{p}.name", slo=who, line=f.line_of(node, "name"))
     allow = f.boolean(r, node, d.allow_out_of_range, p, slo=who)
     objective = f.number(r, node, "objective", p, slo=who)
@@ -242,7 +259,7 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
               spec_labels: dict[str, str], d: Dialect, allow_out_of_range: bool = False) -> SLI | None:
     sli = f.mapping(r, node, "sli", p, slo=who)
     sp = f"{p}.sli"
-    f.unknown_keys(r, sli, ("events", "raw", "plugin"), sp, slo=who, elsewhere=_misplaced_in_sli(d))
+    f.unknown_keys(r, sli, SLI_KEYS, sp, slo=who, elsewhere=_misplaced_in_sli(d))
     kinds = [k for k in ("events", "raw", "plugin") if sli.get(k) is not None]
     if not kinds:
         r.error("the SLI is empty: one of events, raw or plugin is required", sp, slo=who, line=f.line_of(node, "sli"),
@@ -269,7 +286,7 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
         f.check_query_template(r, q, f"{sp}.raw.{d.error_ratio_query}", slo=who, line=f.line_of(raw, d.error_ratio_query))
         return RawSLI(q)
     plug = f.mapping(r, sli, "plugin", sp, slo=who)
-    f.unknown_keys(r, plug, ("id", "options"), f"{sp}.plugin", slo=who,
+    f.unknown_keys(r, plug, PLUGIN_KEYS, f"{sp}.plugin", slo=who,
                    elsewhere={k: "sli.plugin.options" for k in _ALL_OPTIONS})
     pid = f.string(r, plug, "id", f"{sp}.plugin", slo=who)
     options = f.labels(r, plug, "options", f"{sp}.plugin", slo=who, what="option") if plug.get("options") else {}
@@ -297,7 +314,7 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
 def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Alerting:
     al = f.mapping(r, node, "alerting", p, slo=who)
     ap = f"{p}.alerting"
-    f.unknown_keys(r, al, ("name", "labels", "annotations", d.page_alert, d.ticket_alert), ap, slo=who)
+    f.unknown_keys(r, al, alerting_keys(d), ap, slo=who)
     name = f.string(r, al, "name", ap, slo=who)
     base_labels = f.labels(r, al, "labels", ap, slo=who)
     f.check_reserved(r, base_labels, f"{ap}.labels", slo=who, line=f.line_of(al, "labels"))
@@ -307,7 +324,7 @@ def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Ale
     for key in (d.page_alert, d.ticket_alert):
         block = f.mapping(r, al, key, ap, slo=who)
         bp = f"{ap}.{key}"
-        f.unknown_keys(r, block, ("disable", "labels", "annotations", "for"), bp, slo=who)
+        f.unknown_keys(r, block, ALERT_KEYS, bp, slo=who)
         disable = f.boolean(r, block, "disable", bp, slo=who)
         labels = f.labels(r, block, "labels", bp, slo=who)
         f.check_reserved(r, labels, f"{bp}.labels", slo=who, line=f.line_of(block, "labels"))

@@ -101,7 +101,7 @@ ERRORS = {
         slo(LATENCY.format(metric="ttft", threshold="0.5", extra="").replace("threshold:", "treshold:")),
         "error: chat.yaml:9: SLO 'chat-ttft': field slos[0].sli.plugin.options.treshold: plugin llmslo/latency: "
         "unknown option(s) treshold for plugin llmslo/latency (fix: did you mean threshold? (known: metric, "
-        "threshold, source, slo_class, threshold_rounding, selector, models, by))"),
+        "threshold, source, slo_class, threshold_rounding, engine_versions, buckets, selector, models, by))"),
     "plugin id typo": (
         slo(LATENCY.format(metric="ttft", threshold="0.5", extra="").replace("llmslo/latency", "llmslo/latncy")),
         "error: chat.yaml:8: SLO 'chat-ttft': field slos[0].sli.plugin.id: unknown SLI plugin 'llmslo/latncy' (fix: "
