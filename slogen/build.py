@@ -34,13 +34,12 @@ class Built:
     notes: tuple[str, ...]
 
 
-def write_scratch(base: Path, rel: str, text: str | list[str]) -> Path:
-    """One generated file (its text, or its text's pieces in order) into a scratch tree (the build's, or a
-    forked step's): the text leaves memory."""
+def write_scratch(base: Path, rel: str, text: str) -> Path:
+    """One generated file into a scratch tree (the build's, or a forked step's): the text leaves memory."""
     path = base / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines([text] if isinstance(text, str) else text)
+        fh.write(text)
     return path
 
 
@@ -109,7 +108,7 @@ def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None, scratc
 
 
 def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, scratch: Path,
-          keep: Callable[[str, str | list[str]], Content]) -> Built:
+          keep: Callable[[str, str], Content]) -> Built:
     """Run the steps (the forkable ones in children meanwhile), each file given to `keep` as it is made (what
     it returns is the file's content in the result; a forked step's file stays where the child wrote it, read
     back only for an in-memory build). Notes in step order; the first error in step order is the one raised."""
@@ -149,13 +148,13 @@ def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, s
     return Built(catalog, dict(sorted(files.items())), tuple(n for step_notes in notes for n in step_notes))
 
 
-def _kept(scratch_file: Path, keep: Callable[[str, str | list[str]], Content]) -> Content:
+def _kept(scratch_file: Path, keep: Callable[[str, str], Content]) -> Content:
     """A forked step's file: its text for an in-memory build, else the file itself."""
     return scratch_file if keep is not _in_memory else scratch_file.read_text(encoding="utf-8")
 
 
-def _in_memory(path: str, text: str | list[str]) -> Content:
-    return text if isinstance(text, str) else "".join(text)
+def _in_memory(path: str, text: str) -> Content:
+    return text
 
 
 def build(options: BuildOptions, steps: Sequence[Step] = STEPS, parallel: bool | None = None) -> Built:

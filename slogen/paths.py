@@ -33,5 +33,8 @@ def slo_dashboard_path(slo_id: str) -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", slo_id.lower()).strip("-")
     return f"{DASHBOARD_DIR}/slo-{slug}.json"
 GRAFANA_PROVIDER_FILE = f"{DASHBOARD_DIR}/grafana-provider.yaml"  # Grafana file provisioning, without the sidecar
-DASHBOARD_CONFIGMAPS_FILE = f"{PROMETHEUS_RULE_DIR}/grafana/dashboard-configmaps.yaml"  # for the Grafana sidecar
+# for the Grafana sidecar: a ConfigMap file per dashboard (a catalog of 10,000 SLOs makes 400 MB of them, more than
+# one file kubectl applies), listed by the directory's own kustomization
+DASHBOARD_CONFIGMAP_DIR = f"{PROMETHEUS_RULE_DIR}/grafana"
+DASHBOARD_CONFIGMAPS_KUSTOMIZATION = f"{DASHBOARD_CONFIGMAP_DIR}/kustomization.yaml"
 ALERTMANAGER_CONFIG_FILE = f"{PROMETHEUS_RULE_DIR}/alertmanagerconfig.yaml"  # prometheus-operator's CRD

@@ -24,13 +24,13 @@ from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, alertmanager_confi
                                           alertmanager_config_object, alertmanager_file)
 from slogen.artifacts.dashboards import iter_dashboard_files
 from slogen.artifacts.deploy import deploy_files
-from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, provider_file
+from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, configmap_path, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
 from slogen.artifacts.runbooks import iter_runbook_files
 from slogen.catalog import Catalog
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
-from slogen.paths import ALERTMANAGER_CONFIG_FILE, DASHBOARD_CONFIGMAPS_FILE, prometheus_rule_path, rules_path, tests_path
+from slogen.paths import ALERTMANAGER_CONFIG_FILE, DASHBOARD_CONFIGMAP_DIR, prometheus_rule_path, rules_path, tests_path
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
 from slogen.promtests.dashboards import DashboardTests
@@ -48,13 +48,11 @@ CAPACITY_HEADER = (f"# {GENERATED_MARKER} ({{version}}): KV seats, their forecas
 
 
 # A step's files: a mapping (relative path -> text), or (path, text) pairs made as they are taken, so that a
-# large build writes each file out before it makes the next (10,000 SLOs make 1.8 GB of text). A text may be
-# given as its pieces in order (a list of str), written one after another.
-Text = str | list[str]
-Files = Mapping[str, Text] | Iterable[tuple[str, Text]]
+# large build writes each file out before it makes the next (10,000 SLOs make 1.8 GB of text).
+Files = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
-def pairs(files: Files) -> Iterable[tuple[str, Text]]:
+def pairs(files: Files) -> Iterable[tuple[str, str]]:
     """(path, text) of a step's files, whichever way it gave them."""
     return files.items() if isinstance(files, Mapping) else files
 
@@ -159,12 +157,12 @@ def dashboards(catalog: Catalog) -> Produced:
     ConfigMap each for its sidecar (deploy/generated/grafana/) and a file provider (dashboards/)."""
     version, kube = catalog.options.gen.version, catalog.options.kube
 
-    def files() -> Iterator[tuple[str, Text]]:
+    def files() -> Iterator[tuple[str, str]]:
         tests = DashboardTests(catalog.views)
         configmaps = DashboardConfigMaps(kube, version)
         for path, text in iter_dashboard_files(catalog.views):
             tests.add(path, text)
-            configmaps.add(path, text)
+            yield configmap_path(path), configmaps.add(path, text)
             yield path, text
         yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", version) + "\n" + dump(tests.document())
         yield from configmaps.files().items()
@@ -189,7 +187,7 @@ def kubernetes(catalog: Catalog) -> Produced:
     rule_paths = sorted({prometheus_rule_path(r.slo.service) for r in catalog.results})
     # the dashboards step always writes the ConfigMaps (the fleet dashboard at least); routing, when any alerts
     routing = [ALERTMANAGER_CONFIG_FILE] * (_routing(catalog) is not None)
-    listed = [*rule_paths, *extra_rules, *scaling, DASHBOARD_CONFIGMAPS_FILE, *routing]
+    listed = [*rule_paths, *extra_rules, *scaling, DASHBOARD_CONFIGMAP_DIR, *routing]
     return Produced({**scaling, **hpa_files(catalog.pools, catalog.views, meta),
                      **deploy_files(listed, catalog.spec_files, meta)})
 

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from slogen.errors import SpecError, SpecErrors
 from slogen.k8smeta import MAX_CONFIGMAP_BYTES, MAX_SUBDOMAIN, KubeOptions, configmap_key_problem, subdomain_problem
-from slogen.paths import DASHBOARD_CONFIGMAPS_FILE, GRAFANA_PROVIDER_FILE
+from slogen.paths import DASHBOARD_CONFIGMAP_DIR, DASHBOARD_CONFIGMAPS_KUSTOMIZATION, GRAFANA_PROVIDER_FILE
 from slogen.writers import GENERATED_MARKER, K8S_LABELS
 from slogen.yamlio import dump
 
@@ -67,31 +67,38 @@ def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
             "data": {key: text}}
 
 
-def dashboard_configmaps(dashboards: Mapping[str, str], opts: KubeOptions, version: str) -> dict[str, list[str]]:
-    """The sidecar's ConfigMaps, one per dashboard (path -> JSON text), in one multi-document file."""
+def configmap_path(dashboard_path: str) -> str:
+    """Its ConfigMap's file: the object's name, cut to fit a file name of 255 bytes with `.yaml`."""
+    return f"{DASHBOARD_CONFIGMAP_DIR}/{_fit(configmap_name(dashboard_path), 250)}.yaml"
+
+
+def dashboard_configmaps(dashboards: Mapping[str, str], opts: KubeOptions, version: str) -> dict[str, str]:
+    """The sidecar's ConfigMaps (dashboard path -> JSON text): a file each, and their kustomization."""
     made = DashboardConfigMaps(opts, version)
-    for path in sorted(dashboards):
-        made.add(path, dashboards[path])
-    return made.files()
+    files = {configmap_path(p): made.add(p, dashboards[p]) for p in sorted(dashboards)}
+    return {**files, **made.files()}
 
 
 class DashboardConfigMaps:
-    """The same, gathered one dashboard at a time as the build renders them: each ConfigMap is dumped as it
-    comes and the file is handed on as those pieces (a build of 10,000 SLOs writes them without joining 400 MB)."""
+    """The same, one dashboard at a time as the build renders them: `add` gives the ConfigMap file's text,
+    `files` the kustomization listing every one (a build holds their names, never their text)."""
 
     def __init__(self, opts: KubeOptions, version: str) -> None:
         self.opts, self.version = opts, version
-        self.pieces: list[str] = []
+        self.names: list[str] = []
+        self.head = HEADER.format(version=version, what="a dashboard as a ConfigMap for Grafana's dashboard sidecar")
 
-    def add(self, path: str, text: str) -> None:
-        self.pieces.append("---\n" + dump(dashboard_configmap(path, text, self.opts)))
+    def add(self, path: str, text: str) -> str:
+        self.names.append(PurePosixPath(configmap_path(path)).name)
+        return self.head + dump(dashboard_configmap(path, text, self.opts))
 
-    def files(self) -> dict[str, list[str]]:
-        """The multi-document file as its pieces (header first); none without a dashboard."""
-        if not self.pieces:
+    def files(self) -> dict[str, str]:
+        """deploy/generated/grafana/kustomization.yaml, listing the ConfigMaps; none without a dashboard."""
+        if not self.names:
             return {}
-        head = HEADER.format(version=self.version, what="the dashboards as ConfigMaps for Grafana's dashboard sidecar")
-        return {DASHBOARD_CONFIGMAPS_FILE: [head, *self.pieces]}
+        head = HEADER.format(version=self.version, what="the dashboards' ConfigMaps for Grafana's dashboard sidecar")
+        doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": sorted(self.names)}
+        return {DASHBOARD_CONFIGMAPS_KUSTOMIZATION: head + dump(doc)}
 
 
 def provider(opts: KubeOptions) -> dict:

@@ -188,10 +188,15 @@ def test_prometheus_rule_validates_and_carries_every_group(build, crd):
 def test_generated_kustomization_lists_what_was_generated(build):
     _, _, files = build
     kustomization = yaml.safe_load(files[KUSTOMIZATION])
-    assert kustomization["resources"] == ["alertmanagerconfig.yaml", "grafana/dashboard-configmaps.yaml",
+    assert kustomization["resources"] == ["alertmanagerconfig.yaml", "grafana",
                                           "keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
                                           "prometheusrule-llmslo-capacity.yaml", "prometheusrule-llmslo-health.yaml"]
-    assert all(f"deploy/generated/{r}" in files for r in kustomization["resources"])
+    # a file, or a directory with its own kustomization (grafana/: a ConfigMap file per dashboard)
+    assert all(f"deploy/generated/{r}" in files or f"deploy/generated/{r}/kustomization.yaml" in files
+               for r in kustomization["resources"])
+    grafana = yaml.safe_load(files["deploy/generated/grafana/kustomization.yaml"])["resources"]
+    assert len(grafana) == sum(p.startswith("dashboards/") and p.endswith(".json") for p in files)
+    assert all(f"deploy/generated/grafana/{r}" in files for r in grafana)
 
 
 def test_the_tap_reads_the_configmap_it_mounts(build, tmp_path):
@@ -227,6 +232,6 @@ def test_no_health_alerts_option_drops_their_files(build):
 
 def test_build_is_deterministic(build):
     (root, options, catalog), _, files = build
-    again = {p: t if isinstance(t, str) else "".join(t) for step in STEPS for p, t in pairs(step.run(catalog).files)}
+    again = {p: t for step in STEPS for p, t in pairs(step.run(catalog).files)}
     assert again and all(files[p] == text for p, text in again.items())
     assert KEDA_OUTPUT in again  # autoscaling/ was found next to the input directory
