@@ -57,15 +57,17 @@ def measured_build(root: Path, slos: Path, pythonpath: str) -> tuple[float, int,
     subprocess.run(["rm", "-rf", str(root / "out")], check=True)
     env = {**os.environ, "PYTHONPATH": pythonpath}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "slogen.cli", "build", "--out", str(root / "out"), str(slos)],
-                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    tree_peak = one_peak = 0
-    while proc.poll() is None:
-        sizes = [_rss(p) for p in _tree(proc.pid)]
-        tree_peak, one_peak = max(tree_peak, sum(sizes)), max(one_peak, max(sizes, default=0))
-        time.sleep(0.05)
-    elapsed = time.perf_counter() - t0
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a build's notes would fill a pipe nobody reads yet
+        proc = subprocess.Popen([sys.executable, "-m", "slogen.cli", "build", "--out", str(root / "out"), str(slos)],
+                                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        tree_peak = one_peak = 0
+        while proc.poll() is None:
+            sizes = [_rss(p) for p in _tree(proc.pid)]
+            tree_peak, one_peak = max(tree_peak, sum(sizes)), max(one_peak, max(sizes, default=0))
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
+        log.seek(0)
+        err = log.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"slogen build failed ({proc.returncode}): {err[-2000:]}")
     return elapsed, tree_peak, one_peak
