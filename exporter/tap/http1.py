@@ -229,14 +229,7 @@ REASONS = {
 
 def simple_response(status: int, text: str, close: bool, retry_after: int | None = None) -> bytes:
     """A complete plain-text response of the tap's own (its refusals and errors)."""
-    body = text.encode()
-    extra = (b"Connection: close\r\n" if close else b"") + (
-        b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b""
-    )
-    return (
-        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n"
-        % (status, REASONS.get(status, "Error").encode(), len(body), extra)
-    ) + body
+    return _own_response(status, b"text/plain; charset=utf-8", text.encode(), close, retry_after)
 
 
 def json_error_response(status: int, message: str, kind: str, code: str, close: bool,
@@ -244,12 +237,16 @@ def json_error_response(status: int, message: str, kind: str, code: str, close: 
     """The tap's own error on the OpenAI API, as an OpenAI client expects it: `{"error": {"message", "type",
     "param", "code"}}` (clients read the message and type from there, not from a text body)."""
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    return _own_response(status, b"application/json", body, close, retry_after)
+
+
+def _own_response(status: int, content_type: bytes, body: bytes, close: bool, retry_after: int | None) -> bytes:
     extra = (b"Connection: close\r\n" if close else b"") + (
         b"Retry-After: %d\r\n" % retry_after if retry_after is not None else b""
     )
     return (
-        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
-        % (status, REASONS.get(status, "Error").encode(), len(body), extra)
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n"
+        % (status, REASONS.get(status, "Error").encode(), content_type, len(body), extra)
     ) + body
 
 
