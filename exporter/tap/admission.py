@@ -53,6 +53,7 @@ from exporter import adapters
 from exporter.logs import TAP_LOGGER, event
 from exporter.model import MetricFamily
 from exporter.promtext import parse_page
+from exporter.tap.background import cancel_and_wait
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -378,12 +379,7 @@ class Admission:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         session, self._session = self._session, None
         if session is not None:
             await session.close()

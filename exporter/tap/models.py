@@ -37,6 +37,7 @@ import aiohttp
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap.classes import SloConfig
+from exporter.tap.background import cancel_and_wait
 
 
 MAX_LABEL_CHARS = 200  # longer names are never label values, even when a glob matches
@@ -248,12 +249,7 @@ class ServedModels:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
 
 class ModelNames:

@@ -26,6 +26,7 @@ from pathlib import Path
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap.classes import SloConfig, SloConfigError, describe_changes, expand_paths, load_slo_config
 from exporter.tap.deadlines import DeadlineError
+from exporter.tap.background import cancel_and_wait
 from llmslo.confighash import config_hash
 
 DEFAULT_INTERVAL_S = 5.0
@@ -77,12 +78,7 @@ class SloReloader:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     def request(self) -> None:
         """Check now, and retry contents that failed before (the SIGHUP handler)."""
