@@ -1,0 +1,136 @@
+"""Seats against ground truth on the simulator's paged KV cache (virtual time, fixed seeds).
+
+The engine serves a Poisson load at 30%, 60% and 85% of its capacity (27 req/s for this config: there its cache
+stays full and it preempts; at 26 req/s it fills in bursts). At four sample times the seat estimate is taken from what a tap
+would see (the engine's free blocks, each in-flight request's output so far and max_tokens, and the exact
+sizes of the requests that finished), and the truth is measured on copies of the engine's state: the largest k
+such that k more p99-sized requests, added now with nothing else arriving, are all admitted at once and cause
+no preemption before every request has finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from exporter.tap.seats import InFlight, SizeWindow, estimate
+from simulator.clock import VirtualClock
+from simulator.config import EngineConfig
+from simulator.engine import EngineCore
+from simulator.request import Request, Status
+from simulator.workload import LengthDist, WorkloadSpec, generate
+
+CAP = 1000  # every request's max_tokens; its natural output (lognormal, median 150) ends it earlier
+CAPACITY_RPS = 27.0
+SAMPLES = (60.0, 75.0, 90.0, 105.0)  # virtual seconds; a minute of warm-up first
+NEW_IDS = 10**9  # token ids of the added requests: no prefix-cache hit on anything the workload sent
+
+
+def _config() -> EngineConfig:
+    # a small cache (4,499 usable blocks of 16 tokens) so KV binds; batch and token budget large so they do not
+    return EngineConfig(num_gpu_blocks_override=4500, max_num_seqs=1024, max_num_batched_tokens=262144, seed=0)
+
+
+class _Sizes:
+    """The exact sizes a tap learns from usage, and every finished request's total (for the true p99)."""
+
+    def __init__(self) -> None:
+        self.window = SizeWindow()
+        self.totals: list[int] = []
+        self.prompts: list[int] = []
+
+    def on_step(self, core, stats) -> None:
+        pass
+
+    def on_finished(self, req: Request) -> None:
+        self.window.add(req.num_prompt_tokens, req.num_output_tokens)
+        self.totals.append(req.num_prompt_tokens + req.num_output_tokens)
+        self.prompts.append(req.num_prompt_tokens)
+
+
+def _step(core: EngineCore, until: float | None = None) -> bool:
+    """Run one engine step (or move the clock to the next wake-up, at most `until`); False when idle for good."""
+    planned = core.begin_step()
+    if planned is None:
+        wake = core.next_wakeup()
+        if wake is None and until is None:
+            return False
+        core.clock.set(max(core.clock.now(), min(x for x in (wake, until) if x is not None)))
+        return True
+    core.clock.advance(planned.duration)
+    core.finish_step(planned)
+    return True
+
+
+def _fits(core: EngineCore, k: int, prompt: int, output: int) -> bool:
+    """On a copy: k requests of (prompt, output) added now are admitted at once and nothing is preempted
+    before all requests finish."""
+    c = copy.deepcopy(core)
+    added = []
+    for i in range(k):
+        ids = list(range(NEW_IDS + i * 100_000, NEW_IDS + i * 100_000 + prompt))
+        req = c.new_request(ids, output, output_len=output)
+        c.add_request(req)
+        added.append(req)
+    before = c.scheduler.num_preemptions
+    while any(r.status is Status.PENDING for r in added):
+        _step(c)
+    if any(r.status is Status.WAITING for r in added):  # not admitted on their first step: no room
+        return False
+    while c.scheduler.num_preemptions == before and _step(c):
+        pass
+    return c.scheduler.num_preemptions == before
+
+
+def _truth(core: EngineCore, prompt: int, output: int, guess: float) -> int:
+    if not _fits(core, 0, prompt, output):
+        return 0
+    lo, hi = 0, max(4, 2 * math.ceil(guess) + 2)
+    while _fits(core, hi, prompt, output):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _fits(core, mid, prompt, output) else (lo, mid)
+    return lo
+
+
+def _run(load: float) -> list[tuple[float, float, int, float]]:
+    """(virtual time, estimate, truth, KV usage) at each sample time."""
+    config = _config()
+    core = EngineCore(config, VirtualClock())
+    sizes = _Sizes()
+    core.observers.append(sizes)
+    spec = WorkloadSpec(rate=load * CAPACITY_RPS, duration=SAMPLES[-1] + 1, seed=1,
+                        output_len=LengthDist(150, 0.6, 2, CAP))
+    arrivals = generate(spec, config.model_len)
+    nxt, rows = 0, []
+    for at in SAMPLES:
+        while core.clock.now() < at:
+            while nxt < len(arrivals) and arrivals[nxt].arrival <= core.clock.now():
+                item = arrivals[nxt]
+                req = core.new_request(item.prompt_token_ids, CAP, output_len=item.output_len)
+                req.arrival_time = item.arrival
+                core.add_request(req)
+                nxt += 1
+            _step(core, min(at, arrivals[nxt].arrival) if nxt < len(arrivals) else at)
+        learned = sizes.window.sizes()
+        assert learned is not None and learned.source == "tap"
+        in_flight = [InFlight(r.num_output_tokens, r.max_tokens) for r in core._live.values()]
+        seat = estimate(core.kv.num_free_blocks * core.kv.block_size, core.kv.block_size, in_flight, learned)
+        # the true p99 request, split as the workload splits its tokens on average
+        totals = sorted(sizes.totals)
+        p99 = totals[math.ceil(0.99 * len(totals)) - 1]
+        prompt = round(p99 * sum(sizes.prompts) / sum(totals))
+        rows.append((at, seat.seats, _truth(core, prompt, p99 - prompt, seat.seats), core.kv.usage))
+    return rows
+
+
+@pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
+def test_seats_hold_against_the_engine(load: float) -> None:
+    rows = _run(load)
+    ratios = [est / truth for _, est, truth, _ in rows]
+    shown = ", ".join(f"t={t:g}s usage={u:.2f} est={e:.1f} truth={n}" for t, e, n, u in rows)
+    assert all(truth >= 1 for _, _, truth, _ in rows), shown  # below capacity there is room
+    assert all(0.8 <= r <= 1.2 for r in ratios), shown
