@@ -44,7 +44,7 @@ import math
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -53,6 +53,7 @@ from exporter import adapters
 from exporter.logs import TAP_LOGGER, event
 from exporter.model import MetricFamily
 from exporter.promtext import parse_page
+from exporter.tap import seats
 from exporter.tap.background import cancel_and_wait
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
@@ -240,6 +241,11 @@ class Admission:
         self.read_at: float | None = None
         self.footprint = self.fallback_footprint
         self.seats = math.inf
+        # The seat estimate's inputs besides the page (exporter.tap.seats): the exact sizes of the requests this tap
+        # saw finish, and the requests it has in flight; until then the fallback footprint, committing whole caps.
+        self.sizes = seats.SizeWindow()
+        self.in_flight: Callable[[], Iterable[seats.InFlight]] = tuple
+        self._last_sizes = seats.Sizes.fallback(self.fallback_footprint)
         self.waiting = 0.0
         self.admitted_since = 0  # requests admitted since the last reading
         self.last_error = ""
@@ -294,14 +300,12 @@ class Admission:
         prompt, gen = _delta(reading.prompt, prompt0), _delta(reading.generation, gen0)
         if len(history) == 1 or not prompt or prompt[-1][1] <= 0:  # no earlier reading, or none finished since
             prompt, gen = reading.prompt, reading.generation
-        p99_prompt, p99_gen = histogram_quantile(0.99, prompt), histogram_quantile(0.99, gen)
-        if p99_prompt is not None:
-            self.footprint = max(1.0, p99_prompt + (p99_gen or 0.0))
         self.reading = reading
-        # a request holds whole blocks: 547 tokens take 18 blocks of 32 (576), and seats counted in
-        # tokens would let an eighth such request into 127 blocks
-        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
-        self.seats = reading.free_tokens / (math.ceil(self.footprint / block) * block)
+        # exact sizes from the tap's own requests when it has seen enough, the engine's histograms otherwise
+        sizes = self.sizes.sizes() or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
+        self._last_sizes = sizes
+        estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes)
+        self.footprint, self.seats = sizes.footprint, estimate.seats
         self.waiting = reading.waiting
         self.admitted_since = 0
         self.read_at = now

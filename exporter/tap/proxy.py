@@ -38,6 +38,7 @@ from exporter.tap.deadlines import Deadlines, derive_deadlines
 from exporter.tap.http1 import RequestHead, field_text
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.request_fields import RequestFields, read_fields
+from exporter.tap.seats import InFlight
 from exporter.tap.timing import RequestTiming, Timings, plausible_usage, within_objectives
 from exporter.tap.upstream import UpstreamPool
 from llmslo import conventions as C
@@ -198,6 +199,17 @@ class TapProxy:
             conn.check_deadlines(now)
         self._ticker = asyncio.get_running_loop().call_later(self.tick_s, self._tick)
 
+    def in_flight(self) -> list[InFlight]:
+        """The timed requests in flight now, with their output so far and their cap (the seat estimate's,
+        exporter.tap.seats): one pass over the connections, at most max_connections."""
+        out = []
+        for conn in self.connections:
+            ex = conn.exchange
+            if ex is not None and not ex.done and ex.plan is not None:
+                cap = None if ex.plan.max_tokens is None else ex.plan.max_tokens * ex.plan.choices
+                out.append(InFlight(ex.timing.output_events, cap))
+        return out
+
     def in_flight_late(self) -> dict[tuple[str, str], int]:
         """Timed requests in flight now whose objective is already lost, by (model label, slo_class).
 
@@ -282,6 +294,9 @@ class TapProxy:
             if self.metrics is not None:
                 self.metrics.usage_rejected(model, obj.slo_class)
         t = timing.result(streamed=streamed)
+        if self.admission is not None and outcome == C.OUTCOME_OK and timing.usage_tokens is not None \
+                and timing.usage_prompt_tokens is not None:  # an exact size for the seat estimate
+            self.admission.sizes.add(timing.usage_prompt_tokens, timing.usage_tokens)
         good = outcome == C.OUTCOME_OK and within_objectives(t, obj.ttft, obj.tpot, streamed=streamed)
         if self.metrics is not None:
             self.metrics.record(model, obj.slo_class, outcome, t, good)

@@ -15,7 +15,9 @@ import re
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap.sse import EventTooLarge, SseSplitter
-from exporter.tap.timing import RequestTiming, carries_output, completion_tokens, has_finish_reason, is_usage_only
+from exporter.tap.timing import (
+    RequestTiming, carries_output, completion_tokens, has_finish_reason, is_usage_only, prompt_tokens,
+)
 
 
 MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is not kept whole to parse
@@ -95,7 +97,7 @@ class SseRelay:
                             timing.finished = True
                         n = completion_tokens(payload)
                         if n is not None:
-                            timing.on_usage(n)
+                            timing.on_usage(n, prompt_tokens(payload))
                             if strip and is_usage_only(payload):
                                 changed = True
                                 continue  # the injected usage event: not for the client
@@ -157,16 +159,18 @@ class BodyRelay:
         self._parts = []
         if not self._over:
             try:
-                n = completion_tokens(json.loads(body))
+                doc = json.loads(body)
+                n, prompt = completion_tokens(doc), prompt_tokens(doc)
                 self.parsed = True
             except (ValueError, UnicodeDecodeError, RecursionError):
-                n = None
+                n = prompt = None
         else:
+            prompt = None
             found = _COMPLETION_TOKENS.findall(body[-TAIL_BYTES:])
             n = int(found[-1]) if found else None
             self.parsed = n is not None  # too large to parse: a usage member at its end tells it is whole
         if n is not None:
-            self.timing.on_usage(n)
+            self.timing.on_usage(n, prompt)
         return b""
 
 

@@ -4,12 +4,10 @@ Pure arithmetic, no I/O (the admission gate calls `estimate` once per reading; t
 tests call it on a copied engine state). Three corrections over "free tokens / footprint":
 
 - **Committed growth.** A running request still grows into free blocks until it ends (vLLM allocates a decode
-  block when the last one fills; it reserves nothing for the output at admission), so free tokens overstate
-  the room by the tokens the running requests will still take. Each in-flight request commits its expected
-  remaining output: the mean, over the recent requests whose output was longer than what it has produced so
-  far, of min(their output, its max_tokens) minus that (the residual of the learned output distribution,
-  conditioned on its age). A request that has produced nothing may still be queued or prefilling: it commits
-  a whole mean request (prompt and output), since its prompt may not hold blocks yet.
+  block when the last one fills; it reserves nothing for the output at admission), and a queued one has not
+  taken its prompt yet; those that end meanwhile free what they hold. `estimate` follows both over the life of
+  a new request, with each in-flight request's chance of having ended taken from the learned output lengths
+  (given what it has produced and its max_tokens), and counts the room where it is least.
 - **Exact sizes.** A tap sees every request's token counts (usage) exactly; `Sizes.from_samples` uses them.
   Without enough of them (`MIN_SAMPLES`), the engine's histograms are read (`Sizes.from_histograms`): each
   bucket counts at its upper edge, so the p99 errs high by up to one bucket's width (vLLM's 1-2-5 ladder:
@@ -158,12 +156,13 @@ class SizeWindow:
         return Sizes.from_samples(tuple(self._ring)) if len(self._ring) >= MIN_SAMPLES else None
 
 
-GRID = 32  # points of a new request's life at which the room is checked
+GRID = 64  # points of a new request's life at which the room is checked
+Z = 1.5  # the room is its mean less 1.5 standard deviations of which in-flight requests end when (below)
 
 
 def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes) -> float:
-    """The KV tokens the in-flight requests would still take if none finished early (expected remaining output,
-    plus the prompt of each that has produced nothing: it may still be queued or prefilling)."""
+    """The KV tokens the in-flight requests will still take (expected remaining output, plus the prompt of each
+    that has produced nothing: it may still be queued or prefilling); shown beside the seats."""
     d, total = sizes.outputs, 0.0
     for r in in_flight:
         if d is None:  # start-up: nothing learned, so it runs to its cap and its prompt is as large as a seat
@@ -178,22 +177,23 @@ def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes) -> float:
 class SeatEstimate:
     seats: float
     free_tokens: float  # what the engine said
-    committed: float  # what its in-flight requests would still take if none finished early
+    committed: float  # what its in-flight requests will still take (committed_tokens)
     footprint: float  # one seat, in tokens, rounded up to whole blocks
     source: str
 
 
 def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight], sizes: Sizes) -> SeatEstimate:
-    """The most QUANTILE-sized requests that fit now and, in expectation, at every step of their lives.
+    """The most QUANTILE-sized requests that fit now and at every step of their lives, erring low.
 
     New requests take their prompt at once and grow by a token a step for their output. Meanwhile each in-flight
-    request grows until it ends and then frees what it held: at t steps from now it has grown E[min(t, R)], R its
-    remaining output under the learned distribution given its age, and it is counted as ended (its tokens freed)
-    only from E[R] on. Crediting ends by their probability instead read 1.2-2x the truth at 85% load (room is
-    lost at the worst step, not on average); crediting none read 0.65-0.8x.
-    The room left for the new ones at t is free - growth + freed; seats is the least of room(t) / (a new
-    request's size at t) over GRID points of its life. At start-up (nothing learned) nobody is credited with
-    ending early and every in-flight request commits its whole cap: seats err low until requests finish."""
+    request either has ended by t steps from now (probability p, from the learned output distribution given its
+    age and cap), freeing what it holds, or has grown t more; one that has produced nothing may still be queued,
+    so it takes a mean prompt first. The room left for the new ones at t is free tokens plus the mean of that
+    change less Z standard deviations (which requests end when is random, and room is lost at the worst step,
+    not on average: the mean alone read up to 1.5x the truth at 85% load, crediting no end 0.65-0.8x); seats is
+    the least of room(t) / (a new request's size at t) over GRID + 1 points of its life. At start-up (nothing
+    learned) no request is credited with ending and each commits its whole cap: seats err low until requests
+    finish."""
     block = block_size if math.isfinite(block_size) and block_size >= 1 else 1.0
     whole = lambda tokens: math.ceil(max(1.0, tokens) / block) * block  # noqa: E731  (a request holds whole blocks)
     flights = list(in_flight)
@@ -208,13 +208,13 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     seats = math.inf
     for step in range(GRID + 1):
         t = new_output * step / GRID
-        room = free_tokens
+        mean = var = 0.0
         for r in flights:
-            grown = d.residual(r.produced, t + r.produced if r.max_tokens is None else min(r.max_tokens, t + r.produced))
-            ended = d.ended_by(r.produced, r.max_tokens, r.produced + t)
-            if r.produced == 0:  # its prompt is not held yet: it takes it, and gives it back when it ends
-                room -= sizes.prompt_mean * (1.0 - ended) + grown * (1.0 - ended)
-            else:
-                room += (sizes.prompt_mean + r.produced) * ended - grown * (1.0 - ended)
+            # ended by t (probability p): it freed what it holds now; else it has grown t more
+            p = d.ended_by(r.produced, r.max_tokens, r.produced + t)
+            held = sizes.prompt_mean + r.produced if r.produced else -sizes.prompt_mean  # a queued one takes its prompt
+            mean += p * held - (1.0 - p) * t if r.produced else -(1.0 - p) * (sizes.prompt_mean + t)
+            var += p * (1.0 - p) * (max(held, 0.0) + t + (sizes.prompt_mean if not r.produced else 0.0)) ** 2
+        room = free_tokens + mean - Z * math.sqrt(var)
         seats = min(seats, max(0.0, room) / whole(new_prompt + t))
     return SeatEstimate(seats, free_tokens, committed, whole(sizes.footprint), sizes.source)

@@ -68,6 +68,7 @@ class TapServer:
         self.proxy.admission = admission
         if admission is not None:
             self.renderer.extra = admission.render
+            admission.in_flight = self.proxy.in_flight  # the seat estimate's running requests (exporter.tap.seats)
         self.shutdown_timeout_s = shutdown_timeout_s
         self.reloader = SloReloader(slo_paths, lambda: self.proxy.slo, self.apply_slo, self.proxy.check_deadlines_fit,
                                     self._reload_failed, reload_interval_s)

@@ -69,6 +69,14 @@ def completion_tokens(payload: Any) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
+def prompt_tokens(payload: Any) -> int | None:
+    """`usage.prompt_tokens` of a chunk or a whole response, when present and a whole number (the admission
+    gate's exact request sizes, exporter.tap.seats)."""
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
 def is_usage_only(payload: Any) -> bool:
     """The extra final chunk `stream_options.include_usage` adds: empty choices plus usage."""
     return isinstance(payload, dict) and payload.get("choices") == [] and isinstance(payload.get("usage"), dict)
@@ -97,6 +105,7 @@ class RequestTiming:
     end_at: float | None = None
     output_events: int = 0
     usage_tokens: int | None = None
+    usage_prompt_tokens: int | None = None  # usage.prompt_tokens, when the engine reported it
     # The stream's `[DONE]` reached the client: the response is complete from the client's point of
     # view, so a client closing the connection afterwards (as real clients do) is not a disconnect.
     delivered: bool = False
@@ -118,8 +127,10 @@ class RequestTiming:
         self.last_token_at = t
         self.output_events += 1
 
-    def on_usage(self, n: int) -> None:
+    def on_usage(self, n: int, prompt: int | None = None) -> None:
         self.usage_tokens = n
+        if prompt is not None:
+            self.usage_prompt_tokens = prompt
 
     def on_end(self, t: float) -> None:
         if self.end_at is None:

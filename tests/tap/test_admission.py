@@ -18,6 +18,7 @@ from exporter.promtext import parse
 from exporter.tap.admission import ENGINE_KINDS, WANTED, Admission, EngineReadError, Reading, read_engine, wanted
 from llmslo.histograms import histogram_quantile as quantile
 from exporter.tap.cli import add_arguments
+from exporter.tap.seats import MIN_SAMPLES
 from llmslo import conventions as C
 
 BLOCKS, BLOCK_SIZE = 1001, 16  # 16,000 KV tokens: vLLM V1 sets one block aside as its null block
@@ -292,3 +293,30 @@ def test_a_sglang_page_is_gated_like_a_vllm_one() -> None:
     gate = Admission("http://127.0.0.1:1", fallback_footprint=1000, max_queue=4)
     gate.update(r)
     assert gate.seats == pytest.approx(r.free_tokens / 1008) and not gate.is_open()  # 63 pages a request; 7 waiting > 4
+
+
+def test_the_tap_learns_exact_request_sizes_and_counts_its_requests_in_flight(stack: Callable) -> None:
+    """The seat estimate's inputs from the tap itself (exporter.tap.seats): each finished request's usage
+    (prompt and completion tokens, exact) and each running request's output so far and max_tokens."""
+    async def go() -> None:
+        async with stack() as st:
+            gate = Admission(st.upstream_url)
+            st.server.proxy.admission = gate
+            gate.in_flight = st.server.proxy.in_flight
+            url = st.tap_url + "/v1/chat/completions"
+            slow = asyncio.ensure_future(_post(url, {**_chat(), "max_tokens": 300}, **{
+                "x-test-chunks": "10", "x-test-delay-ms": "50"}))
+            await asyncio.sleep(0.2)
+            (flight,) = st.server.proxy.in_flight()
+            assert flight.max_tokens == 300 and 1 <= flight.produced < 10
+            await slow
+            for _ in range(MIN_SAMPLES):
+                await _post(url, _chat(), **{"x-test-chunks": "3", "x-test-usage-tokens": "3"})
+            assert st.server.proxy.in_flight() == []
+            sizes = gate.sizes.sizes()
+            assert sizes is not None and sizes.source == "tap"
+            assert sizes.footprint == 7 + 10 and sizes.prompt_mean == 7  # the stub engine's usage: 7 prompt tokens
+            gate.update(reading(0.5))  # the exact sizes win over the page's histograms
+            assert gate.footprint == 17
+
+    asyncio.run(go())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import pytest
 
@@ -22,8 +23,19 @@ from simulator.engine import EngineCore
 from simulator.request import Request, Status
 from simulator.workload import LengthDist, WorkloadSpec, generate
 
-CAP = 1000  # every request's max_tokens; its natural output (lognormal, median 150) ends it earlier
-CAPACITY_RPS = 27.0
+
+@dataclass(frozen=True)
+class Workload:
+    prompt: LengthDist
+    output: LengthDist
+    cap: int  # every request's max_tokens; its natural output ends it earlier
+    capacity_rps: float  # the rate at which the cache stays full and the engine preempts
+
+
+# chat: 500-token prompts, 150-token answers; decode-heavy: 200-token prompts, 600-token answers, so running
+# requests' remaining growth is most of what the cache will hold (free tokens alone read up to 1.6x the truth)
+CHAT = Workload(LengthDist(500, 0.5, 16, 4000), LengthDist(150, 0.6, 2, 1000), 1000, 27.0)
+DECODE_HEAVY = Workload(LengthDist(200, 0.5, 16, 2000), LengthDist(600, 0.6, 2, 2000), 2000, 11.5)
 SAMPLES = (60.0, 75.0, 90.0, 105.0)  # virtual seconds; a minute of warm-up first
 NEW_IDS = 10**9  # token ids of the added requests: no prefix-cache hit on anything the workload sent
 
@@ -96,21 +108,21 @@ def _truth(core: EngineCore, prompt: int, output: int, guess: float) -> int:
     return lo
 
 
-def _run(load: float) -> list[tuple[float, float, int, float]]:
+def _run(work: Workload, load: float) -> list[tuple[float, float, int, float]]:
     """(virtual time, estimate, truth, KV usage) at each sample time."""
     config = _config()
     core = EngineCore(config, VirtualClock())
     sizes = _Sizes()
     core.observers.append(sizes)
-    spec = WorkloadSpec(rate=load * CAPACITY_RPS, duration=SAMPLES[-1] + 1, seed=1,
-                        output_len=LengthDist(150, 0.6, 2, CAP))
+    spec = WorkloadSpec(rate=load * work.capacity_rps, duration=SAMPLES[-1] + 1, seed=1,
+                        prompt_len=work.prompt, output_len=work.output)
     arrivals = generate(spec, config.model_len)
     nxt, rows = 0, []
     for at in SAMPLES:
         while core.clock.now() < at:
             while nxt < len(arrivals) and arrivals[nxt].arrival <= core.clock.now():
                 item = arrivals[nxt]
-                req = core.new_request(item.prompt_token_ids, CAP, output_len=item.output_len)
+                req = core.new_request(item.prompt_token_ids, work.cap, output_len=item.output_len)
                 req.arrival_time = item.arrival
                 core.add_request(req)
                 nxt += 1
@@ -127,9 +139,10 @@ def _run(load: float) -> list[tuple[float, float, int, float]]:
     return rows
 
 
+@pytest.mark.parametrize("work", [CHAT, DECODE_HEAVY], ids=["chat", "decode-heavy"])
 @pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
-def test_seats_hold_against_the_engine(load: float) -> None:
-    rows = _run(load)
+def test_seats_hold_against_the_engine(work: Workload, load: float) -> None:
+    rows = _run(work, load)
     ratios = [est / truth for _, est, truth, _ in rows]
     shown = ", ".join(f"t={t:g}s usage={u:.2f} est={e:.1f} truth={n}" for t, e, n, u in rows)
     assert all(truth >= 1 for _, _, truth, _ in rows), shown  # below capacity there is room
