@@ -402,9 +402,9 @@ TAP_ADMISSION_ENGINE_READABLE = _m(
     "tap_admission_engine_readable", "gauge",
     "1 while the tap reads the engine's /metrics for admission; 0: it cannot, and the gate admits (fails open).",
 )
-TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "Free KV tokens over the p99 per-request footprint, at the last reading.")
+TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "More p99-sized requests the free KV cache takes, net of what the requests in flight will still take, at the last reading.")
 TAP_ADMISSION_FOOTPRINT = _m(
-    "tap_admission_footprint_tokens", "gauge", "p99 prompt plus p99 output tokens per request, over the recent window.", unit="tokens",
+    "tap_admission_footprint_tokens", "gauge", "The p99 request size seats are counted in: exact from the tap's own requests, else the engine's histograms, else the fallback.", unit="tokens",
 )
 TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
 # Why a poll of the engine's page was not taken as a reading (LABEL_REASON of TAP_ADMISSION_READ_ERRORS): on any,
@@ -624,21 +624,24 @@ class CAPACITY:
     POOL_LABELS = (LABEL_CLUSTER, LABEL_NAMESPACE, LABEL_MODEL)
     # Recorded series (level:metric:operations). Per engine:
     FREE_TOKENS = "llm:kv_cache_free_tokens"  # free blocks x block size
+    # What the engine's requests will still take (an approximation from its page, docs/capacity.md): running x the
+    # p50 output, plus waiting x the p50 request; absent for an engine without request-size histograms
+    COMMITTED_TOKENS = "llm:kv_cache_committed_tokens"
+    FREE_TOKENS_NET = "llm:kv_cache_free_tokens:net_of_committed"  # free - committed (free where none is recorded)
     FOOTPRINT_P99 = "llm:request_tokens:p99"  # p99 prompt tokens + p99 output tokens (over the footprint window)
     FOOTPRINT_P50 = "llm:request_tokens:p50"
-    SEATS_P99 = "llm:kv_seats:p99"  # free tokens / p99 footprint: more requests of p99 size that fit now
+    SEATS_P99 = "llm:kv_seats:p99"  # net free tokens / p99 footprint: more requests of p99 size that fit and can grow
     SEATS_P50 = "llm:kv_seats:p50"
     # Per pool (sum over its engines that have seats):
     POOL_SEATS_P99 = "llm:kv_seats_pool:p99"
     POOL_SEATS_P50 = "llm:kv_seats_pool:p50"
     POOL_WAITING = "llm:requests_waiting_pool"  # sum of llm_requests_waiting over the pool's engines
     POOL_FREE_TOKENS = "llm:kv_cache_free_tokens_pool"  # sum of the pool's engines' free KV tokens (histograms or not)
-    # Minutes until the pool's free KV tokens reach 0 at the trend of the trend window (the page's forecast);
-    # absent unless free tokens are falling.
+    POOL_FREE_TOKENS_NET = "llm:kv_cache_free_tokens_pool:net_of_committed"  # sum of the engines' FREE_TOKENS_NET
+    # Minutes until the pool's net free KV tokens reach 0 at the trend of the trend window (the page's forecast, and
+    # what dashboards plot); absent unless they are falling, 0 once out while still falling.
     POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION = "llm:kv_cache_free_tokens_pool:minutes_to_exhaustion"
-    # Minutes until the pool's p99 seats reach 0 at the trend of the trend window; absent unless seats are falling.
-    POOL_MINUTES_TO_EXHAUSTION = "llm:kv_seats_pool:p99:minutes_to_exhaustion"
     SEATS_LOW = "LLMKVSeatsLow"  # ticket: the pool stays under N seats at p99 context
-    # page: free tokens run out within M minutes at their trend, or have run out (under one p99 seat) while the queue grows
+    # page: net free tokens run out within M minutes at their trend, or have run out (under one p99 seat) while the queue grows
     SEATS_EXHAUSTION = "LLMKVSeatsExhaustion"
     ALERTS = (SEATS_LOW, SEATS_EXHAUSTION)

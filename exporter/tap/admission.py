@@ -5,13 +5,14 @@ The tap reads the engine it fronts (its /metrics, every `poll_s`) through the ex
 engine kind whose adapter gives free KV blocks and the block size can be gated (`--admission-engine`,
 detected from the page by default), and keeps a gate:
 
-- seats at p99 context = free KV tokens / p99 per-request footprint rounded up to whole KV blocks, where free KV tokens =
+- seats at p99 context = exporter.tap.seats.estimate: more p99-sized requests the free KV tokens take now and
+  as they grow, net of what the tap's requests in flight will still take, where free KV tokens =
   llm_kv_cache_free_blocks x llm_kv_cache_block_size_tokens (for vLLM: (1 - kv_cache_usage_perc) x
-  usable blocks, num_gpu_blocks - 1 on V1 for its null block, in whole blocks, per data-parallel engine), and the footprint = p99 of
-  llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the requests that finished in
-  the last `window_s` (the sum of the two p99s: an upper bound of the p99 of the sum, so the estimate
-  errs towards fewer seats); with no request finished in the window (or an engine without those
-  histograms) the last footprint measured is kept, and before any the `fallback_footprint` flag is used;
+  usable blocks, num_gpu_blocks - 1 on V1 for its null block, in whole blocks, per data-parallel engine), and the
+  request sizes are the exact usage counts of the requests that finished through this tap once it has
+  seen enough, else p99 of llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the
+  requests that finished in the last `window_s` (the sum of the two p99s: an upper bound of the p99 of the
+  sum); with neither the last sizes are kept, and before any the `fallback_footprint` flag is used;
 - queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
 
 The gate is closed while seats < min_seats or queue > max_queue. Between two readings the tap

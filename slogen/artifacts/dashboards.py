@@ -510,13 +510,15 @@ def _capacity_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> l
     p.append(grid.place(_timeseries("KV seats per pool (p99 and p50 request size)", [
         gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P99, m), pool_by), "p99 " + pool_legend, "A"),
         gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P50, m), pool_by), "p50 " + pool_legend, "B"),
-    ], description="How many more requests of p99 (p50) size fit in the pool's free KV cache now: an estimate, "
-                   "low under heavy prefix sharing, high while long generations are in flight. " + seats_note), 8, 8))
-    p.append(grid.place(_timeseries("Minutes to no seat left per pool (forecast)", [
-        gf.prom_target(q.agg("min", q.selector(K.POOL_MINUTES_TO_EXHAUSTION, m), pool_by), pool_legend)],
+    ], description="How many more requests of p99 (p50) size fit in the pool's free KV cache, net of what its "
+                   "running and waiting requests will still take: an estimate, low under heavy prefix sharing. "
+                   + seats_note), 8, 8))
+    p.append(grid.place(_timeseries("Minutes to KV exhaustion per pool (forecast)", [
+        gf.prom_target(q.agg("min", q.selector(K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, m), pool_by), pool_legend)],
         unit="m", steps=((None, "red"), (15, "orange"), (60, "green")), threshold_style="line",
-        description="At the trend of the last minutes (deriv of the p99 seats). No data: seats are not falling. "
-                    + seats_note), 8, 8))
+        description="What the LLMKVSeatsExhaustion page forecasts: minutes until the pool's free KV tokens, net of "
+                    "what its requests will still take, reach 0 at the trend of the last minutes. No data: they are "
+                    "not falling; 0: out, and still falling. " + seats_note), 8, 8))
     # Seats are recorded per conventions.CAPACITY.ENGINE_LABELS (an engine's identity).
     p.append(grid.place(_timeseries("KV seats per engine (p99)", [
         gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), K.ENGINE_LABELS),

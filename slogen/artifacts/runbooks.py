@@ -209,7 +209,7 @@ def render_runbook(alert: AlertView, discovery: EngineDiscovery = EngineDiscover
         "slo_dashboard": "../../" + slo_dashboard_path(slo.slo_id) if slo else "",
         "fleet_dashboard": "../../" + FLEET_DASHBOARD_FILE,
         "capacity": {"page": c.CAPACITY.SEATS_EXHAUSTION, "low": c.CAPACITY.SEATS_LOW, "free": c.CAPACITY.POOL_FREE_TOKENS,
-                     "minutes": c.CAPACITY.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
+                     "net": c.CAPACITY.POOL_FREE_TOKENS_NET, "minutes": c.CAPACITY.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
                      "seats": c.CAPACITY.POOL_SEATS_P99, "waiting": c.CAPACITY.POOL_WAITING},
     }
     text = env.get_template(f"runbook_{topic(alert)}.md.j2").render(**context)

@@ -10,9 +10,11 @@ per seat. Besides the alerts, the tests pin the recorded seats of each engine an
 - Full but healthy: a pool under N seats whose seats and queue do not move: the ticket fires, the page
   never does (no falling trend, no growing queue).
 - vLLM's order: free tokens fall steadily while nothing queues (vLLM queues only once the KV cache is
-  full), then free tokens sit at ~0 while the queue grows, then the load drops. The page fires at least
-  5 minutes before free tokens reach 0, with the queue still empty; stays firing through the exhaustion,
-  long after the free tokens' trend has gone flat; and clears once the pool recovers.
+  full) and requests run whose committed growth is 2 minutes of the fall, then free tokens sit at ~0 while
+  the queue grows, then the load drops. The forecast reads net free tokens (2 minutes earlier than raw
+  ones), so the page fires at least 5 minutes before they reach 0 (7 before raw free tokens do), with the
+  queue still empty; stays firing through the exhaustion, where each waiting request commits a p50 request
+  so the net keeps falling; and clears once the pool recovers.
 - Healthy and fluctuating: free tokens swing by a third in a triangle, and a small queue grows on every
   fall (a batch-size limit, not KV): the forecast never drops under the horizon and the page never fires.
 Thresholds and windows come from the options, so the tests follow `--capacity-seats-low` etc.
@@ -127,23 +129,32 @@ def capacity_tests(alerts: list[HealthAlert], opts: CapacityOptions, rule_file: 
     ]}
 
 
+def _p50_output() -> float:
+    """The p50 of the staged output histogram (99 of 100 requests in the first bucket, 0..1024)."""
+    return 1024 * 50 / 99
+
+
 def _vllm_order(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
-    """Free tokens fall, then the queue grows at ~0 free, then recovery: page before, during, not after."""
+    """Free tokens fall with requests running, then the queue grows at ~0 free, then recovery: page before,
+    during, not after."""
     trend, page_for, horizon = _m(opts.trend_window), _m(opts.exhaustion_for), math.ceil(opts.exhaustion_minutes)
-    # Two replicas, each losing one p99 seat (s blocks) a minute from minute D for X minutes: free tokens reach 0 at
-    # t_x = D + X. The forecast is remaining minutes = X - (t - D) once the trend window lies on the fall (before,
-    # deriv is a weighted mean of 0 and the fall's slope, so the forecast is longer). It first drops under the horizon
-    # M at t_p = D + X - ceil(M) + 1, which is on the fall when X = ceil(M) + trend (t_p - trend = D + 1 >= D);
-    # the page fires `for` later, ceil(M) - 1 - for >= 5 minutes before t_x (the options require it).
-    s, d = SEAT_BLOCKS, 5
-    x = horizon + trend
+    # Two replicas, each losing one p99 seat (s blocks) a minute from minute D for X minutes: raw free tokens reach 0
+    # at t_x = D + X. Each runs R requests whose committed growth (R x the p50 output) is K minutes of that fall, so
+    # the net free tokens the forecast reads reach 0 at t_x - K. The forecast is remaining minutes = X - K - (t - D)
+    # once the trend window lies on the fall (before, deriv is a weighted mean of 0 and the fall's slope, so the
+    # forecast is longer). It first drops under the horizon M at t_p = D + X - K - ceil(M) + 1, which is on the fall
+    # when X = ceil(M) + trend + K (t_p - trend = D + 1 >= D); the page fires `for` later, ceil(M) - 1 - for >= 5
+    # minutes before the net tokens run out and K more before the raw ones do (the options require the 5).
+    s, d, k = SEAT_BLOCKS, 5, 2
+    x = horizon + trend + k
     t_x = d + x
-    t_p = d + x - horizon + 1
+    t_p = d + x - k - horizon + 1
     fire = t_p + page_for
-    assert t_x - fire >= _m(EXHAUSTION_LEAD), (t_x, fire)
+    assert t_x - k - fire >= _m(EXHAUSTION_LEAD), (t_x, fire)
+    running = k * s * BLOCK / _p50_output()
     # Exhausted for trend + 10 minutes: free flickers between 8 and 0 blocks per replica (1/16 of a seat: the pool
-    # holds under one seat), the queue grows by one a minute per replica from t_x + 1. After trend minutes of that
-    # the free tokens' trend has no fall left in its window: only the queue arm holds the page.
+    # holds under one seat), the queue grows by one a minute per replica from t_x + 1, each waiting request
+    # committing a p50 request: the net keeps falling, so the forecast holds the page, and so does the queue arm.
     t_r = t_x + trend + 10
     end = t_r + trend + 5
     flicker = " ".join("8" if i % 2 == 0 else "0" for i in range(t_r - t_x - 1))
@@ -152,19 +163,23 @@ def _vllm_order(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, li
     waiting = f"0x{t_x} 1+1x{t_r - t_x - 2} 0x{end - t_r}"
     a, b = _engine("llm", "llama-3-70b", "vllm-0"), _engine("llm", "llama-3-70b", "vllm-1")
     series = [*_engine_series(a, free, waiting, end), *_engine_series(b, free, waiting, end)]
+    series += [(c.REQUESTS_RUNNING.name, e, f"{_num(running)}x{end}") for e in (a, b)]
     pool = _pool(a)
     checks = [_check(page, m, None) for m in (d, t_p, fire - 1)]
-    checks += [_check(page, m, pool) for m in (fire, t_x - _m(EXHAUSTION_LEAD), t_x, t_x + 1, t_x + trend + 2, t_r - 1)]
-    checks += [_check(page, m, None) for m in (t_r, t_r + trend + 2, end)]
+    checks += [_check(page, m, pool) for m in (fire, t_x - k - _m(EXHAUSTION_LEAD), t_x - k, t_x, t_x + 1,
+                                                t_x + trend + 2, t_r - 1)]
+    checks += [_check(page, m, None) for m in (t_r + 1, t_r + trend + 2, end)]
     samples = [
         _sample(K.POOL_FREE_TOKENS, pool, d, 2 * x * s * BLOCK),
-        # first under the horizon with ceil(M) - 1 minutes left, and nothing queued yet
+        _sample(K.POOL_FREE_TOKENS_NET, pool, d, 2 * (x - k) * s * BLOCK),  # less what the running requests commit
+        # first under the horizon with ceil(M) - 1 minutes left (raw free tokens alone: K more), nothing queued yet
         _sample(K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, pool, t_p, horizon - 1),
         _sample(K.POOL_WAITING, pool, fire, 0),
         _sample(K.POOL_WAITING, pool, t_r - 1, 2 * (t_r - t_x - 1)),
+        _sample(K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, pool, t_x + trend + 2, 0),  # out, and still falling
     ]
-    title = (f"vLLM's order: free tokens fall from {d}m and run out at {t_x}m with no queue; the page fires at {fire}m, "
-             f"stays up while the queue grows until {t_r}m, clears on recovery")
+    title = (f"vLLM's order: net free tokens fall from {d}m and run out at {t_x - k}m (raw free at {t_x}m) with no "
+             f"queue; the page fires at {fire}m, stays up while the queue grows until {t_r}m, clears on recovery")
     return title, series, checks, samples
 
 

@@ -103,7 +103,7 @@ def fleet_answers(slos: Sequence[SLOView], f: fs.Fleet = fs.FLEET) -> Answers:
         ("Prefix-cache hit rate per engine", "A"): by_engine(lambda e: e.prefix[0] / e.prefix[1] if e.prefix else None),
         ("KV seats per pool (p99 and p50 request size)", "A"): _pools(f, 0),
         ("KV seats per pool (p99 and p50 request size)", "B"): _pools(f, 1),
-        ("Minutes to no seat left per pool (forecast)", "A"): _pools(f, 2),
+        ("Minutes to KV exhaustion per pool (forecast)", "A"): _pools(f, 2),
         # Recorded per conventions.CAPACITY.ENGINE_LABELS.
         ("KV seats per engine (p99)", "A"): _sum_by([(_keep(lb, K.ENGINE_LABELS), f.seats_p99[fs.engine_key(e)])
                                                      for lb, e in eng if fs.engine_key(e) in f.seats_p99],

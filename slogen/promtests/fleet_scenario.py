@@ -272,5 +272,5 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
         lb = {k: v for k, v in {c.LABEL_CLUSTER: CLUSTER, c.LABEL_NAMESPACE: ns, c.LABEL_MODEL: model}.items() if v}
         out += [(K.POOL_SEATS_P99, lb, gauge(p99)), (K.POOL_SEATS_P50, lb, gauge(p50))]
         if minutes is not None:
-            out.append((K.POOL_MINUTES_TO_EXHAUSTION, lb, gauge(minutes)))
+            out.append((K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, lb, gauge(minutes)))
     return out

@@ -1,10 +1,17 @@
 """Capacity: KV seats per engine and per pool, a time-to-exhaustion forecast, and two alerts on them.
 
 Why: KV-cache usage says how full an engine is, not how many more requests it can take. A seat is
-room for one more request: free KV tokens (free blocks x block size) divided by a request's token
-footprint (prompt + output), at the p99 and the p50 request size the engine itself observed
-(`llm_request_prompt_tokens` / `llm_request_generation_tokens`). Engines without those histograms
-(trtllm-serve) get no seats. A pool is the replicas of one model in one namespace (and cluster):
+room for one more request: free KV tokens (free blocks x block size) net of what the engine's requests
+will still take, divided by a request's token footprint (prompt + output), at the p99 and the p50 request
+size the engine itself observed (`llm_request_prompt_tokens` / `llm_request_generation_tokens`).
+
+What the requests will still take (committed) is not on any engine's page; it is approximated from what is:
+each running request x the p50 output (a running request has produced part of its output, but one picked
+at random is longer than the median: the two roughly cancel for the usual spreads), plus each waiting
+request x the p50 request (its prompt and output both still to come). An approximation that errs towards
+fewer free tokens when outputs are short-tailed; the tap's gate (exporter/tap/seats.py) sees each request
+and does better. Engines without those histograms (trtllm-serve) get no seats and no committed tokens: their
+net free tokens are their free tokens. A pool is the replicas of one model in one namespace (and cluster):
 its seats are the sum of its engines' seats.
 
 Two alerts, in the severities' usual sense: a ticket when a pool stays under N seats at p99 context
@@ -13,14 +20,12 @@ out within M minutes, or have run out while its queue grows (users are waiting).
 stable (seats low, free tokens not falling, queue not growing) gets the ticket, never the page.
 
 Why the page has two arms: vLLM (and SGLang) queue only once the KV cache is full, so a forecast that
-also needs a growing queue comes after exhaustion; and once the cache is full, free tokens sit at ~0,
-their trend goes flat and a forecast alone clears while the queue keeps growing. So: the forecast on
-free tokens alone (it pages before the queue exists), or "under one p99 seat left and the queue growing"
-(it holds the page through the exhaustion; the forecast hands over to it without a gap, since the queue
-starts growing as soon as the cache is full). The forecast uses free tokens, not seats, so that a change
-in the request-size footprint does not read as a trend. No engine publishes the tokens its running
-requests will still take (their committed growth), so the forecast cannot subtract it; that growth
-shows up in the trend as it is taken.
+also needs a growing queue comes after exhaustion; and once the cache is full, raw free tokens sit at ~0
+and their trend goes flat. So: the forecast on net free tokens (free less committed: it pages before the
+queue exists, earlier than raw free tokens would by what the running requests will still take, and it
+keeps falling while the queue grows, since each waiting request commits a p50 request), or "under one p99
+seat left and the queue growing" (it holds the page however the trend looks). The forecast uses tokens,
+not seats, so that a change in the request-size footprint does not read as a trend.
 
 Own rule group and file (`llmslo-capacity`), the same labels and annotations as the health alerts
 (`severity`, `summary`, `description`, `runbook_url`, `dashboard`). Plain PromQL only.
@@ -87,27 +92,40 @@ def footprint_expr(q: float, window: str) -> str:
     return f"(\n  {parts[0]}\n+\n  {parts[1]}\n) > 0\n"
 
 
+def committed_expr(window: str) -> str:
+    """Running requests x the p50 output, plus waiting requests x the p50 request (see the module's docstring)."""
+    engine, on = K.ENGINE_LABELS, promql.on(K.ENGINE_LABELS)
+    # `>= 0` drops an engine that finished no request in the window (NaN): no committed tokens, its net is its free
+    p50_out = (f"(histogram_quantile(0.5, "
+               f"{promql.agg('sum', promql.rate(c.REQUEST_GENERATION_TOKENS.bucket(), window), (c.LABEL_LE, *engine))}) >= 0)")
+    return (f"{promql.agg('sum', c.REQUESTS_RUNNING.name, engine)}\n  * {on}\n  {p50_out}\n"
+            f"+ {on}\n  {promql.agg('sum', c.REQUESTS_WAITING.name, engine)}\n  * {on}\n  {K.FOOTPRINT_P50}\n")
+
+
 def recording_rules(opts: CapacityOptions) -> list[Rule]:
     engine, pool = K.ENGINE_LABELS, K.POOL_LABELS
     window, trend = format_prometheus_duration(opts.footprint_window), format_prometheus_duration(opts.trend_window)
+    net = f"clamp_min({K.FREE_TOKENS_NET}, 0)"  # seats are never negative; the net itself is, once overcommitted
     return [
         Rule(record=K.FREE_TOKENS,
              expr=f"{promql.agg('sum', c.KV_BLOCKS_FREE.name, engine)}\n* {promql.on(engine)}\n"
                   f"{promql.agg('max', c.KV_BLOCK_SIZE.name, engine)}\n"),
         Rule(record=K.FOOTPRINT_P99, expr=footprint_expr(0.99, window)),
         Rule(record=K.FOOTPRINT_P50, expr=footprint_expr(0.5, window)),
-        Rule(record=K.SEATS_P99, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P99}\n"),
-        Rule(record=K.SEATS_P50, expr=f"{K.FREE_TOKENS} / {K.FOOTPRINT_P50}\n"),
+        Rule(record=K.COMMITTED_TOKENS, expr=committed_expr(window)),
+        Rule(record=K.FREE_TOKENS_NET,
+             expr=f"{K.FREE_TOKENS} - {promql.on(engine)} {K.COMMITTED_TOKENS}\nor\n{K.FREE_TOKENS}\n"),
+        Rule(record=K.SEATS_P99, expr=f"{net} / {K.FOOTPRINT_P99}\n"),
+        Rule(record=K.SEATS_P50, expr=f"{net} / {K.FOOTPRINT_P50}\n"),
         Rule(record=K.POOL_SEATS_P99, expr=promql.agg("sum", K.SEATS_P99, pool) + "\n"),
         Rule(record=K.POOL_SEATS_P50, expr=promql.agg("sum", K.SEATS_P50, pool) + "\n"),
         Rule(record=K.POOL_WAITING, expr=promql.agg("sum", c.REQUESTS_WAITING.name, pool) + "\n"),
         Rule(record=K.POOL_FREE_TOKENS, expr=promql.agg("sum", K.FREE_TOKENS, pool) + "\n"),
-        # free tokens / (tokens lost per minute), only where they fall: absent when flat or rising; 0 once out.
+        Rule(record=K.POOL_FREE_TOKENS_NET, expr=promql.agg("sum", K.FREE_TOKENS_NET, pool) + "\n"),
+        # net free tokens / (tokens lost per minute), only where they fall: absent when flat or rising; 0 once out.
         Rule(record=K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
-             expr=f"{K.POOL_FREE_TOKENS}\n/\n({promql.deriv(K.POOL_FREE_TOKENS, trend)} * -60 > 0)\n"),
-        # seats / (seats lost per minute), only where seats fall: absent when flat or rising.
-        Rule(record=K.POOL_MINUTES_TO_EXHAUSTION,
-             expr=f"{K.POOL_SEATS_P99}\n/\n({promql.deriv(K.POOL_SEATS_P99, trend)} * -60 > 0)\n"),
+             expr=f"clamp_min({K.POOL_FREE_TOKENS_NET}, 0)\n/\n"
+                  f"({promql.deriv(K.POOL_FREE_TOKENS_NET, trend)} * -60 > 0)\n"),
     ]
 
 
@@ -140,8 +158,8 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
                base_url, extra, fleet, group=K.GROUP),
         _alert(K.SEATS_EXHAUSTION, page_expr(opts), opts.exhaustion_for, CRITICAL,
                f"{pool} runs out of KV cache within {m} minutes, or has run out while its queue grows.",
-               f"At the trend of the last {trend}, the pool's free KV tokens reach zero within {m} minutes "
-               f"({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}), or fewer than one p99-sized request fits "
+               f"At the trend of the last {trend}, the pool's free KV tokens net of what its requests will still take "
+               f"reach zero within {m} minutes ({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}), or fewer than one p99-sized request fits "
                f"({K.POOL_SEATS_P99} < 1) while the requests waiting in the pool are rising. New requests "
                "queue and running ones are preempted: add replicas now, or shed batch traffic.",
                TOPIC_KV_SATURATION,

@@ -151,7 +151,7 @@ def test_fleet_dashboard_covers_the_serving_signals(dashboards):
                    c.PREEMPTIONS, c.PREFIX_CACHE_HITS, c.GPU_MEMORY_USED, c.GPU_MEMORY_FREE,
                    c.LORA_ADAPTERS_RUNNING):
         assert metric.name in names, metric.name
-    for record in (c.CAPACITY.POOL_SEATS_P99, c.CAPACITY.POOL_SEATS_P50, c.CAPACITY.POOL_MINUTES_TO_EXHAUSTION,
+    for record in (c.CAPACITY.POOL_SEATS_P99, c.CAPACITY.POOL_SEATS_P50, c.CAPACITY.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
                    c.CAPACITY.SEATS_P99):  # the capacity row
         assert record in names, record
     for hist in (c.TTFT, c.TPOT, c.TAP_TTFT, c.TAP_TPOT):

@@ -64,9 +64,9 @@ def test_every_dashboard_panel_and_keda_query_returns_data(tmp_path):
     capacity_rules = REPO / "alerts" / f"{c.CAPACITY.GROUP}.rules.yaml"
 
     def may_be_empty(expr: str) -> bool:
-        """The forecast is absent while no pool's seats are falling (as under this steady load);
+        """The forecast is absent while no pool's net free tokens are falling (as under this steady load);
         its operand, the pool's seats, is checked instead."""
-        return c.CAPACITY.POOL_MINUTES_TO_EXHAUSTION in expr
+        return c.CAPACITY.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION in expr
 
     async def run() -> tuple[list[str], list[str]]:
         settings = StackSettings.fast(prebuilt_rules=(rules, health_rules, capacity_rules), workdir=tmp_path / "stack")

@@ -50,9 +50,9 @@ def for_cluster(expr: str, cluster: str) -> str:
 
 
 def may_be_empty(expr: str) -> bool:
-    """The seats forecast is absent while no pool's seats fall steadily (tests/integration/test_dashboards_live.py
-    checks its operand)."""
-    return C.CAPACITY.POOL_MINUTES_TO_EXHAUSTION in expr
+    """The exhaustion forecast is absent while no pool's net free tokens fall steadily
+    (tests/integration/test_dashboards_live.py checks its operand)."""
+    return C.CAPACITY.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION in expr
 
 
 def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tmp_path):

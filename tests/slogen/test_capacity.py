@@ -103,10 +103,11 @@ def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, t
                            exhaustion_minutes=30, exhaustion_for=10 * MINUTE)
     files = capacity_rules(compile_catalog(BuildOptions(inputs=(), capacity=opts, autoscaling=False))).files
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(files[RULES])["groups"] for r in g["rules"]}
-    assert list(rules) == [K.FREE_TOKENS, K.FOOTPRINT_P99, K.FOOTPRINT_P50, K.SEATS_P99, K.SEATS_P50,
-                           K.POOL_SEATS_P99, K.POOL_SEATS_P50, K.POOL_WAITING, K.POOL_FREE_TOKENS,
-                           K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, K.POOL_MINUTES_TO_EXHAUSTION, *K.ALERTS]
-    assert "[1h]" in rules[K.FOOTPRINT_P99]["expr"] and "[20m]" in rules[K.POOL_MINUTES_TO_EXHAUSTION]["expr"]
+    assert list(rules) == [K.FREE_TOKENS, K.FOOTPRINT_P99, K.FOOTPRINT_P50, K.COMMITTED_TOKENS, K.FREE_TOKENS_NET,
+                           K.SEATS_P99, K.SEATS_P50, K.POOL_SEATS_P99, K.POOL_SEATS_P50, K.POOL_WAITING,
+                           K.POOL_FREE_TOKENS, K.POOL_FREE_TOKENS_NET, K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
+                           *K.ALERTS]
+    assert "[1h]" in rules[K.FOOTPRINT_P99]["expr"] and "[1h]" in rules[K.COMMITTED_TOKENS]["expr"]
     assert "[20m]" in rules[K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION]["expr"]
     assert rules[K.SEATS_LOW]["expr"].startswith(f"{K.POOL_SEATS_P99} < 10") and rules[K.SEATS_LOW]["for"] == "5m"
     assert rules[K.SEATS_EXHAUSTION]["expr"].startswith(f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION} < 30")
