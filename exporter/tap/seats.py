@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -156,8 +156,8 @@ class SizeWindow:
         return Sizes.from_samples(tuple(self._ring)) if len(self._ring) >= MIN_SAMPLES else None
 
 
-GRID = 64  # points of a new request's life at which the room is checked
-Z = 1.5  # the room is its mean less 1.5 standard deviations of which in-flight requests end when (below)
+GRID = 32  # points of a new request's life at which the room is checked
+Z = 1.25  # the room is its mean less this many standard deviations of which in-flight requests end when (below)
 
 
 def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes) -> float:
@@ -190,7 +190,7 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     age and cap), freeing what it holds, or has grown t more; one that has produced nothing may still be queued,
     so it takes a mean prompt first. The room left for the new ones at t is free tokens plus the mean of that
     change less Z standard deviations (which requests end when is random, and room is lost at the worst step,
-    not on average: the mean alone read up to 1.5x the truth at 85% load, crediting no end 0.65-0.8x); seats is
+    not on average: the mean alone read up to 1.5x the truth near capacity, crediting no end 0.65-0.8x); seats is
     the least of room(t) / (a new request's size at t) over GRID + 1 points of its life. At start-up (nothing
     learned) no request is credited with ending and each commits its whole cap: seats err low until requests
     finish."""
@@ -205,16 +205,24 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     mean_out = d.mean()
     new_output = sizes.footprint * mean_out / (mean_out + sizes.prompt_mean) if mean_out + sizes.prompt_mean else 0.0
     new_prompt = sizes.footprint - new_output
+    # requests alike to a block (output so far down, but never to 0; cap up: a cap ends a request no earlier) are taken together,
+    # so the cost is GRID x the kinds of request in flight, not x their number
+    groups = Counter((r.produced if r.produced < block else int(r.produced // block * block),
+                      None if r.max_tokens is None else math.ceil(r.max_tokens / block) * block) for r in flights)
     seats = math.inf
     for step in range(GRID + 1):
         t = new_output * step / GRID
         mean = var = 0.0
-        for r in flights:
+        for (produced, cap), n in groups.items():
             # ended by t (probability p): it freed what it holds now; else it has grown t more
-            p = d.ended_by(r.produced, r.max_tokens, r.produced + t)
-            held = sizes.prompt_mean + r.produced if r.produced else -sizes.prompt_mean  # a queued one takes its prompt
-            mean += p * held - (1.0 - p) * t if r.produced else -(1.0 - p) * (sizes.prompt_mean + t)
-            var += p * (1.0 - p) * (max(held, 0.0) + t + (sizes.prompt_mean if not r.produced else 0.0)) ** 2
+            p = d.ended_by(produced, cap, produced + t)
+            if produced:
+                held = sizes.prompt_mean + produced
+                mean += n * (p * held - (1.0 - p) * t)
+                var += n * p * (1.0 - p) * (held + t) ** 2
+            else:  # it may be queued: it takes a mean prompt first
+                mean -= n * (1.0 - p) * (sizes.prompt_mean + t)
+                var += n * p * (1.0 - p) * (sizes.prompt_mean + t) ** 2
         room = free_tokens + mean - Z * math.sqrt(var)
         seats = min(seats, max(0.0, room) / whole(new_prompt + t))
     return SeatEstimate(seats, free_tokens, committed, whole(sizes.footprint), sizes.source)

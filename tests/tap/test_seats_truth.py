@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.tap.seats import InFlight, SizeWindow, estimate
+from exporter.tap.seats import MIN_SAMPLES, InFlight, Sizes, SizeWindow, estimate
 from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
 from simulator.engine import EngineCore
@@ -46,20 +46,16 @@ def _config() -> EngineConfig:
 
 
 class _Sizes:
-    """The exact sizes a tap learns from usage, and every finished request's total (for the true p99)."""
+    """The exact sizes a tap learns from usage."""
 
     def __init__(self) -> None:
         self.window = SizeWindow()
-        self.totals: list[int] = []
-        self.prompts: list[int] = []
 
     def on_step(self, core, stats) -> None:
         pass
 
     def on_finished(self, req: Request) -> None:
         self.window.add(req.num_prompt_tokens, req.num_output_tokens)
-        self.totals.append(req.num_prompt_tokens + req.num_output_tokens)
-        self.prompts.append(req.num_prompt_tokens)
 
 
 def _step(core: EngineCore, until: float | None = None) -> bool:
@@ -108,17 +104,23 @@ def _truth(core: EngineCore, prompt: int, output: int, guess: float) -> int:
     return lo
 
 
-def _run(work: Workload, load: float) -> list[tuple[float, float, int, float]]:
-    """(virtual time, estimate, truth, KV usage) at each sample time."""
+def _run(work: Workload, load: float, samples: tuple[float, ...] = SAMPLES, fallback: float = 0.0
+         ) -> list[tuple[float, float, int, float]]:
+    """(virtual time, estimate, truth, KV usage) at each sample time. `fallback`: before enough requests have
+    finished, the footprint the gate falls back on (else a sample then is an error)."""
     config = _config()
     core = EngineCore(config, VirtualClock())
     sizes = _Sizes()
     core.observers.append(sizes)
-    spec = WorkloadSpec(rate=load * work.capacity_rps, duration=SAMPLES[-1] + 1, seed=1,
+    spec = WorkloadSpec(rate=load * work.capacity_rps, duration=samples[-1] + 1, seed=1,
                         prompt_len=work.prompt, output_len=work.output)
     arrivals = generate(spec, config.model_len)
     nxt, rows = 0, []
-    for at in SAMPLES:
+    # the true p99 request, split as the workload splits its tokens on average
+    totals = sorted(len(item.prompt_token_ids) + item.output_len for item in arrivals)
+    p99 = totals[math.ceil(0.99 * len(totals)) - 1]
+    prompt = round(p99 * sum(len(item.prompt_token_ids) for item in arrivals) / sum(totals))
+    for at in samples:
         while core.clock.now() < at:
             while nxt < len(arrivals) and arrivals[nxt].arrival <= core.clock.now():
                 item = arrivals[nxt]
@@ -127,14 +129,10 @@ def _run(work: Workload, load: float) -> list[tuple[float, float, int, float]]:
                 core.add_request(req)
                 nxt += 1
             _step(core, min(at, arrivals[nxt].arrival) if nxt < len(arrivals) else at)
-        learned = sizes.window.sizes()
-        assert learned is not None and learned.source == "tap"
+        learned = sizes.window.sizes() or (Sizes.fallback(fallback) if fallback else None)
+        assert learned is not None
         in_flight = [InFlight(r.num_output_tokens, r.max_tokens) for r in core._live.values()]
         seat = estimate(core.kv.num_free_blocks * core.kv.block_size, core.kv.block_size, in_flight, learned)
-        # the true p99 request, split as the workload splits its tokens on average
-        totals = sorted(sizes.totals)
-        p99 = totals[math.ceil(0.99 * len(totals)) - 1]
-        prompt = round(p99 * sum(sizes.prompts) / sum(totals))
         rows.append((at, seat.seats, _truth(core, prompt, p99 - prompt, seat.seats), core.kv.usage))
     return rows
 
@@ -147,3 +145,14 @@ def test_seats_hold_against_the_engine(work: Workload, load: float) -> None:
     shown = ", ".join(f"t={t:g}s usage={u:.2f} est={e:.1f} truth={n}" for t, e, n, u in rows)
     assert all(truth >= 1 for _, _, truth, _ in rows), shown  # below capacity there is room
     assert all(0.8 <= r <= 1.2 for r in ratios), shown
+
+
+def test_seats_at_start_up_read_low_not_high() -> None:
+    """Before MIN_SAMPLES requests have finished (here: the first half second at 85% load), the gate counts
+    seats in the fallback footprint and commits every in-flight request's whole cap: under the truth, never
+    over it, and not above the steady state's seats."""
+    start = _run(CHAT, 0.85, samples=(0.25, 0.5), fallback=4096)
+    steady = _run(CHAT, 0.85)
+    shown = f"start-up {start}, steady {steady}"
+    assert all(est <= truth for _, est, truth, _ in start), shown
+    assert max(est for _, est, _, _ in start) <= min(est for _, est, _, _ in steady) * 1.2, shown
