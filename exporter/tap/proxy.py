@@ -103,6 +103,12 @@ class RequestRecord:
 Observer = Callable[[RequestRecord], None]
 
 
+# A prompt's tokens beyond its request's bytes (a chat template, an image's tokens from a short URL) that a
+# usage.prompt_tokens may still claim; a larger count is not believed for the seat estimate (a lying engine
+# could otherwise inflate the footprint and close the gate).
+PROMPT_TOKENS_OVER_BYTES = 65_536
+
+
 @dataclass
 class _Plan:
     """What the tap decided about one timed request before forwarding it."""
@@ -114,6 +120,7 @@ class _Plan:
     objective: Objective
     max_tokens: int | None = None  # per choice, from the request
     choices: int = 1  # the request's `n`
+    request_bytes: int = 0  # the body's length (the body itself is freed once sent)
 
 
 def _with_include_usage(body: bytes | bytearray, f: RequestFields) -> bytes:
@@ -278,7 +285,8 @@ class TapProxy:
         inject = f.stream and self.settings.inject_usage and not f.include_usage
         if inject:
             body = _with_include_usage(body, f)
-        return _Plan(f.model, f.stream, inject, body, self.slo.resolve(headers, f.model), f.max_tokens, f.choices)
+        return _Plan(f.model, f.stream, inject, body, self.slo.resolve(headers, f.model), f.max_tokens, f.choices,
+                     len(body))
 
     def account(
         self, head: RequestHead, plan: _Plan, timing: RequestTiming, outcome: str, status: int, streamed: bool,
@@ -294,9 +302,10 @@ class TapProxy:
             if self.metrics is not None:
                 self.metrics.usage_rejected(model, obj.slo_class)
         t = timing.result(streamed=streamed)
+        prompt = timing.usage_prompt_tokens
         if self.admission is not None and outcome == C.OUTCOME_OK and timing.usage_tokens is not None \
-                and timing.usage_prompt_tokens is not None:  # an exact size for the seat estimate
-            self.admission.sizes.add(timing.usage_prompt_tokens, timing.usage_tokens)
+                and prompt is not None and prompt <= plan.request_bytes + PROMPT_TOKENS_OVER_BYTES:
+            self.admission.sizes.add(prompt, timing.usage_tokens)  # an exact size for the seat estimate
         good = outcome == C.OUTCOME_OK and within_objectives(t, obj.ttft, obj.tpot, streamed=streamed)
         if self.metrics is not None:
             self.metrics.record(model, obj.slo_class, outcome, t, good)
