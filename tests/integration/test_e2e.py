@@ -21,12 +21,14 @@ import yaml
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, Scenario, expected_fire_bound, expected_resolve_bound, fastest_page_tier,
-                           pipeline_lag_s, run_incident, sent_between)
+                           pipeline_lag_s, sent_between)
 from demo.procs import live_children_of, lingering_in_groups
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
 from slogen.links import slo_dashboard_uid
+from tests.helpers.incident_runs import staged_incident
+from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -79,16 +81,7 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     async def body() -> None:
         async with LocalStack(settings) as stack:
             groups.extend(stack.sup.process_groups())
-            out["start_s"] = stack.timings["start_s"]
-            out["rules"] = stack.rule_files
-            report = await run_incident(stack, scenario)
-            out["report"] = report
-            out["good_prom"] = await stack.settled_goodput()  # the load has drained
-            out["outcomes"] = {r["metric"].get(C.LABEL_OUTCOME, ""): float(r["value"][1]) for r in await stack.prom().query(
-                f"sum by ({C.LABEL_OUTCOME}) ({C.TAP_REQUESTS.name})")}
-            out["notifications"] = list(stack.webhook.notifications)
-            out["engine"] = stack.engine(scenario.slo_class).spec.name
-            out["timers"] = stack.page_timers()
+            out.update(await staged_incident(stack, scenario))
 
     asyncio.run(body())
     elapsed = time.monotonic() - started
@@ -97,7 +90,7 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     tier = fastest_page_tier(settings)  # page-quick: the first tier to fire on a sharp incident
     t_inc, t_rec = report.incident_at, report.recovered_at
     assert t_inc is not None and t_rec is not None
-    timeline = "\n".join(f"  {t - report.t0:6.1f}s {what}" for what, t in report.events)
+    timeline = incident_timeline(report)
     print(f"\nstack up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing is left running: every process group the stack made is empty, no child of ours survives
