@@ -307,7 +307,7 @@ def test_bad_web_configs_name_the_field_and_the_fix(tmp_path, text, expected):
     with pytest.raises(ConfigError) as err:
         load_web_config(cfg)
     message = str(err.value)
-    assert message.startswith(str(cfg)) and expected in message and "Fix:" in message
+    assert message.startswith(str(cfg)) and expected in message and "(fix: " in message
 
 
 def test_a_key_that_does_not_match_its_certificate_is_reported(tmp_path, certs):
