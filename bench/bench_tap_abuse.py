@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import os
 import random
 import re
@@ -480,7 +481,7 @@ async def _chunks_run(tap: Tap, upstream: tuple[int, int]) -> ChunksResult:
     for i in range(STREAMS + CONTROL_STREAMS):
         first = 1 + i * STREAM_TOKENS // STREAMS % STREAM_TOKENS  # request turnovers spread over one response
         to, port = (phases, tap.port) if i < STREAMS else (control, upstream[0])
-        _, s = await loop.create_connection(lambda: Stream(to, stop, first), "127.0.0.1", port)
+        _, s = await loop.create_connection(functools.partial(Stream, to, stop, first), "127.0.0.1", port)
         streams.append(s)
         await asyncio.sleep(INTERVAL_MS / 1000 / STREAMS)
     await asyncio.sleep(WARMUP_S)

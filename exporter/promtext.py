@@ -186,6 +186,7 @@ class _PageState:
         # of a family that `want` rules out is not validated: nothing of it is kept.
         head = line[:7]
         kind = ""
+        arg: str | None
         may_keep = False
         if head == "# HELP " or head == "# TYPE ":
             name, _, arg = line[7:].partition(" ")
@@ -316,6 +317,8 @@ def _read_lines(page: _PageState, lines: Iterator[str]) -> None:
     label_cache = _LABEL_CACHE
     checked, seen = page.checked, page.seen
     errors = nonfinite = duplicates = over = 0
+    fast_allowed: AbstractSet[str]
+    exempt: AbstractSet[str]
     keep, room, append, fast_allowed, exempt = False, 0, None, _NO_NAMES, _NO_NAMES
     for line in lines:
         line = line.strip()

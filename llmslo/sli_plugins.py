@@ -301,7 +301,7 @@ class _Reader:
         return value
 
     def selection(self, *, models: bool = True) -> Selection:
-        by = DEFAULT_BY
+        by: tuple[str, ...] = DEFAULT_BY
         if "by" in self.raw:
             by = tuple(x.strip() for x in self.raw["by"].split(",") if x.strip())
             for label in by:

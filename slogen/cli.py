@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,7 @@ def _strict_failed(args: argparse.Namespace, warnings: list[SpecError], what: st
     return True
 
 
-def _report(errors: list[SpecError], warnings: list[SpecError] = ()) -> None:
+def _report(errors: Sequence[SpecError], warnings: Sequence[SpecError] = ()) -> None:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     for e in errors:
