@@ -45,7 +45,7 @@ __all__ = ["ParsedPage", "clear_label_cache", "parse", "parse_page", "parse_with
 # the reference strips whole lines with it too.
 _ASCII_WS = " \t\n\r\x0b\x0c"
 _METRIC_TYPES = frozenset({"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"})
-_NO_NAMES: frozenset[str] = frozenset()
+_NO_NAMES: AbstractSet[str] = frozenset()
 _UNLIMITED = sys.maxsize
 _BLOCK_CHARS = 1 << 20  # lines are split from blocks of about this size
 
@@ -317,8 +317,6 @@ def _read_lines(page: _PageState, lines: Iterator[str]) -> None:
     label_cache = _LABEL_CACHE
     checked, seen = page.checked, page.seen
     errors = nonfinite = duplicates = over = 0
-    fast_allowed: AbstractSet[str]
-    exempt: AbstractSet[str]
     keep, room, append, fast_allowed, exempt = False, 0, None, _NO_NAMES, _NO_NAMES
     for line in lines:
         line = line.strip()
