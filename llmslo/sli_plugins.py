@@ -16,7 +16,7 @@ What a spec may write (options are strings, as in Sloth; YAML numbers and boolea
 |                        |                                                                  | abort,error         |
 | llmslo/kv-headroom     | threshold (ratio in (0, 1]), selector, models, by                | threshold 0.9       |
 
-Rules every reader applies (where slogen and the tap used to differ, the choice is written here):
+Rules every reader applies (slogen and the tap both read options through here, so they agree):
 * Unknown options are refused (a typo such as `treshold` must not pass silently), and so is an empty value.
 * Numbers are plain decimals (`0.5`, `2`, `1e-1`); nan and inf are refused: an infinite objective holds
   every request good and measures nothing.

@@ -1,7 +1,7 @@
 """The synthetic fleet the generated dashboard tests run on: its input series and the facts answers derive from.
 
-Why synthetic and this shape: every dashboard defect of issue #18 hid in a fleet that was too uniform (one
-engine kind, every outcome ok, one block size). This one mixes what breaks panels: three engine kinds with
+Why synthetic and this shape: dashboard defects hide in a fleet that is too uniform (one engine kind, every
+outcome ok, one block size). This one mixes what breaks panels: three engine kinds with
 their real latency bucket edges (llmslo/bucket_edges.py; vLLM and SGLang twice, once as static targets with
 no pod), taps whose classes see every kind of outcome (neutral ones included), a class with no request within
 its objectives (no goodput series at all), two KV block sizes, an engine without a block size, two nodes.
