@@ -57,7 +57,7 @@ GOODPUT = "llmslo/goodput"
 AVAILABILITY = "llmslo/availability"
 KV_HEADROOM = "llmslo/kv-headroom"
 PLUGIN_IDS = (LATENCY, GOODPUT, AVAILABILITY, KV_HEADROOM)
-PREFIX = "llmslo/"
+PLUGIN_ID_PREFIX = "llmslo/"
 
 SOURCE_TAP = "tap"  # the goodput tap's per-request series (client side of the proxy)
 SOURCE_ENGINE = "engine"  # the engines' own series, normalized by the exporter
@@ -198,7 +198,7 @@ def same_class(a: GoodputParams, b: GoodputParams) -> bool:
 
 
 def is_llmslo(plugin_id: str) -> bool:
-    return plugin_id.startswith(PREFIX)
+    return plugin_id.startswith(PLUGIN_ID_PREFIX)
 
 
 # --------------------------------------------------------------------------------------
