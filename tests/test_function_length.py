@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.helpers.fresh_ast import in_fresh_interpreter
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["llmslo", "exporter", "slogen", "simulator", "realengine", "demo", "bench", "tools"]
 MAX_LINES = 80
@@ -13,9 +15,10 @@ MAX_LINES = 80
 GENERATED: frozenset[str] = frozenset()
 
 
-def long_functions(root: Path, packages: list[str], limit: int) -> list[str]:
+def long_functions(root: str | Path, packages: list[str], limit: int) -> list[str]:
     """'path:name (N lines)' for every function or method, nested ones included, over `limit` lines from its
     `def` to its last line."""
+    root = Path(root)
     found = []
     for pkg in packages:
         for path in sorted((root / pkg).rglob("*.py")):
@@ -29,7 +32,7 @@ def long_functions(root: Path, packages: list[str], limit: int) -> list[str]:
 
 
 def test_no_function_is_over_80_lines() -> None:
-    assert long_functions(ROOT, PACKAGES, MAX_LINES) == []
+    assert in_fresh_interpreter("tests.test_function_length", "long_functions", str(ROOT), PACKAGES, MAX_LINES) == []
 
 
 def test_the_scan_finds_a_long_function_and_a_long_method(tmp_path: Path) -> None:
@@ -39,7 +42,7 @@ def test_the_scan_finds_a_long_function_and_a_long_method(tmp_path: Path) -> Non
     (tmp_path / "pkg" / "long.py").write_text(  # `long` at line 5, `method` 4 lines after its body
         f"def short():\n    return 1\n\n\ndef long():\n{body}\n\nclass C:\n    async def method(self):\n{method_body}"
     )
-    assert long_functions(tmp_path, ["pkg"], MAX_LINES) == [
+    assert in_fresh_interpreter("tests.test_function_length", "long_functions", str(tmp_path), ["pkg"], MAX_LINES) == [
         f"pkg/long.py:5 long ({MAX_LINES + 1} lines)",
         f"pkg/long.py:{5 + MAX_LINES + 4} method ({MAX_LINES + 1} lines)",
     ]
