@@ -209,7 +209,7 @@ async def _measure_latency(direct: str, tapped: str) -> dict[str, dict[str, Path
     bases = {"direct": direct, "tap": tapped}
     out: dict[str, dict[str, PathSamples]] = {"sequential": {}, "concurrent": {}}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-        for i in range(WARMUP_REQUESTS):
+        for _ in range(WARMUP_REQUESTS):
             for base in bases.values():
                 await _stream(session, base, _prompt(rng))
         seq = out["sequential"] = {name: PathSamples() for name in bases}

@@ -27,6 +27,7 @@ tap did before (prometheus_client.generate_latest, in one go, on the relaying lo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import pwd
@@ -137,7 +138,7 @@ async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples,
     clients: list[StreamClient] = []
     for i in range(streams):
         first_tokens = 1 + i * TOKENS // streams  # phases spread over one response's length
-        _, client = await loop.create_connection(lambda: StreamClient(samples, stop, first_tokens), "127.0.0.1", port)
+        _, client = await loop.create_connection(functools.partial(StreamClient, samples, stop, first_tokens), "127.0.0.1", port)
         clients.append(client)
         await asyncio.sleep(INTERVAL_MS / 1000 / streams)  # spread the starts over one interval
     await asyncio.sleep(WARMUP_S)

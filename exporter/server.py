@@ -194,7 +194,7 @@ def _with_headers(st: WebState, response: web.StreamResponse) -> web.StreamRespo
 def _mtimes(web: WebConfig | None) -> tuple:
     if web is None:
         return ()
-    out = []
+    out: list[int | None] = []
     for f in web.watched_files():
         try:
             out.append(os.stat(f).st_mtime_ns)

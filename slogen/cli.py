@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,7 @@ def _strict_failed(args: argparse.Namespace, warnings: list[SpecError], what: st
     return True
 
 
-def _report(errors: list[SpecError], warnings: list[SpecError] = ()) -> None:
+def _report(errors: Sequence[SpecError], warnings: Sequence[SpecError] = ()) -> None:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     for e in errors:
@@ -502,6 +502,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"slogen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    _build_args(sub)
+    _validate_args(sub)
+    _generate_args(sub)
+    sub.add_parser("version", help="print the version (the sloth_version label value)")
+    _schema_args(sub)
+    return ap
+
+
+
+
+def _build_args(sub: Any) -> None:
     b = sub.add_parser("build", help="generate rules, tests and deploy objects from the SLO catalog")
     b.add_argument("paths", nargs="*", help="SLO spec files or directories (default: slos/)")
     b.add_argument("--out", default=".", help="output root; files go to alerts/, deploy/generated/, ... (default: .)")
@@ -518,6 +529,21 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
+    _kubernetes_args(b)
+    b.add_argument("--windows", action="append", default=[], metavar="PATH",
+                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
+                        "(repeatable; AlertWindows documents among the inputs load too; default: none)")
+    b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
+                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
+                        "(default: each SLO's own)")
+    _strict_arg(b)
+    _autoscaling_args(b)
+    _gen_args(b)
+    _health_args(b)
+    _capacity_args(b)
+
+
+def _kubernetes_args(b: argparse.ArgumentParser) -> None:
     k = b.add_argument_group("Kubernetes objects", "labels and annotations of every generated object, and how "
                              "Grafana and Alertmanager find theirs (docs/deploy.md, kube-prometheus-stack)")
     k.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
@@ -537,18 +563,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"where dashboards/grafana-provider.yaml tells Grafana the JSON files are (default {DEFAULT_PROVIDER_PATH})")
     k.add_argument("--alertmanager-config-name", default=DEFAULT_ALERTMANAGER_CONFIG, metavar="NAME",
                    help=f"name of the generated AlertmanagerConfig (default {DEFAULT_ALERTMANAGER_CONFIG})")
-    b.add_argument("--windows", action="append", default=[], metavar="PATH",
-                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
-                        "(repeatable; AlertWindows documents among the inputs load too; default: none)")
-    b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
-                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
-                        "(default: each SLO's own)")
-    _strict_arg(b)
-    _autoscaling_args(b)
-    _gen_args(b)
-    _health_args(b)
-    _capacity_args(b)
 
+
+def _validate_args(sub: Any) -> None:
     v = sub.add_parser("validate", help="check SLO specs, their generation and the autoscaling specs without "
                                         "writing anything (everything `build` reads)")
     v.add_argument("paths", nargs="+", help="SLO spec files or directories (every *.yaml and *.yml below a directory)")
@@ -562,6 +579,8 @@ def parser() -> argparse.ArgumentParser:
     _autoscaling_args(v)
     _gen_args(v)
 
+
+def _generate_args(sub: Any) -> None:
     g = sub.add_parser("generate", help="drop-in for `sloth generate`: one input file or directory to rules")
     g.add_argument("-i", "--input", required=True, metavar="PATH",
                    help="one SLO spec file, or a directory of them (then --out must be a directory)")
@@ -582,10 +601,6 @@ def parser() -> argparse.ArgumentParser:
                         "a placeholder)")
     _strict_arg(g)
     _gen_args(g, sloth_generate=True)
-
-    sub.add_parser("version", help="print the version (the sloth_version label value)")
-    _schema_args(sub)
-    return ap
 
 
 # ----------------------------------------------------------------------------------- schema

@@ -115,7 +115,7 @@ def ratio(numerator: str, denominator: str) -> str:
 # A sum of bucket series is a histogram only if every series shares one bucket ladder: summed by `le`
 # across engines of different kinds (vLLM 0.25/0.5/0.75..., SGLang 0.2/0.4/0.6..., Triton 0.1/0.5/2/5),
 # each `le` counts a different subset of engines, the cumulative counts stop rising, every quantile
-# jumps to the next shared edge and a heatmap's differences go negative (issue #18). A grouping that
+# jumps to the next shared edge and a heatmap's differences go negative. A grouping that
 # keeps one of these labels sums one engine kind (or one engine) at a time:
 LADDER_LABELS = (c.LABEL_ENGINE, c.LABEL_POD)
 # The tap's histograms have one ladder fleet-wide: every tap builds its edges from the same default list

@@ -26,7 +26,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.fullstack import vllm_variant
