@@ -43,7 +43,8 @@ class CycleWorker:
     def __init__(self, module: str, mode: str, spec: dict, workdir: Path) -> None:
         path = workdir / f"{module.rsplit('.', 1)[-1]}-{next(self._ids)}-{mode}.json"
         path.write_text(json.dumps(spec))
-        self.proc = subprocess.Popen([sys.executable, "-m", module, mode, str(path)], cwd=ROOT,
+        self.argv = [module, mode, str(path)]
+        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._expect_line()
         self.cycles_done = 0
@@ -52,7 +53,7 @@ class CycleWorker:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"{' '.join(map(str, self.proc.args[2:]))} exited with {self.proc.wait()}")
+            raise RuntimeError(f"{' '.join(self.argv)} exited with {self.proc.wait()}")
         return json.loads(line)
 
     def start(self, cycles: int) -> None:

@@ -99,7 +99,7 @@ def test_errors_name_the_file_the_field_and_the_fix(tmp_path, text, where, fix):
         load_config(path)
     message = str(err.value)
     assert re.match(rf"{re.escape(str(path))}:\d+: ", message), message  # file:line, as slogen's spec errors
-    assert where in message and f"(fix: " in message and fix in message.split("(fix: ", 1)[1], message
+    assert where in message and "(fix: " in message and fix in message.split("(fix: ", 1)[1], message
 
 
 def test_every_problem_of_a_file_is_reported_at_once_in_its_order(tmp_path):
