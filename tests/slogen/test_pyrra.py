@@ -148,8 +148,8 @@ def _alert_rules(text: str) -> list[dict]:
 
 STEP = 30  # s: the evaluation interval (Pyrra's rule groups use 30s) and the input series' step
 HEALTHY = 2 * 3600  # s of healthy traffic before the incident
-HORIZON = 6 * 3600  # s evaluated
-PER_STEP = 300  # requests per step; during the incident 20% of them fail
+INCIDENT = 4 * 3600  # s of the incident evaluated
+PER_STEP = 300  # requests per step; during the incident 20% of them fail (the up gauge: 1 target in 5)
 
 _SCENARIO = {
     # case: (series written from the metric selectors: (series, healthy increment, incident increment))
@@ -165,8 +165,8 @@ _SCENARIO = {
 }
 
 
-def _series(case: str) -> list[dict]:
-    healthy, incident = HEALTHY // STEP, (HORIZON - HEALTHY) // STEP
+def _series(case: str, start: int) -> list[dict]:
+    healthy, incident = start // STEP, INCIDENT // STEP
     out = []
     for i, (name, before, during) in enumerate(_SCENARIO[case]):
         if before is None:  # a bool gauge: target n0 goes down with the incident (1 in 5 samples bad)
@@ -177,14 +177,14 @@ def _series(case: str) -> list[dict]:
     return out
 
 
-def _onsets(promtool: str, tmp: Path, rules: str, case: str, tier_of) -> dict[tuple[int, int], int]:
+def _onsets(promtool: str, tmp: Path, rules: str, case: str, start: int, tier_of) -> dict[tuple[int, int], int]:
     """When each tier (short, long windows in ms) first fires: promtool reports every alert it got at each
     evaluation point where it expected none."""
     rule_file = tmp / "rules.yaml"
     rule_file.write_text(rules)
-    times = range(STEP, HORIZON, STEP)
+    times = range(STEP, start + INCIDENT, STEP)
     tests = {"rule_files": [rule_file.name], "evaluation_interval": f"{STEP}s",
-             "tests": [{"interval": f"{STEP}s", "input_series": _series(case),
+             "tests": [{"interval": f"{STEP}s", "input_series": _series(case, start),
                         "alert_rule_test": [{"eval_time": f"{t}s", "alertname": "ErrorBudgetBurn", "exp_alerts": []}
                                             for t in times]}]}
     (tmp / "test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
@@ -217,16 +217,22 @@ def test_converted_slo_pages_where_pyrra_pages(case_name: str, golden: dict, pro
     group = {k: v for k, v in case["expected_rule_group"].items() if k != "interval"}
     theirs = yaml.safe_dump({"groups": [group]}, sort_keys=False)
 
+    start = HEALTHY
     (tmp_path / "pyrra").mkdir()
     (tmp_path / "slogen").mkdir()
-    expected = _onsets(promtool, tmp_path / "pyrra", theirs, case_name,
+    expected = _onsets(promtool, tmp_path / "pyrra", theirs, case_name, start,
                        lambda labels: (_ms(labels["short"]), _ms(labels["long"])))
-    got = _onsets(promtool, tmp_path / "slogen", ours, case_name,
+    got = _onsets(promtool, tmp_path / "slogen", ours, case_name, start,
                   lambda labels: (_ms(labels["short_window"]), _ms(labels["long_window"])))
     w = loaded.windows[0]
     tiers = [(t.short_window, t.long_window) for t in (w.page_quick, w.page_slow, w.ticket_quick, w.ticket_slow)]
     assert sorted(expected) == sorted(tiers), expected  # the scenario makes every one of Pyrra's alerts fire
-    assert all(t > HEALTHY for t in expected.values())  # and none before the incident
+    assert all(t > start for t in expected.values())  # and none before the incident
+    # Windows up to the longest page window are raw ratios, as Pyrra's: the same evaluation point, within one
+    # interval. Longer ones (the tickets' 12h, 1d, 2d, 4d) are slogen's sums of its base-window rates, whose
+    # edges weigh the events of one base window partially (docs/slogen.md): within that window more.
+    base, raw_up_to = w.page_quick.short_window // 1000, max(w.page_quick.long_window, w.page_slow.long_window)
     for tier in tiers:
         assert tier in got, (tier, got)
-        assert abs(got[tier] - expected[tier]) <= STEP, (format_prometheus_duration(tier[0] ), got, expected)
+        slack = STEP if tier[1] <= raw_up_to else STEP + base
+        assert abs(got[tier] - expected[tier]) <= slack, (tier, got, expected)
