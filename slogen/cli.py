@@ -513,6 +513,25 @@ def _generate_one(path: Path, opts: GenOptions, strict: bool = False) -> str:
     return render_documents(loaded.slos, opts)
 
 
+# ------------------------------------------------------------------------------- convert
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from slogen.convert import convert_paths
+
+    if args.out != "-" and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a directory: name the file to write, e.g. --out {args.out}/slos.yaml")
+    text, warnings = convert_paths(args.inputs)
+    if args.strict and warnings:
+        raise SpecErrors(warnings)
+    _report([], warnings)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.out, text)
+    return 0
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -525,11 +544,10 @@ def parser() -> argparse.ArgumentParser:
     _build_args(sub)
     _validate_args(sub)
     _generate_args(sub)
+    _convert_args(sub)
     sub.add_parser("version", help="print the version (the sloth_version label value)")
     _schema_args(sub)
     return ap
-
-
 
 
 def _build_args(sub: Any) -> None:
@@ -624,6 +642,16 @@ def _generate_args(sub: Any) -> None:
     _gen_args(g, sloth_generate=True)
 
 
+
+def _convert_args(sub: Any) -> None:
+    c = sub.add_parser("convert", help="convert Pyrra ServiceLevelObjective files to Sloth prometheus/v1 specs "
+                                       "(with Pyrra's alert windows as AlertWindows catalogs)")
+    c.add_argument("inputs", nargs="+", metavar="PATH", help="Pyrra files, or directories of them")
+    c.add_argument("-o", "--out", default="-", metavar="FILE",
+                   help="where to write the converted specs, replaced atomically (default: -, standard output)")
+    _strict_arg(c)
+
+
 # ----------------------------------------------------------------------------------- schema
 
 
@@ -664,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             print(VERSION_LABEL)
             return 0
         return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
-                "schema": cmd_schema}[args.command](args)
+                "schema": cmd_schema, "convert": cmd_convert}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)
         return 1

@@ -145,10 +145,11 @@ def _autoscaling_spec() -> dict:
 
 
 def _alert_windows() -> dict:
-    tier = _closed(("errorBudgetPercent", "shortWindow", "longWindow"),
+    tier = _closed(("errorBudgetPercent", "shortWindow", "longWindow", "burnFactor", "for"),
                    {"errorBudgetPercent": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
-                    "shortWindow": DURATION, "longWindow": DURATION},
-                   ("errorBudgetPercent", "shortWindow", "longWindow"))
+                    "shortWindow": DURATION, "longWindow": DURATION,
+                    "burnFactor": {"type": "number", "exclusiveMinimum": 0}, "for": DURATION},
+                   ("shortWindow", "longWindow"))
     severity = _closed(("quick", "slow"), {"quick": tier, "slow": tier}, ("quick", "slow"))
     spec = _closed(("sloPeriod", "page", "ticket"), {"sloPeriod": DURATION, "page": severity, "ticket": severity},
                    ("sloPeriod", "page", "ticket"))

@@ -209,7 +209,14 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
         "dashboard": slo_dashboard_link(ctx),
         **meta.annotations,
     }
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=tier_for(meta, tier))
+
+
+def tier_for(meta: AlertMeta, tier: Tier) -> str:
+    """The alert's own `for:` (page_alert.for), else its catalog tier's (Pyrra's per-tier `for`), else none."""
+    if meta.for_ or tier.window.for_ is None:
+        return meta.for_
+    return format_prometheus_duration(tier.window.for_)
 
 
 def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int) -> Rule:
@@ -234,7 +241,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
         **meta.annotations,
     }
     expr = _burn(ctx, tier) + f"unless\n{guard(ctx, tier, need)}"
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=tier_for(meta, tier))
 
 
 def no_data_selectors(ctx: SLOContext) -> list[str]:
