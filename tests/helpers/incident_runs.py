@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from demo import show
 from demo.incident import IncidentReport, Scenario, run_incident
-from demo.stack import LocalStack
+from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as C
 
 
@@ -19,6 +21,20 @@ async def staged_incident(stack: LocalStack, scenario: Scenario) -> dict:
     out["notifications"] = list(stack.webhook.notifications)
     out["engine"] = stack.engine(scenario.slo_class).spec.name
     out["timers"] = stack.page_timers()
+    return out
+
+
+def run_staged_incident(settings: StackSettings, scenario: Scenario, groups: list[int]) -> dict:
+    """Starts a LocalStack, stages the incident on it (staged_incident) and stops it; the stack's process
+    groups are added to `groups` as soon as they start, so a test can check that none outlives it."""
+    out: dict = {}
+
+    async def body() -> None:
+        async with LocalStack(settings) as stack:
+            groups.extend(stack.sup.process_groups())
+            out.update(await staged_incident(stack, scenario))
+
+    asyncio.run(body())
     return out
 
 

@@ -9,7 +9,6 @@ Prometheus reports must equal the load generator's own count; nothing may be lef
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import time
@@ -23,11 +22,11 @@ from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, Scenario, expected_fire_bound, expected_resolve_bound, fastest_page_tier,
                            pipeline_lag_s, sent_between)
 from demo.procs import live_children_of, lingering_in_groups
-from demo.stack import LocalStack, StackSettings
+from demo.stack import StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
 from slogen.links import slo_dashboard_uid
-from tests.helpers.incident_runs import staged_incident
+from tests.helpers.incident_runs import run_staged_incident
 from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
@@ -76,14 +75,7 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     settings = StackSettings.fast(workdir=tmp_path / "stack")
     scenario = Scenario(steady_s=10.0, max_incident_s=60.0, max_resolve_s=200.0, segment_s=3.0)
     groups: list[int] = []
-    out: dict = {}
-
-    async def body() -> None:
-        async with LocalStack(settings) as stack:
-            groups.extend(stack.sup.process_groups())
-            out.update(await staged_incident(stack, scenario))
-
-    asyncio.run(body())
+    out = run_staged_incident(settings, scenario, groups)
     elapsed = time.monotonic() - started
     report: IncidentReport = out["report"]
     slo = report.slo

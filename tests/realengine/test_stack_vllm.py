@@ -34,7 +34,7 @@ from demo.procs import live_children_of, lingering_in_groups
 from demo.realload import prompt_text
 from demo.stack import VLLM_ENGINES, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
-from tests.helpers.incident_runs import staged_incident
+from tests.helpers.incident_runs import run_staged_incident
 from tests.helpers.incident_runs import timeline as incident_timeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,14 +48,7 @@ def test_a_real_slowdown_pages_once_clears_and_goodput_agrees(tmp_path):
     settings, scenario = vllm_variant(StackSettings.fast(slo_paths=VLLM_SLOS, workdir=tmp_path / "stack"),
                                       Scenario(steady_s=15.0, max_incident_s=90.0, max_resolve_s=240.0, segment_s=3.0))
     groups: list[int] = []
-    out: dict = {}
-
-    async def body() -> None:
-        async with LocalStack(settings) as stack:
-            groups.extend(stack.sup.process_groups())
-            out.update(await staged_incident(stack, scenario))
-
-    asyncio.run(body())
+    out = run_staged_incident(settings, scenario, groups)
     elapsed = time.monotonic() - started
     report: IncidentReport = out["report"]
     t_inc, t_rec = report.incident_at, report.recovered_at
