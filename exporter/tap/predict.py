@@ -1,0 +1,156 @@
+"""The admission decision as pure functions: will a request arriving now start within its class's TTFT
+objective, and are the running requests within their TPOT objective? (exporter.tap.admission keeps the state.)
+
+The gate refuses only when refusing helps someone: a request that the engine can start at once is admitted
+whatever its prefill will cost (nothing is ahead of it, so refusing it saves nobody's objective). A request
+waits only behind requests that cannot start now, and each of those needs a running request to finish first:
+
+    blocked  = (persistent queue + admitted since the reading + 1)   while the engine reports a queue
+             = max(0, admitted since the reading + 1 - seats)         otherwise (beyond the free KV seats)
+    wait     = prefill + blocked / finish rate                        (blocked > 0; with no finish seen: inf)
+
+`seats` are free KV tokens over the p99 request footprint (the seat estimate, exporter.tap.admission's
+`seats`); the queue counts only when it was there at two readings in a row (a one-reading queue is requests
+that arrived between two engine steps and start at the next); the finish rate and the prefill time (engine
+TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S.
+Each finish is taken to let one blocked request start (a finish frees its batch slot and, on average, less
+KV than a p99 seat: the estimate errs towards a shorter wait, which is why the floors stay as overrides).
+
+Decode overload: the engine's mean inter-token latency over the window, while it has requests running, above
+the TPOT objective, is the running requests missing it; a new request would make it worse. It counts only
+when the engine has been seen meeting that objective (its lowest windowed ITL is within it): an engine too
+slow for the objective even with one request misses it by its speed, not its load, and refusing helps nobody.
+
+Priority: a class named sheddable is refused at `shed_margin` x the objective (and, if its own objectives are
+looser or absent, of the tightest configured class's), so it goes before interactive requests are touched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmslo import conventions as C
+
+RATE_WINDOW_S = 3.0  # the counter deltas the rates are learned from: a dozen polls, a few dozen finishes at load
+DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
+
+# What the refused client reads (the OpenAI error object's message), per reason.
+REFUSAL_TEXT = {
+    C.REFUSED_ADMISSION_TTFT: "it would not start this request within its time-to-first-token objective",
+    C.REFUSED_ADMISSION_TPOT: "its running requests miss the time-per-output-token objective",
+    C.REFUSED_ADMISSION_SHED: "this request's class is shed first while the engine is near its limit",
+    C.REFUSED_ADMISSION_KV: "too few free KV-cache seats",
+    C.REFUSED_ADMISSION_QUEUE: "too many requests queued at the engine",
+}
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Cumulative engine counters and the running gauge from one page (sums over its series)."""
+
+    finished: float = 0.0  # requests finished (the request-size histogram's count)
+    ttft_sum: float = 0.0
+    ttft_count: float = 0.0
+    queue_sum: float = 0.0
+    queue_count: float = 0.0
+    itl_sum: float = 0.0
+    itl_count: float = 0.0
+    running: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the engine did over the recent window (None: not measured)."""
+
+    finish_rate: float | None = None  # requests finished per second
+    prefill_s: float | None = None  # mean engine TTFT less queue time of the requests that started
+    itl_s: float | None = None  # mean inter-token latency of the tokens generated
+    running: float = 0.0  # requests running at the last reading
+    itl_floor_s: float | None = None  # the lowest windowed mean ITL seen while requests ran: the engine at its best
+
+
+def rates_between(old: Counters, new: Counters, seconds: float) -> Rates:
+    """The rates from two readings `seconds` apart; a counter that went back (an engine restart) or a
+    non-finite difference measures nothing."""
+
+    def diff(a: float, b: float) -> float | None:
+        d = b - a
+        return d if math.isfinite(d) and d >= 0 else None
+
+    finished = diff(old.finished, new.finished)
+    rate = finished / seconds if finished is not None and seconds > 0 else None
+    ttft_n, queue_n = diff(old.ttft_count, new.ttft_count), diff(old.queue_count, new.queue_count)
+    ttft_s, queue_s = diff(old.ttft_sum, new.ttft_sum), diff(old.queue_sum, new.queue_sum)
+    prefill = None
+    if ttft_n and ttft_s is not None:
+        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
+        prefill = max(0.0, ttft_s / ttft_n - queued)
+    itl_n, itl_s = diff(old.itl_count, new.itl_count), diff(old.itl_sum, new.itl_sum)
+    itl = itl_s / itl_n if itl_n and itl_s is not None else None
+    return Rates(rate, prefill, itl, new.running if math.isfinite(new.running) else 0.0)
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What the gate knows when a request arrives."""
+
+    seats: float  # free KV seats at the last reading (requests of p99 footprint)
+    waiting: float  # the engine's queue, as persisted over the last two readings
+    admitted_since: int  # requests this tap admitted since the reading
+    rates: Rates
+
+
+def blocked(o: Outlook) -> float:
+    """How many requests (this one included) must wait for a running one to finish before this one starts."""
+    n = o.admitted_since + 1
+    if o.waiting >= 1:
+        return o.waiting + n
+    return max(0.0, n - o.seats)
+
+
+def predicted_wait(o: Outlook) -> float:
+    """Seconds until the engine starts a request arriving now: 0 when it starts at once (see the module)."""
+    b = blocked(o)
+    if b <= 0:
+        return 0.0
+    rate = o.rates.finish_rate
+    if not rate:
+        return math.inf  # blocked, and no request has finished lately to free a seat
+    return (o.rates.prefill_s or 0.0) + b / rate
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A request's objectives and priority at the gate."""
+
+    ttft: float | None  # its class's TTFT objective (seconds; None: none)
+    tpot: float | None
+    sheddable: bool = False
+    tightest_ttft: float | None = None  # the tightest objectives of any configured class
+    tightest_tpot: float | None = None
+    shed_margin: float = DEFAULT_SHED_MARGIN
+
+
+def _budget(own: float | None, tightest: float | None, p: Policy) -> float | None:
+    if not p.sheddable:
+        return own
+    limits = [x for x in (own, tightest) if x is not None]
+    return p.shed_margin * min(limits) if limits else None
+
+
+def refusal(o: Outlook, p: Policy) -> str:
+    """"" to admit, or the reason (a conventions.REFUSED_ADMISSION_* value) the request is refused."""
+    tpot = _budget(p.tpot, p.tightest_tpot, p)
+    itl = o.rates.itl_s
+    floor = o.rates.itl_floor_s
+    if tpot is not None and itl is not None and floor is not None and o.rates.running >= 1 and itl > tpot >= floor:
+        return C.REFUSED_ADMISSION_SHED if p.sheddable and (p.tpot is None or itl <= p.tpot) \
+            else C.REFUSED_ADMISSION_TPOT
+    ttft = _budget(p.ttft, p.tightest_ttft, p)
+    if ttft is not None:
+        wait = predicted_wait(o)
+        if wait > ttft:
+            return C.REFUSED_ADMISSION_SHED if p.sheddable and (p.ttft is None or wait <= p.ttft) \
+                else C.REFUSED_ADMISSION_TTFT
+    return ""
