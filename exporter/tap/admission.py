@@ -55,7 +55,9 @@ from exporter.model import MetricFamily
 from exporter.promtext import parse_page
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
-from exporter.tap.predict import DEFAULT_SHED_MARGIN, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, rates_between
+from exporter.tap.predict import (
+    DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, finish_rate, rates_between,
+)
 from exporter.tap.predict import predicted_wait, refusal as predicted_refusal
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
@@ -264,6 +266,10 @@ class Admission:
         self.reading: Reading | None = None
         self.read_at: float | None = None
         self.footprint = self.fallback_footprint
+        # the median prompt over the window: what a typical request needs in free KV to start (the wait is an
+        # expectation; the p99 footprint above is for seats, a bound)
+        self.prompt_median = self.fallback_footprint
+        self.start_seats = math.inf  # requests of median prompt the free KV starts now (exporter.tap.predict)
         self.seats = math.inf
         self.waiting = 0.0
         self.queue = 0.0  # the engine's queue as persisted over the last two readings (exporter.tap.predict)
@@ -286,7 +292,7 @@ class Admission:
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
     def outlook(self) -> Outlook:
-        return Outlook(self.seats, self.queue, self.admitted_since, self.rates)
+        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates)
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -344,6 +350,7 @@ class Admission:
         p99_prompt, p99_gen = histogram_quantile(0.99, prompt), histogram_quantile(0.99, gen)
         if p99_prompt is not None:
             self.footprint = max(1.0, p99_prompt + (p99_gen or 0.0))
+            self.prompt_median = max(1.0, histogram_quantile(0.5, prompt) or 1.0)
         self.reading = reading
         # a request holds whole blocks: 547 tokens take 18 blocks of 32 (576), and seats counted in
         # tokens would let an eighth such request into 127 blocks
@@ -356,17 +363,22 @@ class Admission:
 
     def _learn(self, now: float, reading: Reading) -> None:
         """The rates over the last RATE_WINDOW_S and the persisted queue (exporter.tap.predict)."""
+        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
+        self.start_seats = reading.free_tokens / (math.ceil(self.prompt_median / block) * block)
         counted = self._counted
         self.queue = min(reading.waiting, counted[-1][2]) if counted else reading.waiting
+        finished = [(t, c.finished) for t, c, _ in counted]
         counted.append((now, reading.counters, reading.waiting))
-        while len(counted) > 2 and counted[1][0] <= now - RATE_WINDOW_S:
+        while len(counted) > 2 and counted[1][0] <= now - FINISH_WINDOW_S:
             counted.popleft()
-        then, old, _ = counted[0]
-        rates = rates_between(old, reading.counters, now - then) if len(counted) > 1 else Rates()
+        # the ITL and prefill means over the last RATE_WINDOW_S: the newest reading at least that old
+        then, old, _ = next((r for r in reversed(counted) if r[0] <= now - RATE_WINDOW_S), counted[0])
+        rates = rates_between(old, reading.counters) if then < now else Rates()
         floor = self.rates.itl_floor_s
         if rates.itl_s is not None and rates.running >= 1 and (floor is None or rates.itl_s < floor):
             floor = rates.itl_s
-        self.rates = Rates(rates.finish_rate, rates.prefill_s, rates.itl_s, rates.running, floor)
+        self.rates = Rates(finish_rate(finished, now, reading.counters.finished), rates.prefill_s, rates.itl_s,
+                           rates.running, floor)
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never

@@ -12,7 +12,9 @@ waits only behind requests that cannot start now, and each of those needs a runn
 `seats` are free KV tokens over the p99 request footprint (the seat estimate, exporter.tap.admission's
 `seats`); the queue counts only when it was there at two readings in a row (a one-reading queue is requests
 that arrived between two engine steps and start at the next); the finish rate and the prefill time (engine
-TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S.
+TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S. Until the
+engine has finished a request there is nothing to learn from, and the prediction admits (as an unreadable
+engine is admitted to).
 Each finish is taken to let one blocked request start (a finish frees its batch slot and, on average, less
 KV than a p99 seat: the estimate errs towards a shorter wait, which is why the floors stay as overrides).
 
@@ -28,11 +30,16 @@ looser or absent, of the tightest configured class's), so it goes before interac
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmslo import conventions as C
 
-RATE_WINDOW_S = 3.0  # the counter deltas the rates are learned from: a dozen polls, a few dozen finishes at load
+RATE_WINDOW_S = 3.0  # the window of the ITL and prefill means: a dozen polls
+# The finish rate is taken over the shortest recent span with at least MIN_FINISHES finishes (a rate from one
+# or two finishes is noise), at most FINISH_WINDOW_S; a younger history with fewer finishes has not learned it.
+MIN_FINISHES = 8
+FINISH_WINDOW_S = 30.0
 DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
 
 # What the refused client reads (the OpenAI error object's message), per reason.
@@ -63,23 +70,36 @@ class Counters:
 class Rates:
     """What the engine did over the recent window (None: not measured)."""
 
-    finish_rate: float | None = None  # requests finished per second
+    finish_rate: float | None = None  # requests finished per second (None: none ever finished, not learned yet)
     prefill_s: float | None = None  # mean engine TTFT less queue time of the requests that started
     itl_s: float | None = None  # mean inter-token latency of the tokens generated
     running: float = 0.0  # requests running at the last reading
     itl_floor_s: float | None = None  # the lowest windowed mean ITL seen while requests ran: the engine at its best
 
 
-def rates_between(old: Counters, new: Counters, seconds: float) -> Rates:
-    """The rates from two readings `seconds` apart; a counter that went back (an engine restart) or a
-    non-finite difference measures nothing."""
+def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
+    """Requests finished per second from (time, cumulative finished) readings, oldest first, and the newest;
+    None while there is too little to learn from (see MIN_FINISHES). A counter that went back (an engine
+    restart) ends the span there."""
+    if not math.isfinite(finished) or finished <= 0:
+        return None
+    for then, count in reversed(history):
+        done = finished - count
+        if not math.isfinite(done) or done < 0:
+            return None
+        if done >= MIN_FINISHES or now - then >= FINISH_WINDOW_S:
+            return done / (now - then) if now > then else None
+    return None
+
+
+def rates_between(old: Counters, new: Counters) -> Rates:
+    """The prefill and ITL means between two readings (the finish rate is `finish_rate`'s); a counter that went
+    back (an engine restart) or a non-finite difference measures nothing."""
 
     def diff(a: float, b: float) -> float | None:
         d = b - a
         return d if math.isfinite(d) and d >= 0 else None
 
-    finished = diff(old.finished, new.finished)
-    rate = finished / seconds if finished is not None and seconds > 0 else None
     ttft_n, queue_n = diff(old.ttft_count, new.ttft_count), diff(old.queue_count, new.queue_count)
     ttft_s, queue_s = diff(old.ttft_sum, new.ttft_sum), diff(old.queue_sum, new.queue_sum)
     prefill = None
@@ -88,14 +108,14 @@ def rates_between(old: Counters, new: Counters, seconds: float) -> Rates:
         prefill = max(0.0, ttft_s / ttft_n - queued)
     itl_n, itl_s = diff(old.itl_count, new.itl_count), diff(old.itl_sum, new.itl_sum)
     itl = itl_s / itl_n if itl_n and itl_s is not None else None
-    return Rates(rate, prefill, itl, new.running if math.isfinite(new.running) else 0.0)
+    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0)
 
 
 @dataclass(frozen=True)
 class Outlook:
     """What the gate knows when a request arrives."""
 
-    seats: float  # free KV seats at the last reading (requests of p99 footprint)
+    seats: float  # requests whose prompt (the median, in whole blocks) the free KV took at the last reading
     waiting: float  # the engine's queue, as persisted over the last two readings
     admitted_since: int  # requests this tap admitted since the reading
     rates: Rates
@@ -115,7 +135,9 @@ def predicted_wait(o: Outlook) -> float:
     if b <= 0:
         return 0.0
     rate = o.rates.finish_rate
-    if not rate:
+    if rate is None:
+        return 0.0  # nothing learned yet (a fresh engine): no prediction, so no refusal (the floors still apply)
+    if rate <= 0:
         return math.inf  # blocked, and no request has finished lately to free a seat
     return (o.rates.prefill_s or 0.0) + b / rate
 
