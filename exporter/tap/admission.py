@@ -56,7 +56,7 @@ from exporter.promtext import parse_page
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.predict import (
-    DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, finish_rate, rates_between,
+    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, finish_rate, rates_between,
 )
 from exporter.tap.predict import predicted_wait, refusal as predicted_refusal
 from llmslo import conventions as C
@@ -274,6 +274,7 @@ class Admission:
         self.waiting = 0.0
         self.queue = 0.0  # the engine's queue as persisted over the last two readings (exporter.tap.predict)
         self.rates = Rates()
+        self._served: deque[tuple[float, float, float]] = deque()  # (time, running, ITL) over DECODE_MEMORY_S
         self._counted: deque[tuple[float, Counters, float]] = deque()  # the readings within RATE_WINDOW_S
         self._slo = slo  # the classes the last request was decided under (the gauges' objectives: the tightest)
         self.admitted_since = 0  # requests admitted since the last reading
@@ -374,11 +375,16 @@ class Admission:
         # the ITL and prefill means over the last RATE_WINDOW_S: the newest reading at least that old
         then, old, _ = next((r for r in reversed(counted) if r[0] <= now - RATE_WINDOW_S), counted[0])
         rates = rates_between(old, reading.counters) if then < now else Rates()
-        floor = self.rates.itl_floor_s
-        if rates.itl_s is not None and rates.running >= 1 and (floor is None or rates.itl_s < floor):
-            floor = rates.itl_s
+        served = self._served
+        # the batch the window's ITL was measured at: its readings' mean running (the newest alone would be
+        # ahead of the ITL while a batch grows, and record a large batch as served in time)
+        batch = [c.running for t, c, _ in counted if t > then]
+        if rates.itl_s is not None and batch and sum(batch) >= len(batch):
+            served.append((now, sum(batch) / len(batch), rates.itl_s))
+        while served and served[0][0] <= now - DECODE_MEMORY_S:
+            served.popleft()
         self.rates = Rates(finish_rate(finished, now, reading.counters.finished), rates.prefill_s, rates.itl_s,
-                           rates.running, floor)
+                           rates.running, tuple((n, itl) for _, n, itl in served))
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never

@@ -12,16 +12,17 @@ waits only behind requests that cannot start now, and each of those needs a runn
 `seats` are free KV tokens over the p99 request footprint (the seat estimate, exporter.tap.admission's
 `seats`); the queue counts only when it was there at two readings in a row (a one-reading queue is requests
 that arrived between two engine steps and start at the next); the finish rate and the prefill time (engine
-TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S. Until the
-engine has finished a request there is nothing to learn from, and the prediction admits (as an unreadable
-engine is admitted to).
+TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S. Until
+they are learned (MIN_FINISHES), a request is refused only by an engine that can start nothing now (no free
+seat, or a backlog it reports); otherwise it is admitted, as an unreadable engine is admitted to.
 Each finish is taken to let one blocked request start (a finish frees its batch slot and, on average, less
 KV than a p99 seat: the estimate errs towards a shorter wait, which is why the floors stay as overrides).
 
-Decode overload: the engine's mean inter-token latency over the window, while it has requests running, above
-the TPOT objective, is the running requests missing it; a new request would make it worse. It counts only
-when the engine has been seen meeting that objective (its lowest windowed ITL is within it): an engine too
-slow for the objective even with one request misses it by its speed, not its load, and refusing helps nobody.
+Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
+requests running than the largest batch the engine was recently seen serving within it, is the running
+requests missing it for the load; a new request would make it worse. An engine too slow for the objective
+even with one request, or slow at a batch it served in time before, misses it for another reason, and
+refusing would help nobody.
 
 Priority: a class named sheddable is refused at `shed_margin` x the objective (and, if its own objectives are
 looser or absent, of the tightest configured class's), so it goes before interactive requests are touched.
@@ -40,6 +41,7 @@ RATE_WINDOW_S = 3.0  # the window of the ITL and prefill means: a dozen polls
 # or two finishes is noise), at most FINISH_WINDOW_S; a younger history with fewer finishes has not learned it.
 MIN_FINISHES = 8
 FINISH_WINDOW_S = 30.0
+DECODE_MEMORY_S = 60.0  # how long a (batch size, ITL) pair the engine was seen at counts (decode_overloaded)
 DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
 
 # What the refused client reads (the OpenAI error object's message), per reason.
@@ -74,7 +76,9 @@ class Rates:
     prefill_s: float | None = None  # mean engine TTFT less queue time of the requests that started
     itl_s: float | None = None  # mean inter-token latency of the tokens generated
     running: float = 0.0  # requests running at the last reading
-    itl_floor_s: float | None = None  # the lowest windowed mean ITL seen while requests ran: the engine at its best
+    # (running, windowed mean ITL) at recent readings with requests running: the batch sizes the engine served
+    # at each speed, over the last DECODE_MEMORY_S
+    served: tuple[tuple[float, float], ...] = ()
 
 
 def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
@@ -136,7 +140,9 @@ def predicted_wait(o: Outlook) -> float:
         return 0.0
     rate = o.rates.finish_rate
     if rate is None:
-        return 0.0  # nothing learned yet (a fresh engine): no prediction, so no refusal (the floors still apply)
+        # nothing learned yet (a fresh engine): only an engine that can start nothing now (no free seat, or a
+        # backlog it reports) is predicted to keep the request waiting past any objective
+        return math.inf if o.seats < 1 or o.waiting >= 1 else 0.0
     if rate <= 0:
         return math.inf  # blocked, and no request has finished lately to free a seat
     return (o.rates.prefill_s or 0.0) + b / rate
@@ -161,18 +167,32 @@ def _budget(own: float | None, tightest: float | None, p: Policy) -> float | Non
     return p.shed_margin * min(limits) if limits else None
 
 
+def decode_overloaded(r: Rates, itl: float, tpot: float) -> bool:
+    """The running requests miss `tpot` because of the load: the mean ITL is over it with more requests
+    running than the largest batch the engine was recently seen serving within it. An engine never seen within
+    it misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
+    noisy neighbour, a long prefill): refusing would help nobody."""
+    if itl <= tpot or r.running < 1:
+        return False
+    within = [running for running, seen in r.served if seen <= tpot]
+    return bool(within) and r.running > max(within)
+
+
+def _why(p: Policy, value: float, own: float | None, tightest: float | None, reason: str) -> str:
+    """A sheddable request refused where an interactive one held to the same objective would not be: shed."""
+    full = own if own is not None else tightest
+    return C.REFUSED_ADMISSION_SHED if p.sheddable and (full is None or value <= full) else reason
+
+
 def refusal(o: Outlook, p: Policy) -> str:
     """"" to admit, or the reason (a conventions.REFUSED_ADMISSION_* value) the request is refused."""
     tpot = _budget(p.tpot, p.tightest_tpot, p)
     itl = o.rates.itl_s
-    floor = o.rates.itl_floor_s
-    if tpot is not None and itl is not None and floor is not None and o.rates.running >= 1 and itl > tpot >= floor:
-        return C.REFUSED_ADMISSION_SHED if p.sheddable and (p.tpot is None or itl <= p.tpot) \
-            else C.REFUSED_ADMISSION_TPOT
+    if tpot is not None and itl is not None and decode_overloaded(o.rates, itl, tpot):
+        return _why(p, itl, p.tpot, p.tightest_tpot, C.REFUSED_ADMISSION_TPOT)
     ttft = _budget(p.ttft, p.tightest_ttft, p)
     if ttft is not None:
         wait = predicted_wait(o)
         if wait > ttft:
-            return C.REFUSED_ADMISSION_SHED if p.sheddable and (p.ttft is None or wait <= p.ttft) \
-                else C.REFUSED_ADMISSION_TTFT
+            return _why(p, wait, p.ttft, p.tightest_ttft, C.REFUSED_ADMISSION_TTFT)
     return ""
