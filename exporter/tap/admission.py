@@ -56,7 +56,8 @@ from exporter.promtext import parse_page
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.predict import (
-    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, finish_rate, rates_between,
+    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, drain_rate, finish_rate,
+    rates_between,
 )
 from exporter.tap.predict import predicted_wait, refusal as predicted_refusal
 from llmslo import conventions as C
@@ -158,7 +159,7 @@ class Reading:
 _CHECKED = {C.KV_BLOCKS_FREE.name: math.inf, C.KV_BLOCKS_TOTAL.name: math.inf, C.KV_BLOCK_SIZE.name: math.inf,
             C.REQUESTS_WAITING.name: math.inf, C.KV_CACHE_USAGE.name: 1.0, C.REQUESTS_RUNNING.name: math.inf}
 # The histograms whose _sum and _count the rates are learned from (the page's non-finite values are refused whole).
-_TIMED = (C.TTFT.name, C.QUEUE_TIME.name, C.ITL.name)
+_TIMED = (C.TTFT.name, C.QUEUE_TIME.name, C.ITL.name, C.E2E.name)
 
 
 def _check(name: str, model: str, value: float) -> None:
@@ -223,7 +224,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     waiting = sum(gauges[C.REQUESTS_WAITING.name].values())
     counters = Counters(
         prompt[-1][1] if prompt else 0.0,
-        *(timed.get(m.name + suffix, 0.0) for m in (C.TTFT, C.QUEUE_TIME, C.ITL) for suffix in ("_sum", "_count")),
+        *(timed.get(m.name + suffix, 0.0) for m in (C.TTFT, C.QUEUE_TIME, C.ITL, C.E2E) for suffix in ("_sum", "_count")),
         running=sum(gauges[C.REQUESTS_RUNNING.name].values()))
     return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters)
 
@@ -383,8 +384,8 @@ class Admission:
             served.append((now, sum(batch) / len(batch), rates.itl_s))
         while served and served[0][0] <= now - DECODE_MEMORY_S:
             served.popleft()
-        self.rates = Rates(finish_rate(finished, now, reading.counters.finished), rates.prefill_s, rates.itl_s,
-                           rates.running, tuple((n, itl) for _, n, itl in served))
+        self.rates = Rates(drain_rate(finish_rate(finished, now, reading.counters.finished), rates), rates.prefill_s,
+                           rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s)
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never

@@ -7,16 +7,18 @@ waits only behind requests that cannot start now, and each of those needs a runn
 
     blocked  = (persistent queue + admitted since the reading + 1)   while the engine reports a queue
              = max(0, admitted since the reading + 1 - seats)         otherwise (beyond the free KV seats)
-    wait     = prefill + blocked / finish rate                        (blocked > 0; with no finish seen: inf)
+    wait     = prefill + blocked / drain rate                         (blocked > 0; nothing finishing: inf)
 
-`seats` are free KV tokens over the p99 request footprint (the seat estimate, exporter.tap.admission's
-`seats`); the queue counts only when it was there at two readings in a row (a one-reading queue is requests
-that arrived between two engine steps and start at the next); the finish rate and the prefill time (engine
-TTFT less queue time, per request) are learned from the engine's counter deltas over RATE_WINDOW_S. Until
-they are learned (MIN_FINISHES), a request is refused only by an engine that can start nothing now (no free
-seat, or a backlog it reports); otherwise it is admitted, as an unreadable engine is admitted to.
-Each finish is taken to let one blocked request start (a finish frees its batch slot and, on average, less
-KV than a p99 seat: the estimate errs towards a shorter wait, which is why the floors stay as overrides).
+`seats` are free KV tokens over the median prompt of the recent requests, in whole KV blocks: the engine
+starts a request whose prompt fits (the p99 lifetime footprint of exporter.tap.admission's `seats` is a bound
+against preemption, not the start condition: used as one it refused below capacity). The queue counts only
+when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
+steps and start at the next). The drain rate is the finishes measured over the shortest recent span with
+MIN_FINISHES of them, or Little's law on the running batch (running / mean service time) when higher, which
+follows a batch that just grew before the finishes do (`drain_rate`); the prefill time is the engine's TTFT
+less its queue time, per request, over RATE_WINDOW_S. Until they are learned, a request is refused only by an
+engine that can start nothing now (no free seat, or a backlog it reports); otherwise it is admitted, as an
+unreadable engine is admitted to.
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, is the running
@@ -65,6 +67,8 @@ class Counters:
     queue_count: float = 0.0
     itl_sum: float = 0.0
     itl_count: float = 0.0
+    e2e_sum: float = 0.0
+    e2e_count: float = 0.0
     running: float = 0.0
 
 
@@ -79,6 +83,7 @@ class Rates:
     # (running, windowed mean ITL) at recent readings with requests running: the batch sizes the engine served
     # at each speed, over the last DECODE_MEMORY_S
     served: tuple[tuple[float, float], ...] = ()
+    service_s: float | None = None  # mean engine latency less queue time of the requests that finished
 
 
 def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
@@ -112,7 +117,21 @@ def rates_between(old: Counters, new: Counters) -> Rates:
         prefill = max(0.0, ttft_s / ttft_n - queued)
     itl_n, itl_s = diff(old.itl_count, new.itl_count), diff(old.itl_sum, new.itl_sum)
     itl = itl_s / itl_n if itl_n and itl_s is not None else None
-    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0)
+    e2e_n, e2e_s = diff(old.e2e_count, new.e2e_count), diff(old.e2e_sum, new.e2e_sum)
+    service = None
+    if e2e_n and e2e_s is not None:
+        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
+        service = max(0.0, e2e_s / e2e_n - queued) or None
+    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0, service_s=service)
+
+
+def drain_rate(measured: float | None, r: Rates) -> float | None:
+    """The rate blocked requests start at: the finishes measured, or, when higher, what the running batch
+    finishes at by Little's law (running / mean service time), which follows a batch that just grew before
+    the finishes do; None while neither is known."""
+    little = r.running / r.service_s if r.service_s and r.running >= 1 else None
+    known = [x for x in (measured, little) if x is not None]
+    return max(known) if known else None
 
 
 @dataclass(frozen=True)
