@@ -16,7 +16,7 @@ import pytest
 from exporter.tap.admission import Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
-    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, finish_rate,
+    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, drain_rate, finish_rate,
     predicted_wait, rates_between, refusal,
 )
 from llmslo import conventions as C
@@ -119,12 +119,25 @@ def test_the_finish_rate_needs_enough_finishes_or_a_long_enough_span() -> None:
 
 
 def test_prefill_is_ttft_less_queue_time_and_itl_a_mean_over_the_deltas() -> None:
-    old = Counters(ttft_sum=10.0, ttft_count=10, queue_sum=2.0, queue_count=10, itl_sum=1.0, itl_count=100)
-    new = Counters(ttft_sum=13.0, ttft_count=20, queue_sum=3.0, queue_count=20, itl_sum=4.0, itl_count=200, running=7)
+    old = Counters(ttft_sum=10.0, ttft_count=10, queue_sum=2.0, queue_count=10, itl_sum=1.0, itl_count=100,
+                   e2e_sum=30.0, e2e_count=10)
+    new = Counters(ttft_sum=13.0, ttft_count=20, queue_sum=3.0, queue_count=20, itl_sum=4.0, itl_count=200,
+                   e2e_sum=51.0, e2e_count=20, running=7)
     r = rates_between(old, new)
     assert r.prefill_s == pytest.approx(0.3 - 0.1) and r.itl_s == pytest.approx(0.03) and r.running == 7
+    assert r.service_s == pytest.approx(2.1 - 0.1)  # latency less queue time, per finished request
     went_back = rates_between(new, old)
     assert went_back.prefill_s is None and went_back.itl_s is None
+
+
+def test_the_drain_rate_follows_a_grown_batch_by_littles_law() -> None:
+    """14 requests running, each served in 2 s: 7 finish a second, though only 2 a second were measured (the
+    batch just grew); a bench run at 0.9x capacity with bursts refused on the measured rate alone."""
+    grown = Rates(running=14, service_s=2.0)
+    assert drain_rate(2.0, grown) == pytest.approx(7.0)
+    assert drain_rate(9.0, grown) == pytest.approx(9.0), "the higher of the two"
+    assert drain_rate(None, Rates(running=0, service_s=2.0)) is None and drain_rate(None, Rates()) is None
+    assert drain_rate(3.0, Rates(running=5)) == 3.0
 
 
 # -- the gate ----------------------------------------------------------------------------------------
