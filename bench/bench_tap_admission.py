@@ -76,10 +76,11 @@ TARGETS = "targets: refused <= 1% and goodput within 3% of no gate below capacit
 NOTES = {
     SECTION: (
         f"Simulator `{PRESET}` with --num-gpu-blocks {KV_BLOCKS} (9,600 KV tokens) and --slowdown {SLOWDOWN:g}, "
-        f"prompts ~{PROMPT.median:.0f} tokens, outputs ~{OUTPUT.median:.0f} (decode overload: ~{DECODE_PROMPT.median:.0f} "
-        f"and ~{DECODE_OUTPUT.median:.0f}); served in real time behind the tap (interactive class: TTFT <= {TTFT_SLO} s, "
-        f"TPOT <= {TPOT_SLO} s). Capacity = the highest Poisson rate at which {GOOD_SHARE:.0%} of requests are good, "
-        f"found in virtual time on the same engine, workload and arrivals (Poisson or bursty). Each row runs one request stream for {ARRIVALS_S:g} s "
+        f"prompts ~{PROMPT.median:.0f} tokens, outputs ~{OUTPUT.median:.0f} (decode overload: "
+        f"~{DECODE_PROMPT.median:.0f} and ~{DECODE_OUTPUT.median:.0f}); served in real time behind the tap "
+        f"(interactive class: TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s). Capacity = the highest rate at which "
+        f"{GOOD_SHARE:.0%} of requests are good, found in virtual time on the same engine, workload and arrivals "
+        f"(Poisson or bursty). Each row runs one request stream for {ARRIVALS_S:g} s "
         f"(idle: {IDLE_S:g} s) through two stacks at once, each its own simulator and tap: ours `--admission` at its "
         f"defaults, peer no admission. Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
         f"{CLIENT_TIMEOUT_S:g} s. Goodput counts good requests over all offered (refused ones are not good) per second "
@@ -281,6 +282,7 @@ def run() -> list[Row]:
         rows.append(Row(
             SECTION,
             f"{case.what}, {ours.offered} requests: goodput (good req/s over all offered); refused "
-            f"{ours.refused_share:.1%} vs {peer.refused_share:.1%} (reasons: {reasons}){verdict(case, ours, peer, ratio)}",
+            f"{ours.refused_share:.1%} vs {peer.refused_share:.1%} (reasons: {reasons})"
+            f"{verdict(case, ours, peer, ratio)}",
             f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{ratio:.2f}x" if g0 else "inf (peer 0)", cmd))
     return rows

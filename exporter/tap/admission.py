@@ -1,4 +1,5 @@
-"""KV admission (opt-in, `--admission`): refuse new completions with 429 while the engine is full.
+"""Admission (opt-in, `--admission`): refuse a new completion with 429 when the engine would not serve it
+within its class's objectives.
 
 The tap reads the engine it fronts (its /metrics, every `poll_s`) through the exporter's own adapters
 (exporter.adapters: the same reading of each engine's families as the node exporter's), so every
@@ -14,13 +15,15 @@ detected from the page by default), and keeps a gate:
   histograms) the last footprint measured is kept, and before any the `fallback_footprint` flag is used;
 - queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
 
-The gate is closed while seats < min_seats or queue > max_queue. Between two readings the tap
-counts the requests it admitted since the last one: each takes one seat, so a burst cannot pour
-more into the KV cache during one poll interval than the reading said was free. They join the
-queue in the estimate only beyond the free seats: a request that fits in free KV starts running,
-it does not wait. (Counting every admitted request as queued capped the gate at max_queue + 1
-requests per poll however idle the engine: in front of a real vLLM it refused 19 of a burst of 24
-short requests the engine served at once.)
+The decision is by objective (exporter.tap.predict, a pure function of what is kept here): a request is
+refused only when the engine would not start it within its class's TTFT objective, when the running requests
+miss the TPOT objective because of the load, or when its class is sheddable and past the shed margin. For it
+the gate also keeps the requests it admitted since the last reading (each takes one start seat: a median
+prompt of free KV), the engine's queue as persisted over two readings, and the rates learned from the page's
+counter deltas (finishes, TTFT less queue time, ITL, service time, the batch sizes served within each ITL).
+The old fixed floors, `min_seats` and `max_queue`, are operator overrides, off unless given (the default
+max_queue of 4 capped an idle engine at 5 requests a poll: in front of a real vLLM it refused 19 of a burst of
+24 short requests the engine served at once).
 
 The gate only decides for a new timed request (chat/completions, completions) when it arrives;
 a request already admitted is never touched. When the engine's /metrics cannot be read (refused,
@@ -56,10 +59,10 @@ from exporter.promtext import parse_page
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.predict import (
-    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates, drain_rate, finish_rate,
-    rates_between,
+    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates,
+    drain_rate, finish_rate, predicted_wait, rates_between,
 )
-from exporter.tap.predict import predicted_wait, refusal as predicted_refusal
+from exporter.tap.predict import refusal as predicted_refusal
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -224,7 +227,8 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     waiting = sum(gauges[C.REQUESTS_WAITING.name].values())
     counters = Counters(
         prompt[-1][1] if prompt else 0.0,
-        *(timed.get(m.name + suffix, 0.0) for m in (C.TTFT, C.QUEUE_TIME, C.ITL, C.E2E) for suffix in ("_sum", "_count")),
+        *(timed.get(m.name + suffix, 0.0)
+          for m in (C.TTFT, C.QUEUE_TIME, C.ITL, C.E2E) for suffix in ("_sum", "_count")),
         running=sum(gauges[C.REQUESTS_RUNNING.name].values()))
     return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters)
 
@@ -276,7 +280,8 @@ class Admission:
         self.queue = 0.0  # the engine's queue as persisted over the last two readings (exporter.tap.predict)
         self.rates = Rates()
         self._served: deque[tuple[float, float, float]] = deque()  # (time, running, ITL) over DECODE_MEMORY_S
-        self._counted: deque[tuple[float, Counters, float]] = deque()  # the readings within RATE_WINDOW_S
+        # (time, counters, waiting) of the readings within FINISH_WINDOW_S
+        self._counted: deque[tuple[float, Counters, float]] = deque()
         self._slo = slo  # the classes the last request was decided under (the gauges' objectives: the tightest)
         self.admitted_since = 0  # requests admitted since the last reading
         self.last_error = ""
