@@ -82,7 +82,7 @@ NOTES = {
         f"{GOOD_SHARE:.0%} of requests are good, found in virtual time on the same engine, workload and arrivals "
         f"(Poisson or bursty). Each row runs one request stream for {ARRIVALS_S:g} s "
         f"(idle: {IDLE_S:g} s) through two stacks at once, each its own simulator and tap: ours `--admission` at its "
-        f"defaults, peer no admission. Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
+        f"defaults, peer no admission (its simulator's /metrics read as often, so both do the same work). Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
         f"{CLIENT_TIMEOUT_S:g} s. Goodput counts good requests over all offered (refused ones are not good) per second "
         f"of arrivals. {TARGETS}; a row that misses its target says so."
     ),
@@ -196,7 +196,19 @@ def stack(admission: bool) -> Iterator[tuple[str, str]]:
         tap, t = _spawn(cmd + (["--admission"] if admission else []),
                         r"event=tap_listening proxy=(\S+) metrics=(\S+)", "the tap")
         stop.callback(_stop, tap)
+        if not admission:  # the simulator renders its page as often as the gated one's does: the same work
+            done = threading.Event()
+            threading.Thread(target=_poll, args=(m.group(1) + "/metrics", done), daemon=True).start()
+            stop.callback(done.set)
         yield t.group(1), t.group(2)
+
+
+def _poll(url: str, done: threading.Event) -> None:
+    while not done.wait(0.25):
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+        except OSError:
+            pass
 
 
 def refusal_reasons(metrics_url: str) -> dict[str, float]:

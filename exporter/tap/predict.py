@@ -44,6 +44,8 @@ RATE_WINDOW_S = 3.0  # the window of the ITL and prefill means: a dozen polls
 MIN_FINISHES = 8
 FINISH_WINDOW_S = 30.0
 DECODE_MEMORY_S = 60.0  # how long a (batch size, ITL) pair the engine was seen at counts (decode_overloaded)
+MIN_FIT_POINTS = 8  # (batch, ITL) pairs before a line through them predicts the ITL of a larger batch
+MIN_BATCH_SPREAD = 0.5  # the batch sizes' standard deviation below which they say nothing of the slope
 DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
 
 # What the refused client reads (the OpenAI error object's message), per reason.
@@ -186,12 +188,35 @@ def _budget(own: float | None, tightest: float | None, p: Policy) -> float | Non
     return p.shed_margin * min(limits) if limits else None
 
 
-def decode_overloaded(r: Rates, itl: float, tpot: float) -> bool:
-    """The running requests miss `tpot` because of the load: the mean ITL is over it with more requests
-    running than the largest batch the engine was recently seen serving within it. An engine never seen within
-    it misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
+def itl_at(served: Sequence[tuple[float, float]], batch: float) -> float | None:
+    """The ITL the engine would run `batch` requests at: the least-squares line through the recent (batch, ITL)
+    pairs; None with fewer than MIN_FIT_POINTS, batch sizes that hardly varied, or no slope upwards."""
+    n = len(served)
+    if n < MIN_FIT_POINTS:
+        return None
+    mx, my = sum(b for b, _ in served) / n, sum(i for _, i in served) / n
+    sxx = sum((b - mx) ** 2 for b, _ in served)
+    if sxx < n * MIN_BATCH_SPREAD ** 2:
+        return None
+    slope = sum((b - mx) * (i - my) for b, i in served) / sxx
+    return my + slope * (batch - mx) if slope > 0 else None
+
+
+def decode_overloaded(r: Rates, itl: float | None, tpot: float, extra: float = 1) -> bool:
+    """The running requests miss `tpot` because of the load, or would with `extra` more: the ITL the recent
+    (batch, ITL) pairs predict for running + extra is over it (long outputs stay for many seconds, so a batch
+    grown past it is not undone by refusing later), or the mean ITL is over it with more requests running than
+    the largest batch the engine was recently seen serving within it. An engine never within it (even at one
+    request) misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
     noisy neighbour, a long prefill): refusing would help nobody."""
-    if itl <= tpot or r.running < 1:
+    if r.running < 1:
+        return False
+    alone = itl_at(r.served, 1)
+    if alone is not None and alone <= tpot:
+        predicted = itl_at(r.served, r.running + extra)
+        if predicted is not None and predicted > tpot:
+            return True
+    if itl is None or itl <= tpot:
         return False
     within = [running for running, seen in r.served if seen <= tpot]
     return bool(within) and r.running > max(within)
@@ -207,8 +232,9 @@ def refusal(o: Outlook, p: Policy) -> str:
     """"" to admit, or the reason (a conventions.REFUSED_ADMISSION_* value) the request is refused."""
     tpot = _budget(p.tpot, p.tightest_tpot, p)
     itl = o.rates.itl_s
-    if tpot is not None and itl is not None and decode_overloaded(o.rates, itl, tpot):
-        return _why(p, itl, p.tpot, p.tightest_tpot, C.REFUSED_ADMISSION_TPOT)
+    if tpot is not None and decode_overloaded(o.rates, itl, tpot, o.admitted_since + 1):
+        seen = max(itl or 0.0, itl_at(o.rates.served, o.rates.running + o.admitted_since + 1) or 0.0)
+        return _why(p, seen, p.tpot, p.tightest_tpot, C.REFUSED_ADMISSION_TPOT)
     ttft = _budget(p.ttft, p.tightest_ttft, p)
     if ttft is not None:
         wait = predicted_wait(o)

@@ -16,8 +16,8 @@ import pytest
 from exporter.tap.admission import Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
-    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, drain_rate, finish_rate,
-    predicted_wait, rates_between, refusal,
+    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, decode_overloaded,
+    drain_rate, finish_rate, itl_at, predicted_wait, rates_between, refusal,
 )
 from llmslo import conventions as C
 from tests.tap.test_admission import _chat, _post
@@ -100,6 +100,21 @@ def test_running_requests_missing_the_tpot_objective_refuse_new_work() -> None:
     near = outlook(rates=replace(LEARNED, itl_s=0.03))
     assert refusal(near, INTERACTIVE) == "" and refusal(near, BATCH) == C.REFUSED_ADMISSION_SHED
     assert refusal(near, Policy(TTFT, 0.02, tightest_ttft=TTFT, tightest_tpot=0.02)) == C.REFUSED_ADMISSION_TPOT
+
+
+def test_a_batch_that_would_outgrow_the_objective_is_refused_before_its_itl_shows_it() -> None:
+    """Long outputs stay for many seconds: a batch grown past the TPOT objective is not undone by refusing once
+    the ITL shows it (the bench's decode overload: 0 good requests with a gate that only reacted). The recent
+    (batch, ITL) pairs predict the ITL of the batch a new request makes."""
+    served = tuple((b, 0.01 + 0.004 * b) for b in (2, 3, 4, 5, 6, 7, 8, 9))  # 0.05 s a token at 10 running
+    assert itl_at(served, 10) == pytest.approx(0.05) and itl_at(served[:7], 10) is None, "too few pairs"
+    assert itl_at(tuple((4, 0.02 + i / 1000) for i in range(8)), 10) is None, "one batch size: no slope"
+    r = Rates(finish_rate=4.0, itl_s=0.04, running=9, served=served)
+    assert refusal(outlook(rates=r), INTERACTIVE) == ""  # 10 running: 0.05 s, within
+    assert refusal(outlook(rates=r, admitted=1), INTERACTIVE) == C.REFUSED_ADMISSION_TPOT  # 11: 0.054 s
+    assert decode_overloaded(r, 0.04, 0.05, extra=1) is False and decode_overloaded(r, 0.04, 0.05, extra=3)
+    slow_alone = tuple((b, 0.06 + 0.004 * b) for b in range(2, 10))  # over 0.05 s even alone: its speed
+    assert not decode_overloaded(replace(r, served=slow_alone), 0.04, 0.05, extra=3)
 
 
 def test_every_reason_has_a_message_and_is_a_counted_refusal() -> None:
@@ -202,7 +217,7 @@ def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_fi
             assert gate.rates.itl_s == pytest.approx(0.02) and (4, pytest.approx(0.02)) in gate.rates.served
             assert not gate.decide(CHAT, SLO) and not gate.decide(BULK, SLO)
         if t == 31:  # 0.035 s: within 0.05 s, over 0.5 x 0.05 s
-            assert not gate.decide(CHAT, SLO) and gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_SHED
+            assert gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_SHED and not gate.decide(CHAT, SLO)
     assert gate.rates.itl_s == pytest.approx(0.08)
     assert gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TPOT and gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_TPOT
     assert max(n for n, itl in gate.rates.served if itl <= TPOT) < 8, "the growing batch is not recorded as in time"
