@@ -82,7 +82,8 @@ NOTES = {
         f"{GOOD_SHARE:.0%} of requests are good, found in virtual time on the same engine, workload and arrivals "
         f"(Poisson or bursty). Each row runs one request stream for {ARRIVALS_S:g} s "
         f"(idle: {IDLE_S:g} s) through two stacks at once, each its own simulator and tap: ours `--admission` at its "
-        f"defaults, peer no admission (its simulator's /metrics read as often, so both do the same work). Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
+        f"defaults, peer no admission (its simulator's /metrics read as often, so both do the same work). "
+        f"Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
         f"{CLIENT_TIMEOUT_S:g} s. Goodput counts good requests over all offered (refused ones are not good) per second "
         f"of arrivals. {TARGETS}; a row that misses its target says so."
     ),
