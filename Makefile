@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo fleet test test-vllm test-llamacpp bench build clean deps system-deps vllm-deps llamacpp-deps image image-test
+.PHONY: demo fleet test lint test-vllm test-llamacpp bench build clean deps system-deps vllm-deps llamacpp-deps image image-test
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,12 @@ fleet: deps system-deps
 
 test: deps system-deps
 	$(BIN)/python -m pytest
+
+# The lint and type gate alone (ruff and mypy, configured in pyproject.toml); `make test` runs it too, as
+# tests/test_lint_gate.py.
+lint: deps
+	$(BIN)/ruff check llmslo exporter slogen simulator realengine demo bench tools tests
+	$(BIN)/mypy
 
 # The real-engine tier (tests/realengine): the stack in front of a real vLLM; its own target, run by .ci/run.
 # One file at a time: the engine takes a core, and timing equalities need the other.

@@ -13,8 +13,6 @@ Memory over time: a soak of 10,000 cycles (one engine and one GPU, see SOAK_*), 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.lora_pages import vllm_lora_page
+from bench.cycle_protocol import CycleWorker, close_stdin_process
 from bench.report import Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,49 +81,6 @@ class Measured:
     peak_rss_kib: int
 
 
-class Worker:
-    """One exporter process (`bench.collection_worker`), driven N cycles at a time over its stdin."""
-
-    _ids = itertools.count()
-
-    def __init__(self, mode: str, urls: list[str], workdir: Path, gpus: str = GPUS):
-        spec = workdir / f"worker-{next(self._ids)}-{mode}.json"
-        spec.write_text(json.dumps({"urls": urls, "gpu": gpus, "node": "bench-node"}))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.collection_worker", mode, str(spec)],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        self._expect_line()
-        self.cycles_done = 0
-
-    def _expect_line(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"collection worker {self.proc.args[3:]} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def start(self, cycles: int) -> None:
-        self.proc.stdin.write(f"{cycles}\n")
-        self.proc.stdin.flush()
-        self.cycles_done += cycles
-
-    def result(self) -> dict:
-        return self._expect_line()
-
-    def run(self, cycles: int) -> dict:
-        self.start(cycles)
-        return self.result()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @contextlib.contextmanager
 def page_server(directory: Path):
     proc = subprocess.Popen([sys.executable, "-m", "bench.page_server", str(directory)],
@@ -135,21 +91,16 @@ def page_server(directory: Path):
             raise RuntimeError(f"page server exited with {proc.wait()}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        close_stdin_process(proc)
 
 
 @contextlib.contextmanager
 def workers(*specs: tuple[str, list[str]], workdir: Path, gpus: str = GPUS):
-    started: list[Worker] = []
+    started: list[CycleWorker] = []
     try:
         for mode, urls in specs:
-            started.append(Worker(mode, urls, workdir, gpus))
+            started.append(CycleWorker("bench.collection_worker", mode, {"urls": urls, "gpu": gpus, "node": "bench-node"},
+                                       workdir))
         yield started
     finally:
         for w in started:
@@ -169,18 +120,18 @@ def cycles_per_round(warmup: dict) -> int:
     return max(1, min(50, round(ROUND_SECONDS / max(per_cycle, 1e-6))))
 
 
-def measure_interleaved(ours: Worker, peer: Worker) -> tuple[Measured, Measured]:
+def measure_interleaved(ours: CycleWorker, peer: CycleWorker) -> tuple[Measured, Measured]:
     """Warm both up, then ROUNDS alternating rounds; per-cycle CPU and wall from each side's best round."""
     sizes = {w: cycles_per_round(w.run(WARMUP_CYCLES)) for w in (ours, peer)}
     best = {w: {"cpu_s": float("inf"), "wall_s": float("inf")} for w in (ours, peer)}
-    last: dict[Worker, dict] = {}
+    last: dict[CycleWorker, dict] = {}
     for _ in range(ROUNDS):
         for w in (ours, peer):
             r = last[w] = w.run(sizes[w])
             for key in ("cpu_s", "wall_s"):
                 best[w][key] = min(best[w][key], r[key] / r["cycles"])
 
-    def measured(w: Worker) -> Measured:
+    def measured(w: CycleWorker) -> Measured:
         return Measured(best[w]["cpu_s"], best[w]["wall_s"], last[w]["series"], last[w]["bytes"], last[w]["peak_rss_kib"])
 
     return measured(ours), measured(peer)

@@ -25,7 +25,7 @@ from bench.old_tree import old_tree as bench_old_tree
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Hostile page: 250,000 junk series on a vLLM page"
 COMMAND = "python -m bench hostile-page"
-OLD_COMMIT = "9090d4d"  # the exporter before the hostile-page limits (its parser, collector and guard are HEAD's of #14)
+OLD_COMMIT = "9090d4d"  # the exporter before the hostile-page limits (in its parser, collector and guard)
 JUNK_SERIES = 250_000
 ADAPTERS = 64
 

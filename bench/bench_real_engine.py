@@ -43,6 +43,7 @@ import aiohttp
 
 from bench.bench_collection import page_server
 from bench.bench_tap import _tap
+from bench.cycle_protocol import CycleWorker
 from bench.report import Row
 from realengine import vllm_server
 from realengine.build_model import word
@@ -208,7 +209,7 @@ async def _measure_latency(direct: str, tapped: str) -> dict[str, dict[str, Path
     bases = {"direct": direct, "tap": tapped}
     out: dict[str, dict[str, PathSamples]] = {"sequential": {}, "concurrent": {}}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-        for i in range(WARMUP_REQUESTS):
+        for _ in range(WARMUP_REQUESTS):
             for base in bases.values():
                 await _stream(session, base, _prompt(rng))
         seq = out["sequential"] = {name: PathSamples() for name in bases}
@@ -229,39 +230,6 @@ async def _measure_latency(direct: str, tapped: str) -> dict[str, dict[str, Path
 
 
 # ------------------------------------------------------------------------------------------ collection cycle
-class CycleWorker:
-    """One bench.real_engine_cycle process, driven N cycles at a time over its stdin."""
-
-    _ids = itertools.count()
-
-    def __init__(self, mode: str, urls: list[str], workdir: Path) -> None:
-        spec = workdir / f"cycle-{next(self._ids)}-{mode}.json"
-        spec.write_text(json.dumps({"urls": urls, "node": NODE}))
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.real_engine_cycle", mode, str(spec)], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self._line()
-
-    def _line(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bench.real_engine_cycle {self.proc.args[3:]} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def run(self, cycles: int) -> dict:
-        self.proc.stdin.write(f"{cycles}\n")
-        self.proc.stdin.flush()
-        return self._line()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @dataclass
 class CycleFigures:
     cpu_s: float  # per cycle, the median round
@@ -276,7 +244,7 @@ def _measure_cycles(paths: dict[str, tuple[str, list[str]]], workdir: Path) -> d
     workers: dict[str, CycleWorker] = {}
     try:
         for name, (mode, urls) in paths.items():
-            workers[name] = CycleWorker(mode, urls, workdir)
+            workers[name] = CycleWorker("bench.real_engine_cycle", mode, {"urls": urls, "node": NODE}, workdir)
         sizes = {}
         for name, w in workers.items():
             warm = w.run(3)

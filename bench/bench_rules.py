@@ -160,7 +160,7 @@ class Prometheus:
                 return
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError((workdir / "prometheus.log").read_text()[-2000:])
+                    raise RuntimeError((workdir / "prometheus.log").read_text()[-2000:]) from None
                 time.sleep(0.3)
         raise RuntimeError("prometheus did not become ready")
 

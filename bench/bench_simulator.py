@@ -7,7 +7,7 @@ Goodput: requests per second meeting a TTFT and a TPOT threshold, vLLM-style con
 batching (a batch runs to its longest member before the next forms) on the identical request stream, at three
 arrival rates, under an interactive and a relaxed objective.
 Fidelity: the simulator against published vLLM measurements (bench/fidelity.py), before and after calibration
-(#19); it also rewrites the fidelity table in docs/simulator.md.
+(BEFORE_COMMIT there); it also rewrites the fidelity table in docs/simulator.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """slogen's build time for 10, 100 and 1,000 SLOs: every output, and rules alone, before and after.
 
-Issue 16 set the targets: a full `slogen build` (rules, promtool tests, dashboards, runbooks, KEDA)
+The targets: a full `slogen build` (rules, promtool tests, dashboards, runbooks, KEDA)
 of 1,000 SLOs under 10 s, rules alone (`slogen generate`) under 1 s. The peer column is the same
 command run on slogen and llmslo as they were at BEFORE_COMMIT (taken out with `git archive`), on
 the same synthetic specs in the same run, so the ratio is the speed-up. Each figure is the wall time
@@ -25,7 +25,7 @@ from bench.report import Row
 
 SECTION = "slogen: build time"
 COMMAND = "python -m bench slogen"
-BEFORE_COMMIT = "ed3bf19"  # the tree issue 16's speed work started from
+BEFORE_COMMIT = "ed3bf19"  # the tree before the build-speed work
 SIZES = (10, 100, 1000)
 PER_FILE = 10
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,6 @@
 """slogen's memory at 10,000 SLOs: a full `slogen build`, its peak memory and wall time, before and after.
 
-Issue 26 set the target: a catalog of 10,000 SLOs builds within 2 GB (it took 8.9 GB when filed; 2.8 GB in
-its largest process, more with the forked child, before the build wrote its files as it made them). The
+The target: a catalog of 10,000 SLOs builds within 2 GB. The
 peer is the same command on slogen and llmslo at the commit in the peer column (the build that held every file's text
 until the end), same specs, same run. Memory is the whole process tree's resident set (the build and its
 forked child), sampled every 50 ms from /proc; the largest single process's peak is in the note.

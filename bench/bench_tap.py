@@ -27,6 +27,7 @@ tap did before (prometheus_client.generate_latest, in one go, on the relaying lo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import pwd
@@ -137,7 +138,7 @@ async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples,
     clients: list[StreamClient] = []
     for i in range(streams):
         first_tokens = 1 + i * TOKENS // streams  # phases spread over one response's length
-        _, client = await loop.create_connection(lambda: StreamClient(samples, stop, first_tokens), "127.0.0.1", port)
+        _, client = await loop.create_connection(functools.partial(StreamClient, samples, stop, first_tokens), "127.0.0.1", port)
         clients.append(client)
         await asyncio.sleep(INTERVAL_MS / 1000 / streams)  # spread the starts over one interval
     await asyncio.sleep(WARMUP_S)
@@ -170,11 +171,12 @@ def _upstream() -> AbstractContextManager[tuple[int, int]]:
 
 
 @contextmanager
-def _tap(upstream_port: int, event_loop: str = "auto") -> Iterator[tuple[int, list[int]]]:
+def _tap(upstream_port: int, event_loop: str = "auto", tree: Path = ROOT) -> Iterator[tuple[int, list[int]]]:
+    """The tap of `tree` (this checkout by default; bench.old_tree for an earlier commit's)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
          "--upstream", f"http://127.0.0.1:{upstream_port}", "--event-loop", event_loop],
-        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        cwd=tree, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert proc.stderr is not None

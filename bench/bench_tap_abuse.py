@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import os
 import random
 import re
@@ -480,7 +481,7 @@ async def _chunks_run(tap: Tap, upstream: tuple[int, int]) -> ChunksResult:
     for i in range(STREAMS + CONTROL_STREAMS):
         first = 1 + i * STREAM_TOKENS // STREAMS % STREAM_TOKENS  # request turnovers spread over one response
         to, port = (phases, tap.port) if i < STREAMS else (control, upstream[0])
-        _, s = await loop.create_connection(lambda: Stream(to, stop, first), "127.0.0.1", port)
+        _, s = await loop.create_connection(functools.partial(Stream, to, stop, first), "127.0.0.1", port)
         streams.append(s)
         await asyncio.sleep(INTERVAL_MS / 1000 / STREAMS)
     await asyncio.sleep(WARMUP_S)
@@ -643,8 +644,14 @@ def run() -> list[Row]:
         mem_new = memory(up, None)
         mem_old = memory(up, old)
     wall = time.monotonic() - t0
+    rows = _slowloris_rows(sl_new, sl_new_1024, sl_old) + _chunk_rows(ch_new, ch_old) + _memory_rows(mem_new, mem_old)
+    NOTES[SECTION] = _notes(ch_new, wall)
+    return rows
+
+
+def _slowloris_rows(sl_new: SlowlorisResult, sl_new_1024: SlowlorisResult, sl_old: SlowlorisResult) -> list[Row]:
     need = -(-LEGIT_REQUESTS * 99 // 100)
-    rows = [
+    return [
         Row(SECTION, f"slowloris: legitimate streams arrived whole, {TRICKLERS:,} trickling connections (target at least "
             f"99%: {need} of {LEGIT_REQUESTS}); ours with default settings, peer with a {OLD_NOFILE:,}-fd soft limit",
             sl_new.completed() + _failures(sl_new), sl_old.completed() + _failures(sl_old),
@@ -666,6 +673,11 @@ def run() -> list[Row]:
             f"{_statuses(sl_old.fleet.answers) or 'no answer (held open)'}; {sl_old.fleet.opened - TRICKLERS:,} "
             f"reconnections; no such metric; {sl_old.tap_fds_peak:,} of {sl_old.nofile}",
             "n/a", COMMAND),
+    ]
+
+
+def _chunk_rows(ch_new: ChunksResult, ch_old: ChunksResult) -> list[Row]:
+    return [
         Row(SECTION, f"1-byte chunks: the upload's rise of the {STREAMS} relayed streams' per-chunk delay p99, median "
             f"of {ROUNDS} rounds (target under 50 ms; each round's rise in brackets)",
             f"{ch_new.added_p99:.1f} ms ({_list(ch_new.rises)})", f"{ch_old.added_p99:,.1f} ms ({_list(ch_old.rises)})",
@@ -687,6 +699,11 @@ def run() -> list[Row]:
             f"caught up",
             f"{_mb(ch_new.uploaded)}; {ch_new.cpu_s:.1f} s", f"{_mb(ch_old.uploaded)}; {ch_old.cpu_s:.1f} s", "n/a",
             COMMAND),
+    ]
+
+
+def _memory_rows(mem_new: MemoryResult, mem_old: MemoryResult) -> list[Row]:
+    return [
         Row(SECTION, f"memory: the tap's peak RSS (VmHWM), {BIG_UPLOADS} concurrent uploads of "
             f"{BIG_BODY_BYTES / 2**20:g} MiB (target under {RSS_TARGET_MB} MB)",
             f"{_mb(mem_new.hwm)} (before: {_mb(mem_new.rss_before)})", f"{_mb(mem_old.hwm)} (before: {_mb(mem_old.rss_before)})",
@@ -694,8 +711,11 @@ def run() -> list[Row]:
         Row(SECTION, "memory: the uploads' answers", _statuses(mem_new.statuses), _statuses(mem_old.statuses), "n/a",
             COMMAND),
     ]
+
+
+def _notes(ch_new: ChunksResult, wall: float) -> str:
     full_s = UPLOAD_BODY_BYTES / max(1.0, ch_new.uploaded / (ROUNDS * UPLOAD_WINDOW_S))
-    NOTES[SECTION] = (
+    return (
         f"Ours = the tap of this tree, peer = the tap at {OLD_COMMIT} (before the connection cap, the head deadline, "
         f"sliced chunked-body decoding and the body-memory cap), each a `python -m exporter.tap` process with default "
         f"settings unless a row says otherwise, in front of an upstream streaming a token chunk every "
@@ -718,7 +738,6 @@ def run() -> list[Row]:
         f"second once the tap decoding the upload keeps a core busy, which is a stall of its own. The whole run "
         f"took {wall:.0f} s."
     )
-    return rows
 
 
 if __name__ == "__main__":

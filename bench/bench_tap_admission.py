@@ -1,17 +1,24 @@
-"""The tap's KV admission at overload: goodput with and without `--admission`, on the simulator in real time.
+"""The tap's admission gate, no harm below capacity and help above it: goodput with and without `--admission`,
+side by side, on the simulator in real time.
 
 The engine is the simulator (`llmslo-sim serve`, Llama-3.1-8B on an H100, its KV cache cut to KV_BLOCKS
 blocks of 16 tokens and every step SLOWDOWN times slower, so that a small load fills it and the streams stay
 cheap for the shared CPUs), behind the tap (`python -m exporter.tap --slo slos/chat.yaml`, so requests are
-judged by the interactive class: TTFT <= 0.5 s and TPOT <= 0.05 s). Its capacity within those objectives is
-derived first in virtual time on the same engine and workload: the highest arrival rate at which at least
-95 % of the requests are good (the goodput SLO's objective). Then an open-loop Poisson load of OVERLOAD x that
-rate (the same request stream, seed and all) is offered for ARRIVALS_S seconds, once through a tap without
-admission and once through a tap with `--admission` at its defaults. A client gives up on a request after
-CLIENT_TIMEOUT_S (as a user would; without it the backlog of the run without admission would take minutes to
-drain). Reported: goodput (good requests per second of arrivals, over all offered: a refused request is not
-good), the p99 TTFT of the admitted requests (one that never got a first token counts as slower than any),
-and the share refused.
+judged by the interactive class: TTFT <= 0.5 s and TPOT <= 0.05 s). Each workload's capacity within those
+objectives is derived first in virtual time on the same engine: the highest Poisson rate at which at least
+95 % of the requests are good (the goodput SLO's objective). Every case then runs the same request stream
+through two stacks at the same time (each its own simulator and tap; one with `--admission` at its defaults,
+one without), so both see the same machine load:
+
+- no harm: 0.5x and 0.9x capacity, Poisson and bursty (BURST requests at once, the bursts Poisson);
+- an idle engine at 10x the old gate's per-poll cap (IDLE_RATE requests/s of max_tokens 1);
+- prefill/KV overload: 2x capacity (Poisson);
+- decode overload: short prompts and long outputs at 2x that workload's capacity.
+
+A client gives up on a request after CLIENT_TIMEOUT_S (as a user would; without it the backlog of the run
+without admission would take minutes to drain). Reported per case: goodput (good requests per second of
+arrivals, over all offered: a refused request is not good) and the share refused, with the gate's refusal
+reasons from its /metrics.
 """
 
 from __future__ import annotations
@@ -19,22 +26,33 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import re
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import aiohttp
+
 from bench.report import Row
+from llmslo import conventions as C
+from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
+from simulator.engine import EngineCore, run_virtual
 from simulator.faults import FaultState
-from simulator.loadgen import run_load
+from simulator.loadgen import fetch_base_model, send_one
 from simulator.stats import RequestRecord
-from simulator.virtual import simulate
-from simulator.workload import LengthDist, WorkloadSpec
+from simulator.virtual import RunRecorder
+from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "Goodput tap: KV admission at 2x overload (simulator, real time)"
+SECTION = "Goodput tap: admission by objective, no harm below capacity (simulator, real time)"
 PRESET = "llama3-8b-h100"
 MODEL = "llama-3-8b-instruct"  # matched by slos/chat.yaml's interactive class (llama-3-8b*)
 KV_BLOCKS = 600  # 9,600 KV tokens: about ten requests of p99 size
@@ -42,37 +60,79 @@ SLOWDOWN = 2.0
 TTFT_SLO, TPOT_SLO = 0.5, 0.05
 PROMPT = LengthDist(400, 0.3, 16, 1000)
 OUTPUT = LengthDist(100, 0.3, 8, 300)
-OVERLOAD = 2.0
-ARRIVALS_S = 35.0
+DECODE_PROMPT = LengthDist(40, 0.3, 8, 100)  # the decode-overload workload: short prompts, long outputs
+DECODE_OUTPUT = LengthDist(400, 0.2, 200, 600)
+IDLE_PROMPT = LengthDist(16, 0.0, 16, 16)
+OLD_PER_POLL_CAP = (4 + 1) / 0.25  # the old gate: --admission-max-queue 4 + 1 requests a 0.25 s poll, 20 req/s
+IDLE_RATE = 10 * OLD_PER_POLL_CAP
+IDLE_S = 5.0
+ARRIVALS_S = 30.0
+BURST = 4  # requests arriving together in the bursty cases
 CLIENT_TIMEOUT_S = 15.0
 GOOD_SHARE = 0.95  # capacity: the highest rate at which this share of requests is good
 SEED = 3
+TARGETS = "targets: refused <= 1% and goodput within 3% of no gate below capacity; nothing refused idle; >= 3x at 2x"
 
 NOTES = {
     SECTION: (
         f"Simulator `{PRESET}` with --num-gpu-blocks {KV_BLOCKS} (9,600 KV tokens) and --slowdown {SLOWDOWN:g}, "
-        f"prompts ~{PROMPT.median:.0f} tokens, outputs ~{OUTPUT.median:.0f}; served in real time behind the tap "
-        f"(interactive class: TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s). Capacity = the highest Poisson rate at "
-        f"which {GOOD_SHARE:.0%} of requests are good, found in virtual time on the same engine and workload; "
-        f"the load offered is {OVERLOAD:g}x that for {ARRIVALS_S:g} s, the same request stream for both runs; "
-        f"clients give up after {CLIENT_TIMEOUT_S:g} s. Ours: `--admission` at its defaults; peer: no admission. "
-        "Goodput counts good requests over all offered (refused ones are not good) per second of arrivals; "
-        "p99 TTFT is over the admitted requests, one that never got a first token counting as slower than any."
+        f"prompts ~{PROMPT.median:.0f} tokens, outputs ~{OUTPUT.median:.0f} (decode overload: "
+        f"~{DECODE_PROMPT.median:.0f} and ~{DECODE_OUTPUT.median:.0f}); served in real time behind the tap "
+        f"(interactive class: TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s). Capacity = the highest rate at which "
+        f"{GOOD_SHARE:.0%} of requests are good, found in virtual time on the same engine, workload and arrivals "
+        f"(Poisson or bursty). Each row runs one request stream for {ARRIVALS_S:g} s "
+        f"(idle: {IDLE_S:g} s) through two stacks at once, each its own simulator and tap: ours `--admission` at its "
+        f"defaults, peer no admission (its simulator's /metrics read as often, so both do the same work). "
+        f"Bursty: {BURST} requests at once, the bursts Poisson. Clients give up after "
+        f"{CLIENT_TIMEOUT_S:g} s. Goodput counts good requests over all offered (refused ones are not good) per second "
+        f"of arrivals. {TARGETS}; a row that misses its target says so."
     ),
 }
 
 
-def _spec(rate: float, duration: float) -> WorkloadSpec:
-    return WorkloadSpec(rate=rate, duration=duration, prompt_len=PROMPT, output_len=OUTPUT, seed=SEED)
+@dataclass(frozen=True)
+class Case:
+    what: str
+    items: tuple[WorkItem, ...]
+    duration: float
+    target: str  # "no_harm" | "idle" | "overload"
 
 
-def capacity() -> float:
-    """The highest rate (0.5 req/s steps) at which GOOD_SHARE of the requests are good, in virtual time."""
+@dataclass(frozen=True)
+class Outcome:
+    offered: int
+    good: int
+    refused: int
+    reasons: dict[str, float]
+
+    @property
+    def refused_share(self) -> float:
+        return self.refused / self.offered if self.offered else 0.0
+
+
+def _spec(rate: float, duration: float, prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT) -> WorkloadSpec:
+    return WorkloadSpec(rate=rate, duration=duration, prompt_len=prompt, output_len=output, seed=SEED)
+
+
+def virtual_records(items: list[WorkItem]) -> list[RequestRecord]:
+    """The items served by the same engine in virtual time (simulator.virtual.simulate, with the arrivals given)."""
     config = EngineConfig(served_model_name=MODEL, num_gpu_blocks_override=KV_BLOCKS)
+    clock = VirtualClock()
+    core = EngineCore(config, clock, None, FaultState(slowdown=SLOWDOWN))
+    recorder = RunRecorder()
+    core.observers.append(recorder)
+    run_virtual(core, clock, ((i.arrival, core.new_request(list(i.prompt_token_ids), i.output_len, output_len=i.output_len))
+                              for i in items))
+    return recorder.records
+
+
+def capacity(prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT, burst: int = 1) -> float:
+    """The highest rate (0.5 req/s steps) at which GOOD_SHARE of the requests are good, in virtual time, with
+    arrivals in bursts of `burst`."""
     best = 0.0
     rate = 0.5
     while rate <= 40:
-        recs = simulate(config, _spec(rate, 120), faults=FaultState(slowdown=SLOWDOWN)).recorder.records
+        recs = virtual_records(arrivals(generate(_spec(rate, 120, prompt, output)), rate, burst))
         if sum(r.good(TTFT_SLO, TPOT_SLO) for r in recs) >= GOOD_SHARE * len(recs):
             best = rate
         elif best:
@@ -81,8 +141,23 @@ def capacity() -> float:
     return best
 
 
-def _spawn(cmd: list[str], pattern: str, what: str) -> tuple[subprocess.Popen[str], str]:
-    """Start a process and wait for the line that names its URL (stdout and stderr together)."""
+def arrivals(items: list[WorkItem], rate: float, burst: int) -> list[WorkItem]:
+    """The same requests in bursts of `burst` arriving together, the bursts a Poisson process of rate / burst
+    (burst 1: the items as they are, Poisson at `rate`)."""
+    if burst == 1:
+        return items
+    rng = random.Random(SEED + 1)
+    out: list[WorkItem] = []
+    t = rng.expovariate(rate / burst)
+    for i in range(0, len(items), burst):
+        out += [replace(item, arrival=t) for item in items[i:i + burst]]
+        t += rng.expovariate(rate / burst)
+    return out
+
+
+def _spawn(cmd: list[str], pattern: str, what: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    """Start a process, wait for the line that names its URL (stdout and stderr together), then keep reading
+    its output so that it never blocks on a full pipe."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None
@@ -93,7 +168,8 @@ def _spawn(cmd: list[str], pattern: str, what: str) -> tuple[subprocess.Popen[st
             break
         m = re.search(pattern, line)
         if m:
-            return proc, m.group(1)
+            threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+            return proc, m
     proc.kill()
     raise RuntimeError(f"{what} did not start: {' '.join(cmd)}")
 
@@ -107,81 +183,119 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def _drain(proc: subprocess.Popen[str]) -> None:
-    """Keep reading a child's output so that it never blocks on a full pipe."""
-    import threading
+@contextmanager
+def stack(admission: bool) -> Iterator[tuple[str, str]]:
+    """A simulator behind a tap: the tap's proxy URL and its /metrics URL."""
+    with ExitStack() as stop:
+        sim, m = _spawn(
+            [sys.executable, "-m", "simulator.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--preset", PRESET,
+             "--model", MODEL, "--num-gpu-blocks", str(KV_BLOCKS), "--slowdown", str(SLOWDOWN), "--seed", str(SEED)],
+            r"on (http://\S+)", "the simulator")
+        stop.callback(_stop, sim)
+        cmd = [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--upstream", m.group(1),
+               "--metrics-listen", "127.0.0.1:0", "--slo", str(ROOT / "slos" / "chat.yaml"), "--log-level", "info"]
+        tap, t = _spawn(cmd + (["--admission"] if admission else []),
+                        r"event=tap_listening proxy=(\S+) metrics=(\S+)", "the tap")
+        stop.callback(_stop, tap)
+        if not admission:  # the simulator renders its page as often as the gated one's does: the same work
+            done = threading.Event()
+            threading.Thread(target=_poll, args=(m.group(1) + "/metrics", done), daemon=True).start()
+            stop.callback(done.set)
+        yield t.group(1), t.group(2)
 
-    def read() -> None:
-        assert proc.stdout is not None
-        for _ in proc.stdout:
+
+def _poll(url: str, done: threading.Event) -> None:
+    while not done.wait(0.25):
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+        except OSError:
             pass
 
-    threading.Thread(target=read, daemon=True).start()
+
+def refusal_reasons(metrics_url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    found = re.findall(rf'^{C.TAP_REFUSALS.name}{{reason="([a-z_]+)"}} (\S+)$', text, re.M)
+    return {reason: float(n) for reason, n in found if reason in C.REFUSED_ADMISSION_REASONS and float(n)}
 
 
-def one_run(rate: float, admission: bool) -> list[RequestRecord]:
-    sim, sim_url = _spawn(
-        [sys.executable, "-m", "simulator.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--preset", PRESET,
-         "--model", MODEL, "--num-gpu-blocks", str(KV_BLOCKS), "--slowdown", str(SLOWDOWN), "--seed", str(SEED)],
-        r"on (http://\S+)", "the simulator",
-    )
-    _drain(sim)
-    try:
-        tap_cmd = [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--upstream", sim_url,
-                   "--metrics-listen", "127.0.0.1:0", "--slo", str(ROOT / "slos" / "chat.yaml"), "--log-level", "info"]
-        if admission:
-            tap_cmd.append("--admission")
-        tap, tap_url = _spawn(tap_cmd, r"event=tap_listening proxy=(\S+)", "the tap")
-        _drain(tap)
-        try:
-            time.sleep(1.0)  # the admission poller's first readings
-            return asyncio.run(run_load(tap_url, _spec(rate, ARRIVALS_S), timeout=CLIENT_TIMEOUT_S))
-        finally:
-            _stop(tap)
-    finally:
-        _stop(sim)
+async def send_all(url: str, items: tuple[WorkItem, ...]) -> list[RequestRecord]:
+    """The items on their schedule, open loop (as simulator.loadgen.run_load, with the arrivals given)."""
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+        model, _ = await fetch_base_model(session, url)
+        t0 = time.perf_counter()
+
+        async def launch(item: WorkItem) -> RequestRecord:
+            await asyncio.sleep(max(0.0, item.arrival - (time.perf_counter() - t0)))
+            return await send_one(session, url, item, model, True, t0)
+
+        return list(await asyncio.gather(*(launch(item) for item in items)))
 
 
-def _refused(r: RequestRecord) -> bool:
-    return not r.ok and "429" in r.error
+def side_by_side(items: tuple[WorkItem, ...]) -> tuple[Outcome, Outcome]:
+    """The same stream through a gated and an ungated stack at the same time."""
+    with stack(True) as (gated, gated_metrics), stack(False) as (plain, _):
+        time.sleep(1.0)  # the admission poller's first readings
+
+        async def both() -> tuple[list[RequestRecord], list[RequestRecord]]:
+            a, b = await asyncio.gather(send_all(gated, items), send_all(plain, items))
+            return a, b
+
+        with_gate, without = asyncio.run(both())
+        reasons = refusal_reasons(gated_metrics)
+    return outcome(with_gate, reasons), outcome(without, {})
 
 
-def figures(records: list[RequestRecord]) -> dict[str, float]:
-    offered = len(records)
-    good = sum(r.good(TTFT_SLO, TPOT_SLO) for r in records)
-    refused = sum(_refused(r) for r in records)
-    ttfts = sorted(r.ttft if r.ttft is not None else math.inf for r in records if not _refused(r))
-    p99 = ttfts[min(len(ttfts) - 1, math.ceil(0.99 * len(ttfts)) - 1)] if ttfts else math.nan
-    return {"offered": offered, "good": good, "refused": refused, "goodput_rps": good / ARRIVALS_S,
-            "good_share": good / offered if offered else 0.0, "refused_share": refused / offered if offered else 0.0,
-            "p99_ttft": p99, "admitted": offered - refused,
-            "no_first_token": sum(1 for r in records if not _refused(r) and r.ttft is None)}
+def outcome(records: list[RequestRecord], reasons: dict[str, float]) -> Outcome:
+    return Outcome(len(records), sum(r.good(TTFT_SLO, TPOT_SLO) for r in records),
+                   sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 
-def _seconds(x: float) -> str:
-    return f"> {CLIENT_TIMEOUT_S:g} s (no first token)" if math.isinf(x) else f"{x:.2f} s"
+def cases() -> tuple[list[Case], dict[str, float]]:
+    cap = capacity()
+    burst_cap = capacity(burst=BURST)
+    decode_cap = capacity(DECODE_PROMPT, DECODE_OUTPUT)
+    out = []
+    for load in (0.5, 0.9):
+        for burst, c, how in ((1, cap, "Poisson"), (BURST, burst_cap, f"bursts of {BURST}")):
+            items = arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst)
+            out.append(Case(f"{load:g}x capacity ({load * c:g} req/s), {how}", tuple(items), ARRIVALS_S, "no_harm"))
+    idle = generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1)))
+    out.append(Case(f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)",
+                    tuple(idle), IDLE_S, "idle"))
+    out.append(Case(f"2x capacity ({2 * cap:g} req/s), Poisson", tuple(generate(_spec(2 * cap, ARRIVALS_S))),
+                    ARRIVALS_S, "overload"))
+    decode = generate(_spec(2 * decode_cap, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT))
+    out.append(Case(f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
+                    f"tokens, 2x its capacity ({2 * decode_cap:g} req/s)", tuple(decode), ARRIVALS_S, "overload"))
+    return out, {"capacity": cap, "burst_capacity": burst_cap, "decode_capacity": decode_cap}
+
+
+def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
+    if case.target == "no_harm":
+        ok = ours.refused_share <= 0.01 and ratio >= 0.97
+        return "" if ok else " (target missed: refused <= 1% and goodput within 3%)"
+    if case.target == "idle":
+        return "" if ours.refused == 0 else " (target missed: nothing refused)"
+    return "" if ratio >= 3 else " (target missed: goodput >= 3x no gate)"
 
 
 def run() -> list[Row]:
-    cap = capacity()
-    rate = OVERLOAD * cap
-    with_gate = figures(one_run(rate, admission=True))
-    without = figures(one_run(rate, admission=False))
-    print(f"  capacity {cap} req/s; with {with_gate}; without {without}", file=sys.stderr)
+    todo, caps = cases()
     cmd = (f"python -m bench tap-admission (llmslo-sim serve --preset {PRESET} --num-gpu-blocks {KV_BLOCKS} "
            f"--slowdown {SLOWDOWN:g}; llmslo-exporter tap --slo slos/chat.yaml [--admission])")
-    where = (f"capacity {cap:g} req/s within the objectives, offered {rate:g} req/s for {ARRIVALS_S:g} s "
-             f"({with_gate['offered']} requests)")
-    g1, g0 = with_gate["goodput_rps"], without["goodput_rps"]
-    p1, p0 = with_gate["p99_ttft"], without["p99_ttft"]
-    return [
-        Row(SECTION, f"goodput, good req/s over all offered; {where} (good: {with_gate['good_share']:.0%} vs "
-                     f"{without['good_share']:.0%} of offered)",
-            f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{g1 / g0:.1f}x" if g0 else "inf (peer 0)", cmd),
-        Row(SECTION, f"p99 TTFT of admitted requests ({with_gate['admitted']} vs {without['admitted']} admitted; "
-                     f"{with_gate['no_first_token']} vs {without['no_first_token']} never got a first token)",
-            _seconds(p1), _seconds(p0),
-            f"{p0 / p1:.1f}x lower" if math.isfinite(p0) and p1 > 0 else ("lower" if math.isfinite(p1) else "-"), cmd),
-        Row(SECTION, "share of offered requests refused (429 + Retry-After)",
-            f"{with_gate['refused_share']:.0%}", f"{without['refused_share']:.0%}", "-", cmd),
-    ]
+    rows = []
+    print(f"  capacity {caps}", file=sys.stderr)
+    for case in todo:
+        ours, peer = side_by_side(case.items)
+        g1, g0 = ours.good / case.duration, peer.good / case.duration
+        ratio = g1 / g0 if g0 else math.inf
+        reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(ours.reasons.items())) or "none"
+        print(f"  {case.what}: ours {ours}, peer {peer}", file=sys.stderr)
+        rows.append(Row(
+            SECTION,
+            f"{case.what}, {ours.offered} requests: goodput (good req/s over all offered); refused "
+            f"{ours.refused_share:.1%} vs {peer.refused_share:.1%} (reasons: {reasons})"
+            f"{verdict(case, ours, peer, ratio)}",
+            f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{ratio:.2f}x" if g0 else "inf (peer 0)", cmd))
+    return rows

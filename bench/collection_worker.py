@@ -22,7 +22,6 @@ import asyncio
 import gzip
 import json
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.cycle_protocol import serve
 from exporter.config import ExporterConfig, TargetConfig
 from exporter.gpu import collect_gpus, open_provider
 from exporter.model import NormSample
@@ -154,20 +154,8 @@ async def main(mode: str, spec_path: str) -> None:
     session = new_session()
     try:
         cycle = await (ours if mode == "ours" else peer)(spec, session)
-        reader = asyncio.StreamReader()
-        await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        print(json.dumps({"ready": True}), flush=True)
-        while line := (await reader.readline()).strip():
-            cycles = int(line)
-            cpu, wall = time.process_time(), time.perf_counter()
-            body = b""
-            for _ in range(cycles):
-                body = await cycle()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            print(json.dumps({
-                "cycles": cycles, "cpu_s": cpu, "wall_s": wall, "rss_kib": proc_status_kib("VmRSS"),
-                "peak_rss_kib": proc_status_kib("VmHWM"), "series": output_series(body), "bytes": len(body),
-            }), flush=True)
+        await serve(cycle, lambda body: {"rss_kib": proc_status_kib("VmRSS"), "peak_rss_kib": proc_status_kib("VmHWM"),
+                                         "series": output_series(body), "bytes": len(body)})
     finally:
         await session.close()
 

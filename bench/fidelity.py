@@ -3,7 +3,7 @@
 Rows come from ../shared/peers/vllm-perf/PROVENANCE.md (the vLLM v0.6.0 blog's figures, Vidur's A100 profile;
 their numbers keep the file's row ids) and from vLLM's own performance CI (buildkite build 9515, H200) and a
 published A100-40GB sweep (ids starting with x). Each row runs twice on identical requests: on today's
-simulator through the CLI, and on the simulator at BEFORE_COMMIT (the cost model before calibration, #19)
+simulator through the CLI, and on the simulator at BEFORE_COMMIT (the cost model before calibration)
 through bench/sim_fidelity_worker.py, so the error is stated before and after.
 """
 

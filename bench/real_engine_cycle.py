@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 
 from bench.collection_worker import ours, output_series
+from bench.cycle_protocol import serve
 from exporter.config import DEFAULT_MAX_PAGE_BYTES, DEFAULT_TIMEOUT_S
 from exporter.sources.http import fetch_http, new_session
 
@@ -43,18 +43,7 @@ async def main(mode: str, spec_path: str) -> None:
     session = new_session()
     try:
         cycle = await (ours if mode == "ours" else fetch_only)(spec, session)
-        reader = asyncio.StreamReader()
-        await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        print(json.dumps({"ready": True}), flush=True)
-        while line := (await reader.readline()).strip():
-            cycles = int(line)
-            cpu, wall = time.process_time(), time.perf_counter()
-            body = b""
-            for _ in range(cycles):
-                body = await cycle()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            print(json.dumps({"cycles": cycles, "cpu_s": cpu, "wall_s": wall, "series": output_series(body),
-                              "bytes": len(body)}), flush=True)
+        await serve(cycle, lambda body: {"series": output_series(body), "bytes": len(body)})
     finally:
         await session.close()
 

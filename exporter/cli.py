@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             discovery_namespaces=args.discovery_namespaces, source=args.config or "command line",
         )
     except ConfigError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        for problem in exc.problems:  # one line each, every problem of the file
+            print(f"{PROG}: error: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     logs.setup(config.log_level if not args.once or args.log_level else "warning", fmt=args.log_format)
     try:

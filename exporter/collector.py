@@ -256,7 +256,7 @@ class Collector:
             c.LABEL_NAMESPACE: target.namespace,
             c.LABEL_NODE: self.node_name,
         }
-        adapted = with_every_reason(adapter.adapt(families, identity))  # the first error counts (#26)
+        adapted = with_every_reason(adapter.adapt(families, identity))  # the first error counts
         del families, page
         finite = [s for s in adapted if not s.value - s.value]  # NaN - NaN and Inf - Inf are NaN, true
         if len(finite) != len(adapted):  # an adapter computed one from finite inputs (an overflow)

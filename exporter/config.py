@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from exporter.adapters import ADAPTERS
 from llmslo.durations import parse_go_duration
+from llmslo.problems import describe
 from llmslo.ranges import check as range_check
 from llmslo.suggest import closest
 
@@ -36,7 +37,12 @@ DEFAULT_POD_RESOURCES_TIMEOUT_S = 1.0
 
 
 class ConfigError(ValueError):
-    """A setting is wrong; the message says where, what and how to fix it."""
+    """Settings are wrong; the message has one line per problem (llmslo.problems: file:line, field, fix), every
+    problem of the file at once, so an operator fixes them all in one edit instead of one per restart."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)
 
 
 @dataclass(frozen=True)
@@ -277,29 +283,34 @@ def resolve_node_name(configured: str) -> str:
 # YAML loading
 # --------------------------------------------------------------------------------------
 class _Reader:
-    """Reads one mapping of the YAML file, knowing its location for error messages."""
+    """Reads one mapping of the YAML file, knowing its location for error messages. Problems go to `problems`
+    (shared by every mapping of one file); a getter that finds one records it and returns the default."""
 
-    def __init__(self, path: str, where: str, data: Any):
-        self.path, self.where = path, where
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
-        self.data = data
+    def __init__(self, path: str, where: str, data: Any, problems: list[tuple[int, str]], line: int | None = None):
+        self.path, self.where, self.problems = path, where, problems
+        self.line = getattr(data, "line", None) or line
+        self.data = data if isinstance(data, dict) else {}
+        if data is not None and not isinstance(data, dict):
+            self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
 
     def field_name(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+        return f"{self.where}.{key}" if self.where and key else (key or self.where)
 
-    def error(self, key: str, problem: str, fix: str) -> ConfigError:
-        loc = self.field_name(key) if key else (self.where or "(top level)")
-        return ConfigError(f"{self.path}: {loc}: {problem}. Fix: {fix}.")
+    def line_of(self, key: str) -> int | None:
+        line_of = getattr(self.data, "line_of", None)  # llmslo.specfile.LineDict
+        return (line_of(key) or self.line) if key and line_of else self.line
+
+    def error(self, key: str, problem: str, fix: str) -> None:
+        line = self.line_of(key)
+        self.problems.append((line or 0, describe(self.path, problem, line=line, field=self.field_name(key) or "(top level)",
+                                                  fix=fix)))
 
     def check_keys(self, allowed: tuple[str, ...]) -> None:
         for key in self.data:
             if key not in allowed:
                 close = closest(str(key), allowed)
                 hint = f"did you mean {close!r}?" if close else f"known keys: {', '.join(allowed)}"
-                raise self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
+                self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
 
     def get(self, key: str, parse, default, fix: str):
         if key not in self.data or self.data[key] is None:
@@ -307,7 +318,11 @@ class _Reader:
         try:
             return parse(self.data[key])
         except (ValueError, TypeError) as exc:
-            raise self.error(key, str(exc), getattr(exc, "fix", fix)) from None
+            self.error(key, str(exc), getattr(exc, "fix", fix))
+            return default
+
+    def child(self, key: str) -> _Reader:
+        return _Reader(self.path, self.field_name(key), self.data.get(key), self.problems, self.line_of(key))
 
 
 def _str(value: Any) -> str:
@@ -372,13 +387,14 @@ _DISCOVERY_KEYS = (
 )
 
 
-def _load_target(path: str, index: int, data: Any) -> TargetConfig:
-    r = _Reader(path, f"targets[{index}]", data)
+def _load_target(parent: _Reader, index: int, data: Any, line: int | None) -> TargetConfig | None:
+    """One `targets:` item; None (its problems recorded) when it cannot make a target."""
+    r = _Reader(parent.path, f"targets[{index}]", data, parent.problems, line)
     r.check_keys(_TARGET_KEYS)
-    for required in ("kind", "url"):
-        if required not in r.data:
-            raise r.error(required, "missing", f"add `{required}:` to this target")
-    return TargetConfig(
+    missing = [key for key in ("kind", "url") if key not in r.data]
+    for key in missing:
+        r.error(key, "missing", f"add `{key}:` to this target")
+    target = TargetConfig(
         kind=r.get("kind", lambda v: check_kind(_str(v)), "", f"use one of {', '.join(TARGET_KINDS)}"),
         url=r.get("url", lambda v: check_url(_str(v)), "", "use http(s)://host:port/metrics or file:///path"),
         name=r.get("name", _str, "", "use a short string"),
@@ -388,10 +404,10 @@ def _load_target(path: str, index: int, data: Any) -> TargetConfig:
         timeout_s=r.get("timeout", parse_seconds_or_go_duration, None, "use a duration such as 2s"),
         max_page_bytes=r.get("max_page_bytes", parse_size, None, "use a size such as 16MiB"),
     )
+    return target if target.kind and target.url and not missing else None
 
 
-def _load_discovery(path: str, data: Any) -> KubernetesDiscovery:
-    r = _Reader(path, "kubernetes_discovery", data)
+def _load_discovery(r: _Reader) -> KubernetesDiscovery:
     r.check_keys(_DISCOVERY_KEYS)
     d = KubernetesDiscovery()
     text = "use a string"
@@ -429,24 +445,30 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         with open(path, encoding="utf-8") as f:  # not pathlib: its import is start-up time
             text = f.read()
     except OSError as exc:
-        raise ConfigError(f"{path_s}: cannot read the config file ({exc.strerror}). Fix: pass an existing, readable file to --config.") from None
-    import yaml  # only with --config: start-up time
+        raise ConfigError(describe(path_s, f"cannot read the config file ({exc.strerror})",
+                                   fix="pass an existing, readable file to --config")) from None
+    from llmslo.specfile import SpecFileError, load_documents  # only with --config: start-up time (PyYAML)
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise ConfigError(f"{path_s}: not valid YAML at {where}. Fix: correct the YAML syntax there.") from None
-    r = _Reader(path_s, "", data)
+        documents = load_documents(text, path_s)
+    except SpecFileError as exc:
+        raise ConfigError(str(exc)) from None
+    problems: list[tuple[int, str]] = []  # (line, message): reported in the file's order
+    if len(documents) > 1:
+        problems.append((0, describe(path_s, f"{len(documents)} YAML documents; the exporter reads one",
+                                     fix="keep one document (remove the `---` separators)")))
+    r = _Reader(path_s, "", documents[0] if documents else None, problems)
     r.check_keys(_TOP_KEYS)
-    scrape = _Reader(path_s, "scrape", r.data.get("scrape"))
+    scrape = r.child("scrape")
     scrape.check_keys(("timeout", "max_page_bytes"))
-    limits = _Reader(path_s, "limits", r.data.get("limits"))
+    limits = r.child("limits")
     limits.check_keys(("max_series_per_target", "max_lora_adapters_per_target", "max_samples_per_family"))
     targets_data = r.data.get("targets") or []
     if not isinstance(targets_data, list):
-        raise r.error("targets", "expected a list", "write `targets:` followed by `- kind: ...` items")
+        r.error("targets", "expected a list", "write `targets:` followed by `- kind: ...` items")
+        targets_data = []
+    targets = [_load_target(r, i, t, getattr(targets_data, "line", None)) for i, t in enumerate(targets_data)]
+    target_lines = tuple(getattr(data, "line", None) for data, t in zip(targets_data, targets) if t is not None)
     d = ExporterConfig()
     config = ExporterConfig(
         listen=r.get("listen", parse_listen, d.listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}"),
@@ -467,11 +489,14 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
             max_lora_adapters_per_target=limits.get("max_lora_adapters_per_target", _positive_int, d.limits.max_lora_adapters_per_target, "use a whole number such as 64"),
             max_samples_per_family=limits.get("max_samples_per_family", _positive_int, d.limits.max_samples_per_family, "use a whole number such as 10000"),
         ),
-        targets=tuple(_load_target(path_s, i, t) for i, t in enumerate(targets_data)),
-        discovery=_load_discovery(path_s, r.data.get("kubernetes_discovery")),
+        targets=tuple(t for t in targets if t is not None),
+        discovery=_load_discovery(r.child("kubernetes_discovery")),
     )
+    messages = [text for _, text in sorted(problems, key=lambda p: p[0])]
     if check:
-        check_config(config, path_s)
+        messages += cross_field_problems(config, path_s, target_lines)
+    if messages:
+        raise ConfigError("\n".join(messages), tuple(messages))
     return config
 
 
@@ -491,20 +516,27 @@ def _log_level(value: Any) -> str:
     return text
 
 
-def check_config(config: ExporterConfig, source: str) -> None:
-    """Cross-field checks, for a loaded file and for the config after CLI flags are merged."""
+def cross_field_problems(config: ExporterConfig, source: str, target_lines: tuple[int | None, ...] = ()) -> list[str]:
+    """Checks across fields, for a loaded file and for the config after CLI flags are merged. `target_lines`: the
+    file's line of each target, when it comes from one."""
+    problems = []
     labels = [t.label for t in config.targets]
-    for label in labels:
-        if labels.count(label) > 1:
-            raise ConfigError(
-                f"{source}: targets: two targets are both named {label!r}. "
-                "Fix: give each target a distinct `name:` (or remove the duplicate)."
-            )
+    for i, label in enumerate(labels):
+        if label in labels[:i]:
+            line = target_lines[i] if i < len(target_lines) else None
+            problems.append(describe(source, f"two targets are both named {label!r}", line=line, field=f"targets[{i}]",
+                                     fix="give each target a distinct `name:` (or remove the duplicate)"))
     if config.discovery.enabled and not (config.node_name or os.environ.get("NODE_NAME")):
-        raise ConfigError(
-            f"{source}: kubernetes_discovery.enabled: discovery needs this node's name. "
-            "Fix: set NODE_NAME from the downward API (fieldRef spec.nodeName), node_name in the file, or --node-name."
-        )
+        problems.append(describe(
+            source, "discovery needs this node's name", field="kubernetes_discovery.enabled",
+            fix="set NODE_NAME from the downward API (fieldRef spec.nodeName), node_name in the file, or --node-name"))
+    return problems
+
+
+def check_config(config: ExporterConfig, source: str) -> None:
+    problems = cross_field_problems(config, source)
+    if problems:
+        raise ConfigError("\n".join(problems), tuple(problems))
 
 
 def merge_cli(
@@ -531,7 +563,7 @@ def merge_cli(
         try:
             return parse(value)
         except ValueError as exc:
-            raise ConfigError(f"--{name} {value!r}: {exc}. Fix: {getattr(exc, 'fix', fix)}.") from None
+            raise ConfigError(describe(f"--{name} {value!r}", str(exc), fix=getattr(exc, "fix", fix))) from None
 
     if listen is not None:
         changes["listen"] = flag("web.listen-address", parse_listen, listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")

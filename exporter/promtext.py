@@ -45,7 +45,7 @@ __all__ = ["ParsedPage", "clear_label_cache", "parse", "parse_page", "parse_with
 # the reference strips whole lines with it too.
 _ASCII_WS = " \t\n\r\x0b\x0c"
 _METRIC_TYPES = frozenset({"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"})
-_NO_NAMES: frozenset[str] = frozenset()
+_NO_NAMES: AbstractSet[str] = frozenset()
 _UNLIMITED = sys.maxsize
 _BLOCK_CHARS = 1 << 20  # lines are split from blocks of about this size
 
@@ -186,6 +186,7 @@ class _PageState:
         # of a family that `want` rules out is not validated: nothing of it is kept.
         head = line[:7]
         kind = ""
+        arg: str | None
         may_keep = False
         if head == "# HELP " or head == "# TYPE ":
             name, _, arg = line[7:].partition(" ")

@@ -26,6 +26,7 @@ from exporter.config import ConfigError, Listen
 from exporter.exposition import CONTENT_TYPE
 from exporter.snapshot import SnapshotHolder
 from exporter.webconfig import Authenticator, WebConfig, load_certificates, load_web_config, new_ssl_context, peer_sans
+from llmslo.problems import describe
 
 PUBLIC_PATHS = ("/healthz", "/readyz")  # probes carry no credentials and reveal nothing
 WEB_CONFIG_CHECK_S = 10.0
@@ -193,7 +194,7 @@ def _with_headers(st: WebState, response: web.StreamResponse) -> web.StreamRespo
 def _mtimes(web: WebConfig | None) -> tuple:
     if web is None:
         return ()
-    out = []
+    out: list[int | None] = []
     for f in web.watched_files():
         try:
             out.append(os.stat(f).st_mtime_ns)
@@ -209,7 +210,8 @@ def _load_checked(path: str, active: WebConfig, live_tls: bool) -> WebConfig:
     """
     new = load_web_config(path)
     if (new.tls is None) != (active.tls is None):
-        raise ConfigError(f"{path}: tls_server_config: turning TLS on or off needs a restart. Fix: restart the exporter.")
+        raise ConfigError(describe(path, "turning TLS on or off needs a restart", field="tls_server_config",
+                                   fix="restart the exporter"))
     if new.tls and live_tls:
         new_ssl_context(new.tls)  # validate on a scratch context: a failed load can half-change a live one
     return new

@@ -33,6 +33,7 @@ import bcrypt
 import yaml
 
 from exporter.config import ConfigError
+from llmslo.problems import describe
 from llmslo.durations import parse_go_duration
 
 CLIENT_AUTH_TYPES = {
@@ -99,7 +100,7 @@ class WebConfig:
 
 
 def _err(path: str, where: str, problem: str, fix: str) -> ConfigError:
-    return ConfigError(f"{path}: {where}: {problem}. Fix: {fix}.")
+    return ConfigError(describe(path, problem, field=where, fix=fix))
 
 
 def _resolve(base: Path, file: str) -> str:
@@ -193,9 +194,12 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     try:
         data = yaml.safe_load(Path(path_s).read_text(encoding="utf-8")) or {}
     except OSError as exc:
-        raise ConfigError(f"{path_s}: cannot read the web config ({exc.strerror}). Fix: pass a readable file to --web.config.file.") from None
-    except yaml.YAMLError:
-        raise ConfigError(f"{path_s}: not valid YAML. Fix: correct the syntax (see the exporter-toolkit web-config format).") from None
+        raise ConfigError(describe(path_s, f"cannot read the web config ({exc.strerror})",
+                                   fix="pass a readable file to --web.config.file")) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(describe(path_s, "not valid YAML", line=mark.line + 1 if mark else None,
+                                   fix="correct the syntax (see the exporter-toolkit web-config format)")) from None
     if not isinstance(data, dict):
         raise _err(path_s, "(top level)", "expected a mapping", "write tls_server_config: / basic_auth_users: keys")
     for key in data:
@@ -246,8 +250,8 @@ def load_certificates(ctx: ssl.SSLContext, tls: TlsServerConfig) -> None:
     try:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"{tls.cert_file}: cannot load the certificate and key {tls.key_file} ({exc}). "
-                          "Fix: point cert_file and key_file at a matching PEM pair.") from None
+        raise ConfigError(describe(tls.cert_file, f"cannot load the certificate and key {tls.key_file} ({exc})",
+                                   fix="point cert_file and key_file at a matching PEM pair")) from None
     if tls.client_ca_file or tls.client_ca:
         try:
             if tls.client_ca_file:
@@ -255,8 +259,8 @@ def load_certificates(ctx: ssl.SSLContext, tls: TlsServerConfig) -> None:
             if tls.client_ca:
                 ctx.load_verify_locations(cadata=tls.client_ca)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"{tls.client_ca_file or 'client_ca'}: cannot load the client CA ({exc}). "
-                              "Fix: point client_ca_file at a PEM CA certificate.") from None
+            raise ConfigError(describe(tls.client_ca_file or "client_ca", f"cannot load the client CA ({exc})",
+                                       fix="point client_ca_file at a PEM CA certificate")) from None
 
 
 def peer_sans(peercert: dict | None) -> set[str]:

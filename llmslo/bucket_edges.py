@@ -27,20 +27,11 @@ from typing import Iterable, Mapping
 from llmslo import conventions as C
 
 # Latency metrics, as the llmslo/latency plugin's `metric` option names them.
-TTFT = "ttft"
-TPOT = "tpot"  # per request, after the first token
-ITL = "itl"  # per token
-E2E = "e2e"
-LATENCY_METRICS = (TTFT, TPOT, ITL, E2E)
-
-# Engine kinds: the `engine` label value the exporter writes on every normalized series (defined in conventions).
-VLLM = C.ENGINE_VLLM
-SGLANG = C.ENGINE_SGLANG
-TGI = C.ENGINE_TGI
-TRTLLM_TRITON = C.ENGINE_TRTLLM_TRITON
-TRTLLM_SERVE = C.ENGINE_TRTLLM_SERVE
-LLAMACPP = C.ENGINE_LLAMACPP
-ENGINE_KINDS = C.SERVING_ENGINE_KINDS
+METRIC_TTFT = "ttft"
+METRIC_TPOT = "tpot"  # per request, after the first token
+METRIC_ITL = "itl"  # per token
+METRIC_E2E = "e2e"
+LATENCY_METRIC_NAMES = (METRIC_TTFT, METRIC_TPOT, METRIC_ITL, METRIC_E2E)
 
 
 @dataclass(frozen=True)
@@ -100,8 +91,8 @@ _SGLANG_E2E = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.
 _TGI_DURATION = _geometric(0.0001, 1.5, 35)
 
 ROWS: tuple[EdgeRow, ...] = (
-    EdgeRow(VLLM, ">=0.11",
-            {TTFT: _VLLM_TTFT, TPOT: _VLLM_ITL, ITL: _VLLM_ITL, E2E: _VLLM_REQUEST},
+    EdgeRow(C.ENGINE_VLLM, ">=0.11",
+            {METRIC_TTFT: _VLLM_TTFT, METRIC_TPOT: _VLLM_ITL, METRIC_ITL: _VLLM_ITL, METRIC_E2E: _VLLM_REQUEST},
             "vllm-project/vllm vllm/v1/metrics/buckets.py @ 139b1c3f (main, 2026); vllm/v1/metrics/loggers.py "
             "of the 0.33.0 wheel (shared/peers/engine-metrics/vllm-v1.prom)",
             configurable="newer main lets an operator override a bucket family (ObservabilityConfig histogram "
@@ -109,19 +100,19 @@ ROWS: tuple[EdgeRow, ...] = (
             notes="TPOT (request_time_per_output_token_seconds) uses the inter-token-latency family: read in 0.33.0, "
                   "not in main's loggers.py",
             since=(0, 11)),
-    EdgeRow(VLLM, "0.10",
-            {TTFT: _VLLM_TTFT, ITL: _VLLM_ITL, E2E: _VLLM_REQUEST},
+    EdgeRow(C.ENGINE_VLLM, "0.10",
+            {METRIC_TTFT: _VLLM_TTFT, METRIC_ITL: _VLLM_ITL, METRIC_E2E: _VLLM_REQUEST},
             "vllm-project/vllm vllm/v1/metrics/loggers.py of the 0.10.1.1 wheel "
             "(shared/peers/engine-metrics/vllm-v1-0.10-transition.prom); ITL is its time_per_output_token_seconds",
             since=(0, 10), until=(0, 11)),
-    EdgeRow(VLLM, "0.6 (V0)",
-            {TTFT: _VLLM_TTFT[:16], ITL: _VLLM_ITL[:13], E2E: _VLLM_REQUEST[:15]},
+    EdgeRow(C.ENGINE_VLLM, "0.6 (V0)",
+            {METRIC_TTFT: _VLLM_TTFT[:16], METRIC_ITL: _VLLM_ITL[:13], METRIC_E2E: _VLLM_REQUEST[:15]},
             "vllm-project/vllm vllm/engine/metrics.py of the 0.6.6.post1 wheel "
             "(shared/peers/engine-metrics/vllm-v0-legacy.prom); ITL is its time_per_output_token_seconds",
             notes="V0 releases after 0.6.6 were not checked; they may carry V1's longer lists",
             since=(0, 6), until=(0, 6, 7)),
-    EdgeRow(SGLANG, "0.5",
-            {TTFT: _SGLANG_TTFT, TPOT: _SGLANG_ITL, ITL: _SGLANG_ITL, E2E: _SGLANG_E2E},
+    EdgeRow(C.ENGINE_SGLANG, "0.5",
+            {METRIC_TTFT: _SGLANG_TTFT, METRIC_TPOT: _SGLANG_ITL, METRIC_ITL: _SGLANG_ITL, METRIC_E2E: _SGLANG_E2E},
             "sgl-project/sglang python/sglang/srt/observability/metrics_collector.py @ 44cedc2b (main) and "
             "in the 0.5.23 wheel (shared/peers/engine-metrics/sglang.prom)",
             configurable="server arguments --bucket-time-to-first-token, --bucket-inter-token-latency, "
@@ -130,36 +121,36 @@ ROWS: tuple[EdgeRow, ...] = (
                   "main's metrics_collector.py @ 44cedc2b does not define that histogram: unverified for main. "
                   "Releases between 0.4.6 and 0.5 were not checked",
             since=(0, 5)),
-    EdgeRow(SGLANG, "<0.4.6",
-            {TTFT: (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0,
+    EdgeRow(C.ENGINE_SGLANG, "<0.4.6",
+            {METRIC_TTFT: (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0,
                     20.0, 25.0, 30.0),
-             ITL: (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+             METRIC_ITL: (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                    1.0, 2.5),
-             E2E: (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)},
+             METRIC_E2E: (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)},
             "sgl-project/sglang docs/references/production_metrics.md @ 40ef116f (a verbatim /metrics page, "
             "shared/peers/engine-metrics/sglang-legacy-docs.prom); ITL is its time_per_output_token_seconds",
             notes="read from a documented page, not from that release's source",
             until=(0, 4, 6)),
-    EdgeRow(TGI, "v3 router",
-            {TPOT: _TGI_DURATION, E2E: _TGI_DURATION},
+    EdgeRow(C.ENGINE_TGI, "v3 router",
+            {METRIC_TPOT: _TGI_DURATION, METRIC_E2E: _TGI_DURATION},
             "huggingface/text-generation-inference router/src/server.rs @ db931fcf (2026-01-08, the last commit: "
             "the repository is in maintenance mode): tgi_request_mean_time_per_token_duration, tgi_request_duration",
             notes="TGI exports no TTFT and no ITL",
             since=(3,)),
-    EdgeRow(TRTLLM_TRITON, "",
-            {TTFT: (0.1, 0.5, 2.0, 5.0), E2E: ()},
+    EdgeRow(C.ENGINE_TRTLLM_TRITON, "",
+            {METRIC_TTFT: (0.1, 0.5, 2.0, 5.0), METRIC_E2E: ()},
             "triton-inference-server/server docs/user_guide/metrics.md @ e1db8a60 (2026-08): "
             "nv_inference_first_response_histogram_ms default buckets 100, 500, 2000, 5000 ms (opt-in, "
             "--metrics-config histogram_latencies=true); E2E is nv_inference_request_duration_us, a counter: "
             "the exporter writes count and sum and only le=\"+Inf\"",
             configurable="per model, model_metrics histogram_options buckets in the model configuration",
             notes="no TPOT and no ITL"),
-    EdgeRow(TRTLLM_SERVE, "",
-            {TTFT: _VLLM_TTFT, TPOT: _VLLM_ITL, E2E: _VLLM_REQUEST},
+    EdgeRow(C.ENGINE_TRTLLM_SERVE, "",
+            {METRIC_TTFT: _VLLM_TTFT, METRIC_TPOT: _VLLM_ITL, METRIC_E2E: _VLLM_REQUEST},
             "NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py @ 050f80de (2026): MetricsCollector defaults",
             configurable="MetricsCollector(*_buckets=...) arguments",
             notes="no ITL"),
-    EdgeRow(LLAMACPP, "",
+    EdgeRow(C.ENGINE_LLAMACPP, "",
             {},
             "ggml-org/llama.cpp tools/server/server-task.cpp @ 0c1e570 (vendored by llama-cpp-python 0.3.36): "
             "to_metrics() writes counters and gauges only",
@@ -181,7 +172,7 @@ TAP_TPOT_LADDER = (
 )
 
 
-def rows(kinds: Iterable[str] = ENGINE_KINDS, metric: str | None = None) -> list[EdgeRow]:
+def rows(kinds: Iterable[str] = C.SERVING_ENGINE_KINDS, metric: str | None = None) -> list[EdgeRow]:
     """The rows of these engine kinds (in table order); with `metric`, only those that export it."""
     wanted = set(kinds)
     return [r for r in ROWS if r.kind in wanted and (metric is None or r.exports(metric))]

@@ -103,11 +103,19 @@ REFUSED_BODY_TOO_LARGE = "body_too_large"  # over --max-body-bytes: 413
 REFUSED_BODY_MEMORY = "body_memory"  # every buffered request body together over --max-buffered-body-bytes: 503
 REFUSED_MALFORMED = "malformed"  # 400
 # KV admission (--admission): 429 with Retry-After and an OpenAI error object, the request never reaches the engine
-REFUSED_ADMISSION_KV = "admission_kv_full"  # fewer free KV seats than --admission-min-seats
-REFUSED_ADMISSION_QUEUE = "admission_queue"  # the engine's queue over --admission-max-queue
+# (the objective-based reasons first, then the operator's optional floors; docs/capacity.md)
+REFUSED_ADMISSION_TTFT = "admission_ttft"  # the predicted wait to start misses the class's TTFT objective
+REFUSED_ADMISSION_TPOT = "admission_tpot"  # running requests miss the TPOT objective (decode overload)
+REFUSED_ADMISSION_SHED = "admission_shed"  # a sheddable class shed early; its own objective would still be met
+REFUSED_ADMISSION_KV = "admission_kv_full"  # fewer free KV seats than --admission-min-seats (a floor, opt-in)
+REFUSED_ADMISSION_QUEUE = "admission_queue"  # the queue would pass --admission-max-queue (a floor, opt-in)
+REFUSED_ADMISSION_REASONS = (
+    REFUSED_ADMISSION_TTFT, REFUSED_ADMISSION_TPOT, REFUSED_ADMISSION_SHED, REFUSED_ADMISSION_KV,
+    REFUSED_ADMISSION_QUEUE,
+)
 REFUSED_REASONS = (
     REFUSED_CONNECTION_LIMIT, REFUSED_HEAD_TIMEOUT, REFUSED_HEAD_TOO_LARGE, REFUSED_BODY_TOO_LARGE,
-    REFUSED_BODY_MEMORY, REFUSED_MALFORMED, REFUSED_ADMISSION_KV, REFUSED_ADMISSION_QUEUE,
+    REFUSED_BODY_MEMORY, REFUSED_MALFORMED, *REFUSED_ADMISSION_REASONS,
 )
 # The refusals that are the tap's own capacity running out (legitimate clients get 503s, which no SLO
 # counts); the rest are a client's fault. HEALTH.TAP_REFUSING_REQUESTS fires on these.
@@ -407,6 +415,16 @@ TAP_ADMISSION_FOOTPRINT = _m(
     "tap_admission_footprint_tokens", "gauge", "The p99 request size seats are counted in: exact from the tap's own requests, else the engine's histograms, else the fallback.", unit="tokens",
 )
 TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
+TAP_ADMISSION_PREDICTED_WAIT = _m(
+    "tap_admission_predicted_wait_seconds", "gauge",
+    "Predicted seconds until the engine starts a request arriving now (0: at once; +Inf: blocked, nothing finishing).",
+    unit="seconds",
+)
+TAP_ADMISSION_ENGINE_ITL = _m(
+    "tap_admission_engine_itl_seconds", "gauge",
+    "The engine's mean inter-token latency over the admission gate's rate window (NaN: no token generated).",
+    unit="seconds",
+)
 # Why a poll of the engine's page was not taken as a reading (LABEL_REASON of TAP_ADMISSION_READ_ERRORS): on any,
 # the gate fails open at once (a page that lies must not close it, nor open it on a full engine).
 ADMISSION_READ_UNREACHABLE = "unreachable"  # refused, timed out, an HTTP error, over the size cap
@@ -426,6 +444,7 @@ TAP_ADMISSION_READ_ERRORS = _m(
 )
 TAP_ADMISSION_METRICS = (
     TAP_ADMISSION_OPEN, TAP_ADMISSION_ENGINE_READABLE, TAP_ADMISSION_SEATS, TAP_ADMISSION_FOOTPRINT, TAP_ADMISSION_QUEUE,
+    TAP_ADMISSION_PREDICTED_WAIT, TAP_ADMISSION_ENGINE_ITL,
     TAP_ADMISSION_READ_ERRORS,
 )
 

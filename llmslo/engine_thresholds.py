@@ -38,7 +38,7 @@ def _matches_kind(op: str, value: str, kind: str) -> bool:
 def engine_kinds(matchers: Sequence[Matcher]) -> tuple[str, ...]:
     """The engine kinds (the exporter's `engine` label values) that the SLI's `engine` matchers let through."""
     engine = [(op, value) for name, op, value in matchers if name == c.LABEL_ENGINE]
-    return tuple(k for k in be.ENGINE_KINDS if all(_matches_kind(op, value, k) for op, value in engine))
+    return tuple(k for k in c.SERVING_ENGINE_KINDS if all(_matches_kind(op, value, k) for op, value in engine))
 
 
 def _where(edges: tuple[float, ...], threshold: float) -> str:
@@ -76,8 +76,8 @@ def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Match
     kinds = engine_kinds(matchers)
     if not kinds:
         raise PluginOptionError(f"the selector's engine matchers pick no engine kind the exporter knows "
-                                f"({', '.join(be.ENGINE_KINDS)}), so the SLI would measure nothing", "selector",
-                                "match the engine label against those kind names, e.g. " + _pin_example((be.VLLM,)))
+                                f"({', '.join(c.SERVING_ENGINE_KINDS)}), so the SLI would measure nothing", "selector",
+                                "match the engine label against those kind names, e.g. " + _pin_example((c.ENGINE_VLLM,)))
     selected = edge_rows(kinds, metric, decl)
     if not selected:
         exporters = tuple(dict.fromkeys(r.kind for r in be.rows(metric=metric)))

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from llmslo import bucket_edges as be
+from llmslo import conventions as C
 from llmslo.plugin_errors import PluginOptionError
 from llmslo.suggest import closest
 
@@ -74,11 +75,11 @@ def _row_range(row: be.EdgeRow) -> VersionRange:
 
 
 def _kind(name: str, option: str) -> str:
-    if name in be.ENGINE_KINDS:
+    if name in C.SERVING_ENGINE_KINDS:
         return name
-    near = closest(name, be.ENGINE_KINDS)
+    near = closest(name, C.SERVING_ENGINE_KINDS)
     raise PluginOptionError(f"option {option!r} names engine {name!r}, not an engine kind the exporter knows", option,
-                            (f"did you mean {near}? " if near else "") + f"use one of: {', '.join(be.ENGINE_KINDS)}")
+                            (f"did you mean {near}? " if near else "") + f"use one of: {', '.join(C.SERVING_ENGINE_KINDS)}")
 
 
 def parse_versions(text: str) -> dict[str, VersionRange]:

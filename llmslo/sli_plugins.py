@@ -16,7 +16,7 @@ What a spec may write (options are strings, as in Sloth; YAML numbers and boolea
 |                        |                                                                  | abort,error         |
 | llmslo/kv-headroom     | threshold (ratio in (0, 1]), selector, models, by                | threshold 0.9       |
 
-Rules every reader applies (where slogen and the tap used to differ, the choice is written here):
+Rules every reader applies (slogen and the tap both read options through here, so they agree):
 * Unknown options are refused (a typo such as `treshold` must not pass silently), and so is an empty value.
 * Numbers are plain decimals (`0.5`, `2`, `1e-1`); nan and inf are refused: an infinite objective holds
   every request good and measures nothing.
@@ -57,7 +57,7 @@ GOODPUT = "llmslo/goodput"
 AVAILABILITY = "llmslo/availability"
 KV_HEADROOM = "llmslo/kv-headroom"
 PLUGIN_IDS = (LATENCY, GOODPUT, AVAILABILITY, KV_HEADROOM)
-PREFIX = "llmslo/"
+PLUGIN_ID_PREFIX = "llmslo/"
 
 SOURCE_TAP = "tap"  # the goodput tap's per-request series (client side of the proxy)
 SOURCE_ENGINE = "engine"  # the engines' own series, normalized by the exporter
@@ -198,7 +198,7 @@ def same_class(a: GoodputParams, b: GoodputParams) -> bool:
 
 
 def is_llmslo(plugin_id: str) -> bool:
-    return plugin_id.startswith(PREFIX)
+    return plugin_id.startswith(PLUGIN_ID_PREFIX)
 
 
 # --------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class _Reader:
         return value
 
     def selection(self, *, models: bool = True) -> Selection:
-        by = DEFAULT_BY
+        by: tuple[str, ...] = DEFAULT_BY
         if "by" in self.raw:
             by = tuple(x.strip() for x in self.raw["by"].split(",") if x.strip())
             for label in by:

@@ -29,6 +29,8 @@ from typing import Any, Iterator
 import yaml
 from yaml.events import AliasEvent, MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
 
+from llmslo.problems import describe
+
 MAX_DEPTH = 64  # nested mappings/sequences; a real spec uses fewer than 10
 SUFFIXES = (".yaml", ".yml")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -43,8 +45,7 @@ class SpecFileError(ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.file + (f":{self.line}" if self.line else "")
-        return f"{where}: {self.message}" + (f" (fix: {self.fix})" if self.fix else "")
+        return describe(self.file, self.message, line=self.line, fix=self.fix)
 
 
 class LineDict(dict):

@@ -168,10 +168,9 @@ def _presets() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # a bad flag (argparse printed it and which flag; status 2) or --help
-        return e.code if isinstance(e.code, int) else 2
+    args = cliargs.parse(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         if args.command == "serve":
             return asyncio.run(_serve(args))

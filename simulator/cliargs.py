@@ -198,3 +198,11 @@ def workload_seed(args: argparse.Namespace) -> int:
     if getattr(args, "workload_seed", None) is not None:
         return args.workload_seed
     return getattr(args, "seed", 0) or 0
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed flags, or the exit status when argparse ended the run: 2 for a bad flag (it printed which), 0 for --help."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2

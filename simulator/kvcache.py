@@ -75,6 +75,7 @@ class KVCacheManager:
             parent = hashes[-1] if hashes else hash(req.lora or "")
             for i in range(len(hashes), full):
                 start, end = i * bs, (i + 1) * bs
+                chunk: tuple[object, ...]  # prompt ids, then (seed, position) for each output token
                 if end <= n_prompt:
                     chunk = tuple(prompt[start:end])
                 else:

@@ -240,10 +240,9 @@ def _thresholds(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # a bad flag (argparse printed it and which flag; status 2) or --help
-        return e.code if isinstance(e.code, int) else 2
+    args = cliargs.parse(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         spec = cliargs.workload_spec(args)
         ttft, tpot = _thresholds(args)

@@ -39,7 +39,8 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # pre-cre
 
 def token_buckets(max_model_len: int) -> list[int]:
     """vLLM's 1-2-5 series up to max_model_len (build_1_2_5_buckets)."""
-    out, exponent = [], 0
+    out: list[int] = []
+    exponent = 0
     while True:
         for m in (1, 2, 5):
             value = m * 10**exponent

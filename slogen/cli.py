@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,7 @@ def _strict_failed(args: argparse.Namespace, warnings: list[SpecError], what: st
     return True
 
 
-def _report(errors: list[SpecError], warnings: list[SpecError] = ()) -> None:
+def _report(errors: Sequence[SpecError], warnings: Sequence[SpecError] = ()) -> None:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     for e in errors:
@@ -219,7 +219,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     args.runbook_base_url = _runbook(args)
     kube = _kube_options(args)
     gen = _gen_options(args, _windows(args.windows))
-    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=_health_options(args), capacity=_capacity_options(args),
+    health, capacity = _threshold_options(args)
+    options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=health, capacity=capacity,
                            autoscaling=args.autoscaling, autoscaling_dir=args.autoscaling_dir, kube=kube)
     if args.autoscaling:
         _autoscaling_note(args)
@@ -307,34 +308,55 @@ def _promtool_check_files(artifacts: Mapping[str, str | Path]) -> list[tuple[str
     return rejected
 
 
+def _thresholds_arg(p: argparse.ArgumentParser) -> None:
+    from slogen import thresholds
+
+    p.add_argument("--thresholds", default=None, metavar="FILE",
+                   help=f"the health and capacity alerts' thresholds ({thresholds.VERSION}; default: "
+                        f"{thresholds.DEFAULT_HELP}, else the built-in defaults shown in `build --help`)")
+
+
+def _thresholds_problems(args: argparse.Namespace) -> list[SpecError]:
+    """Everything `build` would refuse in the thresholds file, for `validate`."""
+    from slogen import thresholds
+
+    try:
+        thresholds.load(thresholds.path_for(args.paths, args.thresholds))
+    except SpecErrors as e:
+        return e.errors
+    return []
+
+
 def _health_args(p: argparse.ArgumentParser) -> None:
+    _thresholds_arg(p)
     d = HealthOptions()
-    h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml")
+    h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml; "
+                             "each threshold flag overrides the thresholds file (--thresholds)")
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
-    h.add_argument("--gpu-lost-for", type=_duration, default=d.gpu_lost_for, metavar="DURATION",
+    h.add_argument("--gpu-lost-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {format_prometheus_duration(d.gpu_lost_for)})")
-    h.add_argument("--gpu-error-window", type=_duration, default=d.gpu_error_window, metavar="WINDOW",
+    h.add_argument("--gpu-error-window", type=_duration, default=None, metavar="WINDOW",
                    help=f"LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
                         f"(default {format_prometheus_duration(d.gpu_error_window)})")
-    h.add_argument("--target-down-for", type=_duration, default=d.target_down_for, metavar="DURATION",
+    h.add_argument("--target-down-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_prometheus_duration(d.target_down_for)})")
-    h.add_argument("--kv-usage-threshold", type=_finite, default=d.kv_usage_threshold, metavar="RATIO",
+    h.add_argument("--kv-usage-threshold", type=_finite, default=None, metavar="RATIO",
                    help=f"LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {d.kv_usage_threshold:g})")
-    h.add_argument("--kv-saturated-for", type=_duration, default=d.kv_saturated_for, metavar="DURATION",
+    h.add_argument("--kv-saturated-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMKVCacheSaturated: how long before it fires (default {format_prometheus_duration(d.kv_saturated_for)})")
-    h.add_argument("--preemption-rate", type=_finite, default=d.preemption_rate, metavar="PER_SECOND",
+    h.add_argument("--preemption-rate", type=_finite, default=None, metavar="PER_SECOND",
                    help=f"LLMPreemptionStorm: preemptions per second per engine (default {d.preemption_rate:g})")
-    h.add_argument("--preemption-window", type=_duration, default=d.preemption_window, metavar="WINDOW",
+    h.add_argument("--preemption-window", type=_duration, default=None, metavar="WINDOW",
                    help=f"LLMPreemptionStorm: rate window (default {format_prometheus_duration(d.preemption_window)})")
-    h.add_argument("--preemption-for", type=_duration, default=d.preemption_for, metavar="DURATION",
+    h.add_argument("--preemption-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMPreemptionStorm: how long before it fires (default {format_prometheus_duration(d.preemption_for)})")
-    h.add_argument("--tap-refusal-rate", type=_finite, default=d.tap_refusal_rate, metavar="PER_SECOND",
+    h.add_argument("--tap-refusal-rate", type=_finite, default=None, metavar="PER_SECOND",
                    help=f"LLMTapRefusingRequests: refusals per second per tap at its connection or body-memory limit "
                         f"(default {d.tap_refusal_rate:g}: any)")
-    h.add_argument("--tap-refusal-window", type=_duration, default=d.tap_refusal_window, metavar="WINDOW",
+    h.add_argument("--tap-refusal-window", type=_duration, default=None, metavar="WINDOW",
                    help=f"LLMTapRefusingRequests: rate window (default {format_prometheus_duration(d.tap_refusal_window)})")
-    h.add_argument("--tap-refusal-for", type=_duration, default=d.tap_refusal_for, metavar="DURATION",
+    h.add_argument("--tap-refusal-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMTapRefusingRequests: how long before it fires, longer than the window "
                         f"(default {format_prometheus_duration(d.tap_refusal_for)})")
 
@@ -342,42 +364,39 @@ def _health_args(p: argparse.ArgumentParser) -> None:
 def _capacity_args(p: argparse.ArgumentParser) -> None:
     d = CapacityOptions()
     k = p.add_argument_group("capacity rules", "KV seats, their forecast and the capacity alerts in "
-                             "alerts/llmslo-capacity.rules.yaml")
+                             "alerts/llmslo-capacity.rules.yaml; each threshold flag overrides the thresholds file")
     k.add_argument("--no-capacity-rules", dest="capacity_rules", action="store_false",
                    help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
-    k.add_argument("--capacity-footprint-window", type=_duration, default=d.footprint_window, metavar="WINDOW",
+    k.add_argument("--capacity-footprint-window", type=_duration, default=None, metavar="WINDOW",
                    help=f"rate window of the request-size histograms behind the p99/p50 footprint "
                         f"(default {format_prometheus_duration(d.footprint_window)})")
-    k.add_argument("--capacity-trend-window", type=_duration, default=d.trend_window, metavar="WINDOW",
+    k.add_argument("--capacity-trend-window", type=_duration, default=None, metavar="WINDOW",
                    help=f"deriv() window of the time-to-exhaustion forecast and the queue trend "
                         f"(default {format_prometheus_duration(d.trend_window)})")
-    k.add_argument("--capacity-seats-low", type=_finite, default=d.seats_low, metavar="SEATS",
+    k.add_argument("--capacity-seats-low", type=_finite, default=None, metavar="SEATS",
                    help=f"LLMKVSeatsLow: a pool under this many seats at p99 context (default {d.seats_low:g})")
-    k.add_argument("--capacity-seats-low-for", type=_duration, default=d.seats_low_for, metavar="DURATION",
+    k.add_argument("--capacity-seats-low-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMKVSeatsLow: how long before it fires (default {format_prometheus_duration(d.seats_low_for)})")
-    k.add_argument("--capacity-exhaustion-minutes", type=_finite, default=d.exhaustion_minutes, metavar="MINUTES",
+    k.add_argument("--capacity-exhaustion-minutes", type=_finite, default=None, metavar="MINUTES",
                    help=f"LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue growing "
                         f"(default {d.exhaustion_minutes:g})")
-    k.add_argument("--capacity-exhaustion-for", type=_duration, default=d.exhaustion_for, metavar="DURATION",
+    k.add_argument("--capacity-exhaustion-for", type=_duration, default=None, metavar="DURATION",
                    help=f"LLMKVSeatsExhaustion: how long before it fires (default {format_prometheus_duration(d.exhaustion_for)})")
 
 
-def _capacity_options(args: argparse.Namespace) -> CapacityOptions:
-    return CapacityOptions(
-        enabled=args.capacity_rules, footprint_window=args.capacity_footprint_window,
-        trend_window=args.capacity_trend_window, seats_low=args.capacity_seats_low,
-        seats_low_for=args.capacity_seats_low_for, exhaustion_minutes=args.capacity_exhaustion_minutes,
-        exhaustion_for=args.capacity_exhaustion_for)
+def _threshold_options(args: argparse.Namespace) -> tuple[HealthOptions, CapacityOptions]:
+    """The thresholds file's values (slogen.thresholds), with the flags given on top; SpecErrors for a bad file."""
+    from slogen import thresholds
 
-
-def _health_options(args: argparse.Namespace) -> HealthOptions:
-    return HealthOptions(
-        enabled=args.health_alerts, gpu_lost_for=args.gpu_lost_for, gpu_error_window=args.gpu_error_window,
-        target_down_for=args.target_down_for, kv_usage_threshold=args.kv_usage_threshold,
-        kv_saturated_for=args.kv_saturated_for, preemption_rate=args.preemption_rate,
-        preemption_window=args.preemption_window, preemption_for=args.preemption_for,
-        tap_refusal_rate=args.tap_refusal_rate, tap_refusal_window=args.tap_refusal_window,
-        tap_refusal_for=args.tap_refusal_for)
+    path = thresholds.path_for(args.paths or ["slos"], args.thresholds)
+    if path is not None:
+        print(f"note: alert thresholds read from {path}", file=sys.stderr)
+    t = thresholds.load(path)
+    health = thresholds.options(HealthOptions, t.health, {name: getattr(args, name, None) for name in
+                                                          thresholds.settable(HealthOptions)}, args.health_alerts)
+    capacity = thresholds.options(CapacityOptions, t.capacity, {name: getattr(args, f"capacity_{name}", None) for name in
+                                                                thresholds.settable(CapacityOptions)}, args.capacity_rules)
+    return health, capacity
 
 
 # ------------------------------------------------------------------------------- validate
@@ -404,6 +423,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         path = _autoscaling_note(args)
         errors += read_paths([path])[1] if path.exists() else []
+    errors += _thresholds_problems(args)
     if args.strict:
         errors, warnings = list(loaded.warnings) + errors, []
     else:
@@ -493,6 +513,25 @@ def _generate_one(path: Path, opts: GenOptions, strict: bool = False) -> str:
     return render_documents(loaded.slos, opts)
 
 
+# ------------------------------------------------------------------------------- convert
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from slogen.convert import convert_paths
+
+    if args.out != "-" and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a directory: name the file to write, e.g. --out {args.out}/slos.yaml")
+    text, warnings = convert_paths(args.inputs)
+    if args.strict and warnings:
+        raise SpecErrors(warnings)
+    _report([], warnings)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.out, text)
+    return 0
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -502,6 +541,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"slogen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    _build_args(sub)
+    _validate_args(sub)
+    _generate_args(sub)
+    _convert_args(sub)
+    sub.add_parser("version", help="print the version (the sloth_version label value)")
+    _schema_args(sub)
+    return ap
+
+
+def _build_args(sub: Any) -> None:
     b = sub.add_parser("build", help="generate rules, tests and deploy objects from the SLO catalog")
     b.add_argument("paths", nargs="*", help="SLO spec files or directories (default: slos/)")
     b.add_argument("--out", default=".", help="output root; files go to alerts/, deploy/generated/, ... (default: .)")
@@ -518,6 +567,21 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
+    _kubernetes_args(b)
+    b.add_argument("--windows", action="append", default=[], metavar="PATH",
+                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
+                        "(repeatable; AlertWindows documents among the inputs load too; default: none)")
+    b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
+                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
+                        "(default: each SLO's own)")
+    _strict_arg(b)
+    _autoscaling_args(b)
+    _gen_args(b)
+    _health_args(b)
+    _capacity_args(b)
+
+
+def _kubernetes_args(b: argparse.ArgumentParser) -> None:
     k = b.add_argument_group("Kubernetes objects", "labels and annotations of every generated object, and how "
                              "Grafana and Alertmanager find theirs (docs/deploy.md, kube-prometheus-stack)")
     k.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
@@ -537,18 +601,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"where dashboards/grafana-provider.yaml tells Grafana the JSON files are (default {DEFAULT_PROVIDER_PATH})")
     k.add_argument("--alertmanager-config-name", default=DEFAULT_ALERTMANAGER_CONFIG, metavar="NAME",
                    help=f"name of the generated AlertmanagerConfig (default {DEFAULT_ALERTMANAGER_CONFIG})")
-    b.add_argument("--windows", action="append", default=[], metavar="PATH",
-                   help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
-                        "(repeatable; AlertWindows documents among the inputs load too; default: none)")
-    b.add_argument("--override-period", type=_duration, default=None, metavar="PERIOD",
-                   help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
-                        "(default: each SLO's own)")
-    _strict_arg(b)
-    _autoscaling_args(b)
-    _gen_args(b)
-    _health_args(b)
-    _capacity_args(b)
 
+
+def _validate_args(sub: Any) -> None:
     v = sub.add_parser("validate", help="check SLO specs, their generation and the autoscaling specs without "
                                         "writing anything (everything `build` reads)")
     v.add_argument("paths", nargs="+", help="SLO spec files or directories (every *.yaml and *.yml below a directory)")
@@ -558,10 +613,13 @@ def parser() -> argparse.ArgumentParser:
                    help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
                         "(repeatable; default: none)")
     v.add_argument("--promtool", action="store_true", help="also parse every generated rule with promtool")
+    _thresholds_arg(v)
     _strict_arg(v)
     _autoscaling_args(v)
     _gen_args(v)
 
+
+def _generate_args(sub: Any) -> None:
     g = sub.add_parser("generate", help="drop-in for `sloth generate`: one input file or directory to rules")
     g.add_argument("-i", "--input", required=True, metavar="PATH",
                    help="one SLO spec file, or a directory of them (then --out must be a directory)")
@@ -583,9 +641,15 @@ def parser() -> argparse.ArgumentParser:
     _strict_arg(g)
     _gen_args(g, sloth_generate=True)
 
-    sub.add_parser("version", help="print the version (the sloth_version label value)")
-    _schema_args(sub)
-    return ap
+
+
+def _convert_args(sub: Any) -> None:
+    c = sub.add_parser("convert", help="convert Pyrra ServiceLevelObjective files to Sloth prometheus/v1 specs "
+                                       "(with Pyrra's alert windows as AlertWindows catalogs)")
+    c.add_argument("inputs", nargs="+", metavar="PATH", help="Pyrra files, or directories of them")
+    c.add_argument("-o", "--out", default="-", metavar="FILE",
+                   help="where to write the converted specs, replaced atomically (default: -, standard output)")
+    _strict_arg(c)
 
 
 # ----------------------------------------------------------------------------------- schema
@@ -628,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             print(VERSION_LABEL)
             return 0
         return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
-                "schema": cmd_schema}[args.command](args)
+                "schema": cmd_schema, "convert": cmd_convert}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)
         return 1

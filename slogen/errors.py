@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmslo.problems import describe
+
 
 @dataclass(frozen=True)
 class SpecError(Exception):
@@ -21,16 +23,7 @@ class SpecError(Exception):
     line: int | None = None
 
     def __str__(self) -> str:
-        where = self.file + (f":{self.line}" if self.line else "")
-        parts = [where]
-        if self.slo:
-            parts.append(f"SLO {self.slo!r}")
-        if self.field:
-            parts.append(f"field {self.field}")
-        text = ": ".join(parts) + f": {self.message}"
-        if self.fix:
-            text += f" (fix: {self.fix})"
-        return text
+        return describe(self.file, self.message, line=self.line, field=self.field, slo=self.slo, fix=self.fix)
 
 
 class SpecErrors(Exception):

@@ -29,8 +29,8 @@ def render_documents(slos: list[SLO], opts: GenOptions) -> str:
     out = []
     mode = "Sloth-compatible" if opts.sloth_compat else "traffic-weighted"
     head = f"---\n{header(version=opts.version).rstrip()}\n# Mode: {mode}.\n"
-    for (_, _), items in groupby(results, key=lambda r: (r.slo.origin.file, r.slo.origin.doc)):
-        items = list(items)
+    for (_, _), grouped in groupby(results, key=lambda r: (r.slo.origin.file, r.slo.origin.doc)):
+        items = list(grouped)
         groups = [g for r in items for g in r.rules.groups()]
         if not groups:
             continue

@@ -156,6 +156,8 @@ class SLO:
     # Low-traffic guard: a page tier pages only with at least this many bad events in its long
     # window (below it, it tickets); None = the build's default (--page-min-bad-events), 0 = off.
     page_min_bad_events: int | None = None
+    # The SLO's own alert windows (a Pyrra SLO brings Pyrra's table for its window); None = the period's catalog.
+    windows: "AlertWindows | None" = None
     origin: Origin = field(default_factory=lambda: Origin(file="<memory>"))
 
     @property
@@ -177,6 +179,10 @@ class AlertWindow:
     error_budget_percent: float
     short_window: int  # ms
     long_window: int  # ms
+    # A catalog may pin what Sloth's formula would derive (Pyrra's tables: factors 14, 7, 2, 1, and a `for:`
+    # per tier); None = derived from error_budget_percent / the alert's own `for:`.
+    factor: float | None = None
+    for_: int | None = None  # ms: how long the tier's burn must last before its alert fires
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,10 @@ class AlertWindows:
     source: str = "<built-in>"
 
     def burn_factor(self, w: AlertWindow) -> float:
-        """Sloth's formula, in its float order: hours needed to burn the percent, over the long window."""
+        """Sloth's formula, in its float order: hours needed to burn the percent, over the long window
+        (or the catalog's pinned factor)."""
+        if w.factor is not None:
+            return w.factor
         hours_required = w.error_budget_percent * hours(self.period) / 100
         return hours_required / hours(w.long_window)
 

@@ -39,7 +39,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,7 +202,7 @@ def _pid_alive(pid: int) -> bool:
 
 def _leftovers(root: Path) -> list[tuple[Path, str]]:
     """(path, NEW or OLD) for the staged or old copies of `root` that a dead build left beside it."""
-    out = []
+    out: list[tuple[Path, str]] = []
     parent = root.parent
     if not parent.is_dir():
         return out
@@ -379,7 +379,7 @@ def _unswap(stage: _Stage) -> None:
 
 
 def replace_tree(files: Mapping[str, Content], out: str | Path, dirs: set[str] | list[str],
-                 remove: list[str] = ()) -> list[str]:
+                 remove: Sequence[str] = ()) -> list[str]:
     """Make the roots of `dirs` under `out` hold `files` (relative path -> content) and no longer `remove`,
     everything else in them kept; all roots are staged before any is swapped. Returns the changed paths."""
     out = Path(out)

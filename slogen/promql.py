@@ -57,9 +57,33 @@ def agg(op: str, expr: str, labels: Sequence[str] = ()) -> str:
     return f"{op} {grouping} ({expr})" if grouping else f"{op}({expr})"
 
 
+def without(labels: Sequence[str]) -> str:
+    return f"without ({', '.join(labels)})"
+
+
+def agg_without(op: str, expr: str, labels: Sequence[str], *, trailing: bool = False) -> str:
+    """`max without (a) (expr)`; `trailing`: `max(expr) without (a)`, as Sloth writes its alerts."""
+    return f"{op}({expr}) {without(labels)}" if trailing else f"{op} {without(labels)} ({expr})"
+
+
 def on(labels: Sequence[str]) -> str:
     """The matching clause of a binary operator: `on (a, b)`."""
     return f"on ({', '.join(labels)})"
+
+
+def ignoring(labels: Sequence[str]) -> str:
+    """The matching clause of a binary operator: `ignoring (a, b)`."""
+    return f"ignoring ({', '.join(labels)})"
+
+
+def over_time(fn: str, sel: str, window: str) -> str:
+    """`fn(sel[window])` for the `*_over_time` functions: `over_time("sum", sel, "5m")` is `sum_over_time(sel[5m])`."""
+    return f"{fn}_over_time({sel}[{window}])"
+
+
+def scaled(factor: str, value: str) -> str:
+    """`(factor * value)`: a burn-rate threshold, a tier's factor times the error budget."""
+    return f"({factor} * {value})"
 
 
 def increase(sel: str, window: str) -> str:
@@ -91,7 +115,7 @@ def ratio(numerator: str, denominator: str) -> str:
 # A sum of bucket series is a histogram only if every series shares one bucket ladder: summed by `le`
 # across engines of different kinds (vLLM 0.25/0.5/0.75..., SGLang 0.2/0.4/0.6..., Triton 0.1/0.5/2/5),
 # each `le` counts a different subset of engines, the cumulative counts stop rising, every quantile
-# jumps to the next shared edge and a heatmap's differences go negative (issue #18). A grouping that
+# jumps to the next shared edge and a heatmap's differences go negative. A grouping that
 # keeps one of these labels sums one engine kind (or one engine) at a time:
 LADDER_LABELS = (c.LABEL_ENGINE, c.LABEL_POD)
 # The tap's histograms have one ladder fleet-wide: every tap builds its edges from the same default list

@@ -3,10 +3,10 @@
 Reading is `llmslo.specfile`'s, shared with the goodput tap: strict UTF-8, no duplicate keys,
 bounded nesting; errors are `SpecFileError`s naming the file, line and fix.
 
-Writing: PyYAML's pure-Python emitter was 83% of a rules-only build and most of a full one (120 MB
-of YAML for 1,000 SLOs). libyaml's emitter did not fix it (the Python callbacks per node remained,
-and it writes some texts differently: empty keys, a kept final line break, NEL and the Unicode
-separators, tabs and carriage returns), so slogen.yamlfast writes the same bytes as PyYAML directly.
+Writing: PyYAML's pure-Python emitter would take most of a build's time (120 MB of YAML for 1,000
+SLOs), and libyaml's emitter does not help (its Python callbacks per node remain, and it writes some
+texts differently: empty keys, a kept final line break, NEL and the Unicode separators, tabs and
+carriage returns), so slogen.yamlfast writes the same bytes as PyYAML directly.
 """
 
 from __future__ import annotations

@@ -133,6 +133,11 @@ images:
   # ghcr.io/llmslo/llmslo=ghcr.io/llmslo/llmslo@sha256:<digest>` (docs/deploy.md).
   - name: ghcr.io/llmslo/llmslo
     digest: {p.digest}
+""" + _REPLACEMENTS + _PATCHES
+
+
+# The overlay's `replacements`: each value of deploy-parameters.yaml carried to the objects that use it.
+_REPLACEMENTS = """\
 replacements:
   # deploy-parameters.yaml: monitoringNamespace.
   - source:
@@ -190,6 +195,10 @@ replacements:
           name: llmslo-exporter
         fieldPaths:
           - spec.egress.1.to.0.ipBlock.cidr
+"""
+
+# The overlay's `patches`: discovery narrowed to the inference namespaces, the exporter's resources.
+_PATCHES = """\
 patches:
   # Discovery watches the inference namespaces only (docs/deploy.md, threat notes): the flag names
   # them, inference/<name> grants a Role in each, and the base's cluster-wide grant goes.
@@ -215,8 +224,8 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/resources
         value:
-          requests: {{cpu: 100m, memory: 128Mi}}
-          limits: {{cpu: "1", memory: 512Mi}}
+          requests: {cpu: 100m, memory: 128Mi}
+          limits: {cpu: "1", memory: 512Mi}
   - target:
       kind: NetworkPolicy
       name: llmslo-exporter

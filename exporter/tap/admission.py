@@ -1,4 +1,5 @@
-"""KV admission (opt-in, `--admission`): refuse new completions with 429 while the engine is full.
+"""Admission (opt-in, `--admission`): refuse a new completion with 429 when the engine would not serve it
+within its class's objectives.
 
 The tap reads the engine it fronts (its /metrics, every `poll_s`) through the exporter's own adapters
 (exporter.adapters: the same reading of each engine's families as the node exporter's), so every
@@ -15,13 +16,15 @@ detected from the page by default), and keeps a gate:
   sum); with neither the last sizes are kept, and before any the `fallback_footprint` flag is used;
 - queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
 
-The gate is closed while seats < min_seats or queue > max_queue. Between two readings the tap
-counts the requests it admitted since the last one: each takes one seat, so a burst cannot pour
-more into the KV cache during one poll interval than the reading said was free. They join the
-queue in the estimate only beyond the free seats: a request that fits in free KV starts running,
-it does not wait. (Counting every admitted request as queued capped the gate at max_queue + 1
-requests per poll however idle the engine: in front of a real vLLM it refused 19 of a burst of 24
-short requests the engine served at once.)
+The decision is by objective (exporter.tap.predict, a pure function of what is kept here): a request is
+refused only when the engine would not start it within its class's TTFT objective, when the running requests
+miss the TPOT objective because of the load, or when its class is sheddable and past the shed margin. For it
+the gate also keeps the requests it admitted since the last reading (each takes one start seat: a median
+prompt of free KV), the engine's queue as persisted over two readings, and the rates learned from the page's
+counter deltas (finishes, TTFT less queue time, ITL, service time, the batch sizes served within each ITL).
+The old fixed floors, `min_seats` and `max_queue`, are operator overrides, off unless given (the default
+max_queue of 4 capped an idle engine at 5 requests a poll: in front of a real vLLM it refused 19 of a burst of
+24 short requests the engine served at once).
 
 The gate only decides for a new timed request (chat/completions, completions) when it arrives;
 a request already admitted is never touched. When the engine's /metrics cannot be read (refused,
@@ -56,6 +59,12 @@ from exporter.model import MetricFamily
 from exporter.promtext import parse_page
 from exporter.tap import seats
 from exporter.tap.background import cancel_and_wait
+from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.predict import (
+    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates,
+    drain_rate, finish_rate, predicted_wait, rates_between,
+)
+from exporter.tap.predict import refusal as predicted_refusal
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -64,12 +73,10 @@ from llmslo.histograms import Buckets, histogram_quantile
 # queued request has lost its objective; vLLM refreshes these gauges every engine step, and a /metrics
 # render four times a second is a negligible cost for the engine's API server.
 DEFAULT_POLL_S = 0.25
-# At least one more request of p99 context must fit in the free KV cache: below that a new request
-# waits for a running one to finish (or preempts one), which is a TTFT lost.
-DEFAULT_MIN_SEATS = 1.0
-# A queued request waits about queue / service rate; with tens of requests a second and a 0.5 s TTFT
-# objective, a handful queued is already most of the objective.
-DEFAULT_MAX_QUEUE = 4
+# The old fixed floors are operator overrides now, off unless given (--admission-min-seats, --admission-max-queue):
+# the gate decides by each class's objective (exporter.tap.predict). Fixed floors refused below capacity.
+DEFAULT_MIN_SEATS: float | None = None
+DEFAULT_MAX_QUEUE: int | None = None
 DEFAULT_WINDOW_S = 60.0  # the recent window of finished requests the p99 footprint is taken from
 DEFAULT_FALLBACK_FOOTPRINT = 4096  # tokens, until the engine's histograms have a finished request
 STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeout) no longer counts
@@ -120,6 +127,17 @@ def non_negative_int(value: str) -> int:
     return n
 
 
+def shed_margin(value: str) -> float:
+    """`--admission-shed-margin`: a share of the objectives, more than 0 and at most 1."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = -1.0
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a share of the objectives above 0 and at most 1")
+    return x
+
+
 class EngineReadError(ValueError):
     """The engine's /metrics lacks what admission needs, or says something impossible (`reason`: one of
     conventions.ADMISSION_READ_REASONS)."""
@@ -139,11 +157,14 @@ class Reading:
     generation: Buckets
     block_size: float = 1.0  # tokens per KV block (the largest of the page's engines): a request takes whole blocks
     bad_histogram: str = ""  # why the request-size histograms were not taken (their buckets are then empty)
+    counters: Counters = Counters()  # what the rates are learned from (exporter.tap.predict)
 
 
 # The adapters' gauges a reading is built from, each a count or a ratio that must be finite and in range.
 _CHECKED = {C.KV_BLOCKS_FREE.name: math.inf, C.KV_BLOCKS_TOTAL.name: math.inf, C.KV_BLOCK_SIZE.name: math.inf,
-            C.REQUESTS_WAITING.name: math.inf, C.KV_CACHE_USAGE.name: 1.0}
+            C.REQUESTS_WAITING.name: math.inf, C.KV_CACHE_USAGE.name: 1.0, C.REQUESTS_RUNNING.name: math.inf}
+# The histograms whose _sum and _count the rates are learned from (the page's non-finite values are refused whole).
+_TIMED = (C.TTFT.name, C.QUEUE_TIME.name, C.ITL.name, C.E2E.name)
 
 
 def _check(name: str, model: str, value: float) -> None:
@@ -181,6 +202,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     gauges: dict[str, dict[str, float]] = {name: {} for name in _CHECKED}
     histograms: dict[str, dict[str, dict[float, float]]] = {
         C.REQUEST_PROMPT_TOKENS.name: {}, C.REQUEST_GENERATION_TOKENS.name: {}}
+    timed: dict[str, float] = {}
     for s in adapters.get(kind).adapt(families, {}):
         name, model = s.metric.name, s.labels.get(C.LABEL_MODEL, "")
         if name in gauges:
@@ -188,6 +210,8 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
             gauges[name][model] = s.value
         elif name in histograms and s.suffix == "_bucket":
             histograms[name].setdefault(model, {})[float(s.labels[C.LABEL_LE])] = s.value
+        elif name in _TIMED and s.suffix in ("_sum", "_count") and math.isfinite(s.value) and s.value >= 0:
+            timed[name + s.suffix] = timed.get(name + s.suffix, 0.0) + s.value
     free_blocks, totals, sizes = (gauges[m.name] for m in (C.KV_BLOCKS_FREE, C.KV_BLOCKS_TOTAL, C.KV_BLOCK_SIZE))
     sized = [(blocks, sizes[m]) for m, blocks in free_blocks.items() if m in sizes]
     if not sized:
@@ -203,7 +227,12 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     if bad:
         prompt, generation = (), ()
     waiting = sum(gauges[C.REQUESTS_WAITING.name].values())
-    return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad)
+    sums = {f"{key}_{part}": timed.get(f"{m.name}_{part}", 0.0)
+            for key, m in (("ttft", C.TTFT), ("queue", C.QUEUE_TIME), ("itl", C.ITL), ("e2e", C.E2E))
+            for part in ("sum", "count")}
+    counters = Counters(finished=prompt[-1][1] if prompt else 0.0, running=sum(gauges[C.REQUESTS_RUNNING.name].values()),
+                        **sums)
+    return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters)
 
 
 def _delta(now: Buckets, then: Buckets) -> Buckets:
@@ -219,18 +248,21 @@ class Admission:
     """The gate and its poller (see the module's docstring)."""
 
     def __init__(
-        self, upstream: str, ca_file: str = "", *, min_seats: float = DEFAULT_MIN_SEATS,
-        max_queue: int = DEFAULT_MAX_QUEUE, poll_s: float = DEFAULT_POLL_S, window_s: float = DEFAULT_WINDOW_S,
+        self, upstream: str, ca_file: str = "", *, min_seats: float | None = DEFAULT_MIN_SEATS,
+        max_queue: int | None = DEFAULT_MAX_QUEUE, poll_s: float = DEFAULT_POLL_S, window_s: float = DEFAULT_WINDOW_S,
         fallback_footprint: int = DEFAULT_FALLBACK_FOOTPRINT, timeout_s: float = FETCH_TIMEOUT_S,
         metrics_path: str = "/metrics", clock: Callable[[], float] = time.monotonic, engine: str = AUTO,
+        sheddable: frozenset[str] = frozenset(), shed_margin: float = DEFAULT_SHED_MARGIN, slo: SloConfig | None = None,
     ) -> None:
         self.url = upstream.rstrip("/") + metrics_path
         self.engine = engine  # the engine kind whose adapter reads the page, or AUTO
         self.ssl: ssl.SSLContext | None = (
             ssl.create_default_context(cafile=ca_file or None) if upstream.startswith("https://") else None
         )
-        self.min_seats = min_seats
+        self.min_seats = min_seats  # the operator's floors (None: off; the objectives decide)
         self.max_queue = max_queue
+        self.sheddable = sheddable  # class names refused first, at shed_margin x the objectives
+        self.shed_margin = shed_margin
         self.poll_s = poll_s
         self.window_s = window_s
         self.fallback_footprint = float(fallback_footprint)
@@ -241,6 +273,10 @@ class Admission:
         self.reading: Reading | None = None
         self.read_at: float | None = None
         self.footprint = self.fallback_footprint
+        # the median prompt over the window: what a typical request needs in free KV to start (the wait is an
+        # expectation; the p99 footprint above is for seats, a bound)
+        self.prompt_median = self.fallback_footprint
+        self.start_seats = math.inf  # requests of median prompt the free KV starts now (exporter.tap.predict)
         self.seats = math.inf
         # The seat estimate's inputs besides the page (exporter.tap.seats): the exact sizes of the requests this tap
         # saw finish, and the requests it has in flight; until then the fallback footprint, committing whole caps.
@@ -248,6 +284,12 @@ class Admission:
         self.in_flight: Callable[[], Iterable[seats.InFlight]] = tuple
         self._last_sizes = seats.Sizes.fallback(self.fallback_footprint)
         self.waiting = 0.0
+        self.queue = 0.0  # the engine's queue as persisted over the last two readings (exporter.tap.predict)
+        self.rates = Rates()
+        self._served: deque[tuple[float, float, float]] = deque()  # (time, running, ITL) over DECODE_MEMORY_S
+        # (time, counters, waiting) of the readings within FINISH_WINDOW_S
+        self._counted: deque[tuple[float, Counters, float]] = deque()
+        self._slo = slo  # the classes the last request was decided under (the gauges' objectives: the tightest)
         self.admitted_since = 0  # requests admitted since the last reading
         self.last_error = ""
         self.polls = 0
@@ -263,31 +305,49 @@ class Admission:
         """A recent reading exists (else the gate fails open)."""
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
-    def refusal(self) -> str:
+    def outlook(self) -> Outlook:
+        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates)
+
+    def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
+        """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
+        slo = slo if slo is not None else self._slo
+        tight_ttft, tight_tpot = slo.tightest if slo is not None else (None, None)
+        if objective is None:
+            return Policy(tight_ttft, tight_tpot, False, tight_ttft, tight_tpot, self.shed_margin)
+        return Policy(objective.ttft, objective.tpot, objective.slo_class in self.sheddable, tight_ttft, tight_tpot,
+                      self.shed_margin)
+
+    def refusal(self, objective: Objective | None = None, slo: SloConfig | None = None) -> str:
         """Why a request arriving now would be refused (a conventions.REFUSED_ADMISSION_* reason), or ""."""
         if not self.readable:
             return ""
         n = self.admitted_since
-        if self.seats - n < self.min_seats:
+        if self.min_seats is not None and self.seats - n < self.min_seats:
             return C.REFUSED_ADMISSION_KV
-        queued_since = max(0.0, n - self.seats)  # admitted since the reading that found no free seat
-        return C.REFUSED_ADMISSION_QUEUE if self.waiting + queued_since > self.max_queue else ""
+        # this request's place in the queue: the engine's, and those beyond the free seats, itself included
+        queued = self.waiting + max(0.0, n + 1 - self.seats)
+        if self.max_queue is not None and queued > self.max_queue:
+            return C.REFUSED_ADMISSION_QUEUE
+        return predicted_refusal(self.outlook(), self.policy(objective, slo))
 
     def is_open(self) -> bool:
-        """Would a request arriving now be admitted (without counting it)?"""
+        """Would a request of the tightest class arriving now be admitted (without counting it)?"""
         return not self.refusal()
 
-    def decide(self) -> str:
-        """Decide for one new request: "" (admitted, and counted until the next reading) or why it is refused."""
-        why = self.refusal()
+    def decide(self, objective: Objective | None = None, slo: SloConfig | None = None) -> str:
+        """Decide for one new request (its objective, and the classes it was resolved under): "" (admitted,
+        and counted until the next reading) or why it is refused."""
+        if slo is not None:
+            self._slo = slo
+        why = self.refusal(objective, slo)
         if why:
             self.refusals += 1
         else:
             self.admitted_since += 1
         return why
 
-    def admit(self) -> bool:
-        return not self.decide()
+    def admit(self, objective: Objective | None = None) -> bool:
+        return not self.decide(objective)
 
     # -- readings ----------------------------------------------------------------------------
     def update(self, reading: Reading) -> None:
@@ -301,6 +361,9 @@ class Admission:
         prompt, gen = _delta(reading.prompt, prompt0), _delta(reading.generation, gen0)
         if len(history) == 1 or not prompt or prompt[-1][1] <= 0:  # no earlier reading, or none finished since
             prompt, gen = reading.prompt, reading.generation
+        p50_prompt = histogram_quantile(0.5, prompt)  # the start condition's prompt (exporter.tap.predict)
+        if p50_prompt is not None:
+            self.prompt_median = max(1.0, p50_prompt)
         self.reading = reading
         # exact sizes from the tap's own requests when it has seen enough, the engine's histograms otherwise
         sizes = self.sizes.sizes() or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
@@ -310,6 +373,31 @@ class Admission:
         self.waiting = reading.waiting
         self.admitted_since = 0
         self.read_at = now
+        self._learn(now, reading)
+
+    def _learn(self, now: float, reading: Reading) -> None:
+        """The rates over the last RATE_WINDOW_S and the persisted queue (exporter.tap.predict)."""
+        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
+        self.start_seats = reading.free_tokens / (math.ceil(self.prompt_median / block) * block)
+        counted = self._counted
+        self.queue = min(reading.waiting, counted[-1][2]) if counted else reading.waiting
+        finished = [(t, c.finished) for t, c, _ in counted]
+        counted.append((now, reading.counters, reading.waiting))
+        while len(counted) > 2 and counted[1][0] <= now - FINISH_WINDOW_S:
+            counted.popleft()
+        # the ITL and prefill means over the last RATE_WINDOW_S: the newest reading at least that old
+        then, old, _ = next((r for r in reversed(counted) if r[0] <= now - RATE_WINDOW_S), counted[0])
+        rates = rates_between(old, reading.counters) if then < now else Rates()
+        served = self._served
+        # the batch the window's ITL was measured at: its readings' mean running (the newest alone would be
+        # ahead of the ITL while a batch grows, and record a large batch as served in time)
+        batch = [c.running for t, c, _ in counted if t > then]
+        if rates.itl_s is not None and batch and sum(batch) >= len(batch):
+            served.append((now, sum(batch) / len(batch), rates.itl_s))
+        while served and served[0][0] <= now - DECODE_MEMORY_S:
+            served.popleft()
+        self.rates = Rates(drain_rate(finish_rate(finished, now, reading.counters.finished), rates), rates.prefill_s,
+                           rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s)
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never
@@ -400,6 +488,9 @@ class Admission:
             (C.TAP_ADMISSION_SEATS, self.seats if readable and math.isfinite(self.seats) else math.nan),
             (C.TAP_ADMISSION_FOOTPRINT, self.footprint),
             (C.TAP_ADMISSION_QUEUE, self.waiting if readable else math.nan),
+            (C.TAP_ADMISSION_PREDICTED_WAIT, predicted_wait(self.outlook()) if readable else math.nan),
+            (C.TAP_ADMISSION_ENGINE_ITL,
+             self.rates.itl_s if readable and self.rates.itl_s is not None else math.nan),
         ):
             lines.append(f"# HELP {d.name} {d.help}\n# TYPE {d.name} {d.kind}\n{d.name} {go_g(value)}\n")
         d = C.TAP_ADMISSION_READ_ERRORS

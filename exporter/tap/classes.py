@@ -85,12 +85,17 @@ class SloConfig:
     _by_name: dict[str, SloClass] = field(init=False, repr=False)
     _fallback: SloClass = field(init=False, repr=False)
     _model_cache: dict[str, SloClass] = field(init=False, repr=False, default_factory=dict)
+    # the tightest TTFT and TPOT objectives of any class (admission sheds the sheddable to protect them)
+    tightest: tuple[float | None, float | None] = field(init=False, repr=False, default=(None, None))
 
     def __post_init__(self) -> None:
         if not self.classes:
             self.classes = (SloClass(DEFAULT_CLASS, None, None, (), "implicit: no goodput SLI configured"),)
         self._by_name = {c.name: c for c in self.classes}
         self._fallback = self._by_name.get(DEFAULT_CLASS, self.classes[0])
+        ttfts = [c.ttft for c in self.classes if c.ttft is not None]
+        tpots = [c.tpot for c in self.classes if c.tpot is not None]
+        self.tightest = (min(ttfts) if ttfts else None, min(tpots) if tpots else None)
 
     @property
     def class_names(self) -> tuple[str, ...]:

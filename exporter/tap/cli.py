@@ -151,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
     except DeadlineError as e:
         print(f"llmslo-exporter tap: {e}", file=sys.stderr)
         return 2
+    unknown = sorted(set(args.admission_sheddable) - set(slo.class_names))
+    if unknown:
+        print(f"llmslo-exporter tap: --admission-sheddable {','.join(unknown)}: no such goodput class in --slo "
+              f"(classes: {', '.join(slo.class_names)}); fix: name a class the SLO files define", file=sys.stderr)
+        return 2
     log_derived(slo, deadlines, TAP_LOGGER)
     fd_limit = raise_fd_limit()
     if args.workers > 1:
@@ -174,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     admission = Admission(
         args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
         poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,
+        sheddable=frozenset(args.admission_sheddable), shed_margin=args.admission_shed_margin, slo=slo,
     ) if args.admission else None
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
                        admission=admission, slo_paths=args.slo, reload_interval_s=args.slo_reload_interval)

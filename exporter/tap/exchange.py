@@ -20,6 +20,7 @@ from exporter.tap import http1
 from exporter.tap.deadlines import BODY_PROGRESS_BYTES
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
+from exporter.tap.predict import REFUSAL_TEXT
 from exporter.tap.relay import BodyRelay, Relay, SseRelay
 from exporter.tap.timing import RequestTiming, gave_up
 from exporter.tap.upstream import UpstreamConnection
@@ -84,14 +85,14 @@ class Exchange:
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
         admission = self.proxy.admission
-        refusal = admission.decide() if self.plan is not None and admission is not None else ""
+        refusal = (admission.decide(self.plan.objective, self.proxy.slo)
+                   if self.plan is not None and admission is not None else "")
         if refusal:
             # Refused before anything reached the engine; requests already admitted are never touched.
             assert admission is not None
             if self.proxy.metrics is not None:
                 self.proxy.metrics.refused(refusal)
-            why = ("too few free KV-cache seats" if refusal == C.REFUSED_ADMISSION_KV
-                   else "too many requests queued at the engine")
+            why = REFUSAL_TEXT[refusal]
             self._fail(f"The engine is at capacity ({why}); retry after {admission.retry_after_s} s.", 429,
                        C.OUTCOME_REFUSED, retry_after=admission.retry_after_s, code=refusal)
             return

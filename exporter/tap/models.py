@@ -132,7 +132,7 @@ def iter_model_ids(text: str, max_ids: int = MAX_IDS, max_entries: int = MAX_ENT
 
 def _skip(text: str, i: int) -> int:
     """Past the JSON whitespace at i."""
-    return _WS.match(text, i).end()  # type: ignore[union-attr]  (it matches the empty string too)
+    return _WS.match(text, i).end()  # type: ignore[union-attr]  # it matches the empty string too
 
 
 def _after(text: str, i: int, close: str) -> int:

@@ -12,10 +12,11 @@ from exporter.logs import LOG_FORMATS
 from exporter.tap.addresses import host_port, metrics_address
 from exporter.tap.admission import (
     AUTO, DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S, ENGINE_KINDS,
-    non_negative_float, non_negative_int, poll_seconds,
+    non_negative_float, non_negative_int, poll_seconds, shed_margin,
 )
 from exporter.tap.deadlines import FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
+from exporter.tap.predict import DEFAULT_SHED_MARGIN
 from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
 from exporter.tap.reload import DEFAULT_INTERVAL_S as DEFAULT_RELOAD_S, reload_interval
 
@@ -152,10 +153,10 @@ def _admission_arguments(p: argparse.ArgumentParser) -> None:
     """KV admission (exporter.tap.admission)."""
     p.add_argument(
         "--admission", action="store_true",
-        help="KV admission: read the engine's /metrics (through the exporter's adapters, --admission-engine) and "
-             "answer new completions 429 with Retry-After "
-             "while its seats at p99 context are under --admission-min-seats or its queue is over "
-             "--admission-max-queue; requests already admitted are never touched; an unreadable engine is admitted to",
+        help="admission by objective: read the engine's /metrics (through the exporter's adapters, "
+             "--admission-engine) and answer a new completion 429 with Retry-After when the engine would not start "
+             "it within its class's TTFT objective, or its running requests miss the TPOT objective "
+             "(docs/capacity.md); requests already admitted are never touched; an unreadable engine is admitted to",
     )
     p.add_argument(
         "--admission-engine", choices=(AUTO, *ENGINE_KINDS), default=AUTO,
@@ -163,12 +164,23 @@ def _admission_arguments(p: argparse.ArgumentParser) -> None:
              "must give free KV blocks and the block size",
     )
     p.add_argument(
+        "--admission-sheddable", action="extend", nargs="+", default=[], metavar="CLASS",
+        help="a goodput class (from --slo) shed first: refused at --admission-shed-margin x the objectives, "
+             "its own or the tightest class's (repeatable; e.g. batch); other classes are refused last",
+    )
+    p.add_argument(
+        "--admission-shed-margin", type=shed_margin, default=DEFAULT_SHED_MARGIN, metavar="FRACTION",
+        help=f"the share of the objectives at which sheddable classes are refused (default {DEFAULT_SHED_MARGIN:g})",
+    )
+    p.add_argument(
         "--admission-min-seats", type=non_negative_float, default=DEFAULT_MIN_SEATS, metavar="SEATS",
-        help=f"refuse while free KV tokens / p99 request footprint is under this (default {DEFAULT_MIN_SEATS:g})",
+        help="an operator floor, off by default: also refuse while free KV tokens / p99 request footprint, less "
+             "the requests admitted since the last reading, is under SEATS",
     )
     p.add_argument(
         "--admission-max-queue", type=non_negative_int, default=DEFAULT_MAX_QUEUE, metavar="N",
-        help=f"refuse while the engine has more than N requests waiting (default {DEFAULT_MAX_QUEUE})",
+        help="an operator floor, off by default: also refuse a request that would be queued behind the engine's "
+             "queue and the admitted requests beyond its free seats with more than N waiting (itself included)",
     )
     p.add_argument(
         "--admission-poll-interval", type=poll_seconds, default=DEFAULT_POLL_S, metavar="SECONDS",

@@ -191,7 +191,7 @@ class Parent:
                 return
             except OSError:
                 if w.process.returncode is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tap worker {w.index} did not start (exit status {w.process.returncode})")
+                    raise RuntimeError(f"tap worker {w.index} did not start (exit status {w.process.returncode})") from None
                 await asyncio.sleep(0.05)
 
     async def _supervise(self, w: Worker) -> None:

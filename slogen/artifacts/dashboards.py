@@ -264,13 +264,13 @@ def _month_budget_expr(slo: SLOView, m: list[q.Matcher]) -> str:
 
     The month's budget is the objective's share of the month's requests; the month is not over, so its
     requests are the ones so far extrapolated: left = 1 - error ratio so far / budget x share of the month
-    gone. Without that last factor a 10-minute outage a day into a month read as -594% (issue #18)."""
+    gone. Without that last factor a 10-minute outage a day into a month would read as -594%."""
     if slo.traffic_weighted:
-        errors = f"sum_over_time({q.selector(c.SLO.sli_errors_rate(slo.base_window), m)}[$__range])"
-        total = f"sum_over_time({q.selector(c.SLO.sli_total_rate(slo.base_window), m)}[$__range])"
+        errors = q.over_time("sum", q.selector(c.SLO.sli_errors_rate(slo.base_window), m), "$__range")
+        total = q.over_time("sum", q.selector(c.SLO.sli_total_rate(slo.base_window), m), "$__range")
         ratio = f"({errors} / {total})"
     else:
-        ratio = f"avg_over_time({q.selector(c.SLO.sli_error_ratio(slo.base_window), m)}[$__range])"
+        ratio = q.over_time("avg", q.selector(c.SLO.sli_error_ratio(slo.base_window), m), "$__range")
     return f"1 - {ratio} / {slo.error_budget:g} * {MONTH_ELAPSED}"
 
 

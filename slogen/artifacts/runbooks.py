@@ -147,7 +147,7 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "tap_capacity_refusals": q.sum_rate(
             c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))], WINDOW, per_engine),
         "tap_requests": q.sum_rate(c.TAP_REQUESTS.name, [], WINDOW, per_engine),
-        "tap_config_hashes": f"count by ({c.LABEL_CONFIG_HASH}) ({q.selector(c.TAP_CONFIG_INFO.name)})",
+        "tap_config_hashes": q.agg("count", q.selector(c.TAP_CONFIG_INFO.name), (c.LABEL_CONFIG_HASH,)),
         "tap_config_by_pod": q.agg("max", q.selector(c.TAP_CONFIG_INFO.name), (*per_engine, c.LABEL_CONFIG_HASH)),
         "tap_config_reload_failures": f"increase({q.selector(c.TAP_CONFIG_RELOAD_FAILURES.name)}[1h]) > 0",
         "tap_refused_share": "({refused}) / ({refused} + {relayed})".format(

@@ -1,7 +1,7 @@
 """Read SLO inputs: files or directories of YAML, any mix of formats, multi-document.
 
 Each document is sniffed (Sloth `prometheus/v1`, Sloth `PrometheusServiceLevel`, OpenSLO
-`v1alpha` and `v1`, Sloth `AlertWindows` catalogs) and mapped into the one SLO model. Every
+`v1alpha` and `v1`, Pyrra `ServiceLevelObjective`, Sloth `AlertWindows` catalogs) and mapped into the one SLO model. Every
 problem is collected as a SpecError naming the file, line, SLO and field; the load fails
 with all of them at once. Duplicate SLO ids across the whole load are errors too.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import VERSION as AUTOSCALING_VERSION
 from slogen.errors import SpecError, SpecErrors
-from slogen.loaders import k8s, openslo, sloth, windows
+from slogen.loaders import k8s, openslo, pyrra, sloth, windows
 from slogen.loaders.common import Reporter
 from slogen.model import SLO, AlertWindows
 from llmslo.sli_plugins import GoodputParams, same_class
@@ -100,13 +100,15 @@ def _load_doc(doc: object, r: Reporter, i: int, refs: openslo.V1Refs) -> list[SL
         return []
     if k8s.is_spec(doc):
         return k8s.load(doc, r, i)
+    if pyrra.is_spec(doc):
+        return pyrra.load(doc, r, i)
     if openslo.is_v1alpha(doc):
         return openslo.load_v1alpha(doc, r, i)
     if openslo.is_v1(doc):
         return openslo.load_v1(doc, r, i, refs)
     r.error(f"document {i + 1} is not a spec slogen reads (apiVersion={doc.get('apiVersion')!r}, kind={doc.get('kind')!r})",
             fix='use version: "prometheus/v1", a sloth.slok.dev/v1 PrometheusServiceLevel or AlertWindows, '
-                "or an OpenSLO openslo/v1alpha or openslo/v1 SLO")
+                "an OpenSLO openslo/v1alpha or openslo/v1 SLO, or a Pyrra pyrra.dev/v1alpha1 ServiceLevelObjective")
     return []
 
 

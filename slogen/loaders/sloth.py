@@ -16,6 +16,7 @@ from typing import Any
 
 from slogen import plugins
 from slogen.plugins.contract import PluginError, SLIPluginRequest
+from slogen.plugins.sloth_contrib import UNSUPPORTED as UNSUPPORTED_SLO_PLUGINS
 from llmslo.durations import format_prometheus_duration, parse_prometheus_duration
 from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
@@ -241,6 +242,11 @@ def _slo_plugins(r: Reporter, node: dict, key: str, p: str, who: str) -> tuple[l
                     fix="set id: to a registered SLO plugin")
             continue
         pid = str(item["id"])
+        if pid in UNSUPPORTED_SLO_PLUGINS:
+            why, fix = UNSUPPORTED_SLO_PLUGINS[pid]
+            r.error(f"Sloth's SLO plugin {pid} is not supported: {why}", f"{ip}.id", slo=who, line=f.line_of(item, "id"),
+                    fix=fix)
+            continue
         if plugins.slo_plugin_factory(pid) is None:
             known = ", ".join(plugins.slo_plugin_ids()) or "none registered"
             r.error(f"unknown SLO plugin {pid!r}", f"{ip}.id", slo=who, line=f.line_of(item, "id"),

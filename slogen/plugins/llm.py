@@ -202,7 +202,7 @@ def measurable(count_sel: str, bucket_sel: str) -> str:
     windows' error ratio of a cluster whose users are all too slow falls towards 0. Its one signal is
     the bucket-edge alert (rules/bucket_alerts.py), which counts exactly these series.
     """
-    return f"{promql.rate(count_sel)} and ignoring ({c.LABEL_LE}) {promql.rate(bucket_sel)}"
+    return f"{promql.rate(count_sel)} and {promql.ignoring((c.LABEL_LE,))} {promql.rate(bucket_sel)}"
 
 
 def _with_late(count: str, good: str, late: str) -> tuple[str, str]:
@@ -322,8 +322,8 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
         fixtures = (SeriesFixture(c.KV_CACHE_USAGE.name, labels, "gauge", good_value=round(threshold * 0.6, 6),
                                   bad_value=round(threshold + (1 - threshold) * 0.5, 6)),)
     return EventsSLI(
-        error_query=aggregate(f"sum_over_time({aux_sel}[{promql.WINDOW}])", by),
-        total_query=aggregate(f"count_over_time({aux_sel}[{promql.WINDOW}])", by),
+        error_query=aggregate(promql.over_time("sum", aux_sel, promql.WINDOW), by),
+        total_query=aggregate(promql.over_time("count", aux_sel, promql.WINDOW), by),
         aux_rules=(aux,),
         sources=(usage_sel,),
         fixtures=fixtures,

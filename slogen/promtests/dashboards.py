@@ -226,7 +226,7 @@ def slo_answers(slo: SLOView, f: fs.Fleet = fs.FLEET) -> Answers:
         out[("Burn rate per window", chr(65 + i))] = [(_slo_labels(slo, w), error_ratio(slo, w) / _budget(slo))]
     if slo.alert_name and slo.tiers:
         tiers = sorted({t.name for t in slo.tiers})
-        for i, tier in enumerate(tiers):
+        for i, _tier in enumerate(tiers):
             out[("Firing alerts by tier", chr(65 + i))] = [({}, 1.0 if i == 0 else 0.0)]
     out.update(_source_answers(slo, f))
     return out

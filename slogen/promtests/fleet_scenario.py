@@ -1,7 +1,7 @@
 """The synthetic fleet the generated dashboard tests run on: its input series and the facts answers derive from.
 
-Why synthetic and this shape: every dashboard defect of issue #18 hid in a fleet that was too uniform (one
-engine kind, every outcome ok, one block size). This one mixes what breaks panels: three engine kinds with
+Why synthetic and this shape: dashboard defects hide in a fleet that is too uniform (one engine kind, every
+outcome ok, one block size). This one mixes what breaks panels: three engine kinds with
 their real latency bucket edges (llmslo/bucket_edges.py; vLLM and SGLang twice, once as static targets with
 no pod), taps whose classes see every kind of outcome (neutral ones included), a class with no request within
 its objectives (no goodput series at all), two KV block sizes, an engine without a block size, two nodes.
@@ -117,7 +117,7 @@ FLEET = Fleet(
                itl=((0.012, 48), (0.03, 16)), e2e=((1.5, 24), (5.0, 8), (30.0, 8)),
                finished=((c.FINISHED_COMPLETED, 32), (c.FINISHED_ERROR, 2)),
                prompt_tps=4096, generation_tps=2048, prefix=(512, 1024)),
-        Engine(be.TRTLLM_TRITON, "triton-0", "llm", "node-b", "mixtral-8x7b", 0, 0, 0.25, 0, 3,
+        Engine(c.ENGINE_TRTLLM_TRITON, "triton-0", "llm", "node-b", "mixtral-8x7b", 0, 0, 0.25, 0, 3,
                ttft=((0.3, 8), (1.0, 4), (3.0, 4)), finished=((c.FINISHED_COMPLETED, 16),),
                prompt_tps=2048, generation_tps=1024),
         # Static targets: no pod, no namespace; only node, kind and model tell them apart.

@@ -15,6 +15,7 @@ is uniform by default; the low-traffic scenarios pass the requests of each step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from slogen.rules.alerts import low_traffic_tier
@@ -92,27 +93,7 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
     derive_above = ctx.derive_above  # a property: read once, not per step and window
     sloth_compat = ctx.opts.sloth_compat
     m = base // step
-    # Cumulative counts: E[k] bad events, T[k] events up to step k.
-    if gauge:
-        E = _cumsum([bad[k] for k in range(n)])
-        T = _cumsum([1.0] * n)
-
-        def window(k: int, steps: int) -> tuple[float, float]:
-            lo = max(0, k - steps)  # samples j in [k - steps, k]
-            return E[k] - (E[lo - 1] if lo > 0 else 0.0), T[k] - (T[lo - 1] if lo > 0 else 0.0)
-    else:
-        if traffic is None:
-            E = _cumsum([0.0] + [bad[k] for k in range(1, n)])
-            T = _cumsum([0.0] + [1.0] * (n - 1))
-        else:
-            E = _cumsum([0.0] + [bad[k] * traffic[k] for k in range(1, n)])
-            T = _cumsum([0.0] + [traffic[k] for k in range(1, n)])
-
-        def window(k: int, steps: int) -> tuple[float, float]:
-            lo = max(0, k - steps)
-            if k - lo < 1:
-                return 0.0, 0.0
-            return E[k] - E[lo], T[k] - T[lo]
+    window = _window_counts(bad, gauge, traffic)
 
     # Base-window rates at every step, and their prefix sums for derived windows.
     base_e, base_t = zip(*(window(k, m) for k in range(n))) if n else ((), ())
@@ -165,30 +146,59 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
                 j = last_measured(t.window.short_window)[k]
                 rs[0] = ratio(j, t.window.short_window) if j >= max(1, k - t.window.long_window // step) else None
                 margins[0] = abs(rs[0] - thr) / thr if (rs[0] is not None and thr > 0) else 1.0 if rs[0] is None else abs(rs[0])
-                firing = all(r is not None and r > thr for r in rs)
-                if firing:
-                    robust = all(mg >= ROBUST_MARGIN for mg in margins)
-                else:
-                    robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
+            firing = all(r is not None and r > thr for r in rs)
+            if firing:
+                robust = all(mg >= ROBUST_MARGIN for mg in margins)
             else:
-                firing = all(r is not None and r > thr for r in rs)
-                if firing:
-                    robust = all(mg >= ROBUST_MARGIN for mg in margins)
-                else:
-                    robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
+                robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
             if not (need and t.severity == "page"):
                 states[t.name].append(TierState(firing, robust))
                 continue
-            # Guarded: the page needs the count, its ticket twin fires on the same burn without it.
-            count = bad_events(k, t.window.long_window)
-            enough = count is not None and count > need - 0.5
-            sure = count is None or abs(count - (need - 0.5)) >= ROBUST_EVENTS
-            states[t.name].append(TierState(firing and enough, (robust and sure) if firing and enough else
-                                            ((not firing and robust) or (not enough and sure))))
-            states[low_traffic_tier(t.name)].append(TierState(
-                firing and not enough, (robust and sure) if firing and not enough else
-                ((not firing and robust) or (enough and sure))))
+            page, ticket = _guarded(firing, robust, bad_events(k, t.window.long_window), need)
+            states[t.name].append(page)
+            states[low_traffic_tier(t.name)].append(ticket)
     return Simulation(step, bad, states)
+
+
+def _window_counts(bad: list[float], gauge: bool,
+                   traffic: list[float] | None) -> Callable[[int, int], tuple[float, float]]:
+    """(bad events, events) in the `steps`-step window ending at step k, from cumulative counts: E[k] bad
+    events and T[k] events up to step k. A gauge's window holds its samples j in [k - steps, k]; a counter's
+    holds the increase from k - steps to k (none within its first step)."""
+    n = len(bad)
+    if gauge:
+        E = _cumsum([bad[k] for k in range(n)])
+        T = _cumsum([1.0] * n)
+
+        def gauge_window(k: int, steps: int) -> tuple[float, float]:
+            lo = max(0, k - steps)
+            return E[k] - (E[lo - 1] if lo > 0 else 0.0), T[k] - (T[lo - 1] if lo > 0 else 0.0)
+        return gauge_window
+    if traffic is None:
+        E = _cumsum([0.0] + [bad[k] for k in range(1, n)])
+        T = _cumsum([0.0] + [1.0] * (n - 1))
+    else:
+        E = _cumsum([0.0] + [bad[k] * traffic[k] for k in range(1, n)])
+        T = _cumsum([0.0] + [traffic[k] for k in range(1, n)])
+
+    def counter_window(k: int, steps: int) -> tuple[float, float]:
+        lo = max(0, k - steps)
+        if k - lo < 1:
+            return 0.0, 0.0
+        return E[k] - E[lo], T[k] - T[lo]
+    return counter_window
+
+
+def _guarded(firing: bool, robust: bool, count: float | None, need: int) -> tuple[TierState, TierState]:
+    """A guarded page tier's state and its ticket twin's: the page needs `count` bad events over N - 0.5, the
+    ticket fires on the same burn without them."""
+    enough = count is not None and count > need - 0.5
+    sure = count is None or abs(count - (need - 0.5)) >= ROBUST_EVENTS
+    page = TierState(firing and enough, (robust and sure) if firing and enough else
+                     ((not firing and robust) or (not enough and sure)))
+    ticket = TierState(firing and not enough, (robust and sure) if firing and not enough else
+                       ((not firing and robust) or (enough and sure)))
+    return page, ticket
 
 
 def _cumsum(xs: list[float]) -> list[float]:

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
+from slogen import promql
 from slogen.rules.options import SLOContext, dec
 from slogen.links import dashboard_url, slo_dashboard_uid
 from slogen.rules.tiers import held_windows, page_min_bad_events
@@ -124,7 +125,8 @@ def _sloth_alert(ctx: SLOContext, meta: AlertMeta, quick: Tier, slow: Tier) -> R
     w = C.LABEL_WINDOW
 
     def cond(window: int, factor: float) -> str:
-        return f"max({C.sli_error_ratio(format_prometheus_duration(window))}{flt} > ({go_g(factor)} * {eb})) without ({w})"
+        ratio = C.sli_error_ratio(format_prometheus_duration(window))
+        return promql.agg_without("max", f"{ratio}{flt} > {promql.scaled(go_g(factor), eb)}", (w,), trailing=True)
 
     expr = (f"(\n    {cond(quick.window.short_window, quick.factor)}\n    and\n    {cond(quick.window.long_window, quick.factor)}\n)\n"
             f"or\n(\n    {cond(slow.window.short_window, slow.factor)}\n    and\n    {cond(slow.window.long_window, slow.factor)}\n)\n")
@@ -142,7 +144,7 @@ def _sloth_alert(ctx: SLOContext, meta: AlertMeta, quick: Tier, slow: Tier) -> R
 
 
 def threshold(ctx: SLOContext, tier: Tier) -> str:
-    return f"({go_g(tier.factor)} * {dec(ctx.error_budget)})"
+    return promql.scaled(go_g(tier.factor), dec(ctx.error_budget))
 
 
 def _burn(ctx: SLOContext, tier: Tier) -> str:
@@ -162,12 +164,14 @@ def _burn(ctx: SLOContext, tier: Tier) -> str:
     thr = threshold(ctx, tier)
 
     def cond(window: int) -> str:
-        return f"max without ({C.LABEL_WINDOW}) ({C.sli_error_ratio(format_prometheus_duration(window))}{flt} > {thr})"
+        return promql.agg_without("max", f"{C.sli_error_ratio(format_prometheus_duration(window))}{flt} > {thr}",
+                                  (C.LABEL_WINDOW,))
 
     short, long = tier.window.short_window, tier.window.long_window
     if tier.severity == "page" and short in held_windows(ctx):
         measured = C.sli_error_measured(format_prometheus_duration(short))
-        first = f"max without ({C.LABEL_WINDOW}) (last_over_time({measured}{flt}[{format_prometheus_duration(long)}]) > {thr})"
+        held = promql.over_time("last", f"{measured}{flt}", format_prometheus_duration(long))
+        first = promql.agg_without("max", f"{held} > {thr}", (C.LABEL_WINDOW,))
     else:
         first = cond(short)
     return f"{first}\nand\n{cond(long)}\n"
@@ -177,8 +181,8 @@ def guard(ctx: SLOContext, tier: Tier, need: int) -> str:
     """At least `need` bad events in the tier's long window: rate x seconds, with half an event's slack."""
     seconds = tier.window.long_window / 1000
     rate = C.sli_errors_rate(format_prometheus_duration(tier.window.long_window))
-    return (f"max without ({C.LABEL_WINDOW}) ({rate}{label_filter(ctx.slo.id_labels)} * {go_g(seconds)} "
-            f"> {go_g(need - 0.5)})\n")
+    return promql.agg_without("max", f"{rate}{label_filter(ctx.slo.id_labels)} * {go_g(seconds)} > {go_g(need - 0.5)}",
+                              (C.LABEL_WINDOW,)) + "\n"
 
 
 def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> Rule:
@@ -205,7 +209,14 @@ def _tier_alert(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int = 0) -> 
         "dashboard": slo_dashboard_link(ctx),
         **meta.annotations,
     }
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=tier_for(meta, tier))
+
+
+def tier_for(meta: AlertMeta, tier: Tier) -> str:
+    """The alert's own `for:` (page_alert.for), else its catalog tier's (Pyrra's per-tier `for`), else none."""
+    if meta.for_ or tier.window.for_ is None:
+        return meta.for_
+    return format_prometheus_duration(tier.window.for_)
 
 
 def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int) -> Rule:
@@ -230,7 +241,7 @@ def _low_traffic_ticket(ctx: SLOContext, meta: AlertMeta, tier: Tier, need: int)
         **meta.annotations,
     }
     expr = _burn(ctx, tier) + f"unless\n{guard(ctx, tier, need)}"
-    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=meta.for_)
+    return Rule(expr=expr, alert=meta.name, labels=labels, annotations=ann, for_=tier_for(meta, tier))
 
 
 def no_data_selectors(ctx: SLOContext) -> list[str]:
@@ -330,7 +341,7 @@ def _no_data_alert(ctx: SLOContext) -> Rule:
         by = ", ".join(scope)
         watched = no_data_watched(ctx)
         lookback = format_prometheus_duration(no_data_lookback(ctx))
-        present = " or ".join(f"present_over_time({w}[{lookback}])" for w in watched)
+        present = " or ".join(promql.over_time("present", w, lookback) for w in watched)
         expr += (f"or\n(\n  group by ({by}) ({present})\n  unless\n"
                  f"  group by ({by}) ({' or '.join(watched)})\n  unless on ()\n  ({' or '.join(absents)})\n)\n")
         if sli_by(slo.sli):

@@ -37,6 +37,7 @@ from llmslo.conventions import SLO as C
 from llmslo.engine_thresholds import engine_kinds
 from llmslo.sli_plugins import LatencyParams
 from llmslo.durations import format_prometheus_duration
+from slogen import promql
 from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
@@ -61,8 +62,7 @@ def scope(sli: EventsSLI) -> tuple[str, ...]:
 
 
 def expression(count_sel: str, bucket_sel: str, labels: tuple[str, ...]) -> str:
-    return (f"count by ({', '.join(labels)}) (\n  {count_sel}\n  unless ignoring ({c.LABEL_LE})\n"
-            f"  {bucket_sel}\n)\n")
+    return promql.agg("count", f"\n  {count_sel}\n  unless {promql.ignoring((c.LABEL_LE,))}\n  {bucket_sel}\n", labels) + "\n"
 
 
 def _l(label: str) -> str:
@@ -305,9 +305,9 @@ def runbook_details(metric: str, threshold: str, count_sel: str, bucket_sel: str
         "threshold": threshold,
         "written": written,
         "rounding": rounding,
-        "missing": f"count by ({', '.join(per_pod)}) ({count_sel} unless ignoring ({c.LABEL_LE}) {bucket_sel})",
-        "edges_present": f"count by ({', '.join((*labels, c.LABEL_LE))}) ({bucket_any_sel})",
-        "with_edge": f"count by ({', '.join(labels)}) ({bucket_sel})",
+        "missing": promql.agg("count", f"{count_sel} unless {promql.ignoring((c.LABEL_LE,))} {bucket_sel}", per_pod),
+        "edges_present": promql.agg("count", bucket_any_sel, (*labels, c.LABEL_LE)),
+        "with_edge": promql.agg("count", bucket_sel, labels),
         "rows": rows,
     }
 

@@ -119,20 +119,16 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
     """The alerts, in a fixed order (`HEALTH.ALERTS`); each links the fleet serving dashboard."""
     extra = dict(extra_labels or {})
     fleet = literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
+    return [*_gpu_alerts(opts, base_url, extra, fleet), *_engine_alerts(opts, base_url, extra, fleet),
+            *_tap_alerts(opts, base_url, extra, fleet)]
+
+
+def _gpu_alerts(opts: HealthOptions, base_url: str, extra: dict[str, str], fleet: str) -> list[HealthAlert]:
+    """The GPU is gone, or reports hardware errors."""
     gpu = f"GPU {_l(c.LABEL_GPU)} ({_l(c.LABEL_UUID)}) on {_l(c.LABEL_HOSTNAME)}"
-    engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
     window = format_prometheus_duration(opts.gpu_error_window)
     xid = c.GPU_XID_ERRORS.name
     ecc = f'{c.GPU_ECC_ERRORS.name}{{{c.LABEL_ECC_TYPE}="{H.ECC_UNCORRECTED}"}}'
-    kv_thr = go_g(opts.kv_usage_threshold)
-    rate_thr = go_g(opts.preemption_rate)
-    pre_window = format_prometheus_duration(opts.preemption_window)
-    tap = f"Goodput tap {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)}"
-    refusals = f'{c.TAP_REFUSALS.name}{{{c.LABEL_REASON}=~"{"|".join(c.REFUSED_CAPACITY_REASONS)}"}}'
-    ref_window, ref_for = format_prometheus_duration(opts.tap_refusal_window), format_prometheus_duration(opts.tap_refusal_for)
-    ref_thr = go_g(opts.tap_refusal_rate)
-    ref_how = (f"in every {ref_window} window" if opts.tap_refusal_rate == 0
-               else f"at more than {ref_thr} per second (over {ref_window})")
     return [
         _alert(H.GPU_LOST, f"{c.GPU_UP.name} == 0\n", opts.gpu_lost_for, CRITICAL,
                f"{gpu} is lost.",
@@ -154,6 +150,16 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                f"Uncorrected (double-bit) ECC errors rose on this GPU in the last {window}. Data in HBM was lost: "
                "the processes using it may have crashed or produced garbage. Drain the node and hand it to hardware.",
                TOPIC_GPU_HEALTH, "A GPU has new uncorrected ECC errors: data in HBM was lost.", base_url, extra, fleet),
+    ]
+
+
+def _engine_alerts(opts: HealthOptions, base_url: str, extra: dict[str, str], fleet: str) -> list[HealthAlert]:
+    """The exporter cannot read an engine, or the engine is out of KV cache."""
+    engine = f"{_l(c.LABEL_ENGINE)} engine {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)} ({_l(c.LABEL_MODEL)})"
+    kv_thr = go_g(opts.kv_usage_threshold)
+    rate_thr = go_g(opts.preemption_rate)
+    pre_window = format_prometheus_duration(opts.preemption_window)
+    return [
         _alert(H.ENGINE_TARGET_DOWN, f"{c.EXPORTER_TARGET_UP.name} == 0\n", opts.target_down_for, WARNING,
                f"The exporter cannot read {_l(c.LABEL_ENGINE)} target {_l(c.LABEL_TARGET)}.",
                f"The exporter's scrapes of this engine have failed for {format_prometheus_duration(opts.target_down_for)} "
@@ -177,6 +183,18 @@ def health_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, st
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
                base_url, extra, fleet),
+    ]
+
+
+def _tap_alerts(opts: HealthOptions, base_url: str, extra: dict[str, str], fleet: str) -> list[HealthAlert]:
+    """A goodput tap turns clients away at its own limits, or runs on other SLO files than the rules."""
+    tap = f"Goodput tap {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_POD)}"
+    refusals = f'{c.TAP_REFUSALS.name}{{{c.LABEL_REASON}=~"{"|".join(c.REFUSED_CAPACITY_REASONS)}"}}'
+    ref_window, ref_for = format_prometheus_duration(opts.tap_refusal_window), format_prometheus_duration(opts.tap_refusal_for)
+    ref_thr = go_g(opts.tap_refusal_rate)
+    ref_how = (f"in every {ref_window} window" if opts.tap_refusal_rate == 0
+               else f"at more than {ref_thr} per second (over {ref_window})")
+    return [
         _alert(H.TAP_REFUSING_REQUESTS, f"{promql.rate(refusals, ref_window)} > {ref_thr}\n", opts.tap_refusal_for, WARNING,
                f"{tap} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
                f"The tap has refused requests (reason {_l(c.LABEL_REASON)}) {ref_how} for the last {ref_for} "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
+from slogen import promql
 from slogen.rules.options import SLOContext
 from slogen.rules.tiers import guard_windows, held_windows
 from slogen.gofmt import label_filter
@@ -90,8 +91,8 @@ def _sloth_optimized(ctx: SLOContext, window: int) -> Rule:
     metric = C.sli_error_ratio(format_prometheus_duration(ctx.base_window))
     flt = label_filter(ctx.slo.id_labels)
     w = format_prometheus_duration(window)
-    expr = (f"sum_over_time({metric}{flt}[{w}])\n/ ignoring ({C.LABEL_WINDOW})\n"
-            f"count_over_time({metric}{flt}[{w}])\n")
+    expr = (f"{promql.over_time('sum', metric + flt, w)}\n/ {promql.ignoring((C.LABEL_WINDOW,))}\n"
+            f"{promql.over_time('count', metric + flt, w)}\n")
     return Rule(expr=expr, record=C.sli_error_ratio(w), labels=_labels(ctx, window))
 
 
@@ -133,9 +134,9 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
             expr = render(f"({err_w})\n/\n({tot_q})\n", window)
         else:
             if window in guarded:  # the guard's count from the base rate: avg over the window, x its seconds
-                rules.append(Rule(expr=f"avg_over_time({errors}{flt}[{w}])\n", record=C.sli_errors_rate(w),
+                rules.append(Rule(expr=f"{promql.over_time('avg', errors + flt, w)}\n", record=C.sli_errors_rate(w),
                                   labels=labels))
-            expr = f"sum_over_time({errors}{flt}[{w}])\n/\nsum_over_time({total}{flt}[{w}])\n"
+            expr = f"{promql.over_time('sum', errors + flt, w)}\n/\n{promql.over_time('sum', total + flt, w)}\n"
         rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=dict(labels)))
     # A page tier's short window, where it had traffic: NaN (0/0, no requests) is dropped, so that
     # last_over_time() over it is the last measured verdict (alerts._burn holds it while no request comes).

@@ -25,7 +25,8 @@ from slogen.model import SLO, EventsSLI, RawSLI, Tier
 
 def resolve(slo: SLO, opts: GenOptions) -> SLOContext:
     period = opts.period_override or slo.period or opts.default_period
-    windows = opts.windows.get(period)
+    own = slo.windows if slo.windows is not None and slo.windows.period == period else None
+    windows = own or opts.windows.get(period)
     if windows is None:
         if opts.period_override:
             raise no_catalog_error(period, opts, slo.origin.file, "--override-period", slo=slo.id, line=slo.origin.line)

@@ -13,6 +13,7 @@ from llmslo import conventions as c
 from slogen.autoscaling import AutoscalingError, load_paths, load_text
 from slogen.artifacts import keda
 from tests.helpers.promql_names import metric_names
+from tests.helpers.specs import one_pool
 
 SPEC = """
 version: "llmslo/autoscaling/v1"
@@ -160,17 +161,7 @@ def test_empty_spec_writes_nothing(sample_slos):
     ("kv_cache_utilization: {per_replica: 85}", "kv_cache_utilization.per_replica", "between 0.05 and 1", 10),
 ])
 def test_bad_specs_name_file_line_field_and_fix(sample_slos, change, field, words, line):
-    text = f"""
-version: "llmslo/autoscaling/v1"
-pools:
-  - name: p
-    namespace: llm
-    target: {{name: d}}
-    replicas: {{max: 4}}
-    match: {{model: m}}
-    triggers:
-      {change}
-"""
+    text = "\n" + one_pool(change)
     with pytest.raises(AutoscalingError) as err:
         keda.keda_files(load_text(text, "autoscaling/bad.yaml").pools, sample_slos)
     message = str(err.value)

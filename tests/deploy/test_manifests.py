@@ -83,7 +83,7 @@ def test_custom_resources_validate_against_their_crds(built, crd):
 
 
 def test_exporter_daemonset_security_floor(built):
-    for name, objects in built.items():
+    for objects in built.values():
         ds = one(objects, "DaemonSet", "llmslo-exporter")
         spec = ds["spec"]["template"]["spec"]
         assert spec["runtimeClassName"] == "nvidia"
@@ -168,7 +168,7 @@ def test_rbac_reads_pods_where_discovery_looks_and_nothing_else(built, monkeypat
 
 
 def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built):
-    for name, objects in built.items():
+    for objects in built.values():
         policies = [p for p in find(objects, "NetworkPolicy") if p["metadata"]["namespace"] == "llmslo-system"]
         deny = next(p for p in policies if p["metadata"]["name"] == "default-deny-all")
         assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}

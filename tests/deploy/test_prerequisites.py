@@ -45,7 +45,7 @@ def test_the_monitoring_namespace_parameter_reaches_every_use(built):
 
 
 def test_the_inference_namespace_carries_the_labels_the_policies_select(built):
-    for name, objects in built.items():
+    for objects in built.values():
         ns = next(o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == "llm")
         binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
         assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"].items() <= \

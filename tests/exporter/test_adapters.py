@@ -22,6 +22,7 @@ from exporter.model import MetricFamily, NormSample, Sample
 from exporter.promtext import parse
 from llmslo import conventions as c
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+from tests.helpers.samples import one, pick
 
 PAGES = SHARED_PAGES
 if not PAGES.is_dir():
@@ -49,18 +50,6 @@ def _run_page(page: str) -> tuple[NormSample, ...]:
 
 def run(page: str) -> list[NormSample]:
     return list(_run_page(page))
-
-
-def pick(samples: list[NormSample], metric: c.MetricDef, suffix: str = "", **labels: str) -> list[NormSample]:
-    return [s for s in samples if s.metric == metric and s.suffix == suffix
-            and all(s.labels.get(k) == v for k, v in labels.items())]
-
-
-def one(samples: list[NormSample], metric: c.MetricDef, suffix: str = "", **labels: str) -> float:
-    """The value of the single sample matching; fails when there are none or several (double counting)."""
-    found = pick(samples, metric, suffix, **labels)
-    assert len(found) == 1, f"{metric.name}{suffix} {labels}: {len(found)} samples"
-    return found[0].value
 
 
 def bucket(samples: list[NormSample], metric: c.MetricDef, le: float, **labels: str) -> float:

@@ -86,7 +86,10 @@ def test_config_errors_exit_2_with_the_message(tmp_path, capsys):
     bad = tmp_path / "exporter.yaml"
     bad.write_text("gpu: nvidia\n")
     assert cli.main(["--once", "--config", str(bad)]) == 2
-    assert capsys.readouterr().err.startswith(f"llmslo-exporter: error: {bad}: gpu:")
+    assert capsys.readouterr().err.startswith(f"llmslo-exporter: error: {bad}:1: field gpu:")
+    bad.write_text("gpu: nvidia\ninterval: soon\n")
+    assert cli.main(["--once", "--config", str(bad)]) == 2
+    assert [line.split(": ")[2] for line in capsys.readouterr().err.splitlines()] == [f"{bad}:1", f"{bad}:2"]
     assert cli.main(["--once", "--engine", "llama=http://a/metrics"]) == 2
     assert "unknown engine kind 'llama'" in capsys.readouterr().err
 
@@ -95,7 +98,7 @@ def test_serving_with_a_broken_web_config_exits_2(tmp_path, capsys, exporter_log
     web = tmp_path / "web.yml"
     web.write_text("basic_auth_users:\n  alice: plaintext\n")
     assert cli.main(["--web-config", str(web), "--listen", "127.0.0.1:0", "--gpu", "off"]) == 2
-    assert f"{web}: basic_auth_users.alice: not a bcrypt hash" in capsys.readouterr().err
+    assert f"{web}: field basic_auth_users.alice: not a bcrypt hash" in capsys.readouterr().err
 
 
 def test_a_taken_port_exits_2_with_one_clear_line():

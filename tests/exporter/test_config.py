@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -89,16 +90,29 @@ def test_an_empty_file_means_defaults(tmp_path):
     ("limits:\n  max_series_per_target: 0\n", "limits.max_series_per_target:", "whole number"),
     ("limits:\n  max_samples_per_family: -1\n", "limits.max_samples_per_family:", "whole number"),
     ("kubernetes_discovery:\n  enabled: yes-please\n", "kubernetes_discovery.enabled:", "true or false"),
-    ("targets:\n  - kind: vllm\n    url: http://a/m\n  - kind: tgi\n    url: http://a/m\n", "targets: two targets", "name:"),
-    ("interval: 5s\ngpu: off\n  listen: x\n", "not valid YAML at line 3", "correct the YAML"),
+    ("targets:\n  - kind: vllm\n    url: http://a/m\n  - kind: tgi\n    url: http://a/m\n", "targets[1]: two targets", "name:"),
+    ("interval: 5s\ngpu: off\n  listen: x\n", "mapping values are not allowed here", "YAML syntax"),
 ])
 def test_errors_name_the_file_the_field_and_the_fix(tmp_path, text, where, fix):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
         load_config(path)
     message = str(err.value)
-    assert message.startswith(f"{path}: "), message
-    assert where in message and fix in message and "Fix:" in message, message
+    assert re.match(rf"{re.escape(str(path))}:\d+: ", message), message  # file:line, as slogen's spec errors
+    assert where in message and "(fix: " in message and fix in message.split("(fix: ", 1)[1], message
+
+
+def test_every_problem_of_a_file_is_reported_at_once_in_its_order(tmp_path):
+    path = write(tmp_path, "interval: 500\ntargets:\n  - kind: vllmm\n    url: ftp://x\n  - name: b\n    url: http://b/m\n"
+                           "limits:\n  max_series_per_target: 0\nunknown_key: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [p.split(": ", 2)[:2] for p in err.value.problems] == [
+        [f"{path}:1", "field interval"], [f"{path}:3", "field targets[0].kind"], [f"{path}:4", "field targets[0].url"],
+        [f"{path}:5", "field targets[1].kind"], [f"{path}:8", "field limits.max_series_per_target"],
+        [f"{path}:9", "field unknown_key"],
+    ]
+    assert str(err.value) == "\n".join(err.value.problems)
 
 
 def test_yaml_off_means_gpu_off_and_the_fake_gpu_cap_is_the_gpu_packages(tmp_path):

@@ -18,6 +18,7 @@ from exporter.model import NormSample
 from exporter.promtext import parse
 from llmslo import conventions as c
 from tests.exporter import engine_pages as pages
+from tests.helpers.samples import one, pick
 
 IDENTITY = {"pod": "pod-a", "namespace": "llm", "node": "gpu-node-1", "model": "configured-model"}
 
@@ -25,17 +26,6 @@ IDENTITY = {"pod": "pod-a", "namespace": "llm", "node": "gpu-node-1", "model": "
 def run(text: str, kind: str) -> list[NormSample]:
     adapter = adapters.get(kind)
     return adapter.adapt(parse(text, adapter.wanted), {**IDENTITY, "engine": kind})
-
-
-def pick(samples: list[NormSample], metric: c.MetricDef, suffix: str = "", **labels: str) -> list[NormSample]:
-    return [s for s in samples if s.metric == metric and s.suffix == suffix
-            and all(s.labels.get(k) == v for k, v in labels.items())]
-
-
-def one(samples: list[NormSample], metric: c.MetricDef, suffix: str = "", **labels: str) -> float:
-    found = pick(samples, metric, suffix, **labels)
-    assert len(found) == 1, f"{metric.name}{suffix} {labels}: {len(found)} samples"
-    return found[0].value
 
 
 def reasons(samples: list[NormSample]) -> dict[str, float]:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -247,4 +248,5 @@ def test_the_smoke_tool_is_not_shipped() -> None:
     copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ") and "--from" not in line}
     assert "tools" not in copied and not any(c.startswith("tools") for c in copied)
     assert not any(p.name == "smoke.py" for p in (REPO / "exporter").rglob("*.py"))
-    assert '"tools' not in (REPO / "pyproject.toml").read_text()
+    packaged = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert packaged and not any(p.startswith("tools") for p in packaged)

@@ -290,7 +290,7 @@ def test_cli_once_labels_gpus_with_their_pods(kubelet, capsys) -> None:
 def test_cli_refuses_a_relative_socket_path(capsys) -> None:
     assert cli.main(["--once", "--gpu", "fake:1", "--pod-resources-socket", "kubelet.sock"]) == cli.EXIT_CONFIG
     err = capsys.readouterr().err
-    assert "--pod-resources-socket" in err and "absolute path" in err and "Fix:" in err
+    assert "--pod-resources-socket" in err and "absolute path" in err and "(fix: " in err
 
 
 def test_committed_stubs_are_what_the_proto_makes(tmp_path) -> None:

@@ -375,7 +375,7 @@ def test_bad_line_is_counted_and_skipped(bad: str) -> None:
     good = '# HELP g Gauge.\n# TYPE g gauge\ng{a="0"} 0\n'
     tail = 'g{a="9"} 9\n# TYPE h gauge\nh 1\n'
     text = good + bad + "\n" + tail
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         list(text_string_to_metric_families(text))  # the reference rejects the whole page
     families, errors = parse_with_errors(text)
     assert errors == 1

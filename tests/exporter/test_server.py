@@ -181,7 +181,7 @@ def test_rotated_certificates_are_served_without_a_restart(tmp_path, certs):
     crt, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(certs["server_crt"], crt)
     shutil.copy(certs["server_key"], key)
-    cfg = write(tmp_path / "web.yml", f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
+    cfg = write(tmp_path / "web.yml", "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
     new_crt, new_key = certs["issue"]("rotated", "IP:127.0.0.1")
 
     async def served_cn(port: int) -> str:
@@ -307,7 +307,7 @@ def test_bad_web_configs_name_the_field_and_the_fix(tmp_path, text, expected):
     with pytest.raises(ConfigError) as err:
         load_web_config(cfg)
     message = str(err.value)
-    assert message.startswith(str(cfg)) and expected in message and "Fix:" in message
+    assert message.startswith(str(cfg)) and expected in message and "(fix: " in message
 
 
 def test_a_key_that_does_not_match_its_certificate_is_reported(tmp_path, certs):

@@ -15,7 +15,6 @@ webhook hears about it again at every group_interval.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from demo.alertmanager import PAGE_ROUTE
-from llmslo.durations import MINUTE, format_prometheus_duration, parse_prometheus_duration
+from llmslo.durations import MINUTE, parse_prometheus_duration
 from slogen.loaders import load_paths
 from slogen.promtests import simulate as sim_module
 from slogen.promtests.slo_tests import _requests

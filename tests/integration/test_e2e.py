@@ -9,7 +9,6 @@ Prometheus reports must equal the load generator's own count; nothing may be lef
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import time
@@ -21,12 +20,14 @@ import yaml
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.incident import (IncidentReport, Scenario, expected_fire_bound, expected_resolve_bound, fastest_page_tier,
-                           pipeline_lag_s, run_incident, sent_between)
+                           pipeline_lag_s, sent_between)
 from demo.procs import live_children_of, lingering_in_groups
-from demo.stack import LocalStack, StackSettings
+from demo.stack import StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
 from slogen.links import slo_dashboard_uid
+from tests.helpers.incident_runs import run_staged_incident
+from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -74,30 +75,14 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     settings = StackSettings.fast(workdir=tmp_path / "stack")
     scenario = Scenario(steady_s=10.0, max_incident_s=60.0, max_resolve_s=200.0, segment_s=3.0)
     groups: list[int] = []
-    out: dict = {}
-
-    async def body() -> None:
-        async with LocalStack(settings) as stack:
-            groups.extend(stack.sup.process_groups())
-            out["start_s"] = stack.timings["start_s"]
-            out["rules"] = stack.rule_files
-            report = await run_incident(stack, scenario)
-            out["report"] = report
-            out["good_prom"] = await stack.settled_goodput()  # the load has drained
-            out["outcomes"] = {r["metric"].get(C.LABEL_OUTCOME, ""): float(r["value"][1]) for r in await stack.prom().query(
-                f"sum by ({C.LABEL_OUTCOME}) ({C.TAP_REQUESTS.name})")}
-            out["notifications"] = list(stack.webhook.notifications)
-            out["engine"] = stack.engine(scenario.slo_class).spec.name
-            out["timers"] = stack.page_timers()
-
-    asyncio.run(body())
+    out = run_staged_incident(settings, scenario, groups)
     elapsed = time.monotonic() - started
     report: IncidentReport = out["report"]
     slo = report.slo
     tier = fastest_page_tier(settings)  # page-quick: the first tier to fire on a sharp incident
     t_inc, t_rec = report.incident_at, report.recovered_at
     assert t_inc is not None and t_rec is not None
-    timeline = "\n".join(f"  {t - report.t0:6.1f}s {what}" for what, t in report.events)
+    timeline = incident_timeline(report)
     print(f"\nstack up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing is left running: every process group the stack made is empty, no child of ours survives

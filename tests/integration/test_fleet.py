@@ -26,6 +26,7 @@ from demo.fleet import FleetSettings, FleetStack, fleet_bound
 from demo.incident import Scenario, fastest_page_tier, run_incident
 from demo.procs import live_children_of, lingering_in_groups
 from llmslo import conventions as C
+from tests.helpers.incident_runs import timeline as incident_timeline
 from tests.helpers.dashboards import iter_queries
 
 pytestmark = pytest.mark.integration
@@ -112,7 +113,7 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
     asyncio.run(body())
     elapsed = time.monotonic() - started
     report = out["report"]
-    timeline = "\n".join(f"  {t - report.t0:6.1f}s {what}" for what, t in report.events)
+    timeline = incident_timeline(report)
     print(f"\nfleet up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing left running

@@ -26,15 +26,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.fullstack import vllm_variant
-from demo.incident import IncidentReport, Scenario, expected_resolve_bound, pipeline_lag_s, run_incident, sent_between
+from demo.incident import IncidentReport, Scenario, expected_resolve_bound, pipeline_lag_s, sent_between
 from demo.procs import live_children_of, lingering_in_groups
 from demo.realload import prompt_text
 from demo.stack import VLLM_ENGINES, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
+from tests.helpers.incident_runs import run_staged_incident
+from tests.helpers.incident_runs import timeline as incident_timeline
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,26 +48,12 @@ def test_a_real_slowdown_pages_once_clears_and_goodput_agrees(tmp_path):
     settings, scenario = vllm_variant(StackSettings.fast(slo_paths=VLLM_SLOS, workdir=tmp_path / "stack"),
                                       Scenario(steady_s=15.0, max_incident_s=90.0, max_resolve_s=240.0, segment_s=3.0))
     groups: list[int] = []
-    out: dict = {}
-
-    async def body() -> None:
-        async with LocalStack(settings) as stack:
-            groups.extend(stack.sup.process_groups())
-            out["start_s"] = stack.timings["start_s"]
-            out["report"] = await run_incident(stack, scenario)
-            out["good_prom"] = await stack.settled_goodput()
-            out["outcomes"] = {r["metric"].get(C.LABEL_OUTCOME, ""): float(r["value"][1]) for r in await stack.prom().query(
-                f"sum by ({C.LABEL_OUTCOME}) ({C.TAP_REQUESTS.name})")}
-            out["notifications"] = list(stack.webhook.notifications)
-            out["engine"] = stack.engine(scenario.slo_class).spec.name
-            out["timers"] = stack.page_timers()
-
-    asyncio.run(body())
+    out = run_staged_incident(settings, scenario, groups)
     elapsed = time.monotonic() - started
     report: IncidentReport = out["report"]
     t_inc, t_rec = report.incident_at, report.recovered_at
     assert t_inc is not None and t_rec is not None
-    timeline = "\n".join(f"  {t - report.t0:6.1f}s {what}" for what, t in report.events)
+    timeline = incident_timeline(report)
     print(f"\nstack up in {out['start_s']:.1f}s (real vLLM included); whole test {elapsed:.1f}s\n{timeline}")
 
     # nothing left running: the supervisor's groups (the vLLM API server's holds its engine core and worker)

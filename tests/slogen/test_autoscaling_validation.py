@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from slogen.cli import main
+from tests.helpers.specs import one_pool
 
 SLOS = '''version: "prometheus/v1"
 service: chat
@@ -23,28 +24,18 @@ slos:
     alerting: {name: ChatTpot}
 '''
 
-POOL = '''version: "llmslo/autoscaling/v1"
-pools:
-  - name: p
-    namespace: llm
-    target: {{name: d}}
-    replicas: {{max: 4}}
-    match: {{model: m}}
-    triggers:
-      {trigger}
-'''
 
 BAD = {
-    "no such SLO": POOL.format(trigger="ttft_burn_rate: {slo: chat/nope, above: 2}"),
-    "not a TTFT SLO": POOL.format(trigger="ttft_burn_rate: {slo: chat/tpot, above: 2}"),
-    "a long window": POOL.format(trigger="ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}"),
-    "a string number": POOL.format(trigger='queue_depth: {per_replica: "4"}'),
-    "a misspelt trigger": POOL.format(trigger="queue_dept: {per_replica: 4}"),
-    "a percentage for a ratio": POOL.format(trigger="kv_cache_utilization: {per_replica: 85}"),
-    "a kind that cannot scale": POOL.format(trigger="queue_depth: {per_replica: 4}").replace("{name: d}",
+    "no such SLO": one_pool("ttft_burn_rate: {slo: chat/nope, above: 2}"),
+    "not a TTFT SLO": one_pool("ttft_burn_rate: {slo: chat/tpot, above: 2}"),
+    "a long window": one_pool("ttft_burn_rate: {slo: chat/ttft, above: 2, window: 1h}"),
+    "a string number": one_pool('queue_depth: {per_replica: "4"}'),
+    "a misspelt trigger": one_pool("queue_dept: {per_replica: 4}"),
+    "a percentage for a ratio": one_pool("kv_cache_utilization: {per_replica: 85}"),
+    "a kind that cannot scale": one_pool("queue_depth: {per_replica: 4}").replace("{name: d}",
                                                                                            "{kind: CronJob, name: d}"),
-    "two pools of one name": POOL.format(trigger="queue_depth: {per_replica: 4}")
-    + POOL.format(trigger="queue_depth: {per_replica: 4}").split("pools:\n", 1)[1],
+    "two pools of one name": one_pool("queue_depth: {per_replica: 4}")
+    + one_pool("queue_depth: {per_replica: 4}").split("pools:\n", 1)[1],
     "an SLO spec in autoscaling/": SLOS,
 }
 
@@ -75,7 +66,7 @@ def test_validate_refuses_every_autoscaling_error_build_refuses(tmp_path, capsys
 
 
 def test_every_autoscaling_mistake_in_one_run_at_its_own_line(tmp_path, capsys):
-    pools = POOL.format(trigger="queue_dept: {per_replica: 4}\n      ttft_burn_rate: {slo: chat/nope, above: 2}"
+    pools = one_pool("queue_dept: {per_replica: 4}\n      ttft_burn_rate: {slo: chat/nope, above: 2}"
                         ).replace("replicas: {max: 4}", "replicas: {max: 0}").replace("name: p", "name: P")
     slos = tree(tmp_path, pools)
     assert main(["validate", str(slos)]) == 1
@@ -88,7 +79,7 @@ def test_every_autoscaling_mistake_in_one_run_at_its_own_line(tmp_path, capsys):
         f"error: {path}:9: field pools[0].triggers.queue_dept: unknown key (fix: remove it or correct the name "
         "(did you mean 'queue_depth'?))",
     ], "the SLO a pool names is checked once its file reads cleanly"
-    pools = POOL.format(trigger="queue_depth: {per_replica: 4}\n      ttft_burn_rate: {slo: chat/nope, above: 2}")
+    pools = one_pool("queue_depth: {per_replica: 4}\n      ttft_burn_rate: {slo: chat/nope, above: 2}")
     path.write_text(pools)
     assert main(["validate", str(slos)]) == 1
     assert errors(capsys.readouterr().err) == [
@@ -111,7 +102,7 @@ def test_the_autoscaling_directory_is_said_and_can_be_named(tmp_path, capsys):
     assert f"note: autoscaling specs read from {elsewhere} (--autoscaling)" in err
     assert "no SLO 'chat/nope'" in err
     out = tmp_path / "out"
-    (elsewhere / "pools.yaml").write_text(POOL.format(trigger="ttft_burn_rate: {slo: chat/ttft, above: 2}"))
+    (elsewhere / "pools.yaml").write_text(one_pool("ttft_burn_rate: {slo: chat/ttft, above: 2}"))
     assert main(["build", "--out", str(out), "--no-promtool-check", "--autoscaling", str(elsewhere), str(slos)]) == 0
     assert "name: p" in (out / "deploy/generated/keda/scaledobjects.yaml").read_text()
     assert f"note: autoscaling specs read from {elsewhere} (--autoscaling)" in capsys.readouterr().err

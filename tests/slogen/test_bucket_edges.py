@@ -59,30 +59,30 @@ def refusal(**options) -> PluginError:
 
 
 def test_the_table_covers_the_exporters_engine_kinds_and_the_plugins_metrics():
-    assert set(be.ENGINE_KINDS) == set(EXPORTER_KINDS) - {"tap"}
-    assert set(be.LATENCY_METRICS) == set(LATENCY_METRICS)
+    assert set(c.SERVING_ENGINE_KINDS) == set(EXPORTER_KINDS) - {"tap"}
+    assert set(be.LATENCY_METRIC_NAMES) == set(LATENCY_METRICS)
     for row in be.ROWS:
-        assert row.kind in be.ENGINE_KINDS and row.source
-        assert set(row.edges) <= set(be.LATENCY_METRICS), row
+        assert row.kind in c.SERVING_ENGINE_KINDS and row.source
+        assert set(row.edges) <= set(be.LATENCY_METRIC_NAMES), row
         for edges in row.edges.values():
             assert list(edges) == sorted(set(edges)) and all(e > 0 for e in edges), row
-    assert {r.kind for r in be.ROWS} == set(be.ENGINE_KINDS)
+    assert {r.kind for r in be.ROWS} == set(c.SERVING_ENGINE_KINDS)
     assert c.LABEL_ENGINE == "engine"
 
 
 # The sample page of each row (../shared/peers/engine-metrics): the exporter, which keeps the engine's
 # edges, must write exactly the row's edges for every latency metric, and nothing for one it lacks.
 PAGE_ROWS = {
-    "vllm-v1.prom": (be.VLLM, ">=0.11"),
-    "vllm-v1-0.10-transition.prom": (be.VLLM, "0.10"),
-    "vllm-v0-legacy.prom": (be.VLLM, "0.6 (V0)"),
-    "sglang.prom": (be.SGLANG, "0.5"),
-    "sglang-legacy-docs.prom": (be.SGLANG, "<0.4.6"),
-    "tgi.prom": (be.TGI, "v3 router"),
-    "triton-trtllm-extended.prom": (be.TRTLLM_TRITON, ""),
-    "trtllm-serve.prom": (be.TRTLLM_SERVE, ""),
+    "vllm-v1.prom": (c.ENGINE_VLLM, ">=0.11"),
+    "vllm-v1-0.10-transition.prom": (c.ENGINE_VLLM, "0.10"),
+    "vllm-v0-legacy.prom": (c.ENGINE_VLLM, "0.6 (V0)"),
+    "sglang.prom": (c.ENGINE_SGLANG, "0.5"),
+    "sglang-legacy-docs.prom": (c.ENGINE_SGLANG, "<0.4.6"),
+    "tgi.prom": (c.ENGINE_TGI, "v3 router"),
+    "triton-trtllm-extended.prom": (c.ENGINE_TRTLLM_TRITON, ""),
+    "trtllm-serve.prom": (c.ENGINE_TRTLLM_SERVE, ""),
 }
-FAMILIES = {be.TTFT: c.TTFT, be.TPOT: c.TPOT, be.ITL: c.ITL, be.E2E: c.E2E}
+FAMILIES = {be.METRIC_TTFT: c.TTFT, be.METRIC_TPOT: c.TPOT, be.METRIC_ITL: c.ITL, be.METRIC_E2E: c.E2E}
 
 
 @pytest.mark.parametrize("page", sorted(PAGE_ROWS))
@@ -143,11 +143,11 @@ def test_pinning_the_engine_narrows_the_check_to_its_rows():
 
 
 @pytest.mark.parametrize("selector,kinds", [
-    ("", be.ENGINE_KINDS),
-    ('{engine="sglang"}', (be.SGLANG,)),
-    ('{engine!="trtllm-triton"}', (be.VLLM, be.SGLANG, be.TGI, be.TRTLLM_SERVE, be.LLAMACPP)),
-    ('{engine=~"vllm|trtllm-.*"}', (be.VLLM, be.TRTLLM_TRITON, be.TRTLLM_SERVE)),
-    ('{engine!~"vllm|sglang", namespace="llm"}', (be.TGI, be.TRTLLM_TRITON, be.TRTLLM_SERVE, be.LLAMACPP)),
+    ("", c.SERVING_ENGINE_KINDS),
+    ('{engine="sglang"}', (c.ENGINE_SGLANG,)),
+    ('{engine!="trtllm-triton"}', (c.ENGINE_VLLM, c.ENGINE_SGLANG, c.ENGINE_TGI, c.ENGINE_TRTLLM_SERVE, c.ENGINE_LLAMACPP)),
+    ('{engine=~"vllm|trtllm-.*"}', (c.ENGINE_VLLM, c.ENGINE_TRTLLM_TRITON, c.ENGINE_TRTLLM_SERVE)),
+    ('{engine!~"vllm|sglang", namespace="llm"}', (c.ENGINE_TGI, c.ENGINE_TRTLLM_TRITON, c.ENGINE_TRTLLM_SERVE, c.ENGINE_LLAMACPP)),
     ('{engine=~"vllm", engine!="vllm"}', ()),
 ])
 def test_engine_matchers_decide_which_kinds_are_checked(selector, kinds):
@@ -166,7 +166,7 @@ def test_triton_e2e_has_no_finite_edge_so_an_unpinned_e2e_slo_must_exclude_it():
 
 
 def test_tgi_edges_are_accepted_as_written_to_the_last_digit():
-    edge = be.edge_text(be.rows([be.TGI], be.E2E)[0].edges[be.E2E][20])
+    edge = be.edge_text(be.rows([c.ENGINE_TGI], be.METRIC_E2E)[0].edges[be.METRIC_E2E][20])
     assert edge == "0.49878850951194753"
     sli = latency(metric="e2e", threshold=edge, source="engine", selector='{engine="tgi"}')
     assert 'le=~"0\\\\.498788509511947530*"' in sli.error_query

@@ -218,16 +218,16 @@ def test_the_tap_logs_each_class_with_its_thresholds_and_deadlines(tmp_path, cap
 
 
 @pytest.mark.parametrize("value, message", [
-    ("500", "interval: 500 looks like milliseconds: write 0.5 (the exporter's collection interval is in seconds, "
-            "plausibly 0.1 to 300). Fix: write 0.5 (or 500ms), or write 500s to mean 500 seconds."),
-    ("0.01", "interval: 0.01 is outside the plausible range: the exporter's collection interval is in seconds, "
-             "plausibly 0.1 to 300. Fix: write a duration such as 5s, or write 0.01s to mean 0.01 seconds."),
+    ("500", "field interval: 500 looks like milliseconds: write 0.5 (the exporter's collection interval is in "
+            "seconds, plausibly 0.1 to 300) (fix: write 0.5 (or 500ms), or write 500s to mean 500 seconds)"),
+    ("0.01", "field interval: 0.01 is outside the plausible range: the exporter's collection interval is in seconds, "
+             "plausibly 0.1 to 300 (fix: write a duration such as 5s, or write 0.01s to mean 0.01 seconds)"),
 ])
 def test_the_exporter_interval_in_the_wrong_unit(tmp_path, value, message):
     path = tmp_path / "exporter.yaml"
     path.write_text(f"interval: {value}\n")
     with pytest.raises(ConfigError) as err:
         load_config(path, check=False)
-    assert str(err.value) == f"{path}: {message}"
+    assert str(err.value) == f"{path}:1: {message}"
     path.write_text(f"interval: {value}s\n")
     assert load_config(path, check=False).interval_s == float(value), "a unit written out is taken as written"

@@ -18,7 +18,7 @@ from slogen.loaders import load_paths
 from slogen.schema import SCHEMA_PATH, render
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted([*REPO.glob("slos/*.yaml"), *REPO.glob("autoscaling/*.yaml"), REPO / "demo/windows.yaml"])
+EXAMPLES = sorted([*REPO.glob("slos/*.yaml"), *REPO.glob("autoscaling/*.yaml"), REPO / "demo/windows.yaml", REPO / "thresholds.yaml"])
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(render()))
 
 
@@ -105,3 +105,12 @@ def test_allow_out_of_range_lifts_the_ranges_as_in_the_loader():
 ])
 def test_the_schema_refuses_autoscaling_typos(change, says):
     assert any(says in e for e in errors(_mutate(POOLS, change)))
+
+
+def test_the_schema_refuses_a_misspelt_threshold():
+    doc = yaml.safe_load((REPO / "thresholds.yaml").read_text(encoding="utf-8"))
+    doc["health"]["kv_usage_treshold"] = doc["health"].pop("kv_usage_threshold")
+    assert any("kv_usage_treshold" in e for e in errors(doc))
+    doc = yaml.safe_load((REPO / "thresholds.yaml").read_text(encoding="utf-8"))
+    doc["capacity"]["seats_low_for"] = 15
+    assert errors(doc)

@@ -16,12 +16,15 @@ from aiohttp import web
 
 from exporter.promtext import parse
 from exporter.tap.admission import ENGINE_KINDS, WANTED, Admission, EngineReadError, Reading, read_engine, wanted
+from exporter.tap.classes import Objective, SloClass, SloConfig
 from llmslo.histograms import histogram_quantile as quantile
 from exporter.tap.cli import add_arguments
 from exporter.tap.seats import MIN_SAMPLES
 from llmslo import conventions as C
 
 BLOCKS, BLOCK_SIZE = 1001, 16  # 16,000 KV tokens: vLLM V1 sets one block aside as its null block
+INTERACTIVE = Objective("interactive", 0.5, 0.05)
+SLO = SloConfig((SloClass("interactive", 0.5, 0.05, ("chat-*",)),), {})  # the gauges' objectives: the tightest
 
 
 def vllm_page(usage: float, waiting: int, prompt_tokens: int = 500, output_tokens: int = 100, finished: int = 10) -> str:
@@ -124,9 +127,9 @@ def test_a_stale_reading_fails_open() -> None:
     now = [0.0]
     gate = Admission("http://127.0.0.1:1", poll_s=0.25, clock=lambda: now[0])
     gate.update(reading(1.0, waiting=100))
-    assert not gate.admit()
+    assert not gate.admit(INTERACTIVE)
     now[0] = 10.0
-    assert not gate.readable and gate.admit()
+    assert not gate.readable and gate.admit(INTERACTIVE)
 
 
 def test_flags_and_their_defaults() -> None:
@@ -136,12 +139,17 @@ def test_flags_and_their_defaults() -> None:
     add_arguments(p)
     base = ["--listen", ":0", "--upstream", "http://x", "--metrics-listen", ":0"]
     a = p.parse_args(base)
-    assert not a.admission and a.admission_min_seats == 1 and a.admission_max_queue == 4
-    assert a.admission_poll_interval == 0.25
+    # the floors are the operator's overrides, off by default: the objectives decide
+    assert not a.admission and a.admission_min_seats is None and a.admission_max_queue is None
+    assert a.admission_poll_interval == 0.25 and a.admission_sheddable == [] and a.admission_shed_margin == 0.5
     a = p.parse_args(base + ["--admission", "--admission-min-seats", "2.5", "--admission-max-queue", "0",
-                             "--admission-poll-interval", "0.1"])
+                             "--admission-poll-interval", "0.1", "--admission-sheddable", "batch",
+                             "--admission-sheddable", "bulk", "--admission-shed-margin", "0.25"])
     assert a.admission and a.admission_min_seats == 2.5 and a.admission_max_queue == 0
-    for bad in (["--admission-poll-interval", "0"], ["--admission-max-queue", "-1"], ["--admission-min-seats", "x"]):
+    assert a.admission_sheddable == ["batch", "bulk"] and a.admission_shed_margin == 0.25
+    for bad in (["--admission-poll-interval", "0"], ["--admission-max-queue", "-1"], ["--admission-min-seats", "x"],
+                ["--admission-shed-margin", "0"], ["--admission-shed-margin", "1.5"],
+                ["--admission-shed-margin", "nan"]):
         with pytest.raises(SystemExit):
             p.parse_args(base + bad)
 
@@ -172,7 +180,7 @@ def test_the_poller_reads_the_engine_and_fails_open_when_it_cannot() -> None:
         app = web.Application()
         app.router.add_get("/metrics", engine.metrics)
         runner, url = await _serve(app)
-        gate = Admission(url, poll_s=0.05, timeout_s=0.5)
+        gate = Admission(url, poll_s=0.05, timeout_s=0.5, slo=SLO)
         try:
             assert await gate.poll() and gate.readable and gate.is_open()
             engine.page = vllm_page(0.99, 9)

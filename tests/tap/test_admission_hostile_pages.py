@@ -18,7 +18,7 @@ from aiohttp import web
 from exporter.promtext import parse
 from exporter.tap.admission import WANTED, Admission, EngineReadError, read_engine
 from llmslo import conventions as C
-from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, reading, vllm_page
+from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, SLO, reading, vllm_page
 
 FULL = 1.0  # the engine these pages describe is full: no free block
 
@@ -67,9 +67,10 @@ def test_the_pages_are_otherwise_readable_and_full() -> None:
     what the test is about)."""
     r = read_engine(parse(page(), WANTED))
     assert r.free_tokens == 0 and r.waiting == 0
-    gate = Admission("http://127.0.0.1:1")
+    gate = Admission("http://127.0.0.1:1", slo=SLO)
     gate.update(r)
-    assert not gate.is_open() and gate.refusal() == C.REFUSED_ADMISSION_KV
+    # no free seat and nothing finishing: the predicted wait is unbounded, past the TTFT objective
+    assert not gate.is_open() and gate.refusal() == C.REFUSED_ADMISSION_TTFT
 
 
 def read_as_the_gate_does(text: str):
@@ -128,7 +129,7 @@ def test_the_poller_fails_open_at_once_on_a_lying_page_and_counts_why() -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        gate = Admission(f"http://127.0.0.1:{port}", poll_s=30)
+        gate = Admission(f"http://127.0.0.1:{port}", poll_s=30, slo=SLO)
         seen = []
         try:
             for text in (page(), page(usage="NaN"), page()):

@@ -42,4 +42,5 @@ def test_engine_kinds_are_the_adapters() -> None:
     from llmslo import bucket_edges
 
     assert tuple(ADAPTERS) == ENGINE_KINDS == C.ENGINE_KINDS
-    assert bucket_edges.ENGINE_KINDS == C.SERVING_ENGINE_KINDS == tuple(k for k in ADAPTERS if k != C.ENGINE_TAP)
+    assert C.SERVING_ENGINE_KINDS == tuple(k for k in ADAPTERS if k != C.ENGINE_TAP)
+    assert {row.kind for row in bucket_edges.ROWS} == set(C.SERVING_ENGINE_KINDS)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.tap.seats import MIN_SAMPLES, InFlight, Sizes, SizeWindow, estimate
+from exporter.tap.seats import InFlight, Sizes, SizeWindow, estimate
 from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
 from simulator.engine import EngineCore

@@ -30,7 +30,7 @@ def _not_default(action: argparse.Action) -> object:
         return ["a.yaml", "b.yaml"]
     if action.type is None:
         return f"value-of-{action.dest}"
-    for text in ("7", "12.5", "http://127.0.0.1:1"):
+    for text in ("7", "12.5", "0.25", "http://127.0.0.1:1"):
         try:
             value = action.type(text)  # type: ignore[misc]
         except (argparse.ArgumentTypeError, ValueError, TypeError):

@@ -1,0 +1,243 @@
+"""The admission decision as pure functions: will a request arriving now start within its class's TTFT
+objective, and are the running requests within their TPOT objective? (exporter.tap.admission keeps the state.)
+
+The gate refuses only when refusing helps someone: a request that the engine can start at once is admitted
+whatever its prefill will cost (nothing is ahead of it, so refusing it saves nobody's objective). A request
+waits only behind requests that cannot start now, and each of those needs a running request to finish first:
+
+    blocked  = (persistent queue + admitted since the reading + 1)   while the engine reports a queue
+             = max(0, admitted since the reading + 1 - seats)         otherwise (beyond the free KV seats)
+    wait     = prefill + blocked / drain rate                         (blocked > 0; nothing finishing: inf)
+
+`seats` are free KV tokens over the median prompt of the recent requests, in whole KV blocks: the engine
+starts a request whose prompt fits (the p99 lifetime footprint of exporter.tap.admission's `seats` is a bound
+against preemption, not the start condition: used as one it refused below capacity). The queue counts only
+when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
+steps and start at the next). The drain rate is the finishes measured over the shortest recent span with
+MIN_FINISHES of them, or Little's law on the running batch (running / mean service time) when higher, which
+follows a batch that just grew before the finishes do (`drain_rate`); the prefill time is the engine's TTFT
+less its queue time, per request, over RATE_WINDOW_S. Until they are learned, a request is refused only by an
+engine that can start nothing now (no free seat, or a backlog it reports); otherwise it is admitted, as an
+unreadable engine is admitted to.
+
+Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
+requests running than the largest batch the engine was recently seen serving within it, is the running
+requests missing it for the load; a new request would make it worse. An engine too slow for the objective
+even with one request, or slow at a batch it served in time before, misses it for another reason, and
+refusing would help nobody.
+
+Priority: a class named sheddable is refused at `shed_margin` x the objective (and, if its own objectives are
+looser or absent, of the tightest configured class's), so it goes before interactive requests are touched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmslo import conventions as C
+
+RATE_WINDOW_S = 3.0  # the window of the ITL and prefill means: a dozen polls
+# The finish rate is taken over the shortest recent span with at least MIN_FINISHES finishes (a rate from one
+# or two finishes is noise), at most FINISH_WINDOW_S; a younger history with fewer finishes has not learned it.
+MIN_FINISHES = 8
+FINISH_WINDOW_S = 30.0
+DECODE_MEMORY_S = 60.0  # how long a (batch size, ITL) pair the engine was seen at counts (decode_overloaded)
+MIN_FIT_POINTS = 8  # (batch, ITL) pairs before a line through them predicts the ITL of a larger batch
+MIN_BATCH_SPREAD = 0.5  # the batch sizes' standard deviation below which they say nothing of the slope
+DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
+
+# What the refused client reads (the OpenAI error object's message), per reason.
+REFUSAL_TEXT = {
+    C.REFUSED_ADMISSION_TTFT: "it would not start this request within its time-to-first-token objective",
+    C.REFUSED_ADMISSION_TPOT: "its running requests miss the time-per-output-token objective",
+    C.REFUSED_ADMISSION_SHED: "this request's class is shed first while the engine is near its limit",
+    C.REFUSED_ADMISSION_KV: "too few free KV-cache seats",
+    C.REFUSED_ADMISSION_QUEUE: "too many requests queued at the engine",
+}
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Cumulative engine counters and the running gauge from one page (sums over its series)."""
+
+    finished: float = 0.0  # requests finished (the request-size histogram's count)
+    ttft_sum: float = 0.0
+    ttft_count: float = 0.0
+    queue_sum: float = 0.0
+    queue_count: float = 0.0
+    itl_sum: float = 0.0
+    itl_count: float = 0.0
+    e2e_sum: float = 0.0
+    e2e_count: float = 0.0
+    running: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the engine did over the recent window (None: not measured)."""
+
+    finish_rate: float | None = None  # requests finished per second (None: none ever finished, not learned yet)
+    prefill_s: float | None = None  # mean engine TTFT less queue time of the requests that started
+    itl_s: float | None = None  # mean inter-token latency of the tokens generated
+    running: float = 0.0  # requests running at the last reading
+    # (running, windowed mean ITL) at recent readings with requests running: the batch sizes the engine served
+    # at each speed, over the last DECODE_MEMORY_S
+    served: tuple[tuple[float, float], ...] = ()
+    service_s: float | None = None  # mean engine latency less queue time of the requests that finished
+
+
+def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
+    """Requests finished per second from (time, cumulative finished) readings, oldest first, and the newest;
+    None while there is too little to learn from (see MIN_FINISHES). A counter that went back (an engine
+    restart) ends the span there."""
+    if not math.isfinite(finished) or finished <= 0:
+        return None
+    for then, count in reversed(history):
+        done = finished - count
+        if not math.isfinite(done) or done < 0:
+            return None
+        if done >= MIN_FINISHES or now - then >= FINISH_WINDOW_S:
+            return done / (now - then) if now > then else None
+    return None
+
+
+def rates_between(old: Counters, new: Counters) -> Rates:
+    """The prefill and ITL means between two readings (the finish rate is `finish_rate`'s); a counter that went
+    back (an engine restart) or a non-finite difference measures nothing."""
+
+    def diff(a: float, b: float) -> float | None:
+        d = b - a
+        return d if math.isfinite(d) and d >= 0 else None
+
+    ttft_n, queue_n = diff(old.ttft_count, new.ttft_count), diff(old.queue_count, new.queue_count)
+    ttft_s, queue_s = diff(old.ttft_sum, new.ttft_sum), diff(old.queue_sum, new.queue_sum)
+    prefill = None
+    if ttft_n and ttft_s is not None:
+        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
+        prefill = max(0.0, ttft_s / ttft_n - queued)
+    itl_n, itl_s = diff(old.itl_count, new.itl_count), diff(old.itl_sum, new.itl_sum)
+    itl = itl_s / itl_n if itl_n and itl_s is not None else None
+    e2e_n, e2e_s = diff(old.e2e_count, new.e2e_count), diff(old.e2e_sum, new.e2e_sum)
+    service = None
+    if e2e_n and e2e_s is not None:
+        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
+        service = max(0.0, e2e_s / e2e_n - queued) or None
+    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0, service_s=service)
+
+
+def drain_rate(measured: float | None, r: Rates) -> float | None:
+    """The rate blocked requests start at: the finishes measured, or, when higher, what the running batch
+    finishes at by Little's law (running / mean service time), which follows a batch that just grew before
+    the finishes do; None while neither is known."""
+    little = r.running / r.service_s if r.service_s and r.running >= 1 else None
+    known = [x for x in (measured, little) if x is not None]
+    return max(known) if known else None
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What the gate knows when a request arrives."""
+
+    seats: float  # requests whose prompt (the median, in whole blocks) the free KV took at the last reading
+    waiting: float  # the engine's queue, as persisted over the last two readings
+    admitted_since: int  # requests this tap admitted since the reading
+    rates: Rates
+
+
+def blocked(o: Outlook) -> float:
+    """How many requests (this one included) must wait for a running one to finish before this one starts."""
+    n = o.admitted_since + 1
+    if o.waiting >= 1:
+        return o.waiting + n
+    return max(0.0, n - o.seats)
+
+
+def predicted_wait(o: Outlook) -> float:
+    """Seconds until the engine starts a request arriving now: 0 when it starts at once (see the module)."""
+    b = blocked(o)
+    if b <= 0:
+        return 0.0
+    rate = o.rates.finish_rate
+    if rate is None:
+        # nothing learned yet (a fresh engine): only an engine that can start nothing now (no free seat, or a
+        # backlog it reports) is predicted to keep the request waiting past any objective
+        return math.inf if o.seats < 1 or o.waiting >= 1 else 0.0
+    if rate <= 0:
+        return math.inf  # blocked, and no request has finished lately to free a seat
+    return (o.rates.prefill_s or 0.0) + b / rate
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A request's objectives and priority at the gate."""
+
+    ttft: float | None  # its class's TTFT objective (seconds; None: none)
+    tpot: float | None
+    sheddable: bool = False
+    tightest_ttft: float | None = None  # the tightest objectives of any configured class
+    tightest_tpot: float | None = None
+    shed_margin: float = DEFAULT_SHED_MARGIN
+
+
+def _budget(own: float | None, tightest: float | None, p: Policy) -> float | None:
+    if not p.sheddable:
+        return own
+    limits = [x for x in (own, tightest) if x is not None]
+    return p.shed_margin * min(limits) if limits else None
+
+
+def itl_at(served: Sequence[tuple[float, float]], batch: float) -> float | None:
+    """The ITL the engine would run `batch` requests at: the least-squares line through the recent (batch, ITL)
+    pairs; None with fewer than MIN_FIT_POINTS, batch sizes that hardly varied, or no slope upwards."""
+    n = len(served)
+    if n < MIN_FIT_POINTS:
+        return None
+    mx, my = sum(b for b, _ in served) / n, sum(i for _, i in served) / n
+    sxx = sum((b - mx) ** 2 for b, _ in served)
+    if sxx < n * MIN_BATCH_SPREAD ** 2:
+        return None
+    slope = sum((b - mx) * (i - my) for b, i in served) / sxx
+    return my + slope * (batch - mx) if slope > 0 else None
+
+
+def decode_overloaded(r: Rates, itl: float | None, tpot: float, extra: float = 1) -> bool:
+    """The running requests miss `tpot` because of the load, or would with `extra` more: the ITL the recent
+    (batch, ITL) pairs predict for running + extra is over it (long outputs stay for many seconds, so a batch
+    grown past it is not undone by refusing later), or the mean ITL is over it with more requests running than
+    the largest batch the engine was recently seen serving within it. An engine never within it (even at one
+    request) misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
+    noisy neighbour, a long prefill): refusing would help nobody."""
+    if r.running < 1:
+        return False
+    alone = itl_at(r.served, 1)
+    if alone is not None and alone <= tpot:
+        predicted = itl_at(r.served, r.running + extra)
+        if predicted is not None and predicted > tpot:
+            return True
+    if itl is None or itl <= tpot:
+        return False
+    within = [running for running, seen in r.served if seen <= tpot]
+    return bool(within) and r.running > max(within)
+
+
+def _why(p: Policy, value: float, own: float | None, tightest: float | None, reason: str) -> str:
+    """A sheddable request refused where an interactive one held to the same objective would not be: shed."""
+    full = own if own is not None else tightest
+    return C.REFUSED_ADMISSION_SHED if p.sheddable and (full is None or value <= full) else reason
+
+
+def refusal(o: Outlook, p: Policy) -> str:
+    """"" to admit, or the reason (a conventions.REFUSED_ADMISSION_* value) the request is refused."""
+    tpot = _budget(p.tpot, p.tightest_tpot, p)
+    itl = o.rates.itl_s
+    if tpot is not None and decode_overloaded(o.rates, itl, tpot, o.admitted_since + 1):
+        seen = max(itl or 0.0, itl_at(o.rates.served, o.rates.running + o.admitted_since + 1) or 0.0)
+        return _why(p, seen, p.tpot, p.tightest_tpot, C.REFUSED_ADMISSION_TPOT)
+    ttft = _budget(p.ttft, p.tightest_ttft, p)
+    if ttft is not None:
+        wait = predicted_wait(o)
+        if wait > ttft:
+            return _why(p, wait, p.ttft, p.tightest_ttft, C.REFUSED_ADMISSION_TTFT)
+    return ""

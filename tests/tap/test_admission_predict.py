@@ -1,0 +1,286 @@
+"""The admission decision by objective (exporter.tap.predict, issue 25): the predicted wait, the finish rate it
+is learned from, priority shedding and the decode-overload reason; then the gate that keeps the state, and a
+refusal's reason on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import aiohttp
+import pytest
+
+from exporter.tap.admission import Admission, Reading
+from exporter.tap.classes import Objective, SloClass, SloConfig
+from exporter.tap.predict import (
+    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, decode_overloaded,
+    drain_rate, finish_rate, itl_at, predicted_wait, rates_between, refusal,
+)
+from llmslo import conventions as C
+from tests.tap.test_admission import _chat, _post
+
+TTFT, TPOT = 0.5, 0.05
+INTERACTIVE = Policy(TTFT, TPOT, tightest_ttft=TTFT, tightest_tpot=TPOT)
+BATCH = Policy(None, None, sheddable=True, tightest_ttft=TTFT, tightest_tpot=TPOT)  # no objectives of its own
+# the engine was seen serving a batch of 6 at 0.02 s a token
+LEARNED = Rates(finish_rate=4.0, prefill_s=0.1, itl_s=0.02, running=8, served=((6, 0.02),))
+
+
+def outlook(seats: float = 10, waiting: float = 0, admitted: int = 0, rates: Rates = LEARNED) -> Outlook:
+    return Outlook(seats, waiting, admitted, rates)
+
+
+# -- the predicted wait ------------------------------------------------------------------------------
+def test_a_request_the_engine_starts_at_once_waits_nothing_whatever_its_prefill() -> None:
+    slow_prefill = replace(LEARNED, prefill_s=3.0)  # the engine's prefill alone misses the objective
+    o = outlook(seats=10, admitted=9, rates=slow_prefill)  # the tenth fits
+    assert blocked(o) == 0 and predicted_wait(o) == 0.0
+    assert refusal(o, INTERACTIVE) == "", "refusing a request nothing is ahead of helps nobody"
+
+
+def test_beyond_the_free_seats_a_request_waits_for_finishes() -> None:
+    o = outlook(seats=2.5, admitted=3)  # 4 requests for 2.5 seats: 1.5 must wait for a finish
+    assert blocked(o) == pytest.approx(1.5)
+    assert predicted_wait(o) == pytest.approx(0.1 + 1.5 / 4.0)
+    assert refusal(o, INTERACTIVE) == ""  # 0.475 s <= 0.5 s
+    assert refusal(outlook(seats=2.5, admitted=4), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT  # 0.725 s
+
+
+def test_a_queue_the_engine_reports_puts_everything_admitted_since_behind_it() -> None:
+    o = outlook(seats=50, waiting=3, admitted=1)  # free KV, but the engine is not starting its queue
+    assert blocked(o) == 5 and predicted_wait(o) == pytest.approx(0.1 + 5 / 4.0)
+    assert refusal(o, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_nothing_learned_admits_unless_nothing_can_start_and_nothing_finishing_is_an_unbounded_wait() -> None:
+    fresh = Rates()  # an engine that has not finished enough requests to learn from yet
+    assert predicted_wait(outlook(seats=3, admitted=5, rates=fresh)) == 0.0, "no rate: no prediction past the seats"
+    assert predicted_wait(outlook(seats=0.5, rates=fresh)) == math.inf, "a full engine starts nothing"
+    assert predicted_wait(outlook(seats=30, waiting=2, rates=fresh)) == math.inf, "nor one with a backlog"
+    stuck = replace(LEARNED, finish_rate=0.0)
+    assert predicted_wait(outlook(seats=0, rates=stuck)) == math.inf
+    assert refusal(outlook(seats=0, rates=stuck), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_a_class_without_a_ttft_objective_is_not_refused_for_its_wait() -> None:
+    no_objective = Policy(None, None, tightest_ttft=TTFT, tightest_tpot=TPOT)
+    assert refusal(outlook(seats=0, waiting=50), no_objective) == ""
+
+
+# -- priority shedding -------------------------------------------------------------------------------
+def test_sheddable_classes_are_refused_at_the_margin_interactive_ones_only_past_their_objective() -> None:
+    near = outlook(seats=2.5, admitted=2)  # 0.5 blocked: 0.1 + 0.125 = 0.225 s, under 0.5 s, over 0.25 x ...
+    assert predicted_wait(near) == pytest.approx(0.225)
+    batch_same_objective = Policy(TTFT, TPOT, sheddable=True, tightest_ttft=TTFT, tightest_tpot=TPOT, shed_margin=0.4)
+    assert refusal(near, INTERACTIVE) == ""
+    assert refusal(near, batch_same_objective) == C.REFUSED_ADMISSION_SHED  # 0.225 > 0.4 x 0.5
+    # a sheddable class with no objective of its own is held to the tightest class's, at the margin
+    assert refusal(near, BATCH) == ""  # 0.225 <= 0.5 x 0.5
+    assert refusal(outlook(seats=2.5, admitted=3), BATCH) == C.REFUSED_ADMISSION_SHED  # 0.475 > 0.25
+    # past its own objective a sheddable request is refused for that, not for its priority
+    assert refusal(outlook(seats=2.5, admitted=4), batch_same_objective) == C.REFUSED_ADMISSION_TTFT
+    # a non-sheddable class without objectives is never shed
+    assert refusal(outlook(seats=2.5, admitted=3), replace(BATCH, sheddable=False)) == ""
+
+
+# -- decode overload ---------------------------------------------------------------------------------
+def test_running_requests_missing_the_tpot_objective_refuse_new_work() -> None:
+    slow = replace(LEARNED, itl_s=0.07)
+    assert refusal(outlook(rates=slow), INTERACTIVE) == C.REFUSED_ADMISSION_TPOT
+    assert refusal(outlook(rates=replace(slow, running=0)), INTERACTIVE) == "", "nothing running: no overload"
+    # an engine never seen within the objective misses it by its speed, and one slow at a batch it served in
+    # time is slow for another reason (a noisy neighbour): refusing would help nobody
+    assert refusal(outlook(rates=replace(slow, served=((8, 0.06),))), INTERACTIVE) == ""
+    assert refusal(outlook(rates=replace(slow, served=())), INTERACTIVE) == ""
+    assert refusal(outlook(rates=replace(slow, served=((10, 0.02), (3, 0.01)))), INTERACTIVE) == ""
+    # the sheddable class goes first: at 0.03 s the interactive one is within 0.05 s, the batch one is shed
+    near = outlook(rates=replace(LEARNED, itl_s=0.03))
+    assert refusal(near, INTERACTIVE) == "" and refusal(near, BATCH) == C.REFUSED_ADMISSION_SHED
+    assert refusal(near, Policy(TTFT, 0.02, tightest_ttft=TTFT, tightest_tpot=0.02)) == C.REFUSED_ADMISSION_TPOT
+
+
+def test_a_batch_that_would_outgrow_the_objective_is_refused_before_its_itl_shows_it() -> None:
+    """Long outputs stay for many seconds: a batch grown past the TPOT objective is not undone by refusing once
+    the ITL shows it (the bench's decode overload: 0 good requests with a gate that only reacted). The recent
+    (batch, ITL) pairs predict the ITL of the batch a new request makes."""
+    served = tuple((b, 0.01 + 0.004 * b) for b in (2, 3, 4, 5, 6, 7, 8, 9))  # 0.05 s a token at 10 running
+    assert itl_at(served, 10) == pytest.approx(0.05) and itl_at(served[:7], 10) is None, "too few pairs"
+    assert itl_at(tuple((4, 0.02 + i / 1000) for i in range(8)), 10) is None, "one batch size: no slope"
+    r = Rates(finish_rate=4.0, itl_s=0.04, running=9, served=served)
+    assert refusal(outlook(rates=r), INTERACTIVE) == ""  # 10 running: 0.05 s, within
+    assert refusal(outlook(rates=r, admitted=1), INTERACTIVE) == C.REFUSED_ADMISSION_TPOT  # 11: 0.054 s
+    assert decode_overloaded(r, 0.04, 0.05, extra=1) is False and decode_overloaded(r, 0.04, 0.05, extra=3)
+    slow_alone = tuple((b, 0.06 + 0.004 * b) for b in range(2, 10))  # over 0.05 s even alone: its speed
+    assert not decode_overloaded(replace(r, served=slow_alone), 0.04, 0.05, extra=3)
+
+
+def test_every_reason_has_a_message_and_is_a_counted_refusal() -> None:
+    assert set(REFUSAL_TEXT) == set(C.REFUSED_ADMISSION_REASONS) <= set(C.REFUSED_REASONS)
+
+
+# -- what the rates are learned from -----------------------------------------------------------------
+def test_the_finish_rate_needs_enough_finishes_or_a_long_enough_span() -> None:
+    history = [(float(t), 10.0 + 2 * t) for t in range(10)]  # 2 finishes a second, at t = 0..9
+    assert finish_rate(history, 10.0, 30.0) == pytest.approx(2.0)  # the shortest span with >= 8 finishes: 4 s
+    assert MIN_FINISHES == 8
+    assert finish_rate([(0.0, 0.0), (1.0, 2.0)], 2.0, 3.0) is None, "3 finishes in 2 s: not learned yet"
+    assert finish_rate([(0.0, 5.0)], FINISH_WINDOW_S, 7.0) == pytest.approx(2 / FINISH_WINDOW_S), "rare finishes"
+    assert finish_rate([(0.0, 5.0)], FINISH_WINDOW_S, 5.0) == 0.0, "nothing finished over the whole window"
+    assert finish_rate([(0.0, 50.0)], 1.0, 3.0) is None, "the counter went back: an engine restart"
+    assert finish_rate([], 1.0, 0.0) is None and finish_rate([(0.0, 1.0)], 1.0, math.nan) is None
+
+
+def test_prefill_is_ttft_less_queue_time_and_itl_a_mean_over_the_deltas() -> None:
+    old = Counters(ttft_sum=10.0, ttft_count=10, queue_sum=2.0, queue_count=10, itl_sum=1.0, itl_count=100,
+                   e2e_sum=30.0, e2e_count=10)
+    new = Counters(ttft_sum=13.0, ttft_count=20, queue_sum=3.0, queue_count=20, itl_sum=4.0, itl_count=200,
+                   e2e_sum=51.0, e2e_count=20, running=7)
+    r = rates_between(old, new)
+    assert r.prefill_s == pytest.approx(0.3 - 0.1) and r.itl_s == pytest.approx(0.03) and r.running == 7
+    assert r.service_s == pytest.approx(2.1 - 0.1)  # latency less queue time, per finished request
+    went_back = rates_between(new, old)
+    assert went_back.prefill_s is None and went_back.itl_s is None
+
+
+def test_the_drain_rate_follows_a_grown_batch_by_littles_law() -> None:
+    """14 requests running, each served in 2 s: 7 finish a second, though only 2 a second were measured (the
+    batch just grew); a bench run at 0.9x capacity with bursts refused on the measured rate alone."""
+    grown = Rates(running=14, service_s=2.0)
+    assert drain_rate(2.0, grown) == pytest.approx(7.0)
+    assert drain_rate(9.0, grown) == pytest.approx(9.0), "the higher of the two"
+    assert drain_rate(None, Rates(running=0, service_s=2.0)) is None and drain_rate(None, Rates()) is None
+    assert drain_rate(3.0, Rates(running=5)) == 3.0
+
+
+# -- the gate ----------------------------------------------------------------------------------------
+SLO = SloConfig((SloClass("interactive", TTFT, TPOT, ("chat-*",)), SloClass("batch", None, None, ("batch-*",))), {})
+CHAT, BULK = Objective("interactive", TTFT, TPOT), Objective("batch", None, None)
+PROMPT = ((200.0, 0.0), (500.0, 100.0), (math.inf, 100.0))  # 100 finished requests of 200 to 500 prompt tokens
+OUTPUT = ((100.0, 100.0), (math.inf, 100.0))
+
+
+def engine(t: float, free: float, waiting: float = 0, finished: float = 0, itl: tuple[float, float] = (0, 0),
+           running: float = 4) -> Reading:
+    """A reading at time t: `finished` requests so far, ITL (sum, count) so far."""
+    prompt = tuple((le, n * finished / 100) for le, n in PROMPT)
+    return Reading(free, waiting, prompt, OUTPUT, 16.0, "",
+                   Counters(finished, itl_sum=itl[0], itl_count=itl[1], running=running))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_engine_admits_a_burst_of_ten_times_the_old_per_poll_cap() -> None:
+    """The old gate let at most --admission-max-queue + 1 requests through per poll (5: 20 req/s at 0.25 s
+    polls) however idle the engine; 200 requests of max_tokens 1 in one poll interval are all admitted now."""
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    for t in range(40):  # a steady, nearly idle engine: 2 finishes a second, 300,000 free tokens
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, 300_000, finished=100 + t // 2))
+    assert gate.rates.finish_rate is not None
+    assert all(not gate.decide(CHAT, SLO) for _ in range(200)) and gate.refusals == 0
+
+
+def test_a_queue_seen_at_one_reading_only_is_not_a_backlog() -> None:
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    for t in range(40):
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, 300_000, finished=100 + t))  # 4 finishes a second
+    gate.update(engine(clock.now, 300_000, waiting=8, finished=140))  # arrived between two engine steps
+    assert gate.queue == 0 and not gate.decide(CHAT, SLO)
+    clock.now += 0.25
+    gate.update(engine(clock.now, 300_000, waiting=8, finished=140))  # still there: a backlog, 9 / 4 s away
+    assert gate.queue == 8 and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_first() -> None:
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO, sheddable=frozenset({"batch"}))
+    itl_sum, itl_count = 0.0, 0.0
+    # the batch grows from 4 to 6 to 10 running requests, and the engine slows from 0.02 to 0.035 to 0.08 s a token
+    phases = [(4, 0.02)] * 16 + [(6, 0.035)] * 16 + [(10, 0.08)] * 16
+    for t, (running, itl) in enumerate(phases):  # 0.25 s a reading, 100 tokens each
+        clock.now = t * 0.25
+        itl_sum, itl_count = itl_sum + 100 * itl, itl_count + 100
+        gate.update(engine(clock.now, 300_000, finished=100 + t, itl=(itl_sum, itl_count), running=running))
+        if t == 15:
+            assert gate.rates.itl_s == pytest.approx(0.02) and (4, pytest.approx(0.02)) in gate.rates.served
+            assert not gate.decide(CHAT, SLO) and not gate.decide(BULK, SLO)
+        if t == 31:  # 0.035 s: within 0.05 s, over 0.5 x 0.05 s
+            assert gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_SHED and not gate.decide(CHAT, SLO)
+    assert gate.rates.itl_s == pytest.approx(0.08)
+    assert gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TPOT and gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_TPOT
+    assert max(n for n, itl in gate.rates.served if itl <= TPOT) < 8, "the growing batch is not recorded as in time"
+    page = gate.render().decode()
+    itl_line = next(line for line in page.splitlines() if line.startswith(C.TAP_ADMISSION_ENGINE_ITL.name + " "))
+    assert float(itl_line.split()[1]) == pytest.approx(0.08) and f"{C.TAP_ADMISSION_OPEN.name} 0" in page
+
+
+def test_the_floors_are_overrides_off_by_default() -> None:
+    """A backlog of 5 on an engine finishing 40 requests a second is 0.15 s of wait: within the objective, so the
+    gate admits; the old defaults (--admission-max-queue 4, --admission-min-seats 1) refused it, and still do
+    when the operator sets them."""
+    def learned(**floors: float) -> Admission:
+        clock = Clock()
+        gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO, **floors)  # type: ignore[arg-type]
+        for t in range(12):
+            clock.now = t * 0.25
+            gate.update(engine(clock.now, 300.0, waiting=5, finished=100 + 10 * t))
+        return gate
+
+    gate = learned()
+    assert gate.queue == 5 and gate.rates.finish_rate == pytest.approx(40)
+    assert predicted_wait(gate.outlook()) == pytest.approx(6 / 40) and gate.decide(CHAT, SLO) == ""
+    assert learned(max_queue=4).decide(CHAT, SLO) == C.REFUSED_ADMISSION_QUEUE
+    assert learned(min_seats=1).decide(CHAT, SLO) == C.REFUSED_ADMISSION_KV
+
+
+def test_a_decode_refusal_says_why_on_the_wire(stack: Callable) -> None:
+    async def go() -> None:
+        slo = SloConfig((SloClass("interactive", TTFT, TPOT, ("chat-*",)),), {})
+        async with stack(slo=slo) as st:
+            clock = Clock()
+            gate = Admission(st.upstream_url, clock=clock, slo=slo)
+            st.server.proxy.admission = gate
+            st.server.renderer.extra = gate.render
+            itl_sum = 0.0
+            for t in range(40):  # 3 running requests at 0.02 s a token, then 12 at 0.09 s
+                clock.now = t * 0.25
+                itl_sum += 100 * (0.02 if t < 20 else 0.09)
+                gate.update(engine(clock.now, 300_000, finished=100 + t, itl=(itl_sum, t * 100 + 100),
+                                   running=3 if t < 20 else 12))
+            status, body, headers = await _post(st.tap_url + "/v1/chat/completions", _chat())
+            assert status == 429 and headers["Retry-After"] == "1"
+            assert json.loads(body)["error"] == {
+                "message": f"The engine is at capacity ({REFUSAL_TEXT[C.REFUSED_ADMISSION_TPOT]}); retry after 1 s.",
+                "type": "rate_limit_exceeded", "param": None, "code": C.REFUSED_ADMISSION_TPOT}
+            async with aiohttp.ClientSession() as s:
+                async with s.get(st.metrics_url + "/metrics") as r:
+                    page = await r.text()
+            assert f'{C.TAP_REFUSALS.name}{{reason="{C.REFUSED_ADMISSION_TPOT}"}} 1' in page
+            assert f'{C.TAP_REFUSALS.name}{{reason="{C.REFUSED_ADMISSION_TTFT}"}} 0' in page
+
+    asyncio.run(go())
+
+
+def test_a_request_starts_when_its_prompt_fits_not_only_when_a_p99_lifetime_does() -> None:
+    """The engine starts a request whose prompt fits the free KV: counting each at its p99 prompt + output
+    (the seats) as the start condition refused a tenth of the requests at 0.9x capacity with bursts (bench)."""
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    free = 6 * 352.0  # six median prompts (350 tokens: 22 blocks of 16), 4.1 seats of the p99 footprint (497)
+    for t in range(40):  # one finish a second: a request beyond the free KV waits about a second
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, free, finished=100 + t // 4))
+    assert gate.seats < 5 and gate.start_seats == pytest.approx(6)  # p99 lifetimes: fewer than the prompts that fit
+    assert [gate.decide(CHAT, SLO) for _ in range(7)] == [""] * 6 + [C.REFUSED_ADMISSION_TTFT]
