@@ -288,10 +288,17 @@ def test_seats_equal_the_engines_own_kv_figures(tmp_path):
                 out["frozen"].update(prom_free_tokens=got_free, want_free_tokens=want_free)
                 assert got_free == want_free, out["frozen"]
                 assert got_free < usable
-                want_seats = want_free / footprint[0.99]
+                # what the running requests will still take, as the rules approximate it: running x the p50
+                # output of the finished requests (none waiting); seats are the free tokens net of it
+                committed = running * histogram_quantile(0.5, gen_b)
+                got_committed = await _until(stack, f'llm:kv_cache_committed_tokens{{pod="{spec.name}"}}', committed)
+                assert got_committed is not None and math.isclose(got_committed, committed, rel_tol=1e-9), (
+                    got_committed, committed)
+                want_net = max(0.0, want_free - committed)
+                want_seats = want_net / footprint[0.99]
                 got_seats = await _until(stack, f'llm:kv_seats:p99{{pod="{spec.name}"}}', want_seats)
                 assert got_seats is not None and math.isclose(got_seats, want_seats, rel_tol=1e-9), (got_seats, want_seats)
-                want_p50 = want_free / footprint[0.5]
+                want_p50 = want_net / footprint[0.5]
                 got_p50 = await _until(stack, f'llm:kv_seats:p50{{pod="{spec.name}"}}', want_p50)
                 assert got_p50 is not None and math.isclose(got_p50, want_p50, rel_tol=1e-9), (got_p50, want_p50)
                 out["frozen"].update(seats_p99=got_seats, seats_p50=got_p50)
