@@ -24,8 +24,10 @@ the shortest recent span with MIN_FINISHES of them, or Little's law on the runni
 service time) when higher, which follows a batch that just grew before the finishes do (`drain_rate`); it is
 used only when the KV is full, where the running batch is what the engine can hold. The prefill and queue times
 are the engine's TTFT less its queue time and its queue time, per request, over RATE_WINDOW_S. Until they are
-learned, a request is refused only by an engine that can start nothing now (no free seat, or a backlog beyond
-the free KV); otherwise it is admitted, as an unreadable engine is admitted to.
+learned, a request is refused only by an engine that reports a backlog beyond its free KV; otherwise it is
+admitted, as an unreadable engine is admitted to (a full KV alone was refused on: in the bench, at 0.5x
+capacity with bursts, the first seconds' bursts filled the KV before 8 requests had finished, and a whole
+burst the engine served in time was refused).
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, is the running
@@ -180,9 +182,9 @@ def predicted_wait(o: Outlook) -> float:
         return (o.rates.queue_s or 0.0) + (o.rates.prefill_s or 0.0) if o.growing else 0.0
     rate = o.rates.finish_rate
     if rate is None:
-        # nothing learned yet (a fresh engine): only an engine that can start nothing now (no free seat, or a
-        # backlog it reports) is predicted to keep the request waiting past any objective
-        return math.inf if o.seats < 1 or o.waiting >= 1 else 0.0
+        # nothing learned yet (a fresh engine): a full KV alone is no evidence (its running requests may finish
+        # at the next step); only a backlog the engine reports beyond it is
+        return math.inf if o.waiting >= 1 else 0.0
     if rate <= 0:
         return math.inf  # blocked, and no request has finished lately to free a seat
     return (o.rates.prefill_s or 0.0) + b / rate

@@ -84,12 +84,22 @@ def test_a_queue_grows_only_when_it_rose_at_each_of_the_last_readings() -> None:
 def test_nothing_learned_admits_unless_nothing_can_start_and_nothing_finishing_is_an_unbounded_wait() -> None:
     fresh = Rates()  # an engine that has not finished enough requests to learn from yet
     assert predicted_wait(outlook(seats=3, admitted=5, rates=fresh)) == 0.0, "no rate: no prediction past the seats"
-    assert predicted_wait(outlook(seats=0.5, rates=fresh)) == math.inf, "a full engine starts nothing"
+    assert predicted_wait(outlook(seats=0.5, waiting=1, rates=fresh)) == math.inf, "a full engine's backlog"
     assert predicted_wait(outlook(seats=2, waiting=2, rates=fresh)) == math.inf, "nor a backlog beyond its KV"
     assert predicted_wait(outlook(seats=30, waiting=2, rates=fresh)) == 0.0, "a queue its KV holds starts"
     stuck = replace(LEARNED, finish_rate=0.0)
     assert predicted_wait(outlook(seats=0, rates=stuck)) == math.inf
     assert refusal(outlook(seats=0, rates=stuck), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_a_full_kv_before_anything_is_learned_is_no_reason_to_refuse() -> None:
+    """The bench's 0.5x-capacity bursty stream: the first seconds' bursts fill the KV (16 running, half a seat
+    free) before 8 requests have finished; the old gate predicted an infinite wait and refused a whole burst
+    that the engine served in time. Without a learned rate, only a backlog the engine reports is evidence."""
+    start_up = Rates(prefill_s=0.14, itl_s=0.019, running=16)
+    assert refusal(outlook(seats=0.48, rates=start_up), INTERACTIVE) == ""
+    assert refusal(outlook(seats=0.48, admitted=3, rates=start_up), INTERACTIVE) == ""
+    assert refusal(outlook(seats=0.48, waiting=2, rates=start_up), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_a_class_without_a_ttft_objective_is_not_refused_for_its_wait() -> None:
