@@ -20,7 +20,7 @@ The decision is by objective (exporter.tap.predict, a pure function of what is k
 refused only when the engine would not start it within its class's TTFT objective, when the running requests
 miss the TPOT objective because of the load, or when its class is sheddable and past the shed margin. For it
 the gate also keeps the requests it admitted since the last reading (each takes one start seat: a median
-prompt of free KV), the engine's queue as persisted over two readings, and the rates learned from the page's
+prompt of free KV), the engine's queue as persisted over two readings and whether it keeps growing, and the rates learned from the page's
 counter deltas (finishes, TTFT less queue time, ITL, service time, the batch sizes served within each ITL).
 The old fixed floors, `min_seats` and `max_queue`, are operator overrides, off unless given (the default
 max_queue of 4 capped an idle engine at 5 requests a poll: in front of a real vLLM it refused 19 of a burst of
@@ -62,7 +62,7 @@ from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.predict import (
     DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates,
-    drain_rate, finish_rate, predicted_wait, rates_between,
+    drain_rate, finish_rate, predicted_wait, queue_growing, rates_between,
 )
 from exporter.tap.predict import refusal as predicted_refusal
 from llmslo import conventions as C
@@ -285,6 +285,7 @@ class Admission:
         self._last_sizes = seats.Sizes.fallback(self.fallback_footprint)
         self.waiting = 0.0
         self.queue = 0.0  # the engine's queue as persisted over the last two readings (exporter.tap.predict)
+        self.growing = False  # the engine's queue rose at each of the last readings (exporter.tap.predict)
         self.rates = Rates()
         self._served: deque[tuple[float, float, float]] = deque()  # (time, running, ITL) over DECODE_MEMORY_S
         # (time, counters, waiting) of the readings within FINISH_WINDOW_S
@@ -306,7 +307,7 @@ class Admission:
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
     def outlook(self) -> Outlook:
-        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates)
+        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates, self.growing)
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -385,6 +386,7 @@ class Admission:
         counted.append((now, reading.counters, reading.waiting))
         while len(counted) > 2 and counted[1][0] <= now - FINISH_WINDOW_S:
             counted.popleft()
+        self.growing = queue_growing([w for _, _, w in counted])
         # the ITL and prefill means over the last RATE_WINDOW_S: the newest reading at least that old
         then, old, _ = next((r for r in reversed(counted) if r[0] <= now - RATE_WINDOW_S), counted[0])
         rates = rates_between(old, reading.counters) if then < now else Rates()
@@ -397,7 +399,8 @@ class Admission:
         while served and served[0][0] <= now - DECODE_MEMORY_S:
             served.popleft()
         self.rates = Rates(drain_rate(finish_rate(finished, now, reading.counters.finished), rates), rates.prefill_s,
-                           rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s)
+                           rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s,
+                           rates.queue_s)
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never

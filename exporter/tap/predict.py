@@ -5,20 +5,29 @@ The gate refuses only when refusing helps someone: a request that the engine can
 whatever its prefill will cost (nothing is ahead of it, so refusing it saves nobody's objective). A request
 waits only behind requests that cannot start now, and each of those needs a running request to finish first:
 
-    blocked  = (persistent queue + admitted since the reading + 1)   while the engine reports a queue
-             = max(0, admitted since the reading + 1 - seats)         otherwise (beyond the free KV seats)
-    wait     = prefill + blocked / drain rate                         (blocked > 0; nothing finishing: inf)
+    blocked  = max(0, persistent queue + admitted since the reading + 1 - seats)   (beyond the free KV seats)
+    wait     = prefill + blocked / drain rate                       (blocked > 0; nothing finishing: inf)
+             = the engine's queue time + prefill                    (blocked = 0, its queue growing)
+             = 0                                                    (blocked = 0 otherwise)
 
 `seats` are free KV tokens over the median prompt of the recent requests, in whole KV blocks: the engine
 starts a request whose prompt fits (the p99 lifetime footprint of exporter.tap.admission's `seats` is a bound
 against preemption, not the start condition: used as one it refused below capacity). The queue counts only
 when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
-steps and start at the next). The drain rate is the finishes measured over the shortest recent span with
-MIN_FINISHES of them, or Little's law on the running batch (running / mean service time) when higher, which
-follows a batch that just grew before the finishes do (`drain_rate`); the prefill time is the engine's TTFT
-less its queue time, per request, over RATE_WINDOW_S. Until they are learned, a request is refused only by an
-engine that can start nothing now (no free seat, or a backlog it reports); otherwise it is admitted, as an
-unreadable engine is admitted to.
+steps and start at the next). A queue that the free KV holds waits for prefill steps, not for finishes: behind
+a burst at half load the finish rate is the arrival rate, not the engine's capacity, and taking that queue as
+blocked behind finishes predicted seconds of wait for requests that started at the next steps (the bench
+refused 16 % at 0.5x capacity with bursts of 4). Such a queue is a reason to refuse only while it grows at
+every one of the last GROWTH_READINGS readings (the engine is not keeping up though KV is free: prefill-bound
+overload), and then by the queue time the engine itself measured. The drain rate is the finishes measured over
+the shortest recent span with MIN_FINISHES of them, or Little's law on the running batch (running / mean
+service time) when higher, which follows a batch that just grew before the finishes do (`drain_rate`); it is
+used only when the KV is full, where the running batch is what the engine can hold. The prefill and queue times
+are the engine's TTFT less its queue time and its queue time, per request, over RATE_WINDOW_S. Until they are
+learned, a request is refused only by an engine that reports a backlog beyond its free KV; otherwise it is
+admitted, as an unreadable engine is admitted to (a full KV alone was refused on: in the bench, at 0.5x
+capacity with bursts, the first seconds' bursts filled the KV before 8 requests had finished, and a whole
+burst the engine served in time was refused).
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, is the running
@@ -46,6 +55,7 @@ FINISH_WINDOW_S = 30.0
 DECODE_MEMORY_S = 60.0  # how long a (batch size, ITL) pair the engine was seen at counts (decode_overloaded)
 MIN_FIT_POINTS = 8  # (batch, ITL) pairs before a line through them predicts the ITL of a larger batch
 MIN_BATCH_SPREAD = 0.5  # the batch sizes' standard deviation below which they say nothing of the slope
+GROWTH_READINGS = 3  # a queue the free KV holds is an overload when it rose at each of this many readings
 DEFAULT_SHED_MARGIN = 0.5  # sheddable classes are refused at half the wait (or TPOT) an interactive one is
 
 # What the refused client reads (the OpenAI error object's message), per reason.
@@ -86,6 +96,7 @@ class Rates:
     # at each speed, over the last DECODE_MEMORY_S
     served: tuple[tuple[float, float], ...] = ()
     service_s: float | None = None  # mean engine latency less queue time of the requests that finished
+    queue_s: float | None = None  # mean engine queue time of the requests that started
 
 
 def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
@@ -114,8 +125,9 @@ def rates_between(old: Counters, new: Counters) -> Rates:
     ttft_n, queue_n = diff(old.ttft_count, new.ttft_count), diff(old.queue_count, new.queue_count)
     ttft_s, queue_s = diff(old.ttft_sum, new.ttft_sum), diff(old.queue_sum, new.queue_sum)
     prefill = None
+    queue_mean = queue_s / queue_n if queue_n and queue_s is not None else None
     if ttft_n and ttft_s is not None:
-        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
+        queued = queue_mean or 0.0
         prefill = max(0.0, ttft_s / ttft_n - queued)
     itl_n, itl_s = diff(old.itl_count, new.itl_count), diff(old.itl_sum, new.itl_sum)
     itl = itl_s / itl_n if itl_n and itl_s is not None else None
@@ -124,7 +136,8 @@ def rates_between(old: Counters, new: Counters) -> Rates:
     if e2e_n and e2e_s is not None:
         queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
         service = max(0.0, e2e_s / e2e_n - queued) or None
-    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0, service_s=service)
+    return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0, service_s=service,
+                 queue_s=queue_mean)
 
 
 def drain_rate(measured: float | None, r: Rates) -> float | None:
@@ -144,26 +157,34 @@ class Outlook:
     waiting: float  # the engine's queue, as persisted over the last two readings
     admitted_since: int  # requests this tap admitted since the reading
     rates: Rates
+    growing: bool = False  # the engine's queue rose at each of the last GROWTH_READINGS readings
+
+
+def queue_growing(waiting: Sequence[float]) -> bool:
+    """The queue at the last GROWTH_READINGS readings (oldest first) rose at each: a queue the engine is not
+    keeping up with (a burst's queue shrinks after it arrives)."""
+    last = list(waiting[-GROWTH_READINGS:])
+    return len(last) == GROWTH_READINGS and last[-1] >= 1 and all(b > a for a, b in zip(last, last[1:]))
 
 
 def blocked(o: Outlook) -> float:
-    """How many requests (this one included) must wait for a running one to finish before this one starts."""
-    n = o.admitted_since + 1
-    if o.waiting >= 1:
-        return o.waiting + n
-    return max(0.0, n - o.seats)
+    """How many requests (this one included) must wait for a running one to finish before this one starts:
+    those of the persistent queue and the admitted beyond what the free KV starts (see the module)."""
+    return max(0.0, o.waiting + o.admitted_since + 1 - o.seats)
 
 
 def predicted_wait(o: Outlook) -> float:
     """Seconds until the engine starts a request arriving now: 0 when it starts at once (see the module)."""
     b = blocked(o)
     if b <= 0:
-        return 0.0
+        # the free KV holds the queue: it waits for prefill steps; only a queue that keeps growing is a wait,
+        # the one the engine measures
+        return (o.rates.queue_s or 0.0) + (o.rates.prefill_s or 0.0) if o.growing else 0.0
     rate = o.rates.finish_rate
     if rate is None:
-        # nothing learned yet (a fresh engine): only an engine that can start nothing now (no free seat, or a
-        # backlog it reports) is predicted to keep the request waiting past any objective
-        return math.inf if o.seats < 1 or o.waiting >= 1 else 0.0
+        # nothing learned yet (a fresh engine): a full KV alone is no evidence (its running requests may finish
+        # at the next step); only a backlog the engine reports beyond it is
+        return math.inf if o.waiting >= 1 else 0.0
     if rate <= 0:
         return math.inf  # blocked, and no request has finished lately to free a seat
     return (o.rates.prefill_s or 0.0) + b / rate

@@ -184,7 +184,8 @@ def test_the_poller_reads_the_engine_and_fails_open_when_it_cannot() -> None:
         try:
             assert await gate.poll() and gate.readable and gate.is_open()
             engine.page = vllm_page(0.99, 9)
-            assert await gate.poll() and not gate.is_open()
+            assert await gate.poll() and gate.is_open(), "a queue at one reading only is not a backlog"
+            assert await gate.poll() and not gate.is_open(), "a full engine's backlog at two readings is"
             engine.status = 500
             assert not await gate.poll() and "500" in gate.last_error
             page = gate.render().decode()

@@ -20,10 +20,11 @@ from exporter.tap.admission import WANTED, Admission, EngineReadError, read_engi
 from llmslo import conventions as C
 from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, SLO, reading, vllm_page
 
-FULL = 1.0  # the engine these pages describe is full: no free block
+FULL = 1.0  # the engine these pages describe is full: no free block, and a backlog
+BACKLOG = 5
 
 
-def page(usage: object = FULL, waiting: object = 0, blocks: object = BLOCKS, block_size: object = BLOCK_SIZE) -> str:
+def page(usage: object = FULL, waiting: object = BACKLOG, blocks: object = BLOCKS, block_size: object = BLOCK_SIZE) -> str:
     """vllm_page with any of its values replaced by text a page could carry."""
     text = vllm_page(0.123, 7)
     text = text.replace('model_name="m"} 0.123', f'model_name="m"}} {usage}')
@@ -66,10 +67,10 @@ def test_the_pages_are_otherwise_readable_and_full() -> None:
     """The same page with honest values: the engine is full and the gate closes (so the hostile values are
     what the test is about)."""
     r = read_engine(parse(page(), WANTED))
-    assert r.free_tokens == 0 and r.waiting == 0
+    assert r.free_tokens == 0 and r.waiting == BACKLOG
     gate = Admission("http://127.0.0.1:1", slo=SLO)
     gate.update(r)
-    # no free seat and nothing finishing: the predicted wait is unbounded, past the TTFT objective
+    # no free seat, a backlog and nothing finishing: the predicted wait is unbounded, past the TTFT objective
     assert not gate.is_open() and gate.refusal() == C.REFUSED_ADMISSION_TTFT
 
 

@@ -17,7 +17,7 @@ from exporter.tap.admission import Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
     FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, decode_overloaded,
-    drain_rate, finish_rate, itl_at, predicted_wait, rates_between, refusal,
+    drain_rate, finish_rate, itl_at, predicted_wait, queue_growing, rates_between, refusal,
 )
 from llmslo import conventions as C
 from tests.tap.test_admission import _chat, _post
@@ -49,20 +49,57 @@ def test_beyond_the_free_seats_a_request_waits_for_finishes() -> None:
     assert refusal(outlook(seats=2.5, admitted=4), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT  # 0.725 s
 
 
-def test_a_queue_the_engine_reports_puts_everything_admitted_since_behind_it() -> None:
-    o = outlook(seats=50, waiting=3, admitted=1)  # free KV, but the engine is not starting its queue
-    assert blocked(o) == 5 and predicted_wait(o) == pytest.approx(0.1 + 5 / 4.0)
+def test_a_queue_beyond_the_free_kv_puts_everything_admitted_since_behind_it() -> None:
+    o = outlook(seats=2, waiting=3, admitted=1)  # the KV starts 2 of the 5: 3 wait for finishes
+    assert blocked(o) == 3 and predicted_wait(o) == pytest.approx(0.1 + 3 / 4.0)
     assert refusal(o, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_a_queue_the_free_kv_holds_waits_for_prefill_not_for_finishes() -> None:
+    """Behind a burst at half load the finish rate is the arrival rate (1.75 a second in the bench), not what
+    the engine can start: taking the burst's queue as blocked behind finishes predicted 3 / 1.75 s and refused
+    16 % of a 0.5x-capacity bursty stream the engine served in time."""
+    half_load = replace(LEARNED, finish_rate=1.75, queue_s=0.05)
+    o = outlook(seats=20, waiting=2, admitted=0, rates=half_load)
+    assert blocked(o) == 0 and predicted_wait(o) == 0.0
+    assert refusal(o, INTERACTIVE) == ""
+
+
+def test_a_queue_that_keeps_growing_though_the_kv_is_free_is_refused_by_its_measured_queue_time() -> None:
+    """A prefill-bound overload: free KV, but the engine does not keep up with its queue."""
+    behind = replace(LEARNED, queue_s=0.6)
+    assert refusal(replace(outlook(seats=20, waiting=6, rates=behind), growing=True), INTERACTIVE) \
+        == C.REFUSED_ADMISSION_TTFT
+    assert predicted_wait(replace(outlook(seats=20, waiting=6, rates=behind), growing=True)) == pytest.approx(0.7)
+    keeping_up = replace(LEARNED, queue_s=0.1)
+    assert refusal(replace(outlook(seats=20, waiting=6, rates=keeping_up), growing=True), INTERACTIVE) == ""
+
+
+def test_a_queue_grows_only_when_it_rose_at_each_of_the_last_readings() -> None:
+    assert queue_growing([0, 2, 5, 9]) and queue_growing([1, 2, 3])
+    assert not queue_growing([0, 4, 2]), "a burst's queue shrinks after it arrives"
+    assert not queue_growing([0, 0, 4]) and not queue_growing([3, 5]) and not queue_growing([0.1, 0.2, 0.5])
 
 
 def test_nothing_learned_admits_unless_nothing_can_start_and_nothing_finishing_is_an_unbounded_wait() -> None:
     fresh = Rates()  # an engine that has not finished enough requests to learn from yet
     assert predicted_wait(outlook(seats=3, admitted=5, rates=fresh)) == 0.0, "no rate: no prediction past the seats"
-    assert predicted_wait(outlook(seats=0.5, rates=fresh)) == math.inf, "a full engine starts nothing"
-    assert predicted_wait(outlook(seats=30, waiting=2, rates=fresh)) == math.inf, "nor one with a backlog"
+    assert predicted_wait(outlook(seats=0.5, waiting=1, rates=fresh)) == math.inf, "a full engine's backlog"
+    assert predicted_wait(outlook(seats=2, waiting=2, rates=fresh)) == math.inf, "nor a backlog beyond its KV"
+    assert predicted_wait(outlook(seats=30, waiting=2, rates=fresh)) == 0.0, "a queue its KV holds starts"
     stuck = replace(LEARNED, finish_rate=0.0)
     assert predicted_wait(outlook(seats=0, rates=stuck)) == math.inf
     assert refusal(outlook(seats=0, rates=stuck), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_a_full_kv_before_anything_is_learned_is_no_reason_to_refuse() -> None:
+    """The bench's 0.5x-capacity bursty stream: the first seconds' bursts fill the KV (16 running, half a seat
+    free) before 8 requests have finished; the old gate predicted an infinite wait and refused a whole burst
+    that the engine served in time. Without a learned rate, only a backlog the engine reports is evidence."""
+    start_up = Rates(prefill_s=0.14, itl_s=0.019, running=16)
+    assert refusal(outlook(seats=0.48, rates=start_up), INTERACTIVE) == ""
+    assert refusal(outlook(seats=0.48, admitted=3, rates=start_up), INTERACTIVE) == ""
+    assert refusal(outlook(seats=0.48, waiting=2, rates=start_up), INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_a_class_without_a_ttft_objective_is_not_refused_for_its_wait() -> None:
@@ -195,12 +232,41 @@ def test_a_queue_seen_at_one_reading_only_is_not_a_backlog() -> None:
     gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
     for t in range(40):
         clock.now = t * 0.25
-        gate.update(engine(clock.now, 300_000, finished=100 + t))  # 4 finishes a second
-    gate.update(engine(clock.now, 300_000, waiting=8, finished=140))  # arrived between two engine steps
+        gate.update(engine(clock.now, 1000, finished=100 + t))  # 4 finishes a second, 2 seats of free KV
+    gate.update(engine(clock.now, 1000, waiting=8, finished=140))  # arrived between two engine steps
     assert gate.queue == 0 and not gate.decide(CHAT, SLO)
     clock.now += 0.25
-    gate.update(engine(clock.now, 300_000, waiting=8, finished=140))  # still there: a backlog, 9 / 4 s away
+    gate.update(engine(clock.now, 1000, waiting=8, finished=140))  # still there, beyond the KV: 7 / 4 s away
     assert gate.queue == 8 and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
+
+
+def test_a_transient_burst_at_half_load_is_admitted() -> None:
+    """The bench's 0.5x-capacity bursty stream: 1.75 finishes a second, plenty of free KV, a burst of 4 queued
+    at one reading and 2 at the next (the engine starting it over its prefill steps). The old gate took the 2
+    plus this request as blocked behind finishes at 1.75 a second (1.7 s) and refused."""
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    for t in range(120):
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, 9000, finished=100 + t * 7 // 16, running=2))
+    for waiting in (4, 2):
+        clock.now += 0.25
+        gate.update(engine(clock.now, 9000, waiting=waiting, finished=152, running=2))
+    assert gate.queue == 2 and not gate.growing
+    assert [gate.decide(CHAT, SLO) for _ in range(4)] == [""] * 4 and gate.refusals == 0
+
+
+def test_a_sustained_overload_is_still_refused() -> None:
+    """A full KV and a queue that grows at every reading: the requests behind it wait for finishes."""
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    for t in range(40):
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, 300_000, finished=100 + t, running=16))
+    for i, waiting in enumerate((3, 6, 9, 12)):
+        clock.now += 0.25
+        gate.update(engine(clock.now, 0, waiting=waiting, finished=140 + i, running=16))
+    assert gate.growing and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_first() -> None:
@@ -227,7 +293,7 @@ def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_fi
 
 
 def test_the_floors_are_overrides_off_by_default() -> None:
-    """A backlog of 5 on an engine finishing 40 requests a second is 0.15 s of wait: within the objective, so the
+    """A backlog of 5 on an engine finishing 40 requests a second is under 0.15 s of wait: within the objective, so the
     gate admits; the old defaults (--admission-max-queue 4, --admission-min-seats 1) refused it, and still do
     when the operator sets them."""
     def learned(**floors: float) -> Admission:
@@ -240,7 +306,8 @@ def test_the_floors_are_overrides_off_by_default() -> None:
 
     gate = learned()
     assert gate.queue == 5 and gate.rates.finish_rate == pytest.approx(40)
-    assert predicted_wait(gate.outlook()) == pytest.approx(6 / 40) and gate.decide(CHAT, SLO) == ""
+    assert predicted_wait(gate.outlook()) == pytest.approx((6 - gate.start_seats) / 40)  # 5 queued + 1, less the seats
+    assert gate.decide(CHAT, SLO) == ""
     assert learned(max_queue=4).decide(CHAT, SLO) == C.REFUSED_ADMISSION_QUEUE
     assert learned(min_seats=1).decide(CHAT, SLO) == C.REFUSED_ADMISSION_KV
 
