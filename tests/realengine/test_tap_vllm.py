@@ -598,10 +598,16 @@ async def burst(base: str, n: int, prompt_tokens: int, max_tokens: int, seed: in
 ADMISSION = ("--admission", "--admission-poll-interval", "0.25")
 
 
+# Objectives this engine meets for a burst of 16-token requests on any machine the tier runs on (a CI machine
+# read 5x slower than a workstation): below them is what "below capacity" means to an objective-based gate.
+BELOW_CAPACITY_OBJECTIVES = (5.0, 1.0)
+
+
 def test_below_capacity_the_gate_refuses_nothing(vllm, tap_factory):
-    """A burst of short requests the engine serves at once (16 seats running, KV for far more) is all admitted."""
+    """A burst of short requests the engine serves at once (16 seats running, KV for far more) within its
+    objectives is all admitted by the objective-based gate (no floors given)."""
     wait_idle(vllm)  # an earlier test's cut streams may still be finishing
-    tap = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "64")
+    tap = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "64", objectives=BELOW_CAPACITY_OBJECTIVES)
     # the engine's histograms see requests of this size; until then the gate's footprint is the p99 of every
     # request the engine served (earlier tests' 2,000-token ones), so one of these two may be refused
     warm = asyncio.run(burst(tap.url, 2, 6, 16, seed=1))
