@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.lora_pages import vllm_lora_page
 from bench.cycle_protocol import CycleWorker, close_stdin_process
+from bench.lora_pages import vllm_lora_page
 from bench.report import Row
 
 ROOT = Path(__file__).resolve().parent.parent

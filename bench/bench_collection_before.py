@@ -14,7 +14,15 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench.bench_collection import GPUS, NODE_ADAPTERS, NODE_ENGINES, measure_interleaved, node_urls, page_name, page_server
+from bench.bench_collection import (
+    GPUS,
+    NODE_ADAPTERS,
+    NODE_ENGINES,
+    measure_interleaved,
+    node_urls,
+    page_name,
+    page_server,
+)
 from bench.cycle_protocol import CycleWorker
 from bench.lora_pages import vllm_lora_page
 from bench.old_tree import old_tree

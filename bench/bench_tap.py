@@ -377,7 +377,7 @@ def added(runs: dict[str, PathRuns], name: str, attr: str) -> float:
     """The median over the rounds of (this path's figure - the direct path's in the same round):
     a round disturbed by a neighbour weighs no more than any other."""
     return statistics.median(
-        getattr(p, attr) - getattr(d, attr) for p, d in zip(runs[name].turns, runs["direct"].turns)
+        getattr(p, attr) - getattr(d, attr) for p, d in zip(runs[name].turns, runs["direct"].turns, strict=True)
     )
 
 

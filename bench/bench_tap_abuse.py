@@ -445,7 +445,7 @@ class ChunksResult:
 
     @property
     def rises(self) -> list[float]:
-        return [u - b for b, u in zip(self.base_p99s, self.up_p99s)]
+        return [u - b for b, u in zip(self.base_p99s, self.up_p99s, strict=True)]
 
     @property
     def added_p99(self) -> float:

@@ -101,7 +101,7 @@ def cases() -> list[Case]:
                 (30, "ShareGPT", "inf", tt, SAT_TTFT), (31, "decode-heavy 462/256", "inf", tt, SAT_TTFT),
                 (32, "prefill-heavy 462/16", "inf", tt, SAT_TTFT),
             ]
-        rows += [_blog(i, hw, w, r, m, v, g) for (i, w, r, m, g), v in zip(spec, _BLOG_VALUES[hw])]
+        rows += [_blog(i, hw, w, r, m, v, g) for (i, w, r, m, g), v in zip(spec, _BLOG_VALUES[hw], strict=True)]
     vidur = "Vidur A100 profile"
     rows += [
         Case("43", vidur, "8B A100, 32 layers' linear ops, 1 token", "linear_ms", 9.8, OTHER, preset="llama3-8b-a100",
@@ -182,7 +182,7 @@ def simulate_before(all_cases: list[Case], commit: str = BEFORE_COMMIT) -> list[
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results = json.loads(out.stdout)
-    return [r[c.metric] for c, r in zip(all_cases, results)]
+    return [r[c.metric] for c, r in zip(all_cases, results, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class Measured:
 def measure() -> list[Measured]:
     all_cases = cases()
     before = simulate_before(all_cases)
-    return [Measured(c, b, simulate_now(c)) for c, b in zip(all_cases, before)]
+    return [Measured(c, b, simulate_now(c)) for c, b in zip(all_cases, before, strict=True)]
 
 
 def abs_err(ratio: float) -> float:

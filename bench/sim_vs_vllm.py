@@ -216,7 +216,7 @@ async def _replay(url: str, items: list[Item], poll_s: float = 0.05) -> Result:
     after = await asyncio.to_thread(scrape, url)
     first, last = items[0].arrival, max(ends)
     window = [w for t, w in samples if first <= t <= last]
-    good = [(r, it) for (r, _), it in zip(results, items) if r is not None and r[2] == it.output_len]
+    good = [(r, it) for (r, _), it in zip(results, items, strict=True) if r is not None and r[2] == it.output_len]
     ttft = [r[0] for r, _ in good]
     tpot = [(r[1] - r[0]) / (r[2] - 1) for r, _ in good if r[2] > 1]
     return Result(ttft, tpot, statistics.fmean(window) if window else 0.0, int(max(window, default=0)),

@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from demo.procs import Child, Supervisor, free_port
-from llmslo.files import write_atomic
 from llmslo.durations import parse_prometheus_duration
-from slogen.durations import format_seconds
+from llmslo.files import write_atomic
 from slogen.artifacts.alertmanager import PAGE_RECEIVER
+from slogen.durations import format_seconds
 
 ALERTMANAGER_BINARIES = ("/usr/bin/prometheus-alertmanager", "alertmanager", "prometheus-alertmanager")
 RECEIVER_PREFIX = "llmslo-"  # generated receivers are llmslo-<route>

@@ -32,10 +32,16 @@ from pathlib import Path
 import aiohttp
 
 from demo import show
-from demo.alertmanager import (PAGE_ROUTE, build_config, find_binary, load_generated, start_alertmanager,
-                               write_config)
-from demo.incident import (Scenario, SloRef, describe, expected_fire_bound, fastest_page_tier,
-                           pipeline_lag_s, run_incident)
+from demo.alertmanager import PAGE_ROUTE, build_config, find_binary, load_generated, start_alertmanager, write_config
+from demo.incident import (
+    Scenario,
+    SloRef,
+    describe,
+    expected_fire_bound,
+    fastest_page_tier,
+    pipeline_lag_s,
+    run_incident,
+)
 from demo.procs import Child, Supervisor, free_port
 from demo.prometheus import EXPORTER_JOB, PROMETHEUS_BINARIES, PrometheusTimers
 from demo.stack import DEFAULT_ENGINES, EngineSpec, LocalStack, StackSettings

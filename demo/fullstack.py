@@ -24,8 +24,16 @@ from pathlib import Path
 
 from demo import show
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
-from demo.incident import (IncidentReport, LoadDriver, Scenario, expected_fire_bound, fastest_page_tier,
-                           find_ttft_slo, run_incident, sent_between)
+from demo.incident import (
+    IncidentReport,
+    LoadDriver,
+    Scenario,
+    expected_fire_bound,
+    fastest_page_tier,
+    find_ttft_slo,
+    run_incident,
+    sent_between,
+)
 from demo.procs import StartError
 from demo.stack import DEFAULT_SLOS, VLLM, VLLM_ENGINES, VLLM_FAULT, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C

@@ -27,7 +27,6 @@ from llmslo import sli_plugins as sp
 from simulator.stats import RequestRecord
 
 
-
 @dataclass(frozen=True)
 class SloRef:
     """Which generated alert an incident should trigger: the SLO's identity labels and its objective."""
@@ -111,7 +110,7 @@ class LoadDriver:
         if self._task is not None:
             await self._task
         results = await asyncio.gather(*(t for _, t in self._segments))
-        return LoadOutcome([(start, r) for (start, _), r in zip(self._segments, results)])
+        return LoadOutcome([(start, r) for (start, _), r in zip(self._segments, results, strict=True)])
 
     async def cancel(self) -> None:
         """Stop now (an error or Ctrl-C): cancel every request in flight."""

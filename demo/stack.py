@@ -510,7 +510,7 @@ class LoadResult:
         """Per request, whether the load generator itself judges it good under its class's thresholds."""
         inf = float("inf")
         return [r.good(o.ttft if o.ttft is not None else inf, o.tpot if o.tpot is not None else inf)
-                for r, o in zip(self.records, self.objectives)]
+                for r, o in zip(self.records, self.objectives, strict=True)]
 
     def good(self) -> int:
         return sum(self.good_flags())

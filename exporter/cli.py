@@ -32,8 +32,9 @@ EXIT_NOTHING_READ = 1
 
 def version_text() -> str:
     """`--version`: the llmslo version and the Python that runs it (llmslo_build_info's labels)."""
-    import llmslo
     import platform
+
+    import llmslo
 
     return f"{PROG} {llmslo.__version__} ({platform.python_implementation()} {platform.python_version()})"
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from llmslo import conventions as c
 from exporter import adapters, logs, procinfo, promtext
 from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
 from exporter.daemon_worker import DaemonWorker
@@ -50,6 +49,7 @@ from exporter.sources import (
     is_file_url,
 )
 from exporter.sources.file import FileReader
+from llmslo import conventions as c
 
 if TYPE_CHECKING:  # aiohttp costs about 0.1 s to import: only runs with an http(s) target pay it
     import aiohttp

@@ -19,7 +19,6 @@ from llmslo.problems import describe
 from llmslo.ranges import check as range_check
 from llmslo.suggest import closest
 
-
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
 ENGINE_KINDS = tuple(ADAPTERS)  # one per adapter, each named in llmslo.conventions (ENGINE_KINDS)
 AUTO_KIND = "auto"
@@ -468,7 +467,7 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         r.error("targets", "expected a list", "write `targets:` followed by `- kind: ...` items")
         targets_data = []
     targets = [_load_target(r, i, t, getattr(targets_data, "line", None)) for i, t in enumerate(targets_data)]
-    target_lines = tuple(getattr(data, "line", None) for data, t in zip(targets_data, targets) if t is not None)
+    target_lines = tuple(getattr(data, "line", None) for data, t in zip(targets_data, targets, strict=True) if t is not None)
     d = ExporterConfig()
     config = ExporterConfig(
         listen=r.get("listen", parse_listen, d.listen, f"write HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}"),

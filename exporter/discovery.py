@@ -39,9 +39,9 @@ import aiohttp
 from exporter import logs
 from exporter.config import KubernetesDiscovery, TargetConfig
 from exporter.model import NormSample
+from exporter.podtargets import REJECT_REASONS, Rejection, is_candidate, targets_for_pod
 from exporter.sources import PAGE_TOO_LARGE, FetchError, http_status_reason
 from exporter.sources.http import fetch_http
-from exporter.podtargets import REJECT_REASONS, Rejection, is_candidate, targets_for_pod
 from llmslo import conventions as c
 
 PAGE_LIMIT = 500

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable
 from itertools import chain
 
-from llmslo.conventions import LABEL_LE, MetricDef, by_name
 from exporter.model import NormSample
 from exporter.series import parse_le
+from llmslo.conventions import LABEL_LE, MetricDef, by_name
 from llmslo.gofloat import go_g
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from llmslo.conventions import ALL_METRICS, LABEL_ADAPTER
 from exporter.config import Limits
 from exporter.model import NormSample
 from exporter.series import group_units
+from llmslo.conventions import ALL_METRICS, LABEL_ADAPTER
 
 SERIES_LIMIT = "series_limit"
 LORA_ADAPTER_LIMIT = "lora_adapter_limit"

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Collection, Iterator, Set as AbstractSet
+from collections.abc import Callable, Collection, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from llmslo.conventions import FINISHED_REASONS, LABEL_LE, LABEL_REASON, REQUESTS_FINISHED
 from exporter.model import NormSample
+from llmslo.conventions import FINISHED_REASONS, LABEL_LE, LABEL_REASON, REQUESTS_FINISHED
 
 UnitKey = tuple[str, tuple[tuple[str, str], ...]]
 

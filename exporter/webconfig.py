@@ -33,8 +33,8 @@ import bcrypt
 import yaml
 
 from exporter.config import ConfigError
-from llmslo.problems import describe
 from llmslo.durations import parse_go_duration
+from llmslo.problems import describe
 
 CLIENT_AUTH_TYPES = {
     "NoClientCert": ssl.CERT_NONE,

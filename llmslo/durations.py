@@ -33,7 +33,7 @@ def parse_prometheus_duration(text: str) -> int:
     m = _PROM_RE.match(text)
     if not text or not m or not any(m.groups()):
         raise ValueError(f"not a Prometheus duration: {text!r} (expected e.g. 5m, 1h, 30d)")
-    return sum(int(g) * mult for g, (_, mult) in zip(m.groups(), _PROM_UNITS) if g)
+    return sum(int(g) * mult for g, (_, mult) in zip(m.groups(), _PROM_UNITS, strict=True) if g)
 
 
 def format_prometheus_duration(ms: int) -> str:

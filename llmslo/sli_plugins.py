@@ -49,8 +49,8 @@ from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared
 from llmslo.plugin_errors import PluginOptionError
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
-from llmslo.suggest import closest
 from llmslo.selectors import LABEL_NAME_RE, Matcher, parse_selector
+from llmslo.suggest import closest
 
 LATENCY = "llmslo/latency"
 GOODPUT = "llmslo/goodput"

@@ -9,6 +9,7 @@ import json
 import signal
 import sys
 
+from llmslo.files import write_atomic
 from simulator import cliargs, plan
 from simulator import limits as L
 from simulator.api import SimulatorServer, start
@@ -18,7 +19,6 @@ from simulator.presets import DEFAULT_DEPLOYMENT, DEPLOYMENTS
 from simulator.progress import Progress
 from simulator.stats import render_text
 from simulator.virtual import simulate
-from llmslo.files import write_atomic
 
 
 def _parser() -> argparse.ArgumentParser:

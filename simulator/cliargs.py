@@ -172,7 +172,7 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
         prompt, output, max_prompt, max_total = d.prompt_len, d.output_len, d.max_prompt_len, d.max_total_len
     else:
         p_len, p_sigma, o_len, o_sigma = (default if v is None else v for v, default in
-                                          zip(lengths, (PROMPT_LEN, PROMPT_SIGMA, OUTPUT_LEN, OUTPUT_SIGMA)))
+                                          zip(lengths, (PROMPT_LEN, PROMPT_SIGMA, OUTPUT_LEN, OUTPUT_SIGMA), strict=True))
         if p_len < 1 or o_len < 1 or p_sigma < 0 or o_sigma < 0:
             raise ValueError("workload: --prompt-len and --output-len must be >= 1, the sigmas >= 0")
         prompt = LengthDist(p_len, p_sigma, 1, max(p_len * 8, 16))

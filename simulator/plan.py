@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import GOODPUT as GOODPUT_PLUGIN
 from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
-from llmslo.ranges import ALLOW_KEY
 from llmslo.specfile import SpecFileError, discover, read_documents
 from simulator.config import EngineConfig
 from simulator.faults import FaultState
@@ -46,7 +46,6 @@ from simulator.limits import MAX_REQUESTS, START_RATE
 from simulator.request import FINISH_LENGTH, FINISH_STOP, Request
 from simulator.virtual import simulate
 from simulator.workload import WorkloadSpec
-
 
 
 @dataclass(frozen=True)
@@ -393,7 +392,7 @@ def result_dict(result: SeedsResult, target_rate: float | None) -> dict:
         "attainment_at_first_failing": _worst(result.at_failing),
         "seeds_meeting_at_first_failing": sum(p.passed for p in result.at_failing) if result.at_failing else None,
         "per_seed": [{"seed": seed, "max_rate": r.max_rate, "first_failing_rate": r.first_failing_rate}
-                     for seed, r in zip(result.seeds, result.per_seed)],
+                     for seed, r in zip(result.seeds, result.per_seed, strict=True)],
         "spread": {"min_max_rate": low, "max_max_rate": high},
         "target_rate": target_rate,
         "replicas": result.replicas(target_rate) if target_rate is not None else None,

@@ -142,7 +142,7 @@ class PromptIds(Sequence[int]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
             return NotImplemented
-        return len(other) == self._len and all(a == b for a, b in zip(self, other))
+        return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
 
     def __hash__(self) -> int:
         return hash(tuple(self))

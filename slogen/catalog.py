@@ -23,8 +23,7 @@ from slogen.links import placeholder_host
 from slogen.loaders import load_paths
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
-from slogen.rules import SLOResult, generate
-from slogen.rules import capacity, health
+from slogen.rules import SLOResult, capacity, generate, health
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions

@@ -17,23 +17,35 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slogen import VERSION_LABEL, __version__
 from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
+from llmslo.files import write_atomic
+from slogen import VERSION_LABEL, __version__
 from slogen.errors import SpecError, SpecErrors
 from slogen.generate import render_documents
-from slogen.rules import generate
-from slogen.rules.health import HealthOptions
-from slogen.rules.capacity import CapacityOptions
-from slogen.k8smeta import (DEFAULT_ALERTMANAGER_CONFIG, DEFAULT_DASHBOARD_FOLDER, DEFAULT_DASHBOARD_LABELS,
-                            DEFAULT_FOLDER_ANNOTATION, DEFAULT_PROVIDER_PATH, KubeOptions, ObjectMeta)
+from slogen.k8smeta import (
+    DEFAULT_ALERTMANAGER_CONFIG,
+    DEFAULT_DASHBOARD_FOLDER,
+    DEFAULT_DASHBOARD_LABELS,
+    DEFAULT_FOLDER_ANNOTATION,
+    DEFAULT_PROVIDER_PATH,
+    KubeOptions,
+    ObjectMeta,
+)
 from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
-from slogen.rules.alerts import RUNBOOK_PLACEHOLDERS, is_runbook_template
-from slogen.rules.options import (DEFAULT_PAGE_MIN_BAD_EVENTS, DEFAULT_RUNBOOK_BASE_URL, UNREACHABLE_FAIL,
-                                       UNREACHABLE_RESCALE, GenOptions)
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
 from slogen.loaders.windows import BUILTIN, merge
-from llmslo.files import write_atomic
+from slogen.rules import generate
+from slogen.rules.alerts import RUNBOOK_PLACEHOLDERS, is_runbook_template
+from slogen.rules.capacity import CapacityOptions
+from slogen.rules.health import HealthOptions
+from slogen.rules.options import (
+    DEFAULT_PAGE_MIN_BAD_EVENTS,
+    DEFAULT_RUNBOOK_BASE_URL,
+    UNREACHABLE_FAIL,
+    UNREACHABLE_RESCALE,
+    GenOptions,
+)
 from slogen.writers import rule_file
 
 

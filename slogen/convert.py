@@ -15,7 +15,8 @@ from llmslo.durations import format_prometheus_duration as dur
 from slogen.errors import SpecError, SpecErrors
 from slogen.loaders import load_paths
 from slogen.loaders.pyrra import API_VERSION
-from slogen.loaders.windows import API_VERSION as WINDOWS_API, KIND as WINDOWS_KIND
+from slogen.loaders.windows import API_VERSION as WINDOWS_API
+from slogen.loaders.windows import KIND as WINDOWS_KIND
 from slogen.model import SLO, AlertMeta, AlertWindow, AlertWindows, EventsSLI
 from slogen.yamlio import dump
 

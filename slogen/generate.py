@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from slogen.rules import generate
-from slogen.rules.options import GenOptions
 from slogen.loaders import load_paths
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.model import SLO
+from slogen.rules import generate
+from slogen.rules.options import GenOptions
 from slogen.writers import SLOTH_K8S_LABELS, header, prometheus_rule, rule_file
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmslo.sli_plugins import PluginParams
 from llmslo.durations import format_prometheus_duration
+from llmslo.sli_plugins import PluginParams
 from slogen.durations import hours
 
 # --------------------------------------------------------------------------------------

@@ -20,8 +20,13 @@ from pathlib import Path
 
 from llmslo.conventions import CAPACITY, HEALTH
 from llmslo.conventions import SLO as C
-from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, alertmanager_config, alertmanager_config_file,
-                                          alertmanager_config_object, alertmanager_file)
+from slogen.artifacts.alertmanager import (
+    ALERTMANAGER_FILE,
+    alertmanager_config,
+    alertmanager_config_file,
+    alertmanager_config_object,
+    alertmanager_file,
+)
 from slogen.artifacts.dashboards import iter_dashboard_files
 from slogen.artifacts.deploy import deploy_files
 from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, configmap_path, provider_file

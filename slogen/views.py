@@ -118,9 +118,9 @@ def _source(params: sp.PluginParams | None) -> str:
 def from_context(ctx) -> SLOView:
     """The view of one resolved SLO (`slogen.rules.options.SLOContext`)."""
     from llmslo.durations import format_prometheus_duration
+    from slogen.model import EventsSLI, RawSLI
     from slogen.rules.sli import windows as recorded_windows
     from slogen.rules.tiers import guard_windows, page_min_bad_events
-    from slogen.model import EventsSLI, RawSLI
 
     slo = ctx.slo
     sli = slo.sli

@@ -7,7 +7,6 @@ no timestamps, so two runs over the same inputs give byte-identical files.
 
 from __future__ import annotations
 
-
 from slogen import VERSION_LABEL
 from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.model import Rule, RuleGroup

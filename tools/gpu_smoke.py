@@ -116,7 +116,7 @@ def parse_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, float | st
         if len(cells) != len(fields):
             # A GPU name never holds a comma today; refuse rather than shift every column.
             raise ValueError(f"nvidia-smi row has {len(cells)} cells for {len(fields)} fields: {line!r}")
-        rows.append({f: (cell if f in ("uuid", "name", "pci.bus_id") else smi_value(cell)) for f, cell in zip(fields, cells)})
+        rows.append({f: (cell if f in ("uuid", "name", "pci.bus_id") else smi_value(cell)) for f, cell in zip(fields, cells, strict=True)})
     return rows
 
 

@@ -253,7 +253,7 @@ class Output:
             kept = tuple(s.labels.get(k, "") for k in keep)
             hist = series.get((model, kept))
             if hist is None:
-                hist = series[(model, kept)] = self._histogram(metric, model, dict(zip(keep, kept)))
+                hist = series[(model, kept)] = self._histogram(metric, model, dict(zip(keep, kept, strict=True)))
             if suffix == "_bucket":
                 hist.buckets[edge] = hist.buckets.get(edge, 0.0) + float(s.value)
             elif suffix == "_sum":

@@ -15,7 +15,6 @@ answer, so it is also an `error` in llm_requests_finished_total (vLLM counts it 
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 
 from exporter.adapters.base import (
@@ -127,7 +126,7 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
         out.put(c.KV_CACHE_USAGE, ratio, model)
         if known and len(known) == len(engines):
             out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
-            free = (0 if off else _whole(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model]))
+            free = (0 if off else _whole(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model], strict=True))
             out.put(c.KV_BLOCKS_FREE, float(sum(free)), model)
 
 

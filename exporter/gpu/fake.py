@@ -188,7 +188,7 @@ class FakeProvider:
 
     def _mig(self, gpu: _FakeGpu) -> tuple[MigReading, ...]:
         readings = []
-        for info, (gi, _, size) in zip(gpu.mig, MIG_LAYOUT):
+        for info, (gi, _, size) in zip(gpu.mig, MIG_LAYOUT, strict=False):  # a GPU out of MIG mode has none
             used = _process_bytes(size) + CONTEXT_BYTES
             # NVML reports no reserved bytes per MIG instance: that field stays None, as on hardware.
             memory = MemoryReading(total_bytes=size, used_bytes=used, free_bytes=size - used)

@@ -61,8 +61,19 @@ from exporter.tap import seats
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
 from exporter.tap.predict import (
-    DECODE_MEMORY_S, DEFAULT_SHED_MARGIN, FINISH_WINDOW_S, RATE_WINDOW_S, Counters, Outlook, Policy, Rates,
-    drain_rate, finish_rate, predicted_wait, queue_growing, rates_between,
+    DECODE_MEMORY_S,
+    DEFAULT_SHED_MARGIN,
+    FINISH_WINDOW_S,
+    RATE_WINDOW_S,
+    Counters,
+    Outlook,
+    Policy,
+    Rates,
+    drain_rate,
+    finish_rate,
+    predicted_wait,
+    queue_growing,
+    rates_between,
 )
 from exporter.tap.predict import refusal as predicted_refusal
 from llmslo import conventions as C
@@ -181,7 +192,7 @@ def _histogram(per_model: dict[str, dict[float, float]]) -> tuple[Buckets, str]:
     for model, buckets in per_model.items():
         ladder = sorted(buckets.items())
         counts = [n for _, n in ladder]
-        if not all(math.isfinite(n) and n >= 0 for n in counts) or any(b < a for a, b in zip(counts, counts[1:])) \
+        if not all(math.isfinite(n) and n >= 0 for n in counts) or any(b < a for a, b in zip(counts, counts[1:], strict=False)) \
                 or not ladder or ladder[-1][0] != math.inf or any(math.isnan(le) for le, _ in ladder):
             return (), f"model {model!r}: buckets not cumulative, finite and ending at +Inf"
         for le, n in ladder:
@@ -238,7 +249,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
 def _delta(now: Buckets, then: Buckets) -> Buckets:
     if not then or [le for le, _ in now] != [le for le, _ in then]:
         return now
-    return tuple((le, max(0.0, a - b)) for (le, a), (_, b) in zip(now, then))
+    return tuple((le, max(0.0, a - b)) for (le, a), (_, b) in zip(now, then, strict=True))
 
 
 quantile = histogram_quantile  # the admission tests' name for it

@@ -28,7 +28,6 @@ from exporter.tap.options import add_arguments
 from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
 
-
 DESCRIPTION = (
     "Relay an OpenAI-compatible engine unchanged while timing every completion (TTFT, TPOT, E2E) "
     "and counting goodput per SLO class; the tap's metrics are served on --metrics-listen."

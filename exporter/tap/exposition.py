@@ -26,10 +26,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from llmslo.gofloat import client_float
-
 from exporter.tap.metrics import HISTOGRAMS, Series, TapMetrics, le_label
 from llmslo import conventions as C
+from llmslo.gofloat import client_float
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SLICE_S = 0.0003  # rendering work between two turns of the event loop
@@ -82,10 +81,10 @@ class PageRenderer:
             ]
         parts: list[bytes] = []
         if s.histograms:
-            for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails):
+            for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails, strict=True):
                 bucket = f"{d.name}_bucket{{{labels}"
                 lines, total = [], 0
-                for tail, n in zip(tails, h.counts):
+                for tail, n in zip(tails, h.counts, strict=True):
                     total += n
                     lines.append(f"{bucket}{tail}{total}\n")
                 lines.append(f"{d.name}_sum{{{labels}}} {client_float(h.sum)}\n{d.name}_count{{{labels}}} {h.count}\n")

@@ -13,9 +13,8 @@ and each refusal says why, since the tap answers it with a 400 the client can re
 
 from __future__ import annotations
 
-import json
-
 import enum
+import json
 from dataclasses import dataclass
 
 MAX_HEAD_BYTES = 64 * 1024

@@ -22,13 +22,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from llmslo.gofloat import client_float
 
 from exporter.tap.classes import SloConfig
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
 from llmslo.bucket_edges import TAP_LATENCY_LADDER, TAP_TPOT_LADDER
+from llmslo.gofloat import client_float
 
 # Seconds; defined in llmslo/bucket_edges.py, which slogen's generated dashboard tests read too.
 LATENCY_LADDER, TPOT_LADDER = TAP_LATENCY_LADDER, TAP_TPOT_LADDER
@@ -277,13 +277,13 @@ class _Collector:
         self.m.prime()
         late = self.m.in_flight_late()
         series = list(self.m.series.values())
-        for (d, _), i in zip(HISTOGRAMS, range(len(HISTOGRAMS))):
+        for i, (d, _) in enumerate(HISTOGRAMS):
             fam = HistogramMetricFamily(d.name, d.help, labels=d.labels)
             for s in series:
                 if s.histograms:
                     h = s.histograms[i]
                     les = [le_label(e) for e in h.edges] + ["+Inf"]
-                    fam.add_metric([s.model, s.slo_class], list(zip(les, h.cumulative())), h.sum)
+                    fam.add_metric([s.model, s.slo_class], list(zip(les, h.cumulative(), strict=True)), h.sum)
             yield fam
         yield self._counter(C.TAP_REQUESTS, ((s, (o,), n) for s in series for o, n in s.requests.items()))
         yield self._counter(C.GOODPUT_REQUESTS, ((s, (), s.goodput) for s in series if s.histograms))

@@ -36,9 +36,8 @@ from collections.abc import Iterator
 import aiohttp
 
 from exporter.logs import TAP_LOGGER, event
-from exporter.tap.classes import SloConfig
 from exporter.tap.background import cancel_and_wait
-
+from exporter.tap.classes import SloConfig
 
 MAX_LABEL_CHARS = 200  # longer names are never label values, even when a glob matches
 # 30 s: /v1/models is a cheap call for the engine, and a LoRA adapter loaded at run time is counted

@@ -164,7 +164,7 @@ def queue_growing(waiting: Sequence[float]) -> bool:
     """The queue at the last GROWTH_READINGS readings (oldest first) rose at each: a queue the engine is not
     keeping up with (a burst's queue shrinks after it arrives)."""
     last = list(waiting[-GROWTH_READINGS:])
-    return len(last) == GROWTH_READINGS and last[-1] >= 1 and all(b > a for a, b in zip(last, last[1:]))
+    return len(last) == GROWTH_READINGS and last[-1] >= 1 and all(b > a for a, b in zip(last, last[1:], strict=False))
 
 
 def blocked(o: Outlook) -> float:

@@ -16,9 +16,13 @@ import re
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap.sse import EventTooLarge, SseSplitter
 from exporter.tap.timing import (
-    RequestTiming, carries_output, completion_tokens, has_finish_reason, is_usage_only, prompt_tokens,
+    RequestTiming,
+    carries_output,
+    completion_tokens,
+    has_finish_reason,
+    is_usage_only,
+    prompt_tokens,
 )
-
 
 MAX_PARSED_RESPONSE_BYTES = 8 * 1024 * 1024  # a non-streamed body larger than this is not kept whole to parse
 TAIL_BYTES = 64 * 1024  # of a larger body, what is kept to find its usage (engines write it last)

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from exporter.logs import TAP_LOGGER, event
+from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import SloConfig, SloConfigError, describe_changes, expand_paths, load_slo_config
 from exporter.tap.deadlines import DeadlineError
-from exporter.tap.background import cancel_and_wait
 from llmslo.confighash import config_hash
 
 DEFAULT_INTERVAL_S = 5.0

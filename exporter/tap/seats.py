@@ -62,7 +62,7 @@ class Distribution:
         values = tuple(sorted(merged))
         weights = tuple(merged[v] for v in values)
         count, total = [0.0], [0.0]
-        for v, w in zip(reversed(values), reversed(weights)):
+        for v, w in zip(reversed(values), reversed(weights), strict=True):
             count.append(count[-1] + w)
             total.append(total[-1] + v * w)
         return cls(values, weights, tuple(reversed(count)), tuple(reversed(total)))

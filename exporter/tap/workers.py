@@ -37,7 +37,6 @@ from exporter.tap.options import add_arguments
 from llmslo import conventions as C
 from llmslo.gofloat import client_float
 
-
 START_TIMEOUT_S = 20.0
 RESTART_DELAY_S = 1.0
 
@@ -218,13 +217,13 @@ class Parent:
 
     async def metrics(self, _: web.Request) -> web.Response:
         texts = await asyncio.gather(*(self._scrape(w) for w in self.workers), return_exceptions=True)
-        for w, t in zip(self.workers, texts):
+        for w, t in zip(self.workers, texts, strict=True):
             if isinstance(t, BaseException):
                 event("tap_worker_scrape_failed", logging.WARNING, logger=TAP_LOGGER, worker=w.index,
                       error=type(t).__name__)
             else:
                 w.last_page = t
-        live = [(str(w.index), t) for w, t in zip(self.workers, texts) if isinstance(t, str)]
+        live = [(str(w.index), t) for w, t in zip(self.workers, texts, strict=True) if isinstance(t, str)]
         body = merge_expositions([self.retired, *(t for _, t in live)], [None, *(i for i, _ in live)])
         return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

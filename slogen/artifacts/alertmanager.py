@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from llmslo.conventions import LABEL_ALERTNAME, LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
+from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
-from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.writers import GENERATED_MARKER, K8S_LABELS
 from slogen.yamlio import dump
 

@@ -15,13 +15,18 @@ from grafanalib import core as g
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
-from slogen.artifacts import grafana as gf
 from slogen import promql as q
+from slogen.artifacts import grafana as gf
+from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
 from slogen.panels import ENGINE_BY, LATE_TITLE, POOL_BY, QUANTILES
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
-from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
 from slogen.views import (
-    SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView, window_seconds,
+    SLI_AVAILABILITY,
+    SLI_GOODPUT,
+    SLI_KV_HEADROOM,
+    SLI_LATENCY,
+    SLOView,
+    window_seconds,
 )
 
 TAGS = ["llmslo"]

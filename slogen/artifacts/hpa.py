@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from slogen.autoscaling import Pool
 from slogen.artifacts.keda import HEADER, MANAGED_LABELS, Signal, behavior, render, signals
+from slogen.autoscaling import Pool
 from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.views import SLOView
 

@@ -26,10 +26,10 @@ from typing import Any
 import yaml
 
 from llmslo import conventions as c
-from slogen.autoscaling import AutoscalingError, Pool, ScalePolicy
-from slogen.k8smeta import NO_META, ObjectMeta
 from slogen import promql as q
+from slogen.autoscaling import AutoscalingError, Pool, ScalePolicy
 from slogen.errors import SpecError
+from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.views import SLI_LATENCY, SLOView
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"

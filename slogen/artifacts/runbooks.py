@@ -17,13 +17,22 @@ import jinja2
 
 from llmslo import conventions as c
 from slogen import promql as q
-from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.artifacts.dashboards import goodput_ratio
 from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
+from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.views import (
-    ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, AlertView, SLOView, window_seconds,
+    ALERT_BUCKET_EDGE,
+    ALERT_BURN,
+    ALERT_NO_DATA,
+    SLI_AVAILABILITY,
+    SLI_GOODPUT,
+    SLI_KV_HEADROOM,
+    SLI_LATENCY,
+    AlertView,
+    SLOView,
+    window_seconds,
 )
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"

@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmslo.sli_plugins import GoodputParams, same_class
+from llmslo.specfile import SpecFileError, read_documents
+from llmslo.specfile import discover as discover
+from llmslo.suggest import closest
 from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import VERSION as AUTOSCALING_VERSION
 from slogen.errors import SpecError, SpecErrors
 from slogen.loaders import k8s, openslo, pyrra, sloth, windows
 from slogen.loaders.common import Reporter
 from slogen.model import SLO, AlertWindows
-from llmslo.sli_plugins import GoodputParams, same_class
-from llmslo.specfile import SpecFileError, read_documents
-from llmslo.specfile import discover as discover
-from llmslo.suggest import closest
 
 
 @dataclass

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmslo.conventions import SLO as C
-from slogen.errors import SpecError
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
 from llmslo.specfile import LineDict
 from llmslo.suggest import closest
+from slogen.errors import SpecError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]$")
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

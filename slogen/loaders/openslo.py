@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from llmslo.durations import DAY, parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
-from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RatioSLI, RawSLI
+from slogen.model import SLI, SLO, Alerting, AlertMeta, EventsSLI, Origin, RatioSLI, RawSLI
 
 V1ALPHA = "openslo/v1alpha"
 V1 = "openslo/v1"

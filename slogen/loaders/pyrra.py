@@ -24,7 +24,7 @@ from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.loaders.sloth import ALERT_NAME_RE
 from slogen.loaders.windows import pyrra as pyrra_windows
-from slogen.model import SLI, SLO, AlertMeta, Alerting, AlertWindows, EventsSLI, Origin
+from slogen.model import SLI, SLO, Alerting, AlertMeta, AlertWindows, EventsSLI, Origin
 
 API_VERSION = "pyrra.dev/v1alpha1"
 KIND = "ServiceLevelObjective"

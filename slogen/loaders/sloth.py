@@ -14,17 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slogen import plugins
-from slogen.plugins.contract import PluginError, SLIPluginRequest
-from slogen.plugins.sloth_contrib import UNSUPPORTED as UNSUPPORTED_SLO_PLUGINS
 from llmslo.durations import format_prometheus_duration, parse_prometheus_duration
 from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import OPTIONS as PLUGIN_OPTIONS
+from llmslo.suggest import closest
+from slogen import plugins
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
 from slogen.loaders.sloth_common import events_equivalent
-from llmslo.suggest import closest
-from slogen.model import SLI, SLO, AlertMeta, Alerting, EventsSLI, Origin, RawSLI, SLOPluginRef
+from slogen.model import SLI, SLO, Alerting, AlertMeta, EventsSLI, Origin, RawSLI, SLOPluginRef
+from slogen.plugins.contract import PluginError, SLIPluginRequest
+from slogen.plugins.sloth_contrib import UNSUPPORTED as UNSUPPORTED_SLO_PLUGINS
 
 ALERT_NAME_RE = __import__("re").compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 

@@ -11,7 +11,6 @@ from typing import Any, Callable, Protocol
 from llmslo.plugin_errors import PluginOptionError
 from slogen.model import SLI, SLO, SLORules
 
-
 # A plugin rejected its options; `option` names the offending one, `fix` what to write. The llmslo/*
 # contract's error, so slogen's loader reports the contract's refusals and any plugin's alike.
 PluginError = PluginOptionError

@@ -23,8 +23,18 @@ from llmslo.bucket_edges import edge_text
 from llmslo.globs import glob_regex
 from llmslo.selectors import parse_selector
 from llmslo.sli_plugins import (
-    AVAILABILITY, GOODPUT, KV_HEADROOM, LATENCY, SOURCE_ENGINE, SOURCE_TAP, TAP_OUTCOMES,
-    AvailabilityParams, GoodputParams, KvHeadroomParams, LatencyParams, Selection,
+    AVAILABILITY,
+    GOODPUT,
+    KV_HEADROOM,
+    LATENCY,
+    SOURCE_ENGINE,
+    SOURCE_TAP,
+    TAP_OUTCOMES,
+    AvailabilityParams,
+    GoodputParams,
+    KvHeadroomParams,
+    LatencyParams,
+    Selection,
 )
 from slogen import promql
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture

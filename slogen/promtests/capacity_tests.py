@@ -27,11 +27,12 @@ import math
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.durations import MINUTE
-from slogen.rules.capacity import EXHAUSTION_LEAD, CapacityOptions
-from slogen.rules.health import HealthAlert
-from slogen.promtests.health_tests import CLUSTER, STEP, alert_check as _check
 from llmslo.gofloat import go_g
 from slogen.gofmt import label_filter
+from slogen.promtests.health_tests import CLUSTER, STEP
+from slogen.promtests.health_tests import alert_check as _check
+from slogen.rules.capacity import EXHAUSTION_LEAD, CapacityOptions
+from slogen.rules.health import HealthAlert
 
 BLOCK = 16
 SEAT_BLOCKS = 128  # 2048 tokens of p99 footprint / 16 tokens per block

@@ -20,11 +20,11 @@ from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.gofloat import client_float
 from slogen import panels as d
-from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, slo_dashboard_path
-from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 from slogen.errors import SpecError, SpecErrors
 from slogen.gofmt import label_filter
+from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.promtests import fleet_scenario as fs
+from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 
 TEST_FILE = DASHBOARD_TESTS_FILE
 MONTH_MIN = 1440  # the month test evaluates 1d into January 1970 (promtool's clock starts at 0)
@@ -286,7 +286,7 @@ def _targets(dashboard: dict):
 def _cumulative(samples: list[Sample]) -> bool:
     """Whether a heatmap's `le` buckets rise with `le`: Grafana draws the differences of neighbours as cells."""
     values = [v for _, v in sorted(samples, key=lambda s: float(s[0].get(c.LABEL_LE, "nan")))]
-    return all(a <= b for a, b in zip(values, values[1:]))
+    return all(a <= b for a, b in zip(values, values[1:], strict=False))
 
 
 def dashboard_tests(slos: Sequence[SLOView], files: Mapping[str, str]) -> dict:

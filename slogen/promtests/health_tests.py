@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from llmslo.durations import MINUTE
-from slogen.rules.alerts import rendered
-from slogen.rules.health import HealthAlert, HealthOptions
 from llmslo.gofloat import go_g
 from slogen.gofmt import label_filter
+from slogen.rules.alerts import rendered
+from slogen.rules.health import HealthAlert, HealthOptions
 
 STEP = "1m"
 CLUSTER = "east"  # a federation-style label the alerts must pass through

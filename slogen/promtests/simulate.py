@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from slogen.model import Tier
 from slogen.rules.alerts import low_traffic_tier
 from slogen.rules.options import SLOContext
 from slogen.rules.sli import windows as sli_windows
 from slogen.rules.tiers import held_windows, page_min_bad_events
-from slogen.model import Tier
 
 ROBUST_MARGIN = 0.05  # a checkpoint is robust when no deciding ratio is within 5% of its threshold
 ROBUST_EVENTS = 0.25  # ... and no guard's count of bad events within a quarter event of its N - 0.5
@@ -96,7 +96,7 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
     window = _window_counts(bad, gauge, traffic)
 
     # Base-window rates at every step, and their prefix sums for derived windows.
-    base_e, base_t = zip(*(window(k, m) for k in range(n))) if n else ((), ())
+    base_e, base_t = zip(*(window(k, m) for k in range(n)), strict=True) if n else ((), ())
     PE, PT = _cumsum(list(base_e)), _cumsum(list(base_t))
 
     def ratio(k: int, w: int) -> float | None:
@@ -150,7 +150,7 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
             if firing:
                 robust = all(mg >= ROBUST_MARGIN for mg in margins)
             else:
-                robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins))
+                robust = any(r is None or (r < thr and mg >= ROBUST_MARGIN) for r, mg in zip(rs, margins, strict=True))
             if not (need and t.severity == "page"):
                 states[t.name].append(TierState(firing, robust))
                 continue

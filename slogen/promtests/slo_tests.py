@@ -31,16 +31,24 @@ from dataclasses import dataclass, replace
 
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
-from slogen.rules import SLOResult
-from slogen.rules.alerts import (kept_labels, low_traffic_tier, rendered, no_data_alert_name, no_data_lookback,
-                                     no_data_scope, no_data_selectors, sli_by)
-from slogen.rules.bucket_alerts import bucket_edge_tests
-from slogen.promtests.simulate import Simulation, simulate
-from slogen.rules.tiers import page_min_bad_events
 from llmslo.gofloat import go_g
-from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from llmslo.selectors import parse_selector
+from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from slogen.plugins.contract import PluginError
+from slogen.promtests.simulate import Simulation, simulate
+from slogen.rules import SLOResult
+from slogen.rules.alerts import (
+    kept_labels,
+    low_traffic_tier,
+    no_data_alert_name,
+    no_data_lookback,
+    no_data_scope,
+    no_data_selectors,
+    rendered,
+    sli_by,
+)
+from slogen.rules.bucket_alerts import bucket_edge_tests
+from slogen.rules.tiers import page_min_bad_events
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 LOW_TRAFFIC_PER_HOUR = 6  # requests an hour in the low-traffic scenarios: one every 10 minutes
@@ -277,7 +285,7 @@ def _hang_scenarios(ctx, tiers: list[Tier], fixtures: tuple[SeriesFixture, ...],
              f"traffic, every request ending as {incidents[0]}")
     names = [_named_page_quick(first, sim, tiers, ctx, history, step, False)]
     names += [f"the same hang, every request ending as {incident}" for incident in incidents[1:]]
-    return [Scenario(f"hang-{incident}", name, list(bad), sim, incident) for incident, name in zip(incidents, names)]
+    return [Scenario(f"hang-{incident}", name, list(bad), sim, incident) for incident, name in zip(incidents, names, strict=True)]
 
 
 def _run(ctx, tiers: list[Tier], step: int, gauge: bool, *, history: int, level: float, max_burn: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slogen import plugins
+from slogen.model import SLO, RuleGroup, SLORules
 from slogen.plugins.contract import PluginError, SLOPlugin
 from slogen.rules.alerts import alert_rules
 from slogen.rules.bucket_alerts import bucket_edge_groups
@@ -18,7 +19,6 @@ from slogen.rules.metadata import meta_rules
 from slogen.rules.options import GenOptions, SLOContext
 from slogen.rules.sli import sli_rules
 from slogen.rules.tiers import resolve
-from slogen.model import SLO, RuleGroup, SLORules
 
 EXTRA_GROUP_PREFIX = "sloth-slo-extra-rules-"
 

@@ -22,13 +22,13 @@ from urllib.parse import quote
 from llmslo.conventions import LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
-from slogen import promql
-from slogen.rules.options import SLOContext, dec
-from slogen.links import dashboard_url, slo_dashboard_uid
-from slogen.rules.tiers import held_windows, page_min_bad_events
 from llmslo.gofloat import go_g
+from slogen import promql
 from slogen.gofmt import label_filter
+from slogen.links import dashboard_url, slo_dashboard_uid
 from slogen.model import AlertMeta, EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup, Tier
+from slogen.rules.options import SLOContext, dec
+from slogen.rules.tiers import held_windows, page_min_bad_events
 
 GROUP_PREFIX = "sloth-slo-alerts-"
 RUNBOOK_DIR = "docs/runbooks"

@@ -34,14 +34,14 @@ from __future__ import annotations
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.conventions import SLO as C
+from llmslo.durations import format_prometheus_duration
 from llmslo.engine_thresholds import engine_kinds
 from llmslo.sli_plugins import LatencyParams
-from llmslo.durations import format_prometheus_duration
 from slogen import promql
-from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
-from slogen.rules.options import SLOContext
 from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_latency_selectors, le_label
+from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
+from slogen.rules.options import SLOContext
 
 GROUP_PREFIX = "llmslo-bucket-edges-"
 ALERT_SUFFIX = "ThresholdNotABucketEdge"

@@ -38,13 +38,12 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.durations import MINUTE, format_prometheus_duration
-from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
-from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
-from slogen.rules.alerts import literal
 from llmslo.gofloat import go_g
 from slogen import promql
+from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.model import Rule, RuleGroup
-
+from slogen.rules.alerts import literal
+from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
 
 EXHAUSTION_LEAD = 5 * MINUTE  # the page fires at least this long before a steadily filling pool runs out
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from llmslo.durations import MINUTE, format_prometheus_duration
-from slogen.rules.alerts import SEVERITY, literal, runbook_url
-from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from llmslo.gofloat import go_g
 from slogen import promql
+from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.model import Rule, RuleGroup
+from slogen.rules.alerts import SEVERITY, literal, runbook_url
 
 CRITICAL = SEVERITY["page"]
 WARNING = SEVERITY["ticket"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
-from slogen.durations import hours
-from slogen.rules.options import SLOContext, dec
 from llmslo.gofloat import go_f, go_g
+from slogen.durations import hours
 from slogen.gofmt import label_filter
 from slogen.model import Rule, RuleGroup
+from slogen.rules.options import SLOContext, dec
 
 GROUP_PREFIX = "sloth-slo-meta-recordings-"
 

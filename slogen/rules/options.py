@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Mapping
 
-from slogen import VERSION_LABEL
 from llmslo.durations import DAY
-from slogen.loaders.windows import BUILTIN
+from slogen import VERSION_LABEL
 from slogen.links import DEFAULT_GRAFANA_URL
+from slogen.loaders.windows import BUILTIN
 from slogen.model import SLO, AlertWindows, Tier
 
 DEFAULT_RUNBOOK_BASE_URL = "https://runbooks.example.com/llmslo"

@@ -23,11 +23,11 @@ from __future__ import annotations
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
 from slogen import promql
-from slogen.rules.options import SLOContext
-from slogen.rules.tiers import guard_windows, held_windows
 from slogen.gofmt import label_filter
 from slogen.loaders.common import WINDOW_TPL_RE
 from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup
+from slogen.rules.options import SLOContext
+from slogen.rules.tiers import guard_windows, held_windows
 
 GROUP_PREFIX = "sloth-slo-sli-recordings-"
 OPENSLO_RATIO_TPL = "\n  1 - (\n    (\n      {good}\n    )\n    /\n    (\n      {total}\n    )\n  )\n"

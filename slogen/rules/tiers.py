@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from llmslo.durations import DAY, format_prometheus_duration
 from slogen.errors import SpecError
-from slogen.rules.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 from slogen.model import SLO, EventsSLI, RawSLI, Tier
+from slogen.rules.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 
 
 def resolve(slo: SLO, opts: GenOptions) -> SLOContext:

@@ -14,13 +14,14 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.build import BuildOptions, build as slogen_build
-from slogen.steps import STEPS, pairs
-from slogen.paths import prometheus_rule_path
 from slogen.artifacts.deploy import CONFIG_HASH_ANNOTATION, KUSTOMIZATION, TAP_SLO_CONFIG
-from tests.helpers.dashboards import iter_queries
 from slogen.artifacts.keda import OUTPUT as KEDA_OUTPUT
+from slogen.build import BuildOptions
+from slogen.build import build as slogen_build
+from slogen.paths import prometheus_rule_path
 from slogen.rules.options import GenOptions
+from slogen.steps import STEPS, pairs
+from tests.helpers.dashboards import iter_queries
 from tests.helpers.promql_names import metric_names
 
 BASE_URL = "https://git.example.com/llm/blob/main"

@@ -16,14 +16,14 @@ import yaml
 from llmslo import conventions as c
 from slogen import promql as q
 from slogen.artifacts import dashboards as d
-from slogen.panels import LATE_TITLE
-from slogen.views import from_context
 from slogen.errors import SpecErrors
 from slogen.loaders import load_paths
+from slogen.panels import LATE_TITLE
 from slogen.promtests import dashboards as pt
 from slogen.promtests import fleet_scenario as fs
 from slogen.rules import generate
 from slogen.rules.options import GenOptions
+from slogen.views import from_context
 from slogen.yamlio import dump
 from tests.helpers.dashboards import iter_queries
 

@@ -9,8 +9,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from slogen.autoscaling import load_text
 from slogen.artifacts import hpa, keda
+from slogen.autoscaling import load_text
 from tests.artifacts.test_keda import SPEC
 
 K8S_VERSIONS = ("1.30", kubernetes_validate.utils.latest_version())
@@ -69,7 +69,7 @@ def test_every_hpa_metric_is_served_by_one_adapter_rule_with_kedas_query_and_tar
 
 def test_behaviour_matches_keda_and_the_minimum_is_at_least_one(generated):
     hpas, _, scaled = generated
-    for h, s in zip(hpas, scaled):
+    for h, s in zip(hpas, scaled, strict=True):
         assert h["spec"]["behavior"] == s["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
         assert h["spec"]["maxReplicas"] == s["spec"]["maxReplicaCount"]
         assert h["spec"]["minReplicas"] == max(1, s["spec"]["minReplicaCount"])

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
-from slogen.autoscaling import AutoscalingError, load_paths, load_text
 from slogen.artifacts import keda
+from slogen.autoscaling import AutoscalingError, load_paths, load_text
 from tests.helpers.promql_names import metric_names
 from tests.helpers.specs import one_pool
 

@@ -19,7 +19,13 @@ from slogen.artifacts.alertmanager import alertmanager_config_object
 from slogen.artifacts.grafana_provisioning import dashboard_configmap
 from slogen.cli import main
 from slogen.errors import SpecErrors
-from slogen.k8smeta import MAX_CONFIGMAP_BYTES, KubeOptions, label_value_problem, qualified_name_problem, subdomain_problem
+from slogen.k8smeta import (
+    MAX_CONFIGMAP_BYTES,
+    KubeOptions,
+    label_value_problem,
+    qualified_name_problem,
+    subdomain_problem,
+)
 
 from .conftest import ROOT, k8s
 
@@ -238,7 +244,7 @@ def test_alertmanager_config_is_the_same_routing_and_validates(labelled):
             assert crd.get(camel) == am.get(snake)
         assert _from_crd(crd.get("matchers", [])) == am.get("matchers", [])
         assert len(crd.get("routes", [])) == len(am.get("routes", []))
-        for c, a in zip(crd.get("routes", []), am.get("routes", [])):
+        for c, a in zip(crd.get("routes", []), am.get("routes", []), strict=True):
             same(c, a)
 
     same(obj["spec"]["route"], plain["route"])

@@ -10,8 +10,8 @@ import yaml
 
 from llmslo import conventions as c
 from slogen.artifacts import runbooks as rb
-from tests.helpers.promql_names import metric_names
 from slogen.views import AlertView
+from tests.helpers.promql_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["Meaning", "Impact", "Diagnosis", "Mitigation"]
@@ -141,8 +141,8 @@ def test_rendering_is_deterministic(files, sample_alerts):
 
 @pytest.fixture
 def health_files() -> dict[str, str]:
-    from slogen.views import health_alert_views
     from slogen.rules import health
+    from slogen.views import health_alert_views
 
     alerts = health.health_alerts(health.HealthOptions(), "https://runbooks.example.com")
     return rb.runbook_files(health_alert_views(alerts))

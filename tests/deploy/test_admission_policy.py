@@ -206,7 +206,7 @@ def test_pod_matrix(policies, example_pod, case: Case, overlay: str):
     decision = policies[overlay].admit(request)
     assert decision.allowed is case.allowed, decision.messages
     assert len(decision.messages) == len(case.messages), decision.messages
-    for want, got in zip(case.messages, decision.messages):
+    for want, got in zip(case.messages, decision.messages, strict=True):
         assert want in got, (want, got)
     assert decision.reasons == ["Forbidden"] * len(case.messages)
 

@@ -15,7 +15,8 @@ import threading
 import aiohttp
 import pytest
 
-from exporter import server as server_module, webconfig
+from exporter import server as server_module
+from exporter import webconfig
 from exporter.server import BCRYPT_POOL, BCRYPT_WORKERS, start_server
 from exporter.webconfig import Authenticator, WebConfig
 from tests.exporter.test_server import LOOPBACK, basic, get, hashed, ready_holder, write

@@ -84,7 +84,7 @@ def values(snapshot: Snapshot, metric: c.MetricDef, **labels: str) -> list:
 
 def test_eight_engines_with_many_adapters_keep_the_first_64_of_each_and_count_the_rest():
     pages = [vllm_page_with_adapters(n, seed=i) for i, n in enumerate(ADAPTERS_PER_ENGINE)]
-    for page, n in zip(pages, ADAPTERS_PER_ENGINE):  # the pages really carry every adapter, comma-separated
+    for page, n in zip(pages, ADAPTERS_PER_ENGINE, strict=True):  # the pages really carry every adapter, comma-separated
         assert all(name.encode() in page for name in adapter_names(n))
 
     snap = collect_node(pages)

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from exporter.exposition import render
-from tools import gpu_smoke as smoke
 from exporter.gpu.collector import gpu_labels, reading_samples
 from exporter.gpu.provider import GpuInfo, GpuReading, MemoryReading
 from exporter.model import NormSample
 from llmslo import conventions as c
 from tests.exporter.test_cli import REPO
+from tools import gpu_smoke as smoke
 
 FIELDS = list(smoke.SMI_FIELDS)
 MIB = 1024 * 1024

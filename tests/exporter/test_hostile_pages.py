@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter import adapters, collector as collector_module, promtext
+from exporter import adapters, promtext
+from exporter import collector as collector_module
 from exporter.adapters import Adapter
 from exporter.config import Limits, TargetConfig
 from exporter.exposition import render

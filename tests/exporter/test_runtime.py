@@ -27,9 +27,9 @@ from exporter.guard import (
 )
 from exporter.model import NormSample
 from exporter.series import complete_histogram
-from llmslo.gofloat import go_g as go_float
 from exporter.sources.http import new_session
 from llmslo import conventions as c
+from llmslo.gofloat import go_g as go_float
 
 NODE = "node-a"
 

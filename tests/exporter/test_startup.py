@@ -13,9 +13,8 @@ import pytest
 from prometheus_client.utils import floatToGoString as reference_float_to_go_string
 
 from exporter import cli
-from llmslo.gofloat import client_float as floatToGoString
 from exporter.config import ExporterConfig
-
+from llmslo.gofloat import client_float as floatToGoString
 from tests.exporter.test_cli import REPO
 
 # What a --once over saved pages with --gpu off never needs: the tap, the HTTP client and server (aiohttp

@@ -25,13 +25,13 @@ import yaml
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE, build_config, start_alertmanager
 from demo.procs import Supervisor, lingering_in_groups
-from demo.webhook import Notification, WebhookReceiver
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
-from slogen.build import BuildOptions, build
+from demo.webhook import Notification, WebhookReceiver
 from llmslo.durations import DAY, MINUTE, SECOND
 from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, alertmanager_config
-from slogen.rules.options import GenOptions
+from slogen.build import BuildOptions, build
 from slogen.model import AlertWindow, AlertWindows
+from slogen.rules.options import GenOptions
 
 pytestmark = pytest.mark.integration
 

@@ -20,15 +20,15 @@ import yaml
 
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as c
-from slogen.autoscaling import load_paths as load_autoscaling
-from slogen.rules import generate
 from slogen.artifacts.dashboards import dashboard_files
-from tests.helpers.dashboards import iter_queries
 from slogen.artifacts.keda import keda_files
+from slogen.autoscaling import load_paths as load_autoscaling
+from slogen.loaders import load_paths
+from slogen.rules import generate
 from slogen.rules.options import GenOptions
 from slogen.views import from_context
-from slogen.loaders import load_paths
 from slogen.writers import rule_file
+from tests.helpers.dashboards import iter_queries
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,16 @@ import pytest
 import yaml
 
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
-from demo.incident import (IncidentReport, Scenario, expected_fire_bound, expected_resolve_bound, fastest_page_tier,
-                           pipeline_lag_s, sent_between)
-from demo.procs import live_children_of, lingering_in_groups
+from demo.incident import (
+    IncidentReport,
+    Scenario,
+    expected_fire_bound,
+    expected_resolve_bound,
+    fastest_page_tier,
+    pipeline_lag_s,
+    sent_between,
+)
+from demo.procs import lingering_in_groups, live_children_of
 from demo.stack import StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
@@ -159,7 +166,7 @@ def _near_thresholds(report: IncidentReport) -> list[str]:
     assert report.load is not None
     for _, res in report.load.segments:
         for r in res.values():
-            for rec, o in zip(r.records, r.objectives):
+            for rec, o in zip(r.records, r.objectives, strict=True):
                 for name, value, limit in (("ttft", rec.ttft, o.ttft), ("tpot", rec.tpot, o.tpot)):
                     if value is not None and limit is not None and abs(value - limit) < 0.002:
                         out.append(f"{r.engine.name} {name}={value:.4f} (threshold {limit})")

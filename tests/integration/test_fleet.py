@@ -24,10 +24,10 @@ import pytest
 from demo.alertmanager import PAGE_ROUTE
 from demo.fleet import FleetSettings, FleetStack, fleet_bound
 from demo.incident import Scenario, fastest_page_tier, run_incident
-from demo.procs import live_children_of, lingering_in_groups
+from demo.procs import lingering_in_groups, live_children_of
 from llmslo import conventions as C
-from tests.helpers.incident_runs import timeline as incident_timeline
 from tests.helpers.dashboards import iter_queries
+from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from demo.alertmanager import (AlertmanagerTimers, PAGE_ROUTE, TICKET_ROUTE, build_config, load_generated,
-                               write_config)
+from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE, AlertmanagerTimers, build_config, load_generated, write_config
 from demo.procs import StartError, Supervisor, live_processes_in_groups
-from demo.prometheus import PrometheusTimers, build_config as prom_config
+from demo.prometheus import PrometheusTimers
+from demo.prometheus import build_config as prom_config
 from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER
 
 REPO = Path(__file__).resolve().parents[2]

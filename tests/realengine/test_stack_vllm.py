@@ -30,7 +30,7 @@ import aiohttp
 from demo.alertmanager import PAGE_ROUTE, TICKET_ROUTE
 from demo.fullstack import vllm_variant
 from demo.incident import IncidentReport, Scenario, expected_resolve_bound, pipeline_lag_s, sent_between
-from demo.procs import live_children_of, lingering_in_groups
+from demo.procs import lingering_in_groups, live_children_of
 from demo.realload import prompt_text
 from demo.stack import VLLM_ENGINES, VLLM_SLOS, LocalStack, StackSettings
 from llmslo import conventions as C
@@ -121,7 +121,7 @@ def _near_thresholds(report: IncidentReport) -> list[tuple[bool, str]]:
     assert report.load is not None
     for _, res in report.load.segments:
         for r in res.values():
-            for rec, o in zip(r.records, r.objectives):
+            for rec, o in zip(r.records, r.objectives, strict=True):
                 if not rec.ok:
                     out.append((False, f"failed: {rec.error}"))
                     continue
@@ -277,7 +277,7 @@ def test_seats_equal_the_engines_own_kv_figures(tmp_path):
                 # the engine's usage is 1 - free / (blocks - 1) (one block is vLLM's null block); the running
                 # requests hold one block per 32 tokens of prompt + output whose KV was computed: all but the
                 # newest output token
-                held = sum(math.ceil((p + g - 1) / b) for p, g in zip(prompts, frozen))
+                held = sum(math.ceil((p + g - 1) / b) for p, g in zip(prompts, frozen, strict=True))
                 engine_free = round((1 - usage) * (n - 1))
                 out["frozen"] = dict(tokens=frozen, usage=usage, held=held, engine_free_blocks=engine_free)
                 assert running == len(prompts)

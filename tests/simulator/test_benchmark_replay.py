@@ -10,8 +10,8 @@ import statistics
 import pytest
 
 from simulator import cli, cliargs
-from simulator.config import EngineConfig
 from simulator.clock import VirtualClock
+from simulator.config import EngineConfig
 from simulator.costmodel import CostParams
 from simulator.engine import EngineCore
 from simulator.virtual import simulate
@@ -36,7 +36,7 @@ def test_sharegpt_lengths_pass_vllms_filter_with_its_means():
                                   output_len=d.output_len, max_prompt_len=d.max_prompt_len,
                                   max_total_len=d.max_total_len))
     prompts, outputs = [len(i.prompt_token_ids) for i in items], [i.output_len for i in items]
-    assert max(prompts) <= 1024 and max(p + o for p, o in zip(prompts, outputs)) <= 2048
+    assert max(prompts) <= 1024 and max(p + o for p, o in zip(prompts, outputs, strict=True)) <= 2048
     assert min(prompts) >= 4 and min(outputs) >= 4
     assert 185 <= statistics.mean(prompts) <= 220 and 165 <= statistics.mean(outputs) <= 195
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 from simulator.clock import VirtualClock
+from simulator.costmodel import CostModel, StepShape
 from simulator.engine import EngineCore, StepStats, run_virtual
 from simulator.faults import FaultState
 from simulator.kvcache import cdiv
 from simulator.request import Request, Status
 from simulator.virtual import simulate
-from simulator.costmodel import CostModel, StepShape
 from simulator.workload import LengthDist, WorkloadSpec, generate
 
 SPEC = WorkloadSpec(rate=20, duration=20, prompt_len=LengthDist(400, 0.5, 16, 2000),

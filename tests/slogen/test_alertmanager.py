@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmslo import conventions as c
 from demo.stack import DEMO_WINDOWS  # the demo's compressed alert-window catalog
+from llmslo import conventions as c
+from llmslo.durations import DAY, format_prometheus_duration
+from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER, alertmanager_config, timers
 from slogen.build import BuildOptions, build
 from slogen.cli import main
-from slogen.artifacts.alertmanager import (ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER, alertmanager_config,
-                                            timers)
-from slogen.rules.options import GenOptions
 from slogen.loaders.windows import BUILTIN, load_catalog_path
-from llmslo.durations import DAY, format_prometheus_duration
+from slogen.rules.options import GenOptions
 
 REPO = Path(__file__).resolve().parents[2]
 

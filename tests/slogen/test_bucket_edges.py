@@ -24,20 +24,20 @@ from exporter.config import ENGINE_KINDS as EXPORTER_KINDS
 from exporter.promtext import parse
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
+from llmslo.sli_plugins import LATENCY_METRICS
+from slogen import views
 from slogen.build import BuildOptions, build
+from slogen.errors import SpecErrors
+from slogen.loaders import load_paths
 from slogen.paths import rules_path
 from slogen.paths import tests_path as service_tests_path
-from slogen.steps import STEPS
-from slogen.errors import SpecErrors
-from slogen.rules import generate
-from slogen import views
-from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
-from slogen.rules.options import GenOptions
-from slogen.loaders import load_paths
-from llmslo.sli_plugins import LATENCY_METRICS
 from slogen.plugins import sli_plugin
 from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.plugins.llm import le_regex
+from slogen.rules import generate
+from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
+from slogen.rules.options import GenOptions
+from slogen.steps import STEPS
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from llmslo.files import write_atomic
 from slogen import build as b
+from slogen.cli import main
 from slogen.outputs import stale_outputs
 from slogen.steps import STEPS, Produced, Step
-from slogen.cli import main
-from llmslo.files import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 

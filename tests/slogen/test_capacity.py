@@ -16,14 +16,14 @@ from exporter import adapters
 from exporter.promtext import parse
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
+from llmslo.durations import MINUTE
 from slogen.build import BuildOptions
 from slogen.catalog import compile_catalog
-from slogen.steps import capacity_rules
 from slogen.cli import main
-from llmslo.durations import MINUTE
 from slogen.errors import SpecErrors
-from slogen.rules.capacity import CapacityOptions, capacity_alerts, capacity_group
 from slogen.gofmt import label_filter
+from slogen.rules.capacity import CapacityOptions, capacity_alerts, capacity_group
+from slogen.steps import capacity_rules
 from slogen.writers import rule_file
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 

@@ -9,8 +9,8 @@ import yaml
 
 from slogen import VERSION_LABEL, plugins
 from slogen.cli import main
-from slogen.plugins.contract import PluginError, SLIPluginRequest
 from slogen.model import RawSLI
+from slogen.plugins.contract import PluginError, SLIPluginRequest
 
 
 def _integration_test_sli(req: SLIPluginRequest) -> RawSLI:

@@ -10,15 +10,15 @@ import pytest
 import yaml
 
 from llmslo import conventions as c
+from llmslo.durations import MINUTE
 from slogen.build import BuildOptions, build
 from slogen.catalog import compile_catalog
-from slogen.steps import health_rules
 from slogen.cli import main
-from llmslo.durations import MINUTE
 from slogen.errors import SpecErrors
 from slogen.rules.alerts import runbook_path
 from slogen.rules.health import HealthOptions
 from slogen.rules.options import GenOptions
+from slogen.steps import health_rules
 from tests.helpers.promql_names import metric_names
 
 REPO = Path(__file__).resolve().parents[2]

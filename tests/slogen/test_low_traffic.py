@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slogen.cli import main
 from llmslo.durations import parse_prometheus_duration
+from slogen.cli import main
+from slogen.loaders import load_paths
+from slogen.promtests.slo_tests import service_tests
 from slogen.rules import generate
 from slogen.rules.options import DEFAULT_PAGE_MIN_BAD_EVENTS, GenOptions
-from slogen.promtests.slo_tests import service_tests
-from slogen.loaders import load_paths
-from tests.helpers.specs import load_path
 from slogen.writers import rule_file
 from slogen.yamlio import dump
+from tests.helpers.specs import load_path
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = Path(__file__).parent / "fixtures" / "plain_sloth.yaml"

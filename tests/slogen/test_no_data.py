@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from slogen.promtests.slo_tests import service_tests
 from slogen.rules import alerts, generate
 from slogen.rules.alerts import kept_labels, no_data_scope, no_data_watched, source_selectors
 from slogen.rules.options import GenOptions
-from slogen.promtests.slo_tests import service_tests
-from tests.helpers.specs import load_path
 from slogen.writers import rule_file
 from slogen.yamlio import dump
+from tests.helpers.specs import load_path
 
 PLAIN = Path(__file__).parent / "fixtures" / "plain_sloth.yaml"
 

@@ -7,10 +7,10 @@ import textwrap
 import pytest
 
 from slogen.errors import SpecErrors
+from slogen.model import EventsSLI, RatioSLI, RawSLI
 from slogen.rules import generate
 from slogen.rules.options import GenOptions
 from tests.helpers.specs import load_path
-from slogen.model import EventsSLI, RatioSLI, RawSLI
 
 V1 = """\
 apiVersion: openslo/v1

@@ -13,12 +13,12 @@ import yaml
 from llmslo import conventions as c
 from llmslo.durations import SECOND
 from slogen.generate import generate_file
+from slogen.promtests.slo_tests import service_tests
 from slogen.rules import generate
 from slogen.rules.options import GenOptions
-from slogen.promtests.slo_tests import service_tests
-from tests.helpers.specs import load_path
 from slogen.writers import rule_file
 from slogen.yamlio import dump
+from tests.helpers.specs import load_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def test_generated_unit_tests_pass(promtool):
                                          "llmslo-capacity.test.yaml"}
     with ThreadPoolExecutor(max_workers=len(tests)) as pool:
         results = list(pool.map(lambda t: run([promtool, "test", "rules", t.name], cwd=t.parent), tests))
-    for t, proc in zip(tests, results):
+    for t, proc in zip(tests, results, strict=True):
         assert proc.returncode == 0, f"{t.name}:\n{proc.stdout}{proc.stderr}"
         assert "SUCCESS" in proc.stdout
     doc = yaml.safe_load((REPO / "alerts" / "chat.test.yaml").read_text())

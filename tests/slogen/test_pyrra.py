@@ -62,7 +62,7 @@ def test_windows_are_pyrras_for_every_golden_case(golden: dict) -> None:
         recorded = {_ms(m) for r in case["expected_rule_group"]["rules"] if "record" in r
                     for m in re.findall(r":burnrate(\w+)$", r["record"])}
         assert recorded == set(w.windows()), case["name"]
-        for tier, severity, alert in zip(tiers, ("critical", "critical", "warning", "warning"), alerts):
+        for tier, severity, alert in zip(tiers, ("critical", "critical", "warning", "warning"), alerts, strict=True):
             assert _ms(alert["labels"]["short"]) == tier.short_window, case["name"]
             assert _ms(alert["labels"]["long"]) == tier.long_window, case["name"]
             assert _ms(alert["for"]) == tier.for_, case["name"]

@@ -9,11 +9,8 @@ import yaml
 
 from slogen import VERSION_LABEL
 from slogen.cli import main
-
-from tests.slogen.test_golden import expected, version
-
-
 from tests.slogen.conftest import SLOTH as PEERS
+from tests.slogen.test_golden import expected, version
 
 
 def _alerts(text: str) -> list[dict]:

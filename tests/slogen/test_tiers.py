@@ -6,9 +6,9 @@ import pytest
 
 from llmslo.conventions import SLO as C
 from slogen.errors import SpecError
+from slogen.model import SLO, Alerting, AlertMeta, EventsSLI, Origin
 from slogen.rules import generate_slo
 from slogen.rules.options import RESCALE_CEILING, GenOptions
-from slogen.model import SLO, AlertMeta, Alerting, EventsSLI, Origin
 
 SLI = EventsSLI('sum(rate(x{code="5"}[{{.window}}]))', "sum(rate(x[{{.window}}]))")
 

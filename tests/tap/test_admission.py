@@ -17,10 +17,10 @@ from aiohttp import web
 from exporter.promtext import parse
 from exporter.tap.admission import ENGINE_KINDS, WANTED, Admission, EngineReadError, Reading, read_engine, wanted
 from exporter.tap.classes import Objective, SloClass, SloConfig
-from llmslo.histograms import histogram_quantile as quantile
 from exporter.tap.cli import add_arguments
 from exporter.tap.seats import MIN_SAMPLES
 from llmslo import conventions as C
+from llmslo.histograms import histogram_quantile as quantile
 
 BLOCKS, BLOCK_SIZE = 1001, 16  # 16,000 KV tokens: vLLM V1 sets one block aside as its null block
 INTERACTIVE = Objective("interactive", 0.5, 0.05)

@@ -16,8 +16,22 @@ import pytest
 from exporter.tap.admission import Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
-    FINISH_WINDOW_S, MIN_FINISHES, REFUSAL_TEXT, Counters, Outlook, Policy, Rates, blocked, decode_overloaded,
-    drain_rate, finish_rate, itl_at, predicted_wait, queue_growing, rates_between, refusal,
+    FINISH_WINDOW_S,
+    MIN_FINISHES,
+    REFUSAL_TEXT,
+    Counters,
+    Outlook,
+    Policy,
+    Rates,
+    blocked,
+    decode_overloaded,
+    drain_rate,
+    finish_rate,
+    itl_at,
+    predicted_wait,
+    queue_growing,
+    rates_between,
+    refusal,
 )
 from llmslo import conventions as C
 from tests.tap.test_admission import _chat, _post

@@ -69,7 +69,7 @@ def test_ids_are_capped_and_the_parser_pauses_between_slices() -> None:
     assert len([s for s in steps if s is not None]) == 3000
     pauses = [i for i, s in enumerate(steps) if s is None]
     assert len(pauses) == 3000 // M.ENTRIES_PER_SLICE
-    assert all(b - a == M.ENTRIES_PER_SLICE + 1 for a, b in zip(pauses, pauses[1:])), "a pause every slice"
+    assert all(b - a == M.ENTRIES_PER_SLICE + 1 for a, b in zip(pauses, pauses[1:], strict=False)), "a pause every slice"
 
 
 # -- reading it from the upstream --------------------------------------------------------------
