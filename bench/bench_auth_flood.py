@@ -112,6 +112,12 @@ def _spawn(*args: str, cwd: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, text=True)
 
 
+def _line(proc: subprocess.Popen[str]) -> str:
+    """The next line the child wrote (its port, or that it is flooding)."""
+    assert proc.stdout is not None  # stdout=PIPE
+    return proc.stdout.readline()
+
+
 def _stop(proc: subprocess.Popen[str]) -> str:
     """Close its stdin (the signal to stop) and read the rest of its output."""
     try:
@@ -144,10 +150,10 @@ def measure(tree: Path, web_config: Path) -> dict:
     server = _spawn("serve", str(tree), str(web_config), cwd=tree)
     flooder = None
     try:
-        port = int(server.stdout.readline())
+        port = int(_line(server))
         before, _ = scrape(port)  # checked with bcrypt once: cached from here on
         flooder = _spawn("flood", str(port), str(FLOOD_CLIENTS), cwd=ROOT)
-        assert flooder.stdout.readline().strip() == "flooding"
+        assert _line(flooder).strip() == "flooding"
         time.sleep(FLOOD_WARMUP_S)
         times = []
         for _ in range(SCRAPES):

@@ -86,6 +86,7 @@ def page_server(directory: Path):
     proc = subprocess.Popen([sys.executable, "-m", "bench.page_server", str(directory)],
                             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         port = proc.stdout.readline().strip()
         if not port:
             raise RuntimeError(f"page server exited with {proc.wait()}")

@@ -25,6 +25,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -133,7 +134,7 @@ def _write_openmetrics(path: Path, start: int, end: int) -> list[tuple[int, int,
     return steps
 
 
-def _exact(steps: list[tuple[int, float, float]], end: int) -> float:
+def _exact(steps: Sequence[tuple[int, float, float]], end: int) -> float:
     lo = end - 30 * DAY
     req = sum(r for t, r, e in steps[1:] if lo < t <= end)
     err = sum(e for t, r, e in steps[1:] if lo < t <= end)
@@ -245,7 +246,7 @@ def _run(work: Path) -> list[Row]:
         rule_files.append(work / f"{service}.rules.yaml")
         rule_files[-1].write_text(yaml.safe_dump(doc))
     backfill = work / "backfill.yaml"
-    short = {"groups": []}
+    short: dict[str, list] = {"groups": []}
     for service, doc in docs.items():
         names = ({C.SLO.sli_error_ratio("5m")} if service.startswith("sloth")
                  else {C.SLO.sli_errors_rate("5m"), C.SLO.sli_total_rate("5m")})

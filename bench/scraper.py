@@ -30,7 +30,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     sel = selectors.DefaultSelector()
     sel.register(sys.stdin, selectors.EVENT_READ)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    host = parts.hostname or "127.0.0.1"
+    conn = http.client.HTTPConnection(host, parts.port, timeout=10)
     durations: list[float] = []
     sizes: list[int] = []
     failures = 0
@@ -49,7 +50,7 @@ def main() -> None:
         except (OSError, http.client.HTTPException):
             failures += 1
             conn.close()
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+            conn = http.client.HTTPConnection(host, parts.port, timeout=10)
             continue
         durations.append(time.perf_counter() - t0)
         sizes.append(len(body))

@@ -237,7 +237,8 @@ class FleetStack(LocalStack):
         self.fleet.validate()
         self.settings = replace(self.fleet.stack, engines=self.fleet.all_engines(), cluster="fleet")
         super().__post_init__()
-        self.sup = FleetSupervisor(self.sup.log_dir)
+        self.fleet_sup = FleetSupervisor(self.sup.log_dir)
+        self.sup = self.fleet_sup
 
     async def start(self) -> None:
         t0 = time.monotonic()
@@ -265,7 +266,7 @@ class FleetStack(LocalStack):
                         node=f"{name}-{self.fleet.stack.node}", workdir=self.workdir / f"cluster-{name}",
                         keep_workdir=True),
                 remote_write_url=self.vm_url, deadline_s=self.fleet.timers.remote_write_deadline_s)
-            self.sup.clusters.append(self.clusters[name].sup)
+            self.fleet_sup.clusters.append(self.clusters[name].sup)
         await asyncio.gather(self.sup.wait_http(child, f"{self.vmalert_url}/-/healthy", timeout_s=30),
                              *(c.start() for c in self.clusters.values()))
         order = {e.name: i for i, e in enumerate(self.settings.engines)}

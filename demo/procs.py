@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ def _ephemeral_low() -> int:
         return 0
 
 
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child must not load libraries
 except (OSError, AttributeError):  # not Linux

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 import yaml
@@ -169,7 +170,7 @@ class LocalStack:
         self.webhook = WebhookReceiver(self.workdir / "notifications.jsonl")
 
     # ------------------------------------------------------------------ lifecycle
-    async def __aenter__(self) -> "LocalStack":
+    async def __aenter__(self) -> Self:
         try:
             await self.start()
         except BaseException:
@@ -277,19 +278,19 @@ class LocalStack:
             sim_argv += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
         procs = EngineProcs(spec, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{tap_port}",
                             f"http://127.0.0.1:{tap_metrics_port}/metrics")
-        procs.sim = self.sup.spawn(f"sim-{spec.name}", sim_argv)
-        self._spawn_tap(procs, tap_port, tap_metrics_port)
+        procs.sim = sim = self.sup.spawn(f"sim-{spec.name}", sim_argv)
+        tap = self._spawn_tap(procs, tap_port, tap_metrics_port)
         self.engines.append(procs)
-        return [self.sup.wait_http(procs.sim, procs.sim_url + "/health"),
-                self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
+        return [self.sup.wait_http(sim, procs.sim_url + "/health"), self.sup.wait_http(tap, procs.tap_metrics_url)]
 
-    def _spawn_tap(self, procs: EngineProcs, tap_port: int, tap_metrics_port: int) -> None:
+    def _spawn_tap(self, procs: EngineProcs, tap_port: int, tap_metrics_port: int) -> Child:
         tap_argv = [sys.executable, "-m", "exporter.tap", "--listen", f"127.0.0.1:{tap_port}",
                     "--upstream", procs.sim_url, "--metrics-listen", f"127.0.0.1:{tap_metrics_port}",
                     "--log-level", "warning"]
         for p in self.settings.slo_paths:
             tap_argv += ["--slo", str(p)]
-        procs.tap = self.sup.spawn(f"tap-{procs.spec.name}", tap_argv)
+        procs.tap = tap = self.sup.spawn(f"tap-{procs.spec.name}", tap_argv)
+        return tap
 
     def _spawn_vllm(self, spec: EngineSpec) -> list:
         """A real vLLM (realengine.vllm_server) where the simulator would be. It starts in a thread (the model is
@@ -300,13 +301,13 @@ class LocalStack:
             raise StartError(f"engine {spec.name}: the real engine cannot run here: {why}")
         tap_port, tap_metrics_port = free_port(), free_port()
         config = VllmConfig(served_name=spec.model, max_num_seqs=spec.max_num_seqs,
-                            **({"num_blocks": spec.kv_blocks} if spec.kv_blocks else {}))
+                            num_blocks=spec.kv_blocks or VllmConfig.num_blocks)
         self.sup.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.sup.log_dir / f"vllm-{spec.name}.log"
         server = VllmServer(config, log_path=log)
         procs = EngineProcs(spec, server.url, f"http://127.0.0.1:{tap_port}",
                             f"http://127.0.0.1:{tap_metrics_port}/metrics", vllm=server)
-        self._spawn_tap(procs, tap_port, tap_metrics_port)
+        tap = self._spawn_tap(procs, tap_port, tap_metrics_port)
         self.engines.append(procs)
 
         def start() -> None:
@@ -320,10 +321,10 @@ class LocalStack:
                 raise StartError(f"engine {spec.name} (vLLM): {e}; its log ({log}) ends:\n"
                                  f"{_tail(log)}") from None
             assert server.proc is not None
-            procs.sim = Child(f"vllm-{spec.name}", list(server.proc.args), server.proc, log)
+            procs.sim = Child(f"vllm-{spec.name}", server.started_argv, server.proc, log)
             self.sup.children.append(procs.sim)
 
-        return [up(), self.sup.wait_http(procs.tap, procs.tap_metrics_url)]
+        return [up(), self.sup.wait_http(tap, procs.tap_metrics_url)]
 
     def _spawn_exporter(self):
         s = self.settings

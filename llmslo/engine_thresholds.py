@@ -46,10 +46,12 @@ def _where(edges: tuple[float, ...], threshold: float) -> str:
         return "no finite edge (count and sum only)"
     lo, hi = be.nearest(edges, threshold)
     t = be.edge_text(threshold)
-    if lo is None:
+    if lo is None and hi is not None:
         return f"{t} < {be.edge_text(hi)}, its first edge"
-    if hi is None:
+    if hi is None and lo is not None:
         return f"{be.edge_text(lo)}, its last edge, < {t}"
+    if lo is None or hi is None:
+        return f"{t}, an edge itself"
     return f"{be.edge_text(lo)} < {t} < {be.edge_text(hi)}"
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -395,7 +395,8 @@ def _plugin_fix(plugin_id: str) -> str:
     return (f"did you mean {near}? " if near else "") + f"use one of the built-in plugins: {', '.join(PLUGIN_IDS)}"
 
 
-_RESOLVERS = {LATENCY: _latency, GOODPUT: _goodput, AVAILABILITY: _availability, KV_HEADROOM: _kv_headroom}
+_RESOLVERS: dict[str, Callable[[_Reader], PluginParams]] = {
+    LATENCY: _latency, GOODPUT: _goodput, AVAILABILITY: _availability, KV_HEADROOM: _kv_headroom}
 
 
 def read_options(plugin_id: str, options: Any, *, allow_out_of_range: bool = False) -> PluginParams:

@@ -67,7 +67,7 @@ class _Refused(yaml.MarkedYAMLError):
 
     def __init__(self, problem: str, mark: yaml.Mark, fix: str):
         super().__init__(problem=problem, problem_mark=mark)
-        self.fix = fix
+        self.mark, self.fix = mark, fix
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -159,6 +159,8 @@ def _load_fast(text: str) -> list[Any]:
     """`load_documents` through libyaml; _NotFast (or any YAML error) where the Python loader must decide."""
     if text.startswith("\ufeff") or yaml.reader.Reader.NON_PRINTABLE.search(text):
         raise _NotFast  # libyaml and PyYAML word (and place) these differently
+    if _CSafeLoader is None:
+        raise _NotFast
     depth = 0
     open_anchors: list[str | None] = []
     for event in yaml.parse(text, Loader=_CSafeLoader):  # events only: the limits hold before composing
@@ -210,8 +212,7 @@ def load_documents(text: str | bytes, file: str = "<input>") -> list[Any]:
     try:
         return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
     except _Refused as e:
-        mark = e.problem_mark
-        raise SpecFileError(file, str(e.problem), line=mark.line + 1, column=mark.column + 1, fix=e.fix) from None
+        raise SpecFileError(file, str(e.problem), line=e.mark.line + 1, column=e.mark.column + 1, fix=e.fix) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         problem = " ".join(x for x in (e.context, e.problem) if x) or str(e)

@@ -40,6 +40,7 @@ class EngineProcess:
         self.port = port or free_port()
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
+        self.started_argv: list[str] = []  # the command line of the running process
         self._log: IO[bytes] | None = None
 
     @property
@@ -62,6 +63,7 @@ class EngineProcess:
         if why:
             raise RuntimeError(why)
         argv, env = self.argv(), self.env()
+        self.started_argv = argv
         if self.log_path:
             self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import signal
 import sys
@@ -126,7 +127,7 @@ def _plan(args: argparse.Namespace) -> int:
         cliargs.fault_state(preset_args, 0.0)  # refuse bad fault flags before the first probe
         results.append(plan.find_max_rate_all_seeds(
             config, spec, cls, seeds, start_rate=args.start_rate, tolerance=args.tolerance,
-            faults=lambda a=preset_args: cliargs.fault_state(a, 0.0), on_probe=told))
+            faults=functools.partial(cliargs.fault_state, preset_args, 0.0), on_probe=told))
     if args.json:
         print(json.dumps({
             "slo_class": dataclasses.asdict(cls),

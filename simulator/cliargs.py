@@ -175,8 +175,8 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
                                           zip(lengths, (PROMPT_LEN, PROMPT_SIGMA, OUTPUT_LEN, OUTPUT_SIGMA), strict=True))
         if p_len < 1 or o_len < 1 or p_sigma < 0 or o_sigma < 0:
             raise ValueError("workload: --prompt-len and --output-len must be >= 1, the sigmas >= 0")
-        prompt = LengthDist(p_len, p_sigma, 1, max(p_len * 8, 16))
-        output = LengthDist(o_len, o_sigma, 1, max(o_len * 10, 16))
+        prompt = LengthDist(p_len, p_sigma, 1, int(max(p_len * 8, 16)))
+        output = LengthDist(o_len, o_sigma, 1, int(max(o_len * 10, 16)))
         max_prompt = max_total = 0
     return WorkloadSpec(
         rate=args.rate,

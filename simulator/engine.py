@@ -15,7 +15,7 @@ import logging
 import math
 import random
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from simulator.clock import Clock, VirtualClock
 from simulator.config import EngineConfig
@@ -95,7 +95,7 @@ class EngineCore:
     # ------------------------------------------------------------------ requests
     def new_request(
         self,
-        prompt_token_ids: list[int],
+        prompt_token_ids: Sequence[int],
         max_tokens: int | None,
         *,
         ignore_eos: bool = False,

@@ -79,9 +79,10 @@ class FaultState:
         vars(self).update(vars(new))
 
     def to_json(self, now: float) -> dict:
-        remaining = None
-        if self.stalled(now):
-            remaining = "until cleared" if math.isinf(self.stall_until) else round(self.stall_until - now, 3)
+        remaining: str | float | None = None
+        until = self.stall_until
+        if until is not None and self.stalled(now):
+            remaining = "until cleared" if math.isinf(until) else round(until - now, 3)
         return {
             "slowdown": self.slowdown,
             "error_rate": self.error_rate,

@@ -243,6 +243,8 @@ class VllmMetrics:
             self.prompt_cached.inc(cached)
 
     def _set_lora_info(self) -> None:
+        if self.lora_info is None:
+            return
         sched = self.core.scheduler
         self.lora_info.labels(
             max_lora=str(self.core.config.max_loras),

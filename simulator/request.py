@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 
 class Status(enum.Enum):
@@ -24,7 +24,7 @@ FINISH_ERROR = "error"
 @dataclass(slots=True, eq=False)
 class Request:
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]
     max_tokens: int  # the cap the client asked for (or what the context leaves)
     output_len: int  # where the sequence would stop by itself (EOS); >= max_tokens means "runs to length"
     arrival_time: float

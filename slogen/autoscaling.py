@@ -243,17 +243,19 @@ class _Node:
                integer: bool = False) -> float:
         value = self.data.get(key, default)
         placeholder = default if default is not None else lo
-        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
         if value is None and key not in self.data:
             return placeholder  # a missing required key is reported by keys()
-        if ok_type and not isinstance(value, bool) and not math.isfinite(value):
+        bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
+        kind = "a whole number" if integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+            self.note(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
+            return placeholder
+        if not math.isfinite(value):
             self.note(key, f"{_yaml_float(value)} is not a finite number",
                       f"write a number {f'between {lo:g} and {hi:g}' if hi is not None else f'of at least {lo:g}'}"
                       " (YAML reads .nan and .inf as not-a-number and infinity)")
             return placeholder
-        if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):
-            bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
-            kind = "a whole number" if integer else "a number"
+        if value < lo or (hi is not None and value > hi):
             self.note(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
             return placeholder
         return value
@@ -425,7 +427,7 @@ def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[Pool]:
         pools_node = top.data.get("pools")
         if "pools" in top.data and not isinstance(pools_node, list):
             top.note("pools", "expected a list", "write `pools:` followed by `- name: ...` items")
-        if len(errors) > before:
+        if len(errors) > before or not isinstance(pools_node, list):
             continue  # a document of another kind, or no pools list: its pools would only add noise
         for j, item in enumerate(pools_node):
             where = f"{top.where + '.' if top.where else ''}pools[{j}]"

@@ -373,6 +373,7 @@ def _unswap(stage: _Stage) -> None:
     elif stage.exchanged:
         _exchange(stage.staged, stage.root)
     else:
+        assert stage.old is not None  # set with swapped
         os.rename(stage.root, stage.staged)
         os.rename(stage.old, stage.root)
     stage.swapped = False

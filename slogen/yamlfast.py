@@ -142,7 +142,7 @@ def _scalar_writer(append: Callable[[str], None], dump: Callable[[Any], str]) ->
         """After `key:` or `-`: ` text\\n`, or a literal block's head and its lines at `indent`."""
         kind = type(value)
         if kind is str:
-            found = values.get(value, False)
+            found: Any = values.get(value, False)  # False: not seen yet (None: cannot be written fast)
             if found is False:
                 found = _remember(values, value, _value_text(value, dump))
             if found is None:
@@ -181,7 +181,7 @@ def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
         for i, (k, v) in enumerate(m.items()):
             if type(k) is not str:
                 raise _Unsupported
-            key = keys.get(k, False)
+            key: Any = keys.get(k, False)
             if key is False:
                 key = _remember(keys, k, _key_text(k, dump))
             if key is None:

@@ -35,7 +35,7 @@ _Dumper.add_representer(str, _represent_str)
 _Dumper.add_representer(LineDict, yaml.representer.SafeRepresenter.represent_dict)
 _Dumper.add_representer(LineList, yaml.representer.SafeRepresenter.represent_list)
 
-_OPTIONS = dict(sort_keys=False, width=1 << 30, allow_unicode=True, default_flow_style=False)
+_OPTIONS: dict[str, Any] = dict(sort_keys=False, width=1 << 30, allow_unicode=True, default_flow_style=False)
 
 
 def _python_dump(obj: Any) -> str:

@@ -279,8 +279,8 @@ def query_smi(fields: Sequence[str], smi: str = "nvidia-smi") -> tuple[list[dict
         fields = [f for f in fields if f not in unknown]
 
 
-def check_driver(smi: str | None) -> None:
-    """Raise Skipped unless nvidia-smi exists and lists at least one GPU."""
+def check_driver(smi: str | None) -> str:
+    """nvidia-smi's path; Skipped unless it exists and lists at least one GPU."""
     if smi is None:
         raise Skipped("nvidia-smi not found on PATH: no NVIDIA driver on this machine")
     try:
@@ -291,6 +291,7 @@ def check_driver(smi: str | None) -> None:
         raise Skipped(f"nvidia-smi -L failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[:300]}")
     if not re.search(r"^GPU \d+:", done.stdout, re.M):
         raise Skipped("nvidia-smi -L lists no GPU")
+    return smi
 
 
 class Exporter:
@@ -306,6 +307,7 @@ class Exporter:
         self.port = 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            assert self.proc.stderr is not None  # stderr=PIPE
             line = self.proc.stderr.readline()
             if not line:
                 break
@@ -370,9 +372,8 @@ def read_kernel_log(started_wall: float) -> tuple[str | None, str]:
 
 
 def run(cycles_wanted: int, interval_s: float, out: Callable[[str], None] = print) -> int:
-    smi = shutil.which("nvidia-smi")
     try:
-        check_driver(smi)
+        smi = check_driver(shutil.which("nvidia-smi"))
     except Skipped as exc:
         out(f"SKIPPED: {exc}")
         return EXIT_SKIPPED

@@ -21,7 +21,7 @@ a request leaves Triton's pending count when the backend starts executing it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from exporter.adapters.base import Adapter, Output, values
 from exporter.model import MetricFamily, NormSample
@@ -126,11 +126,11 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         out.put(c.GENERATION_TOKENS, _sum_of(families.get(OUTPUT_TOKEN_LEN), model), model)
 
         out.histogram(c.TTFT, families.get(FIRST_RESPONSE_MS), divisor=MS, model_label=MODEL,
-                      where=lambda labels, model=model: labels.get(MODEL) == model)
+                      where=_of_model(model))
         for metric, fam_name in ((c.REQUEST_PROMPT_TOKENS, INPUT_TOKEN_LEN),
                                  (c.REQUEST_GENERATION_TOKENS, OUTPUT_TOKEN_LEN)):
             out.histogram(metric, families.get(fam_name), model_label=MODEL,
-                          where=lambda labels, model=model: labels.get(MODEL) == model)
+                          where=_of_model(model))
         _duration_histogram(out, c.E2E, model, _sum_of(families.get(REQUEST_DURATION_US), model, US), successes)
         _duration_histogram(out, c.QUEUE_TIME, model, _sum_of(families.get(QUEUE_DURATION_US), model, US), successes)
     if engine_models:  # a page of this engine: the models clients call in front of it
@@ -138,9 +138,14 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         frontends = {s.labels[MODEL] for s in (first.samples if first else ()) if MODEL in s.labels}
         for model in sorted(m for m in frontends if _is_frontend(m) and m not in engine_models):
             out.histogram(c.FRONTEND_TTFT, first, divisor=MS, model_label=MODEL,
-                          where=lambda labels, model=model: labels.get(MODEL) == model)
+                          where=_of_model(model))
     return out.samples()
 
 
 # Recognized by its TRT-LLM backend gauges, not by `nv_inference_*`, which every Triton model has.
 ADAPTER = Adapter(KIND, WANTED, adapt, detect_prefixes=("nv_trt_llm_",))
+
+
+def _of_model(model: str | None) -> Callable[[dict[str, str]], bool]:
+    """Selects the series of one model (a function of its own, so that each model's closure keeps its own)."""
+    return lambda labels: labels.get(MODEL) == model

@@ -25,7 +25,7 @@ from exporter.adapters.base import (
     parse_number,
     values,
 )
-from exporter.model import MetricFamily, NormSample
+from exporter.model import MetricFamily, NormSample, Sample
 from llmslo import conventions as c
 
 V = c.VLLM
@@ -126,7 +126,7 @@ def _kv_cache(out: Output, families: Mapping[str, MetricFamily], page_model: str
         out.put(c.KV_CACHE_USAGE, ratio, model)
         if known and len(known) == len(engines):
             out.put(c.KV_BLOCKS_TOTAL, sum(n for _, n in known), model)
-            free = (0 if off else _whole(n * (1.0 - u)) for (u, n), off in zip(engines, sleeping[model], strict=True))
+            free = (0 if off else _whole(n * (1.0 - u)) for (u, n), off in zip(known, sleeping[model], strict=True))
             out.put(c.KV_BLOCKS_FREE, float(sum(free)), model)
 
 
@@ -147,7 +147,7 @@ def _names(text: str | None) -> list[str]:
 def _lora(out: Output, families: Mapping[str, MetricFamily], page_model: str | None) -> None:
     """lora_requests_info's VALUE is the time it was last set and stale label sets stay on the page:
     only the newest series per data-parallel engine is current."""
-    newest = {}
+    newest: dict[str, Sample] = {}
     for s in values(families.get(V.LORA_REQUESTS_INFO)):
         dp = s.labels.get(DP_ENGINE, "")
         if dp not in newest or s.value > newest[dp].value:

@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from exporter.gpu import MAX_FAKE_GPUS  # the package owns the cap: parsing `--gpu` reads it
 from exporter.gpu.provider import (
@@ -136,7 +136,8 @@ class FakeProvider:
             mig=self._mig(gpu),
         )
         if gpu.unsupported:
-            reading = dataclasses.replace(reading, **{name: _unsupported(name) for name in gpu.unsupported})
+            unsupported: dict[str, Any] = {name: _unsupported(name) for name in gpu.unsupported}
+            reading = dataclasses.replace(reading, **unsupported)
         return reading
 
     def poll_xid_events(self) -> list[XidEvent]:

@@ -50,6 +50,12 @@ def line_of(node: Any, key: str | None = None) -> int | None:
     return getattr(node, "line", None)
 
 
+def mapping_or_empty(node: dict, key: str) -> dict:
+    """`node[key]` where it is a mapping, else an empty one (for optional sections read without a report)."""
+    value = node.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 

@@ -20,6 +20,7 @@ are not single rules here, since the tiers already cover fast and slow burns; a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from llmslo.durations import DAY, parse_prometheus_duration
 from slogen.loaders import common as f
@@ -35,7 +36,7 @@ def is_v1alpha(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("apiVersion") == V1ALPHA and doc.get("kind") == "SLO"
 
 
-def is_v1(doc: object) -> bool:
+def is_v1(doc: object) -> TypeGuard[dict]:
     return isinstance(doc, dict) and doc.get("apiVersion") == V1
 
 
@@ -124,7 +125,7 @@ def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
 
 
 def doc_name(doc: dict) -> str:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = f.mapping_or_empty(doc, "metadata")
     return str(meta.get("name", ""))
 
 
@@ -141,8 +142,8 @@ class V1Refs:
         refs = cls()
         by_kind = {"SLI": refs.slis, "AlertPolicy": refs.policies, "AlertCondition": refs.conditions}
         for d in docs:
-            if is_v1(d) and d.get("kind") in by_kind:  # type: ignore[union-attr]
-                by_kind[d["kind"]][doc_name(d)] = d  # type: ignore[index]
+            if is_v1(d) and d.get("kind") in by_kind:
+                by_kind[d["kind"]][doc_name(d)] = d
         return refs
 
 
@@ -215,7 +216,7 @@ def _v1_alert_policies(r: Reporter, spec: dict, who: str, refs: V1Refs) -> tuple
         if policy is None:
             continue
         name = doc_name(policy) or f"policy-{i}"
-        pspec = policy.get("spec") if isinstance(policy.get("spec"), dict) else {}
+        pspec = f.mapping_or_empty(policy, "spec")
         if pspec.get("alertWhenBreaching") is False:
             r.warn(f"alert policy {name!r} does not alert when breaching, so it adds no alert", p, slo=who,
                    line=f.line_of(item), fix="set alertWhenBreaching: true, or remove the policy")
@@ -226,8 +227,8 @@ def _v1_alert_policies(r: Reporter, spec: dict, who: str, refs: V1Refs) -> tuple
             condition = _resolve(r, cond, "conditionRef", "AlertCondition", refs.conditions, cp, who)
             if condition is None:
                 continue
-            cspec = condition.get("spec") if isinstance(condition.get("spec"), dict) else {}
-            c = cspec.get("condition") if isinstance(cspec.get("condition"), dict) else {}
+            cspec = f.mapping_or_empty(condition, "spec")
+            c = f.mapping_or_empty(cspec, "condition")
             if str(c.get("kind", "burnrate")).lower() != "burnrate":
                 r.error(f"condition kind {c.get('kind')!r} is not supported", f"{cp}.spec.condition.kind", slo=who,
                         line=f.line_of(c, "kind"), fix="use kind: burnrate")
@@ -299,7 +300,7 @@ def _v1_period(r: Reporter, spec: dict, who: str) -> int | None:
 
 def _v1_labels(r: Reporter, meta: dict, who: str) -> dict[str, str]:
     out = {}
-    raw = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    raw = f.mapping_or_empty(meta, "labels")
     for k, v in raw.items():
         if not f.LABEL_NAME_RE.match(str(k)):
             r.warn(f"label {k!r} is not a Prometheus label name and is left out", f"metadata.labels.{k}", slo=who,

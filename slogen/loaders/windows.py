@@ -13,6 +13,7 @@ fixed burn factors 14, 7, 2, 1 and a `for:` per tier. A catalog document may pin
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeGuard
 
 from llmslo.durations import DAY, HOUR, MINUTE, format_prometheus_duration, parse_prometheus_duration
 from slogen.loaders import common as f
@@ -70,7 +71,7 @@ def _google(period: int) -> AlertWindows:
 BUILTIN: dict[int, AlertWindows] = {30 * DAY: _google(30 * DAY), 28 * DAY: _google(28 * DAY)}
 
 
-def is_spec(doc: object) -> bool:
+def is_spec(doc: object) -> TypeGuard[dict]:
     return isinstance(doc, dict) and doc.get("apiVersion") == API_VERSION and doc.get("kind") == KIND
 
 

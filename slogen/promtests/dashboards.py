@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
@@ -53,8 +53,8 @@ def _le(edge: float) -> str:
 # --------------------------------------------------------------------------------------
 # The fleet dashboard
 # --------------------------------------------------------------------------------------
-def _quantiles(title: str, buckets: Callable[[], list[tuple[dict[str, str], list]]]) -> Answers:
-    return {(title, ref): [(labels, fs.bucket_quantile(q, b)) for labels, b in buckets()] for q, ref in d.QUANTILES}
+def _quantiles(title: str, buckets: list[tuple[dict[str, str], list]]) -> Answers:
+    return {(title, ref): [(labels, fs.bucket_quantile(q, b)) for labels, b in buckets] for q, ref in d.QUANTILES}
 
 
 def _tap_buckets(metric: str, taps) -> list[tuple[float, int]]:
@@ -120,17 +120,18 @@ def fleet_answers(slos: Sequence[SLOView], f: fs.Fleet = fs.FLEET) -> Answers:
     for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT")):
         buckets = _tap_buckets(metric, f.taps)
         out[(f"{name} heatmap", "A")] = [({c.LABEL_LE: _le(e)}, float(n)) for e, n in buckets]
-        out.update(_quantiles(f"{name} p50 / p90 / p99", lambda b=buckets: [({}, b)]))
-        out.update(_quantiles(f"Engine {name} p50 / p90 / p99 per engine kind", lambda m=metric: _per_kind(m, f)))
+        out.update(_quantiles(f"{name} p50 / p90 / p99", [({}, buckets)]))
+        out.update(_quantiles(f"Engine {name} p50 / p90 / p99 per engine kind", _per_kind(metric, f)))
     return out
 
 
 def _pools(f: fs.Fleet, i: int) -> list[Sample]:
     out = []
     for (ns, model), values in f.pool_seats.items():
-        if values[i] is not None:
+        value = values[i]
+        if value is not None:
             labels = {c.LABEL_CLUSTER: fs.CLUSTER, c.LABEL_NAMESPACE: ns, c.LABEL_MODEL: model}
-            out.append(({k: v for k, v in labels.items() if v}, float(values[i])))
+            out.append(({k: v for k, v in labels.items() if v}, float(value)))
     return out
 
 
@@ -239,13 +240,13 @@ def _source_answers(slo: SLOView, f: fs.Fleet) -> Answers:
         buckets = _tap_buckets(metric, taps)
         title = f"{name} percentiles vs the {slo.threshold:g}s threshold" if slo.threshold else f"{name} percentiles"
         late = [n for t in taps for o, n in t.outcomes if o in c.TAP_LATE_OUTCOMES]
-        return {**_quantiles(title, lambda: [({}, buckets)]),
+        return {**_quantiles(title, [({}, buckets)]),
                 (f"{name} distribution", "A"): [({c.LABEL_LE: _le(e)}, float(n)) for e, n in buckets],
                 (d.LATE_TITLE, "A"): [({}, float(sum(late)))] if taps else []}
     if slo.sli_kind == SLI_LATENCY:
         name = slo.latency_metric.upper()
         title = f"{name} percentiles vs the {slo.threshold:g}s threshold" if slo.threshold else f"{name} percentiles"
-        return _quantiles(f"{title}, per engine kind", lambda: _per_kind(slo.latency_metric, f))
+        return _quantiles(f"{title}, per engine kind", _per_kind(slo.latency_metric, f))
     if slo.sli_kind == SLI_GOODPUT:
         title = "Requests within objective vs requests the SLI counts"
         return {(title, "A"): [({}, float(sum(t.goodput for t in taps)))],  # 0 for a class without goodput series

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
@@ -153,7 +154,7 @@ def alert_check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -
 def health_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str) -> dict:
     """The promtool test-file document for the health rule file."""
     staged = scenarios(opts)
-    tests = []
+    tests: list[dict[str, Any]] = []
     for alert in alerts:
         s = staged[alert.rule.alert]
         checks = [alert_check(alert, m, None) for m in s.quiet] + [alert_check(alert, m, s.fires) for m in s.firing]

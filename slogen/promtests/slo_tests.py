@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
 from llmslo.gofloat import go_g
-from llmslo.selectors import parse_selector
+from llmslo.selectors import Matcher, parse_selector
 from slogen.model import EventsSLI, Rule, SeriesFixture, Tier
 from slogen.plugins.contract import PluginError
 from slogen.promtests.simulate import Simulation, simulate
@@ -179,7 +181,7 @@ def _matches(op: str, pattern: str, value: str) -> bool:
     return hit if op == "=~" else not hit
 
 
-def _satisfy(matchers: list, violate: tuple | None = None) -> dict[str, str] | None:
+def _satisfy(matchers: Sequence[Matcher], violate: Matcher | None = None) -> dict[str, str] | None:
     labels: dict[str, str] = {}
     names = sorted({m[0] for m in matchers} | ({violate[0]} if violate else set()))
     for name in names:
@@ -388,7 +390,7 @@ def _checkpoints(sims: list[Simulation], n: int) -> list[int]:
     """Steps on both sides of every tier transition where no scenario is near a threshold."""
     robust = [all(k >= len(sim.bad) or all(states[k].robust for states in sim.states.values()) for sim in sims)
               for k in range(n)]
-    points = set()
+    points: set[int] = set()
     for sim in sims:
         for name in sim.states:
             for k in sim.fire_steps(name) + sim.resolve_steps(name):
@@ -408,14 +410,14 @@ def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], ti
     by_tier = {x.labels.get(C.LABEL_TIER): x for x in r.rules.alerts.rules}
     alert = next(x.alert for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) != "no-data")
     base_labels = _alert_series_labels(r, fixtures)
-    checks = []
+    checks: list[dict[str, Any]] = []
     points = _checkpoints([s.sim for s in scenarios], n)
     if any(s.per_hour for s in scenarios):  # low traffic: every robust evaluation, so a flap cannot hide between
         robust = [all(k >= len(s.sim.bad) or all(st[k].robust for st in s.sim.states.values()) for s in scenarios)
                   for k in range(n)]
         points = sorted(set(points) | {k for k in range(n) if robust[k]})
     for k in points:
-        exp = []
+        exp: list[dict] = []
         for s in scenarios:
             labels = {**base_labels, split: s.key} if split else base_labels
             exp += [_expected(by_tier[name], labels) for name, states in s.sim.states.items()

@@ -315,7 +315,10 @@ def runbook_details(metric: str, threshold: str, count_sel: str, bucket_sel: str
 def runbook_details_for(ctx: SLOContext) -> dict:
     """`runbook_details` of one resolved SLO (its SLI must be an engine-sourced latency SLI)."""
     sli = ctx.slo.sli
-    count_sel, bucket_sel, bucket_any = engine_latency_selectors(sli)
+    selectors = engine_latency_selectors(sli) if isinstance(sli, EventsSLI) else None
+    if not isinstance(sli, EventsSLI) or selectors is None:
+        raise TypeError(f"SLO {ctx.slo.id}: runbook details are for engine-sourced latency SLIs")
+    count_sel, bucket_sel, bucket_any = selectors
     p = _params(sli)
     o = sli.plugin_options  # the spec's own spelling of the threshold, for the runbook's text
     return runbook_details(p.metric, o.get("threshold", ""), count_sel, bucket_sel, bucket_any, scope(sli),
