@@ -63,7 +63,7 @@ NOTE = (
     "llmslo plugin, tap and engine sources, Sloth events and raw SLIs, alerts on), best of 3 (1 at 1,000 SLOs "
     "before). Full: `slogen build` with every output (rules, promtool tests, dashboards, runbooks, KEDA/HPA, "
     "deploy). Rules: `slogen generate` (the rule files only). Peer: the same command on slogen and llmslo at "
-    f"{BEFORE_COMMIT} (before issue 16's speed work), same specs, same run. Targets (issue 16): full build of "
+    f"{BEFORE_COMMIT} (before the build's speed work), same specs, same run. Targets: full build of "
     "1,000 SLOs under 10 s, rules under 1 s. The before tree makes fewer files (the dashboard tests came "
     "later), so its full-build figure is, if anything, low. Promtool-test simulations are shared by SLOs of one "
     "shape (objective, windows, options): the synthetic catalog has 8 shapes, as a real one has a handful. "

@@ -47,7 +47,7 @@ ALERTMANAGER_FILE_NAME = Path(ALERTMANAGER_FILE).name  # slogen writes it next t
 
 
 SIM = "sim"
-VLLM = "vllm"
+VLLM = C.ENGINE_VLLM  # a real vLLM (CPU build): its engine kind
 
 
 @dataclass(frozen=True)
