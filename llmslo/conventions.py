@@ -10,6 +10,7 @@ naming conventions ask.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PREFIX = "llm_"
@@ -545,6 +546,11 @@ class LLAMACPP:
 # --------------------------------------------------------------------------------------
 # SLO rule names (Sloth-compatible, so existing Sloth dashboards keep working)
 # --------------------------------------------------------------------------------------
+def _per_window(template: str) -> Callable[[str], str]:
+    """The name of a per-window rule for a window ("5m"), from its `{window}` template."""
+    return lambda window: template.format(window=window)
+
+
 class SLO:
     SLI_ERROR_RATIO = "slo:sli_error:ratio_rate{window}"  # format with window="5m"
     OBJECTIVE = "slo:objective:ratio"
@@ -583,21 +589,11 @@ class SLO:
         LABEL_SEVERITY, LABEL_TIER, LABEL_LONG_WINDOW, LABEL_SHORT_WINDOW,
     )
 
-    @staticmethod
-    def sli_error_ratio(window: str) -> str:
-        return SLO.SLI_ERROR_RATIO.format(window=window)
-
-    @staticmethod
-    def sli_errors_rate(window: str) -> str:
-        return SLO.SLI_ERRORS_RATE.format(window=window)
-
-    @staticmethod
-    def sli_error_measured(window: str) -> str:
-        return SLO.SLI_ERROR_MEASURED.format(window=window)
-
-    @staticmethod
-    def sli_total_rate(window: str) -> str:
-        return SLO.SLI_TOTAL_RATE.format(window=window)
+    # The per-window rule names, e.g. sli_error_ratio("5m") == "slo:sli_error:ratio_rate5m".
+    sli_error_ratio = staticmethod(_per_window(SLI_ERROR_RATIO))
+    sli_errors_rate = staticmethod(_per_window(SLI_ERRORS_RATE))
+    sli_error_measured = staticmethod(_per_window(SLI_ERROR_MEASURED))
+    sli_total_rate = staticmethod(_per_window(SLI_TOTAL_RATE))
 
 
 # --------------------------------------------------------------------------------------
