@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmslo.argtypes import number_arg
 from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
 from llmslo.files import write_atomic
 from slogen import VERSION_LABEL, __version__
@@ -60,25 +61,9 @@ def _duration(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _finite(text: str) -> float:
-    """A command-line number; nan and inf are refused (every comparison with nan is false, nothing exceeds inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; write e.g. 0.95")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return value
+# nan and inf are refused: every comparison with nan is false, and nothing exceeds inf.
+_finite = number_arg(float, math.isfinite, "a number", "a finite number; write e.g. 0.95")
+_count = number_arg(int, lambda n: n >= 0, "a whole number >= 0")
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
