@@ -122,6 +122,14 @@ REFUSED_REASONS = (
 # counts); the rest are a client's fault. HEALTH.TAP_REFUSING_REQUESTS fires on these.
 REFUSED_CAPACITY_REASONS = (REFUSED_CONNECTION_LIMIT, REFUSED_BODY_MEMORY)
 
+# Values of LABEL_REASON on EXPORTER_DISCOVERY_ABANDONED: the bound a pod listing hit, or an API server error.
+ABANDONED_PAGES = "max_pages"
+ABANDONED_ITEMS = "max_items"
+ABANDONED_BYTES = "page_bytes"
+ABANDONED_TIME = "listing_timeout"
+ABANDONED_ERROR = "error"
+ABANDONED_REASONS = (ABANDONED_PAGES, ABANDONED_ITEMS, ABANDONED_BYTES, ABANDONED_TIME, ABANDONED_ERROR)
+
 # Values of LABEL_USAGE_SOURCE on the tap's token counters.
 USAGE_SOURCE_ENGINE = "usage"  # usage.completion_tokens reported by the engine
 USAGE_SOURCE_CHUNKS = "chunks"  # no usage reported: the tap counted output chunks
