@@ -158,6 +158,7 @@ def scrape(url: str) -> dict[str, float]:
 async def _stream(session, url: str, words: tuple[int, ...], max_tokens: int) -> tuple[float, float, int]:
     """One streamed completion: (TTFT, E2E, output tokens) as the client sees them."""
     from realengine.vllm_server import SERVED_NAME
+    from simulator.loadgen import sse_events
 
     body = {"model": SERVED_NAME, "prompt": " ".join(f"w{w}" for w in words), "max_tokens": max_tokens,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
@@ -165,14 +166,9 @@ async def _stream(session, url: str, words: tuple[int, ...], max_tokens: int) ->
     ttft, n = None, 0
     async with session.post(url + "/v1/completions", json=body) as resp:
         resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+        async for event in sse_events(resp):
+            if event is None:
                 break
-            event = json.loads(data)
             if ttft is None and any(c.get("text") for c in event.get("choices") or ()):
                 ttft = time.perf_counter() - sent
             if event.get("usage"):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from demo.procs import Child, Supervisor, free_port
+from demo.procs import Child, Supervisor, free_url, fresh_dir
 from llmslo.durations import parse_prometheus_duration
 from llmslo.files import write_atomic
 from slogen.artifacts.alertmanager import PAGE_RECEIVER
@@ -110,15 +110,13 @@ async def start_alertmanager(sup: Supervisor, workdir: Path, config: dict) -> tu
     """Write `config`, start Alertmanager on a free loopback port, wait for /-/ready. Returns (child, URL)."""
     binary = find_binary(ALERTMANAGER_BINARIES)
     am_dir = workdir / "alertmanager"
-    shutil.rmtree(am_dir / "data", ignore_errors=True)  # a fresh start: no series or silences from a previous run
-    (am_dir / "data").mkdir(parents=True)
+    data = fresh_dir(am_dir / "data")
     path = write_config(am_dir / "alertmanager.yml", config)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, url = free_url()
     child = sup.spawn("alertmanager", [
         binary,
         f"--config.file={path}",
-        f"--storage.path={am_dir / 'data'}",
+        f"--storage.path={data}",
         f"--web.listen-address=127.0.0.1:{port}",
         "--cluster.listen-address=",  # no gossip: one local instance
         "--log.level=warn",

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from demo.incident import (
     pipeline_lag_s,
     run_incident,
 )
-from demo.procs import Child, Supervisor, free_port
+from demo.procs import Child, Supervisor, free_port, free_url, fresh_dir
 from demo.prometheus import EXPORTER_JOB, PROMETHEUS_BINARIES, PrometheusTimers
 from demo.stack import DEFAULT_ENGINES, EngineSpec, LocalStack, StackSettings
 from demo.webhook import Notification
@@ -138,13 +137,11 @@ async def start_prometheus_agent(sup: Supervisor, workdir: Path, config: dict, n
     """Prometheus in agent mode (scrape and remote-write, no local TSDB or queries) on a free loopback port."""
     binary = find_binary(PROMETHEUS_BINARIES)
     prom_dir = workdir / "prometheus-agent"
-    shutil.rmtree(prom_dir / "wal", ignore_errors=True)
-    (prom_dir / "wal").mkdir(parents=True)
+    wal = fresh_dir(prom_dir / "wal")
     path = write_config(prom_dir / "prometheus.yml", config)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, url = free_url()
     child = sup.spawn(name, [binary, "--enable-feature=agent", f"--config.file={path}",
-                             f"--storage.agent.path={prom_dir / 'wal'}", f"--web.listen-address=127.0.0.1:{port}",
+                             f"--storage.agent.path={wal}", f"--web.listen-address=127.0.0.1:{port}",
                              "--log.level=warn"])
     await sup.wait_http(child, f"{url}/-/ready", timeout_s=60)
     return child, url
@@ -154,11 +151,8 @@ async def start_victoria_metrics(sup: Supervisor, workdir: Path, timers: FleetTi
     """VictoriaMetrics single-node with a fresh store. `-search.latencyOffset` is cut from 30s to the fleet's
     timers: the default hides the last 30s from every query, which would delay each rule hop by as much."""
     binary = _binary(VICTORIA_METRICS_BINARIES)
-    data = workdir / "victoria-metrics"
-    shutil.rmtree(data, ignore_errors=True)
-    data.mkdir(parents=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    data = fresh_dir(workdir / "victoria-metrics")
+    port, url = free_url()
     child = sup.spawn("victoria-metrics", [
         binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=1d",
         f"-search.latencyOffset={format_seconds(timers.latency_offset_s)}", "-loggerLevel=WARN",

@@ -13,6 +13,7 @@ import atexit
 import ctypes
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,19 @@ _PR_SET_PDEATHSIG = 1
 
 class StartError(RuntimeError):
     """A child exited or never answered; the message carries the tail of its log."""
+
+
+def fresh_dir(path: Path) -> Path:
+    """`path`, emptied and created: a store started on it keeps no series or silences from a previous run."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def free_url() -> tuple[int, str]:
+    """A free loopback port (free_port) and its http:// URL, for a server the demo starts on it."""
+    port = free_port()
+    return port, f"http://127.0.0.1:{port}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

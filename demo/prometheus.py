@@ -9,14 +9,13 @@ Alertmanager carry it as they would from a fleet (and slogen's rules keep it thr
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from demo.alertmanager import find_binary, write_config
-from demo.procs import Child, Supervisor, free_port
+from demo.procs import Child, Supervisor, free_url, fresh_dir
 from llmslo import conventions as C
 from slogen.durations import format_seconds
 
@@ -54,17 +53,15 @@ async def start_prometheus(sup: Supervisor, workdir: Path, exporter_hostport: st
     """Write the config, start Prometheus on a free loopback port with a temp TSDB, wait for /-/ready."""
     binary = find_binary(PROMETHEUS_BINARIES)
     prom_dir = workdir / "prometheus"
-    shutil.rmtree(prom_dir / "data", ignore_errors=True)  # a fresh start: no series or silences from a previous run
-    (prom_dir / "data").mkdir(parents=True)
+    data = fresh_dir(prom_dir / "data")
     am_hostport = alertmanager_url.removeprefix("http://")
     config = write_config(prom_dir / "prometheus.yml",
                           build_config(exporter_hostport, rule_files, am_hostport, timers, cluster))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, url = free_url()
     child = sup.spawn("prometheus", [
         binary,
         f"--config.file={config}",
-        f"--storage.tsdb.path={prom_dir / 'data'}",
+        f"--storage.tsdb.path={data}",
         "--storage.tsdb.retention.time=1d",
         f"--web.listen-address=127.0.0.1:{port}",
         f"--rules.alert.resend-delay={format_seconds(timers.resend_delay_s)}",

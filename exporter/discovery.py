@@ -52,23 +52,15 @@ REQUEST_TIMEOUT_S = 10.0
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 MAX_SKIP_MEMORY = 10_000  # (pod, reason) pairs remembered to log each once; pod churn must not grow it
 
-# The `reason` label of llm_exporter_discovery_listings_abandoned_total.
-ABANDON_PAGES = "max_pages"
-ABANDON_ITEMS = "max_items"
-ABANDON_BYTES = "page_bytes"
-ABANDON_TIME = "listing_timeout"
-ABANDON_ERROR = "error"
-ABANDON_REASONS = (ABANDON_PAGES, ABANDON_ITEMS, ABANDON_BYTES, ABANDON_TIME, ABANDON_ERROR)
-
 
 class DiscoveryError(Exception):
     """The API server could not be asked or refused; the message says what to check."""
 
-    reason = ABANDON_ERROR
+    reason = c.ABANDONED_ERROR
 
 
 class ListingAbandoned(DiscoveryError):
-    """A listing hit one of its bounds; `reason` is one of ABANDON_REASONS."""
+    """A listing hit one of its bounds; `reason` is one of conventions.ABANDONED_REASONS."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
@@ -82,7 +74,7 @@ class KubernetesDiscoverer:
         self._session: aiohttp.ClientSession | None = None
         self._skipped: set[tuple[str, str]] = set()
         self.rejected = dict.fromkeys(REJECT_REASONS, 0)
-        self.abandoned = dict.fromkeys(ABANDON_REASONS, 0)
+        self.abandoned = dict.fromkeys(c.ABANDONED_REASONS, 0)
         self.last_success = 0.0  # unix time of the last complete listing
 
     # ------------------------------------------------------------------ API access
@@ -145,7 +137,7 @@ class KubernetesDiscoverer:
                     f"get, list on pods ({where}) bound to it"
                 ) from None
             if exc.reason == PAGE_TOO_LARGE:
-                raise ListingAbandoned(ABANDON_BYTES, f"a page is over {MAX_PAGE_BYTES} bytes") from None
+                raise ListingAbandoned(c.ABANDONED_BYTES, f"a page is over {MAX_PAGE_BYTES} bytes") from None
             raise DiscoveryError(f"listing pods failed: {exc}") from None
         try:
             body = json.loads(raw)
@@ -170,12 +162,12 @@ class KubernetesDiscoverer:
             cont = ""
             while True:
                 if pages >= s.max_pages:
-                    raise ListingAbandoned(ABANDON_PAGES, f"the listing passed {s.max_pages} pages (max_pages)")
+                    raise ListingAbandoned(c.ABANDONED_PAGES, f"the listing passed {s.max_pages} pages (max_pages)")
                 page, cont = await self._page(session, url + (f"&continue={quote(cont, safe='')}" if cont else ""))
                 pages += 1
                 items += len(page)
                 if items > s.max_items:
-                    raise ListingAbandoned(ABANDON_ITEMS, f"the listing passed {s.max_items} pods (max_items)")
+                    raise ListingAbandoned(c.ABANDONED_ITEMS, f"the listing passed {s.max_items} pods (max_items)")
                 for pod in page:
                     if isinstance(pod, dict) and is_candidate(pod, self.node_name):
                         found = targets_for_pod(pod, s)
@@ -197,9 +189,9 @@ class KubernetesDiscoverer:
             async with asyncio.timeout(self.settings.listing_timeout_s):
                 targets = await self._list_targets()
         except TimeoutError:
-            self.abandoned[ABANDON_TIME] += 1
+            self.abandoned[c.ABANDONED_TIME] += 1
             raise ListingAbandoned(
-                ABANDON_TIME, f"the listing took over {self.settings.listing_timeout_s:g} s (listing_timeout)"
+                c.ABANDONED_TIME, f"the listing took over {self.settings.listing_timeout_s:g} s (listing_timeout)"
             ) from None
         except DiscoveryError as exc:
             self.abandoned[exc.reason] += 1

@@ -262,14 +262,23 @@ class _PageState:
 
     def add(self, sample: Sample, exempt: AbstractSet[str]) -> None:
         """Keep a sample parsed the slow way in the open family (after the checks, when checked)."""
-        if self.checked:
-            verdict = _check(sample, _label_key(sample.labels), self.seen, exempt)
-            if verdict:
-                self.nonfinite += verdict == _NONFINITE
-                self.duplicates += verdict == _DUPLICATE
-                return
+        if self.checked and self.refused(sample, exempt):
+            return
         self.append(sample)  # type: ignore[misc]
         self.room -= 1
+
+    def refused(self, sample: Sample, exempt: AbstractSet[str]) -> bool:
+        """A checked parse leaves a sample parsed the slow way out (a non-finite value, counted unless its family
+        is `exempt`; a duplicate of a kept one, counted) or keeps it (and remembers it): the fast path's checks."""
+        if sample.value - sample.value:  # NaN or +-Inf
+            self.nonfinite += sample.name not in exempt
+            return True
+        key = (sample.name, _label_key(sample.labels))
+        if key in self.seen:
+            self.duplicates += 1
+            return True
+        self.seen.add(key)
+        return False
 
     def foreign(self, line: str, name: str, brace: int) -> None:
         """A sample line not of the open family: prometheus_client closes it and makes the line a family of its own."""
@@ -303,12 +312,8 @@ class _PageState:
         self.close()
         if sample is None or not wanted_name:
             return
-        if self.checked:
-            verdict = _check(sample, _label_key(sample.labels), self.seen, _NO_NAMES)
-            if verdict:
-                self.nonfinite += verdict == _NONFINITE
-                self.duplicates += verdict == _DUPLICATE
-                return
+        if self.checked and self.refused(sample, _NO_NAMES):
+            return
         self.taken[untyped] = self.taken.get(untyped, 0) + 1
         self.over += _emit(self.out, MetricFamily(name, "unknown", "", [sample]), self.wanted, self.limit)
 
@@ -407,22 +412,6 @@ def _blocks(text: str, end: int) -> Iterator[str]:
             return
         yield text[start:stop]
         start = stop + 1
-
-
-_NONFINITE = 1  # `_check` verdicts: leave the sample out and count it ...
-_DUPLICATE = 2
-_QUANTILE_NONFINITE = 3  # ... or leave it out uncounted (a legitimate NaN)
-
-
-def _check(sample: Sample, label_key: str, seen: set[tuple[str, object]], exempt: AbstractSet[str]) -> int:
-    """0 when a checked parse keeps the sample (it is then remembered), else a verdict saying why not."""
-    if sample.value - sample.value:  # NaN or +-Inf
-        return _QUANTILE_NONFINITE if sample.name in exempt else _NONFINITE
-    key = (sample.name, label_key)
-    if key in seen:
-        return _DUPLICATE
-    seen.add(key)
-    return 0
 
 
 def _label_key(labels: dict[str, str]) -> str:

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,23 @@ class Bound:
     def help(self, text: str) -> str:
         """`text` followed by the range and its reason, for `add_argument(help=...)` (`%` kept literal)."""
         return f"{text}; {self.describe()}: {self.why}".replace("%", "%%").replace("%%(default)s", "%(default)s")
+
+
+def number_arg(convert: Callable[[str], N], accept: Callable[[N], bool], what: str,
+               out_of_range: str = "") -> Callable[[str], N]:
+    """A plain argparse `type=`: `convert(text)` when `accept` allows it, else `'text' is not <what>` (or, for a
+    number out of range, `<out_of_range>` when given). For a flag whose range needs no reason; else `Bound`."""
+
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {out_of_range or what}")
+        return value
+
+    return parse
 
 
 def _show(x: float) -> str:

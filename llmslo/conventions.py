@@ -10,6 +10,7 @@ naming conventions ask.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PREFIX = "llm_"
@@ -120,6 +121,14 @@ REFUSED_REASONS = (
 # The refusals that are the tap's own capacity running out (legitimate clients get 503s, which no SLO
 # counts); the rest are a client's fault. HEALTH.TAP_REFUSING_REQUESTS fires on these.
 REFUSED_CAPACITY_REASONS = (REFUSED_CONNECTION_LIMIT, REFUSED_BODY_MEMORY)
+
+# Values of LABEL_REASON on EXPORTER_DISCOVERY_ABANDONED: the bound a pod listing hit, or an API server error.
+ABANDONED_PAGES = "max_pages"
+ABANDONED_ITEMS = "max_items"
+ABANDONED_BYTES = "page_bytes"
+ABANDONED_TIME = "listing_timeout"
+ABANDONED_ERROR = "error"
+ABANDONED_REASONS = (ABANDONED_PAGES, ABANDONED_ITEMS, ABANDONED_BYTES, ABANDONED_TIME, ABANDONED_ERROR)
 
 # Values of LABEL_USAGE_SOURCE on the tap's token counters.
 USAGE_SOURCE_ENGINE = "usage"  # usage.completion_tokens reported by the engine
@@ -545,6 +554,11 @@ class LLAMACPP:
 # --------------------------------------------------------------------------------------
 # SLO rule names (Sloth-compatible, so existing Sloth dashboards keep working)
 # --------------------------------------------------------------------------------------
+def _per_window(template: str) -> Callable[[str], str]:
+    """The name of a per-window rule for a window ("5m"), from its `{window}` template."""
+    return lambda window: template.format(window=window)
+
+
 class SLO:
     SLI_ERROR_RATIO = "slo:sli_error:ratio_rate{window}"  # format with window="5m"
     OBJECTIVE = "slo:objective:ratio"
@@ -583,21 +597,11 @@ class SLO:
         LABEL_SEVERITY, LABEL_TIER, LABEL_LONG_WINDOW, LABEL_SHORT_WINDOW,
     )
 
-    @staticmethod
-    def sli_error_ratio(window: str) -> str:
-        return SLO.SLI_ERROR_RATIO.format(window=window)
-
-    @staticmethod
-    def sli_errors_rate(window: str) -> str:
-        return SLO.SLI_ERRORS_RATE.format(window=window)
-
-    @staticmethod
-    def sli_error_measured(window: str) -> str:
-        return SLO.SLI_ERROR_MEASURED.format(window=window)
-
-    @staticmethod
-    def sli_total_rate(window: str) -> str:
-        return SLO.SLI_TOTAL_RATE.format(window=window)
+    # The per-window rule names, e.g. sli_error_ratio("5m") == "slo:sli_error:ratio_rate5m".
+    sli_error_ratio = staticmethod(_per_window(SLI_ERROR_RATIO))
+    sli_errors_rate = staticmethod(_per_window(SLI_ERRORS_RATE))
+    sli_error_measured = staticmethod(_per_window(SLI_ERROR_MEASURED))
+    sli_total_rate = staticmethod(_per_window(SLI_TOTAL_RATE))
 
 
 # --------------------------------------------------------------------------------------

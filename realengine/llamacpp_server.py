@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from realengine.process import REPO, EngineProcess, cache_dir, serve_until_interrupted
+from realengine.process import REPO, EngineProcess, cache_dir, serve_main
 
 VERSION = "0.3.36"  # llama-cpp-python's sdist, as scripts/install-llamacpp.sh pins it (llama.cpp 0c1e570)
 LLAMACPP_COMMIT = "0c1e570"
@@ -102,14 +102,10 @@ class LlamacppServer(EngineProcess):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m realengine.llamacpp_server [--port N]`: serve the tiny model until interrupted."""
-    import argparse
-
-    p = argparse.ArgumentParser(description="Serve the tiny random-weight Llama on llama.cpp's server (CPU build).")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--slots", type=int, default=LlamacppConfig.slots)
-    a = p.parse_args(argv)
-    return serve_until_interrupted(LlamacppServer(LlamacppConfig(port=a.port, slots=a.slots)), SERVED_NAME)
+    """`python -m realengine.llamacpp_server [--port N] [--slots N]`: serve the tiny model until interrupted."""
+    return serve_main(argv, "Serve the tiny random-weight Llama on llama.cpp's server (CPU build).", 8080, "--slots",
+                      LlamacppConfig.slots, lambda port, slots: LlamacppServer(LlamacppConfig(port=port, slots=slots)),
+                      SERVED_NAME)
 
 
 if __name__ == "__main__":

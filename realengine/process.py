@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -123,6 +124,19 @@ class EngineProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def serve_main(argv: Sequence[str] | None, description: str, port: int, size_flag: str, size: int,
+               make: Callable[[int, int], EngineProcess], model: str) -> int:
+    """Each engine module's `python -m`: `--port` and the one flag that sizes the engine (`size_flag`, an int),
+    then `make(port, size)` served until interrupted."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument(size_flag, dest="size", type=int, default=size, metavar="N")
+    a = p.parse_args(argv)
+    return serve_until_interrupted(make(a.port, a.size), model)
 
 
 def serve_until_interrupted(server: EngineProcess, model: str) -> int:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from realengine.process import REPO, EngineProcess, cache_dir, serve_until_interrupted
+from realengine.process import REPO, EngineProcess, cache_dir, serve_main
 
 MODEL_BUILDER = Path(__file__).resolve().parent / "build_model.py"
 SERVED_NAME = "tiny-llama"
@@ -148,14 +148,10 @@ class VllmServer(EngineProcess):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m realengine.vllm_server [--port N]`: serve the tiny model until interrupted."""
-    import argparse
-
-    p = argparse.ArgumentParser(description="Serve the tiny random-weight Llama on the real vLLM (CPU build).")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--blocks", type=int, default=VllmConfig.num_blocks)
-    a = p.parse_args(argv)
-    return serve_until_interrupted(VllmServer(VllmConfig(port=a.port, num_blocks=a.blocks)), SERVED_NAME)
+    """`python -m realengine.vllm_server [--port N] [--blocks N]`: serve the tiny model until interrupted."""
+    return serve_main(argv, "Serve the tiny random-weight Llama on the real vLLM (CPU build).", 8000, "--blocks",
+                      VllmConfig.num_blocks, lambda port, blocks: VllmServer(VllmConfig(port=port, num_blocks=blocks)),
+                      SERVED_NAME)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,4 @@ set -euo pipefail
 need=()
 command -v buildah >/dev/null 2>&1 || need+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-[ ${#need[@]} -eq 0 ] && exit 0
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "installing Debian packages: ${need[*]}" >&2
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null \
-  || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
+"$(dirname "$0")/apt-install.sh" "${need[@]}"

@@ -13,11 +13,9 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 { command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1; } \
   || need+=(victoria-metrics)
 [ ${#need[@]} -eq 0 ] && exit 0
+"$(dirname "$0")/apt-install.sh" "${need[@]}"
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "installing Debian packages: ${need[*]}" >&2
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null \
-  || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
 # The Debian packages start services; the stack starts its own on loopback.
 for svc in prometheus prometheus-alertmanager prometheus-node-exporter nginx victoria-metrics; do
   $sudo service "$svc" stop >/dev/null 2>&1 || true

@@ -19,7 +19,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -64,6 +64,22 @@ def _has_content(event: dict, chat: bool) -> bool:
     return False
 
 
+async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict | None]:
+    """The JSON events of a streamed completion's body, then None at `data: [DONE]`. Resumed past it, it reads
+    the body to its end, as well-behaved clients do: a proxy in between (the tap) then sees a completed
+    response rather than a client that went away."""
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            yield None
+            await resp.content.read()
+            return
+        yield json.loads(data)
+
+
 async def send_one(
     session: aiohttp.ClientSession, url: str, item: WorkItem, model: str, chat: bool, t0: float,
     render_prompt: Callable[[list[int]], str] = render,
@@ -81,19 +97,11 @@ async def send_one(
                 rec.error = f"http {resp.status}"
                 await resp.read()
                 return rec
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
+            async for event in sse_events(resp):
+                if event is None:  # [DONE]; sse_events then reads the body to its end
                     done = True
                     rec.e2e = time.perf_counter() - sent
-                    # Read to the end of the body, as well-behaved clients do: a proxy in between (the tap)
-                    # then sees a completed response rather than a client that went away.
-                    await resp.content.read()
-                    break
-                event = json.loads(data)
+                    continue
                 if _has_content(event, chat):
                     chunks += 1
                     if rec.ttft is None:

@@ -141,11 +141,22 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.num_preemptions += 1
 
-    def _lora_blocked(self, req: Request, loras: set[str]) -> bool:
-        return bool(req.lora) and req.lora not in loras and len(loras) >= self.max_loras
+    def _next_waiting(self, loras: set[str], skipped: list[Request]) -> Request | None:
+        """The first waiting request whose LoRA adapter fits beside `loras` (left at the head of the queue); the
+        ones before it that do not fit move to `skipped`, deferred. None when no waiting request fits."""
+        while self.waiting:
+            req = self.waiting[0]
+            if not (req.lora and req.lora not in loras and len(loras) >= self.max_loras):
+                return req
+            skipped.append(self.waiting.popleft())
+            req.deferred = True
+        return None
 
-    def _admit(self, req: Request, now: float, computed: list[int], step: ScheduledStep) -> None:
+    def _admit(self, req: Request, now: float, computed: list[int], step: ScheduledStep, loras: set[str]) -> None:
+        """Move `req` from the head of the queue to running, its prefix-cache hits counted; its adapter joins `loras`."""
         self.waiting.popleft()
+        if req.lora:
+            loras.add(req.lora)
         hit_tokens = len(computed) * self.kv.block_size
         step.prefix_queries += req.num_tokens if self.kv.enable_prefix_caching else 0
         step.prefix_hits += hit_tokens
@@ -160,12 +171,10 @@ class Scheduler:
     def _admit_waiting(self, now: float, step: ScheduledStep, budget: int) -> None:
         loras = self.running_loras()
         skipped: list[Request] = []
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
-            if self._lora_blocked(req, loras):
-                skipped.append(self.waiting.popleft())
-                req.deferred = True
-                continue
+        while budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self._next_waiting(loras, skipped)
+            if req is None:
+                break
             computed = self.kv.get_computed_blocks(req)
             n = req.num_tokens - len(computed) * self.kv.block_size
             if n > budget:
@@ -176,9 +185,7 @@ class Scheduler:
             # scheduler_reserve_full_isl); V0 runs whole prompts anyway
             if not self.kv.allocate_slots(req, n, computed, must_fit_tokens=req.num_tokens if self.chunked else 0):
                 break
-            self._admit(req, now, computed, step)
-            if req.lora:
-                loras.add(req.lora)
+            self._admit(req, now, computed, step, loras)
             step.entries.append((req, n))
             budget -= n
         self.waiting.extendleft(reversed(skipped))
@@ -186,19 +193,15 @@ class Scheduler:
     def _form_static_batch(self, now: float, step: ScheduledStep) -> None:
         loras: set[str] = set()
         skipped: list[Request] = []
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
-            if self._lora_blocked(req, loras):
-                skipped.append(self.waiting.popleft())
-                req.deferred = True
-                continue
+        while len(self.running) < self.max_num_seqs:
+            req = self._next_waiting(loras, skipped)
+            if req is None:
+                break
             computed = self.kv.get_computed_blocks(req)
             whole = req.num_prompt_tokens + req.max_tokens  # the output length is unknown in advance
             if not self.kv.allocate_slots(req, 0, computed, reserve_tokens=whole):
                 break
-            self._admit(req, now, computed, step)
-            if req.lora:
-                loras.add(req.lora)
+            self._admit(req, now, computed, step, loras)
         self.waiting.extendleft(reversed(skipped))
 
     def _shape(self, entries: list[tuple[Request, int]]) -> StepShape:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmslo.argtypes import number_arg
 from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
 from llmslo.files import write_atomic
 from slogen import VERSION_LABEL, __version__
@@ -60,25 +61,9 @@ def _duration(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _finite(text: str) -> float:
-    """A command-line number; nan and inf are refused (every comparison with nan is false, nothing exceeds inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; write e.g. 0.95")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return value
+# nan and inf are refused: every comparison with nan is false, and nothing exceeds inf.
+_finite = number_arg(float, math.isfinite, "a number", "a finite number; write e.g. 0.95")
+_count = number_arg(int, lambda n: n >= 0, "a whole number >= 0")
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -339,61 +324,67 @@ def _thresholds_problems(args: argparse.Namespace) -> list[SpecError]:
     return []
 
 
+# Each threshold flag: (its options field, metavar, help with `{}` where the default goes). The field's kind
+# (slogen.thresholds.settable) gives the type: durations parse and show as Prometheus durations, the rest as numbers.
+_HEALTH_FLAGS = (
+    ("gpu_lost_for", "DURATION", "LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {})"),
+    ("gpu_error_window", "WINDOW", "LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
+                                   "(default {})"),
+    ("target_down_for", "DURATION", "LLMEngineTargetDown: how long a target is unreadable (default {})"),
+    ("kv_usage_threshold", "RATIO", "LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {})"),
+    ("kv_saturated_for", "DURATION", "LLMKVCacheSaturated: how long before it fires (default {})"),
+    ("preemption_rate", "PER_SECOND", "LLMPreemptionStorm: preemptions per second per engine (default {})"),
+    ("preemption_window", "WINDOW", "LLMPreemptionStorm: rate window (default {})"),
+    ("preemption_for", "DURATION", "LLMPreemptionStorm: how long before it fires (default {})"),
+    ("tap_refusal_rate", "PER_SECOND", "LLMTapRefusingRequests: refusals per second per tap at its connection or "
+                                       "body-memory limit (default {}: any)"),
+    ("tap_refusal_window", "WINDOW", "LLMTapRefusingRequests: rate window (default {})"),
+    ("tap_refusal_for", "DURATION", "LLMTapRefusingRequests: how long before it fires, longer than the window "
+                                    "(default {})"),
+    ("tap_config_drift_for", "DURATION", "LLMTapConfigDrift: how long a tap reports other SLO files than the "
+                                         "build's before it fires (default {})"),
+)
+_CAPACITY_FLAGS = (  # flags --capacity-<field>
+    ("footprint_window", "WINDOW", "rate window of the request-size histograms behind the p99/p50 footprint "
+                                   "(default {})"),
+    ("trend_window", "WINDOW", "deriv() window of the time-to-exhaustion forecast and the queue trend (default {})"),
+    ("seats_low", "SEATS", "LLMKVSeatsLow: a pool under this many seats at p99 context (default {})"),
+    ("seats_low_for", "DURATION", "LLMKVSeatsLow: how long before it fires (default {})"),
+    ("exhaustion_minutes", "MINUTES", "LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue "
+                                      "growing (default {})"),
+    ("exhaustion_for", "DURATION", "LLMKVSeatsExhaustion: how long before it fires (default {})"),
+)
+
+
+def _threshold_flags(group: argparse._ArgumentGroup, defaults: HealthOptions | CapacityOptions,
+                     flags: tuple[tuple[str, str, str], ...], prefix: str = "") -> None:
+    """One flag per row, default None: a flag given overrides the thresholds file (`_threshold_options`)."""
+    from slogen import thresholds
+
+    kinds = thresholds.settable(type(defaults))
+    for field, metavar, text in flags:
+        value = getattr(defaults, field)
+        duration = kinds[field] is int
+        group.add_argument(f"--{prefix}{field.replace('_', '-')}", type=_duration if duration else _finite,
+                           default=None, metavar=metavar,
+                           help=text.format(format_prometheus_duration(value) if duration else f"{value:g}"))
+
+
 def _health_args(p: argparse.ArgumentParser) -> None:
     _thresholds_arg(p)
-    d = HealthOptions()
     h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml; "
                              "each threshold flag overrides the thresholds file (--thresholds)")
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
-    h.add_argument("--gpu-lost-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {format_prometheus_duration(d.gpu_lost_for)})")
-    h.add_argument("--gpu-error-window", type=_duration, default=None, metavar="WINDOW",
-                   help=f"LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
-                        f"(default {format_prometheus_duration(d.gpu_error_window)})")
-    h.add_argument("--target-down-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMEngineTargetDown: how long a target is unreadable (default {format_prometheus_duration(d.target_down_for)})")
-    h.add_argument("--kv-usage-threshold", type=_finite, default=None, metavar="RATIO",
-                   help=f"LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {d.kv_usage_threshold:g})")
-    h.add_argument("--kv-saturated-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMKVCacheSaturated: how long before it fires (default {format_prometheus_duration(d.kv_saturated_for)})")
-    h.add_argument("--preemption-rate", type=_finite, default=None, metavar="PER_SECOND",
-                   help=f"LLMPreemptionStorm: preemptions per second per engine (default {d.preemption_rate:g})")
-    h.add_argument("--preemption-window", type=_duration, default=None, metavar="WINDOW",
-                   help=f"LLMPreemptionStorm: rate window (default {format_prometheus_duration(d.preemption_window)})")
-    h.add_argument("--preemption-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMPreemptionStorm: how long before it fires (default {format_prometheus_duration(d.preemption_for)})")
-    h.add_argument("--tap-refusal-rate", type=_finite, default=None, metavar="PER_SECOND",
-                   help=f"LLMTapRefusingRequests: refusals per second per tap at its connection or body-memory limit "
-                        f"(default {d.tap_refusal_rate:g}: any)")
-    h.add_argument("--tap-refusal-window", type=_duration, default=None, metavar="WINDOW",
-                   help=f"LLMTapRefusingRequests: rate window (default {format_prometheus_duration(d.tap_refusal_window)})")
-    h.add_argument("--tap-refusal-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMTapRefusingRequests: how long before it fires, longer than the window "
-                        f"(default {format_prometheus_duration(d.tap_refusal_for)})")
+    _threshold_flags(h, HealthOptions(), _HEALTH_FLAGS)
 
 
 def _capacity_args(p: argparse.ArgumentParser) -> None:
-    d = CapacityOptions()
     k = p.add_argument_group("capacity rules", "KV seats, their forecast and the capacity alerts in "
                              "alerts/llmslo-capacity.rules.yaml; each threshold flag overrides the thresholds file")
     k.add_argument("--no-capacity-rules", dest="capacity_rules", action="store_false",
                    help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
-    k.add_argument("--capacity-footprint-window", type=_duration, default=None, metavar="WINDOW",
-                   help=f"rate window of the request-size histograms behind the p99/p50 footprint "
-                        f"(default {format_prometheus_duration(d.footprint_window)})")
-    k.add_argument("--capacity-trend-window", type=_duration, default=None, metavar="WINDOW",
-                   help=f"deriv() window of the time-to-exhaustion forecast and the queue trend "
-                        f"(default {format_prometheus_duration(d.trend_window)})")
-    k.add_argument("--capacity-seats-low", type=_finite, default=None, metavar="SEATS",
-                   help=f"LLMKVSeatsLow: a pool under this many seats at p99 context (default {d.seats_low:g})")
-    k.add_argument("--capacity-seats-low-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMKVSeatsLow: how long before it fires (default {format_prometheus_duration(d.seats_low_for)})")
-    k.add_argument("--capacity-exhaustion-minutes", type=_finite, default=None, metavar="MINUTES",
-                   help=f"LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue growing "
-                        f"(default {d.exhaustion_minutes:g})")
-    k.add_argument("--capacity-exhaustion-for", type=_duration, default=None, metavar="DURATION",
-                   help=f"LLMKVSeatsExhaustion: how long before it fires (default {format_prometheus_duration(d.exhaustion_for)})")
+    _threshold_flags(k, CapacityOptions(), _CAPACITY_FLAGS, "capacity-")
 
 
 def _threshold_options(args: argparse.Namespace) -> tuple[HealthOptions, CapacityOptions]:

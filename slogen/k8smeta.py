@@ -27,13 +27,17 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's dat
 MANAGED_LABEL_KEYS = frozenset({"app.kubernetes.io/component", "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of"})
 
 
+def _pattern_problem(text: str, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
+    """Why `text` is longer than `limit` or does not match `pattern` (`rule` says what it must be), or None."""
+    if len(text) > limit:
+        return f"is {len(text)} characters, more than {limit}"
+    return None if pattern.match(text) else rule
+
+
 def subdomain_problem(name: str) -> str | None:
     """Why `name` is not a DNS-1123 subdomain (object names, label-key prefixes), or None."""
-    if len(name) > MAX_SUBDOMAIN:
-        return f"is {len(name)} characters, more than {MAX_SUBDOMAIN}"
-    if not _DNS1123_SUBDOMAIN.match(name):
-        return "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
-    return None
+    return _pattern_problem(name, MAX_SUBDOMAIN, _DNS1123_SUBDOMAIN,
+                            "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -52,11 +56,8 @@ def qualified_name_problem(key: str) -> str | None:
 
 def label_value_problem(value: str) -> str | None:
     """Why `value` is not a valid label value, or None (empty is valid)."""
-    if len(value) > MAX_LABEL_VALUE:
-        return f"is {len(value)} characters, more than {MAX_LABEL_VALUE}"
-    if not _LABEL_VALUE.match(value):
-        return "must be letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-    return None
+    return _pattern_problem(value, MAX_LABEL_VALUE, _LABEL_VALUE,
+                            "must be letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
 
 
 def configmap_key_problem(key: str) -> str | None:

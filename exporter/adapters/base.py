@@ -64,17 +64,6 @@ def total(fam: MetricFamily | None, where: Callable[[dict[str, str]], bool] | No
     return math.fsum(picked) if picked else None
 
 
-def parse_number(text: str | None) -> float | None:
-    """A label value such as num_gpu_blocks="27102" as a number; None for "None", "" or garbage."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def parse_edge(text: str | None) -> float | None:
     """A bucket's `le` as a number (+Inf included); None when missing or not a number."""
     if text is None:
@@ -84,6 +73,12 @@ def parse_edge(text: str | None) -> float | None:
     except ValueError:
         return None
     return None if math.isnan(edge) else edge
+
+
+def parse_number(text: str | None) -> float | None:
+    """A label value such as num_gpu_blocks="27102" as a number; None for "None", "", infinities or garbage."""
+    value = parse_edge(text)
+    return value if value is not None and math.isfinite(value) else None
 
 
 # Engines' own spellings of the normalized reasons. Anything else is counted as `error`: a reason the

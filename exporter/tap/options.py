@@ -7,6 +7,7 @@ to rebuild a worker's command line, so a new option reaches the workers without 
 from __future__ import annotations
 
 import argparse
+import math
 
 from exporter.logs import LOG_FORMATS
 from exporter.tap.addresses import host_port, metrics_address
@@ -28,26 +29,10 @@ from exporter.tap.predict import DEFAULT_SHED_MARGIN
 from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
 from exporter.tap.reload import DEFAULT_INTERVAL_S as DEFAULT_RELOAD_S
 from exporter.tap.reload import reload_interval
+from llmslo.argtypes import number_arg
 
-
-def positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
-    return n
-
-
-def positive_float(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = 0.0
-    if not x > 0 or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return x
+positive_int = number_arg(int, lambda n: n > 0, "a positive whole number")
+positive_float = number_arg(float, lambda x: 0 < x < math.inf, "a positive number of seconds")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -383,6 +383,12 @@ def _per_engine(expr_op: str, metric: c.MetricDef, m: list[q.Matcher]) -> str:
     return q.agg(expr_op, q.selector(metric.name, m), ENGINE_BY)
 
 
+def _summed_lines(m: list[q.Matcher], by: Sequence[str], legend: str, lines: Sequence[tuple[str, str]]) -> list:
+    """One target per (word, series name), each summed `by`, its legend the word then `legend`; refs A, B, ..."""
+    return [gf.prom_target(q.agg("sum", q.selector(name, m), by), f"{word} {legend}", chr(ord("A") + i))
+            for i, (word, name) in enumerate(lines)]
+
+
 def _fleet_variables() -> list[g.Template]:
     out = []
     chain: list[q.Matcher] = []
@@ -473,10 +479,9 @@ def _queue_kv_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> l
     """The row "Queue and KV cache" of the fleet dashboard: its header and panels, placed on `grid`."""
     engine_legend = ENGINE_LEGEND
     p: list = [grid.row("Queue and KV cache")]
-    p.append(grid.place(_timeseries("Queue depth per engine", [
-        gf.prom_target(_per_engine("sum", c.REQUESTS_WAITING, m), "waiting " + engine_legend, "A"),
-        gf.prom_target(_per_engine("sum", c.REQUESTS_RUNNING, m), "running " + engine_legend, "B"),
-    ], description="Waiting requests are queued for admission; a growing queue is the first sign of saturation."),
+    p.append(grid.place(_timeseries("Queue depth per engine", _summed_lines(m, ENGINE_BY, engine_legend, (
+        ("waiting", c.REQUESTS_WAITING.name), ("running", c.REQUESTS_RUNNING.name),
+    )), description="Waiting requests are queued for admission; a growing queue is the first sign of saturation."),
         12, 8))
     kv_about = "The line: the KV-headroom SLO's threshold." if len(_kv_steps(slos)) > 1 else ""
     p.append(grid.place(_timeseries("KV-cache usage per engine",
@@ -512,10 +517,9 @@ def _capacity_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> l
     pool_legend = POOL_LEGEND
     seats_note = ("Pool series have no node label: they show while Node is All. "
                   "Engines without request-size histograms (TGI, trtllm-serve) have no seats (docs/metrics.md, KV seats).")
-    p.append(grid.place(_timeseries("KV seats per pool (p99 and p50 request size)", [
-        gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P99, m), pool_by), "p99 " + pool_legend, "A"),
-        gf.prom_target(q.agg("sum", q.selector(K.POOL_SEATS_P50, m), pool_by), "p50 " + pool_legend, "B"),
-    ], description="How many more requests of p99 (p50) size fit in the pool's free KV cache, net of what its "
+    p.append(grid.place(_timeseries("KV seats per pool (p99 and p50 request size)", _summed_lines(
+        m, pool_by, pool_legend, (("p99", K.POOL_SEATS_P99), ("p50", K.POOL_SEATS_P50)),
+    ), description="How many more requests of p99 (p50) size fit in the pool's free KV cache, net of what its "
                    "running and waiting requests will still take: an estimate, low under heavy prefix sharing. "
                    + seats_note), 8, 8))
     p.append(grid.place(_timeseries("Minutes to KV exhaustion per pool (forecast)", [
@@ -560,10 +564,9 @@ def _lora_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
     """The row "LoRA adapters" of the fleet dashboard: its header and panels, placed on `grid`."""
     engine_legend = ENGINE_LEGEND
     p: list = [grid.row("LoRA adapters")]
-    p.append(grid.place(_timeseries("LoRA adapters running and waiting per engine", [
-        gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_RUNNING, m), "running " + engine_legend, "A"),
-        gf.prom_target(_per_engine("sum", c.LORA_ADAPTERS_WAITING, m), "waiting " + engine_legend, "B"),
-    ]), 16, 8))
+    p.append(grid.place(_timeseries("LoRA adapters running and waiting per engine", _summed_lines(
+        m, ENGINE_BY, engine_legend, (("running", c.LORA_ADAPTERS_RUNNING.name), ("waiting", c.LORA_ADAPTERS_WAITING.name)),
+    )), 16, 8))
     p.append(grid.place(gf.BarGauge(title="LoRA adapter slots per engine", dataSource=gf.PROMETHEUS, minValue=0,
                                     thresholds=gf.thresholds((None, "blue")),
                                     targets=[gf.prom_target(_per_engine("max", c.LORA_ADAPTERS_MAX, m), engine_legend)]),

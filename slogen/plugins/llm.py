@@ -16,6 +16,7 @@ and keeps them on the SLI (`EventsSLI.params`), so later stages never read the o
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from llmslo import conventions as c
 from llmslo import sli_plugins as sp
@@ -146,6 +147,23 @@ def _written(req: SLIPluginRequest) -> dict[str, str]:
     return {str(k): ("" if v is None else str(v)) for k, v in (req.options or {}).items()}
 
 
+def _events(plugin: str, req: SLIPluginRequest, p: LatencyParams | GoodputParams | AvailabilityParams | KvHeadroomParams,
+            options: dict[str, str] | None = None, **queries: Any) -> EventsSLI:
+    """A built-in plugin's SLI: `queries` (error, total, sources, fixtures, ...) with the plugin's id, its options
+    as written (unless `options`), its `by` and its resolved parameters."""
+    return EventsSLI(plugin=plugin, plugin_options=_written(req) if options is None else options,
+                     by=p.selection.by, params=p, **queries)
+
+
+def _scope(selection: Selection, slo_class: str) -> tuple[list[Matcher], dict[str, str]]:
+    """The matchers of an SLI over `selection` and the fixture labels they imply: with a tap class, the class
+    (its `models` are the tap's mapping, which the slo_class label already applies), else the model globs."""
+    if slo_class:
+        return [promql.matcher(c.LABEL_SLO_CLASS, "=", slo_class)] + list(selection.matchers), {c.LABEL_SLO_CLASS: slo_class}
+    model_m, model_l = _model_matchers(selection)
+    return list(selection.matchers) + model_m, dict(model_l)
+
+
 def latency(req: SLIPluginRequest) -> EventsSLI:
     """Share of requests slower than `threshold` seconds: count - bucket{le=threshold}, over count, where
     count is only that of the series that have the bucket at the threshold (`measurable`).
@@ -161,14 +179,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     p: LatencyParams = _read(LATENCY, req)
     family = p.family
     by = p.selection.by
-    matchers = list(p.selection.matchers)
-    # With a class, `models` is the tap's class mapping (the slo_class label already applies it).
-    model_m, model_l = _model_matchers(p.selection) if not p.slo_class else ([], {})
-    base: dict[str, str] = dict(model_l)
-    if p.slo_class:
-        matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", p.slo_class)] + matchers
-        base[c.LABEL_SLO_CLASS] = p.slo_class
-    matchers = matchers + model_m
+    matchers, base = _scope(p.selection, p.slo_class)
     plugin_options = _written(req)
     if p.rounded:  # everything downstream (runbooks, dashboards) shows what is measured
         plugin_options.update(threshold=edge_text(p.threshold), threshold_as_written=plugin_options["threshold"].strip())
@@ -190,16 +201,8 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
         error_query, total_query = _with_late(count, good, aggregate(promql.rate(late_selector(matchers)), by))
         if labels is not None:
             fixtures += late_fixtures(c.TAP_REQUESTS.name, labels)
-    return EventsSLI(
-        error_query=error_query,
-        total_query=total_query,
-        sources=(count_sel, bucket_sel),
-        fixtures=fixtures,
-        plugin=LATENCY,
-        plugin_options=plugin_options,
-        by=by,
-        params=p,
-    )
+    return _events(LATENCY, req, p, plugin_options, error_query=error_query, total_query=total_query,
+                   sources=(count_sel, bucket_sel), fixtures=fixtures)
 
 
 def measurable(count_sel: str, bucket_sel: str) -> str:
@@ -235,8 +238,7 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
     ttft, tpot and models from the same spec through the same contract)."""
     p: GoodputParams = _read(GOODPUT, req)
     by = p.selection.by
-    # `models` maps requests to this class in the tap: the slo_class label already applies it.
-    matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", p.slo_class)] + list(p.selection.matchers)
+    matchers, base = _scope(p.selection, p.slo_class)
     # Every outcome but the neutral ones: the bad ones (a deadline hit, a client that gave up) count
     # in the total and never as good, so a hung engine burns goodput at a ratio of 1.
     neutral = any_of(TAP_OUTCOMES.neutral)
@@ -245,36 +247,23 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
     total = aggregate(promql.rate(total_sel), by)
     good = aggregate(promql.rate(good_sel), by)
     fixtures: tuple[SeriesFixture, ...] = ()
-    labels = _fixture_labels({c.LABEL_SLO_CLASS: p.slo_class}, list(p.selection.matchers), by)
+    labels = _fixture_labels(base, list(p.selection.matchers), by)
     if labels is not None:
         fixtures = (
             SeriesFixture(c.TAP_REQUESTS.name, {**labels, c.LABEL_OUTCOME: TAP_OUTCOMES.ok}, "total"),
             SeriesFixture(c.GOODPUT_REQUESTS.name, labels, "good"),
         ) + late_fixtures(c.TAP_REQUESTS.name, labels)
-    return EventsSLI(
-        # `or 0 * total`: the tap may create the good counter only on the first good request.
-        error_query=f"{total}\n-\n({good} or 0 * {total})",
-        total_query=total,
-        sources=(total_sel,),
-        fixtures=fixtures,
-        plugin=GOODPUT,
-        plugin_options=_written(req),
-        by=by,
-        params=p,
-    )
+    # `or 0 * total`: the tap may create the good counter only on the first good request.
+    return _events(GOODPUT, req, p, error_query=f"{total}\n-\n({good} or 0 * {total})", total_query=total,
+                   sources=(total_sel,), fixtures=fixtures)
 
 
 def availability(req: SLIPluginRequest) -> EventsSLI:
     """Share of requests that failed: the tap's bad outcomes (neutral ones left out), or the engine's finished reasons."""
     p: AvailabilityParams = _read(AVAILABILITY, req)
     by = p.selection.by
-    model_m, model_l = _model_matchers(p.selection) if not p.slo_class else ([], {})
-    matchers = list(p.selection.matchers) + model_m
-    base = dict(model_l)
+    matchers, base = _scope(p.selection, p.slo_class)  # slo_class: source tap only (the contract)
     if p.source == SOURCE_TAP:
-        if p.slo_class:
-            matchers = [promql.matcher(c.LABEL_SLO_CLASS, "=", p.slo_class)] + matchers
-            base[c.LABEL_SLO_CLASS] = p.slo_class
         metric = c.TAP_REQUESTS.name
         label = c.LABEL_OUTCOME
         bad, neutral = TAP_OUTCOMES.bad, TAP_OUTCOMES.neutral
@@ -295,16 +284,8 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
         )
         if p.source == SOURCE_TAP:
             fixtures += late_fixtures(metric, labels)
-    return EventsSLI(
-        error_query=aggregate(promql.rate(bad_sel), by),
-        total_query=aggregate(promql.rate(total_sel), by),
-        sources=(total_sel,),
-        fixtures=fixtures,
-        plugin=AVAILABILITY,
-        plugin_options=_written(req),
-        by=by,
-        params=p,
-    )
+    return _events(AVAILABILITY, req, p, error_query=aggregate(promql.rate(bad_sel), by),
+                   total_query=aggregate(promql.rate(total_sel), by), sources=(total_sel,), fixtures=fixtures)
 
 
 def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
@@ -331,16 +312,7 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
     if labels is not None:
         fixtures = (SeriesFixture(c.KV_CACHE_USAGE.name, labels, "gauge", good_value=round(threshold * 0.6, 6),
                                   bad_value=round(threshold + (1 - threshold) * 0.5, 6)),)
-    return EventsSLI(
-        error_query=aggregate(promql.over_time("sum", aux_sel, promql.WINDOW), by),
-        total_query=aggregate(promql.over_time("count", aux_sel, promql.WINDOW), by),
-        aux_rules=(aux,),
-        sources=(usage_sel,),
-        fixtures=fixtures,
-        plugin=KV_HEADROOM,
-        plugin_options=_written(req),
-        by=by,
-        time_based=True,
-        params=p,
-    )
+    return _events(KV_HEADROOM, req, p, error_query=aggregate(promql.over_time("sum", aux_sel, promql.WINDOW), by),
+                   total_query=aggregate(promql.over_time("count", aux_sel, promql.WINDOW), by), aux_rules=(aux,),
+                   sources=(usage_sel,), fixtures=fixtures, time_based=True)
 

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import adapters
+from exporter.adapters import base
 from exporter.adapters import tap as tap_adapter
 from exporter.model import MetricFamily, NormSample, Sample
 from exporter.promtext import parse
@@ -524,3 +525,12 @@ def test_finished_reasons_normalize_onto_the_conventions_set(raw, normalized):
     from exporter.adapters.base import normalize_finished_reason
     assert normalize_finished_reason(raw) == normalized
     assert normalized in c.FINISHED_REASONS
+
+
+@pytest.mark.parametrize(("text", "number", "edge"), [
+    ("27102", 27102.0, 27102.0), ("0.5", 0.5, 0.5), ("+Inf", None, math.inf), ("-Inf", None, -math.inf),
+    ("NaN", None, None), ("None", None, None), ("", None, None), (None, None, None),
+])
+def test_a_label_value_reads_as_a_number_only_when_finite_and_as_an_edge_when_not_nan(text, number, edge):
+    assert base.parse_number(text) == number
+    assert base.parse_edge(text) == edge

@@ -13,7 +13,7 @@ import tracemalloc
 
 import pytest
 
-from llmslo.argtypes import Bound
+from llmslo.argtypes import Bound, number_arg
 from simulator import cli, limits, loadgen, plan
 from simulator.config import EngineConfig
 from simulator.workload import LengthDist, WorkloadSpec, generate
@@ -147,3 +147,38 @@ def test_a_generated_prompt_holds_no_list_of_its_tokens():
     assert ids == as_list and ids[3990:4010] == as_list[3990:4010] and ids[-1] == as_list[-1]
     assert ids[::7] == as_list[::7] and ids[:4000] == list(items[1].prompt_token_ids)[:4000]  # the shared half
 
+
+
+def test_number_arg_says_what_it_takes_for_garbage_and_for_a_number_out_of_range():
+    finite = number_arg(float, math.isfinite, "a number", "a finite number; write e.g. 0.95")
+    assert finite("0.5") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'x' is not a number$"):
+        finite("x")
+    for text in ("nan", "inf", "-inf"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"is not a finite number; write e\.g\. 0\.95$"):
+            finite(text)
+    positive = number_arg(int, lambda n: n > 0, "a positive whole number")
+    assert positive("3") == 3
+    for text in ("0", "-1", "1.5", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"is not a positive whole number$"):
+            positive(text)
+
+
+def test_the_tap_and_slogen_flags_refuse_a_bad_number_with_exit_2_naming_the_flag(capsys):
+    from exporter.tap import options
+    from slogen import cli as slogen_cli
+
+    tap = argparse.ArgumentParser()
+    options.add_arguments(tap)
+    for parser, argv, flag in ((tap, ["--listen", "127.0.0.1:1", "--upstream", "http://x", "--metrics-listen",
+                                      "127.0.0.1:2", "--stall-timeout", "inf"], "--stall-timeout"),
+                               (tap, ["--listen", "127.0.0.1:1", "--upstream", "http://x", "--metrics-listen",
+                                      "127.0.0.1:2", "--workers", "0"], "--workers"),
+                               (slogen_cli.parser(), ["build", "slos", "--kv-usage-threshold", "nan"],
+                                "--kv-usage-threshold"),
+                               (slogen_cli.parser(), ["build", "slos", "--page-min-bad-events", "-1"],
+                                "--page-min-bad-events")):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+        assert f"argument {flag}" in capsys.readouterr().err

@@ -3,6 +3,7 @@ a value in a file changes the rules, a flag wins over the file; every problem of
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -99,3 +100,14 @@ def test_validate_refuses_what_build_refuses(tmp_path, capsys):
 def test_options_keep_the_defaults_the_file_leaves_out():
     got = thresholds.options(HealthOptions, {"kv_usage_threshold": 0.5}, {"preemption_rate": None}, True)
     assert got == dataclasses.replace(HealthOptions(), kv_usage_threshold=0.5)
+
+
+def test_every_threshold_has_one_build_flag_of_its_kind():
+    subparsers = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    build = subparsers.choices["build"]
+    by_dest = {a.dest: a for a in build._actions}
+    for prefix, cls in (("", HealthOptions), ("capacity_", CapacityOptions)):
+        for name, kind in thresholds.settable(cls).items():
+            action = by_dest[prefix + name]
+            assert action.default is None, name  # None: the file's value, else the built-in default, stands
+            assert action.type is (cli._duration if kind is int else cli._finite), name
