@@ -43,12 +43,12 @@ def documented_pool(through: str) -> str:
     return "".join(lines[: end + 1])
 
 
-def slo(name: str, objective: float, sli: str, alerting: str | None = None) -> str:
+def slo_entry(name: str, objective: float, sli: str, alerting: str | None = None) -> str:
     """One SLO of a Sloth spec; `sli` and `alerting` are one YAML flow-style line each."""
     text = f'  - name: "{name}"\n    objective: {objective}\n    sli: {sli}\n'
     return text + (f"    alerting: {alerting}\n" if alerting is not None else "")
 
 
 def sloth_spec(service: str, *slos: str) -> str:
-    """A Sloth prometheus/v1 spec of `service` holding `slos` (each made by `slo`)."""
+    """A Sloth prometheus/v1 spec of `service` holding `slos` (each made by `slo_entry`)."""
     return f'version: "prometheus/v1"\nservice: "{service}"\nslos:\n' + "".join(slos)
