@@ -382,16 +382,14 @@ def spawn_cli_tap(upstream: str, *extra: str) -> CliTap:
     )
     assert popen.stderr is not None
     seen: list[str] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = popen.stderr.readline()
+    started = time.monotonic()
+    for line in iter(popen.stderr.readline, ""):  # until it listens, exits, or 20 s have passed
         seen.append(line)
-        m = re.search(r"event=tap_listening proxy=(\S+) metrics=(\S+)", line)
-        if m:
-            reader = threading.Thread(target=lambda: seen.append(popen.stderr.read() if popen.stderr else ""), daemon=True)
-            reader.start()
-            return CliTap(popen, m.group(1), m.group(2), seen, reader)
-        if not line and popen.poll() is not None:
+        if listening := re.search(r"event=tap_listening proxy=(\S+) metrics=(\S+)", line):
+            rest = threading.Thread(target=lambda: seen.append(popen.stderr.read() if popen.stderr else ""), daemon=True)
+            rest.start()
+            return CliTap(popen, listening.group(1), listening.group(2), seen, rest)
+        if time.monotonic() - started > 20:
             break
     popen.kill()
     raise AssertionError(f"tap did not start: {''.join(seen)}{popen.stderr.read()}")
