@@ -48,6 +48,17 @@ def built(kubectl) -> dict[str, list[dict]]:
     return {name: kustomize(kubectl, DEPLOY / "overlays" / name) for name in OVERLAYS}
 
 
+def custom_kinds(crd, objects: list[dict], where: str = "") -> set[str]:
+    """The kinds of the custom resources in `objects`, each asserted valid against its CRD (`where` names the
+    overlay in a failure)."""
+    seen = set()
+    for obj in objects:
+        if crd.is_custom(obj):
+            assert crd.crd_errors(obj) == [], f"{where}{obj['kind']}/{obj['metadata']['name']}"
+            seen.add(obj["kind"])
+    return seen
+
+
 @pytest.fixture(scope="session")
 def crd():
     shared_dir(k8s.SHARED, "CRD schemas")
