@@ -8,7 +8,8 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -443,8 +444,10 @@ def test_stream_whose_client_asked_usage_keeps_the_upstream_framing_byte_for_byt
     asyncio.run(go())
 
 
-async def _close_delimited_upstream(payload: bytes) -> tuple[asyncio.AbstractServer, str, list[bytes]]:
-    """An upstream that answers every request with a body ended by closing the connection."""
+@asynccontextmanager
+async def _close_delimited_upstream(payload: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """An upstream that answers every request with a body ended by closing the connection, while the block
+    runs: its URL, and the request heads it has read."""
     requests: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -454,43 +457,38 @@ async def _close_delimited_upstream(payload: bytes) -> tuple[asyncio.AbstractSer
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", requests
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", requests
+    finally:
+        server.close()
 
 
 def test_close_delimited_upstream_body_is_rechunked_and_the_client_connection_kept(stack: Callable) -> None:
     """Passing the close on would cost the client its connection; the tap frames the body itself."""
 
     async def go() -> None:
-        server, url, requests = await _close_delimited_upstream(b"hello world")
-        try:
-            async with stack(upstream_url=url) as st:
-                c = await Client.open(st.tap_url)
-                for i in range(2):
-                    await c.send(get(b"/plain/%d" % i))
-                    r = await c.response()
-                    assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked", r.head
-                    assert r.field(b"connection") is None and r.body == b"hello world"
-                assert len(requests) == 2, "a close-delimited connection is not reused"
-                assert await c.still_open()
-                c.close()
-        finally:
-            server.close()
+        async with _close_delimited_upstream(b"hello world") as (url, requests), stack(upstream_url=url) as st:
+            c = await Client.open(st.tap_url)
+            for i in range(2):
+                await c.send(get(b"/plain/%d" % i))
+                r = await c.response()
+                assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked", r.head
+                assert r.field(b"connection") is None and r.body == b"hello world"
+            assert len(requests) == 2, "a close-delimited connection is not reused"
+            assert await c.still_open()
+            c.close()
 
     asyncio.run(go())
 
 
 def test_close_delimited_upstream_body_to_http10_client(stack: Callable) -> None:
     async def go() -> None:
-        server, url, _ = await _close_delimited_upstream(b"plain text")
-        try:
-            async with stack(upstream_url=url) as st:
-                c = await Client.open(st.tap_url)
-                await c.send(get(b"/plain", version=b"1.0"))
-                r = await c.response()
-                assert r.status == 200 and r.field(b"transfer-encoding") is None and r.body == b"plain text"
-                assert await c.at_eof()
-        finally:
-            server.close()
+        async with _close_delimited_upstream(b"plain text") as (url, _), stack(upstream_url=url) as st:
+            c = await Client.open(st.tap_url)
+            await c.send(get(b"/plain", version=b"1.0"))
+            r = await c.response()
+            assert r.status == 200 and r.field(b"transfer-encoding") is None and r.body == b"plain text"
+            assert await c.at_eof()
 
     asyncio.run(go())
 
