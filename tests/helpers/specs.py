@@ -52,3 +52,10 @@ def slo_entry(name: str, objective: float, sli: str, alerting: str | None = None
 def sloth_spec(service: str, *slos: str) -> str:
     """A Sloth prometheus/v1 spec of `service` holding `slos` (each made by `slo_entry`)."""
     return f'version: "prometheus/v1"\nservice: "{service}"\nslos:\n' + "".join(slos)
+
+
+def events_sli(metric: str) -> str:
+    """A Sloth events SLI in block style, laid out for an SLO under `slos:`: the share of `metric` with a 5xx code."""
+    return ("    sli:\n      events:\n"
+            f'        error_query: sum(rate({metric}{{code=~"5.."}}[{{{{.window}}}}]))\n'
+            f"        total_query: sum(rate({metric}[{{{{.window}}}}]))\n")
