@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import yaml
 
 from slogen.rules.bucket_alerts import runbook_details
 from slogen.views import ALERT_BUCKET_EDGE, ALERT_BURN, ALERT_NO_DATA, AlertView, BurnTier, SLOView
+from tests.helpers.needs import command, shared_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,9 +75,7 @@ def sample_alerts() -> list[AlertView]:
 
 @pytest.fixture(scope="session")
 def shared() -> Path:
-    if not k8s.SHARED.is_dir():
-        pytest.skip("../shared (schemas) is not present on this machine")
-    return k8s.SHARED
+    return shared_dir(k8s.SHARED, "schemas")
 
 
 @pytest.fixture(scope="session")
@@ -94,10 +92,7 @@ def grafana_validator(shared: Path) -> jsonschema.Draft7Validator:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if not path:
-        pytest.fail("promtool is missing: run scripts/install-system-deps.sh (Debian package prometheus)")
-    return path
+    return command("promtool", "run scripts/install-system-deps.sh (Debian package prometheus)")
 
 
 @pytest.fixture(name="sample_slos")

@@ -13,19 +13,10 @@ from llmslo import conventions as c
 from slogen.artifacts import keda
 from slogen.autoscaling import AutoscalingError, load_paths, load_text
 from tests.helpers.promql_names import metric_names
-from tests.helpers.specs import one_pool
+from tests.helpers.specs import documented_pool, one_pool
 
-SPEC = """
-version: "llmslo/autoscaling/v1"
-pools:
-  - name: vllm-llama-3-8b
-    namespace: llm
-    target: {kind: Deployment, name: vllm-llama-3-8b}
-    replicas: {min: 1, max: 8}
-    match: {namespace: llm, model: llama-3-8b}
-    triggers:
-      queue_depth: {per_replica: 4}
-      kv_cache_utilization: {per_replica: 0.85}
+# The documented example's first pool (its queue and KV triggers), a burn-rate trigger, and a pool that scales to zero.
+SPEC = "\n" + documented_pool(through="kv_cache_utilization") + """\
       ttft_burn_rate: {slo: chat/ttft, above: 2}
   - name: sglang-batch
     namespace: batch
@@ -198,18 +189,7 @@ def test_burn_rate_trigger_narrows_to_the_pools_cluster_when_the_slo_keeps_it(sa
     assert "cluster" not in burn_query(sample_slos), "an SLO recorded without cluster cannot be narrowed by it"
 
 
-SEATS_SPEC = """
-version: "llmslo/autoscaling/v1"
-pools:
-  - name: vllm-llama-3-8b
-    namespace: llm
-    target: {kind: Deployment, name: vllm-llama-3-8b}
-    replicas: {min: 1, max: 8}
-    match: {namespace: llm, model: llama-3-8b}
-    triggers:
-      queue_depth: {per_replica: 4}
-      kv_seats: {min_free: 8}
-"""
+SEATS_SPEC = "\n" + documented_pool(through="queue_depth") + "      kv_seats: {min_free: 8}\n"
 
 
 def test_kv_seats_trigger_beside_queue_depth_in_keda_and_hpa(promtool, tmp_path, crd):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.needs import command, shared_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -32,10 +33,7 @@ vap = _load("llmslo_tests_vap", Path(__file__).with_name("vap.py"))
 
 @pytest.fixture(scope="session")
 def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if not path:
-        pytest.fail("kubectl (with its built-in kustomize) is needed to build deploy/overlays")
-    return path
+    return command("kubectl", "install kubectl: its built-in kustomize builds deploy/overlays")
 
 
 def kustomize(kubectl: str, path: Path) -> list[dict]:
@@ -50,10 +48,20 @@ def built(kubectl) -> dict[str, list[dict]]:
     return {name: kustomize(kubectl, DEPLOY / "overlays" / name) for name in OVERLAYS}
 
 
+def custom_kinds(crd, objects: list[dict], where: str = "") -> set[str]:
+    """The kinds of the custom resources in `objects`, each asserted valid against its CRD (`where` names the
+    overlay in a failure)."""
+    seen = set()
+    for obj in objects:
+        if crd.is_custom(obj):
+            assert crd.crd_errors(obj) == [], f"{where}{obj['kind']}/{obj['metadata']['name']}"
+            seen.add(obj["kind"])
+    return seen
+
+
 @pytest.fixture(scope="session")
 def crd():
-    if not k8s.SHARED.is_dir():
-        pytest.skip("../shared (CRD schemas) is not present on this machine")
+    shared_dir(k8s.SHARED, "CRD schemas")
     return k8s
 
 

@@ -14,6 +14,8 @@ import yaml
 from exporter.cli import build_parser
 from exporter.config import DEFAULT_PORT, ExporterConfig, KubernetesDiscovery, load_config, merge_cli
 
+from .conftest import custom_kinds
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
@@ -73,12 +75,7 @@ def test_kubernetes_validate_has_teeth():
 
 
 def test_custom_resources_validate_against_their_crds(built, crd):
-    seen = set()
-    for name, objects in built.items():
-        for obj in objects:
-            if crd.is_custom(obj):
-                assert crd.crd_errors(obj) == [], f"{name}: {obj['kind']}/{obj['metadata']['name']}"
-                seen.add(obj["kind"])
+    seen = set().union(*(custom_kinds(crd, objects, f"{name}: ") for name, objects in built.items()))
     assert {"PodMonitor", "PrometheusRule", "ScaledObject"} <= seen
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -67,14 +71,23 @@ async def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
+@asynccontextmanager
+async def _serving(cfg: Path, fake_bcrypt) -> AsyncIterator[tuple[str, Any]]:
+    """The exporter's server with the web config `cfg`: its /metrics URL and its bcrypt pool. On the way out
+    every blocked check is released first, so that stopping never waits on one."""
+    server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+    try:
+        yield f"http://127.0.0.1:{server.port}/metrics", server.runner.app[BCRYPT_POOL]
+    finally:
+        fake_bcrypt.release.set()
+        await server.stop()
+
+
 def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tmp_path, fake_bcrypt):
     cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
 
     async def go():
-        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        pool = server.runner.app[BCRYPT_POOL]
-        try:
+        async with _serving(cfg, fake_bcrypt) as (url, pool):
             first = (await get(url, basic("alice", PASSWORD)))[0]  # checked once, then cached
             flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(4)]
             await wait_for(lambda: pool.pending == 4, "the wrong passwords never queued")
@@ -86,9 +99,6 @@ def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tm
             fake_bcrypt.release.set()
             flooded = [status for status, _, _ in await asyncio.gather(*flood)]
             return first, during, still_blocked, checks_during, flooded
-        finally:
-            fake_bcrypt.release.set()
-            await server.stop()
 
     first, during, still_blocked, checks_during, flooded = asyncio.run(go())
     assert first == 200
@@ -103,11 +113,8 @@ def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
     cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
 
     async def go():
-        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        pool = server.runner.app[BCRYPT_POOL]
-        pool.max_pending = 3
-        try:
+        async with _serving(cfg, fake_bcrypt) as (url, pool):
+            pool.max_pending = 3
             assert (await get(url, basic("alice", PASSWORD)))[0] == 200
             flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(3)]
             await wait_for(lambda: pool.pending == 3, "the wrong passwords never queued")
@@ -120,9 +127,6 @@ def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
             await asyncio.gather(*flood)
             after = (await get(url, basic("alice", "one-more")))[0]  # room again: checked, and wrong
             return over, unknown_user, cached, checked_meanwhile, after
-        finally:
-            fake_bcrypt.release.set()
-            await server.stop()
 
     over, unknown_user, cached, checked_meanwhile, after = asyncio.run(go())
     assert over[0] == unknown_user[0] == 429 and over[2]["Retry-After"] == "1"
@@ -137,10 +141,7 @@ def test_a_flood_from_one_source_leaves_room_for_a_client_seen_for_the_first_tim
     cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n  bob: '{hashed(PASSWORD)}'\n")
 
     async def go():
-        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        pool = server.runner.app[BCRYPT_POOL]
-        try:
+        async with _serving(cfg, fake_bcrypt) as (url, pool):
             flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(20)]
             await wait_for(lambda: pool.pending + sum(t.done() for t in flood) == 20, "the flood never settled")
             held = pool.pending
@@ -150,9 +151,6 @@ def test_a_flood_from_one_source_leaves_room_for_a_client_seen_for_the_first_tim
             fake_bcrypt.release.set()
             flooded = sorted(status for status, _, _ in await asyncio.gather(*flood))
             return held, (await newcomer)[0], flooded
-        finally:
-            fake_bcrypt.release.set()
-            await server.stop()
 
     held, newcomer, flooded = asyncio.run(go())
     assert newcomer == 200

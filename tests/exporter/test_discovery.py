@@ -192,19 +192,27 @@ def test_outside_a_cluster_discovery_says_so(monkeypatch, tmp_path):
         asyncio.run(discoverer.discover())
 
 
-def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server):
-    api, settings, start = in_cluster
+async def _engine_pod(api, http_server, model: str, running: int, *paths: str) -> tuple[web.AppRunner, str]:
+    """A vLLM page with `running` requests of `model`, served at `paths` on loopback, and the API server listing
+    it as pod llm/local-0 with the metrics-port annotation: (the engine's runner, its base URL)."""
     page = (b"# TYPE vllm:num_requests_running gauge\n"
-            b'vllm:num_requests_running{engine="0",model_name="served-model"} 5.0\n')
+            + f'vllm:num_requests_running{{engine="0",model_name="{model}"}} {running}.0\n'.encode())
 
     async def metrics(request):
         return web.Response(body=page, content_type="text/plain")
 
+    runner, base = await http_server(dict.fromkeys(paths, metrics))
+    port = base.rsplit(":", 1)[1]
+    api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port},
+                    ports=[{"containerPort": int(port)}])]
+    return runner, base
+
+
+def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server):
+    api, settings, start = in_cluster
+
     async def body():
-        engine_runner, base = await http_server({"/metrics": metrics})
-        port = base.rsplit(":", 1)[1]
-        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port},
-                        ports=[{"containerPort": int(port)}])]
+        engine_runner, base = await _engine_pod(api, http_server, "served-model", 5, "/metrics")
         discoverer = KubernetesDiscoverer(settings, NODE)
         try:
             async with new_session() as session:
@@ -225,17 +233,10 @@ def test_discovered_pods_are_scraped_with_their_identity(in_cluster, http_server
 
 def test_a_hung_api_server_never_delays_a_cycle(in_cluster, http_server, caplog):
     api, settings, start = in_cluster
-    page = (b"# TYPE vllm:num_requests_running gauge\n"
-            b'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n')
-
-    async def metrics(request):
-        return web.Response(body=page, content_type="text/plain")
 
     async def body():
-        engine_runner, base = await http_server({"/metrics": metrics, "/static": metrics})
+        engine_runner, base = await _engine_pod(api, http_server, "m", 2, "/metrics", "/static")
         port = base.rsplit(":", 1)[1]
-        api.pods = [pod("local-0", ip="127.0.0.1", annotations={"llmslo.io/metrics-port": port},
-                        ports=[{"containerPort": int(port)}])]
         static = (TargetConfig(kind="vllm", url=f"{base}/static", name="static", pod="static-0"),)
         discoverer = KubernetesDiscoverer(settings, NODE)
         targets = TargetSet(static, discoverer, refresh_s=0)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from demo import show
 from demo.incident import IncidentReport, Scenario, run_incident
+from demo.procs import lingering_in_groups, live_children_of
 from demo.stack import LocalStack, StackSettings
 from llmslo import conventions as C
 
@@ -40,3 +42,10 @@ def run_staged_incident(settings: StackSettings, scenario: Scenario, groups: lis
 
 def timeline(report: IncidentReport) -> str:
     return "\n".join(show.timeline(report.t0, report.events))
+
+
+def assert_nothing_left(groups: list[int], children_before: set[int]) -> None:
+    """Every process group in `groups` is empty, and no child of this process survives but those it had
+    before (`children_before`: other tests' business)."""
+    assert lingering_in_groups(groups) == []
+    assert [c for c in live_children_of(os.getpid()) if c not in children_before] == []

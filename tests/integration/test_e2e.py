@@ -28,12 +28,12 @@ from demo.incident import (
     pipeline_lag_s,
     sent_between,
 )
-from demo.procs import lingering_in_groups, live_children_of
+from demo.procs import live_children_of
 from demo.stack import StackSettings
 from llmslo import conventions as C
 from simulator.stats import percentile
 from slogen.links import slo_dashboard_uid
-from tests.helpers.incident_runs import run_staged_incident
+from tests.helpers.incident_runs import assert_nothing_left, run_staged_incident
 from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
@@ -93,8 +93,7 @@ def test_staged_incident_pages_with_runbook_resolves_and_goodput_matches(tmp_pat
     print(f"\nstack up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing is left running: every process group the stack made is empty, no child of ours survives
-    assert lingering_in_groups(groups) == []
-    assert [c for c in live_children_of(os.getpid()) if c not in children_before] == []
+    assert_nothing_left(groups, children_before)
 
     # --- the page: one notification for the degraded class's service, on the page route, with labels and links
     assert report.fired is not None, f"no page for {slo.service} within {scenario.max_incident_s}s:\n{timeline}"

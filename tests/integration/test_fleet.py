@@ -24,9 +24,10 @@ import pytest
 from demo.alertmanager import PAGE_ROUTE
 from demo.fleet import FleetSettings, FleetStack, fleet_bound
 from demo.incident import Scenario, fastest_page_tier, run_incident
-from demo.procs import lingering_in_groups, live_children_of
+from demo.procs import live_children_of
 from llmslo import conventions as C
 from tests.helpers.dashboards import iter_queries
+from tests.helpers.incident_runs import assert_nothing_left
 from tests.helpers.incident_runs import timeline as incident_timeline
 
 pytestmark = pytest.mark.integration
@@ -117,8 +118,7 @@ def test_incident_in_cluster_a_pages_for_a_only_and_fleet_dashboard_sees_both(tm
     print(f"\nfleet up in {out['start_s']:.1f}s; whole test {elapsed:.1f}s\n{timeline}")
 
     # --- nothing left running
-    assert lingering_in_groups(groups) == []
-    assert [c for c in live_children_of(os.getpid()) if c not in children_before] == []
+    assert_nothing_left(groups, children_before)
 
     # --- the page: on-call is paged for cluster a, by the service the incident degraded, in time
     assert report.fired is not None, f"no page within {scenario.max_incident_s}s:\n{timeline}"

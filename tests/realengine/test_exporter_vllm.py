@@ -106,19 +106,30 @@ def _value(flat, name: str, **labels) -> float:
     return math.fsum(picked)
 
 
-def _quiesce(server: VllmServer, timeout: float = TIMEOUT) -> str:
-    """The page once nothing runs or waits and two reads a second apart are the same."""
+def settled_page(read: Callable[[], str], idle: Callable[[str], bool], steady: Callable[[str], list[str]],
+                 what: str, timeout: float, every_s: float) -> str:
+    """The page `read` returns once `idle(page)` holds and two reads `every_s` apart show the same `steady`
+    lines; fails naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        page = server.metrics()
-        flat = _flat(page)
-        idle = (_value(flat, "vllm:num_requests_running") == 0 and _value(flat, "vllm:num_requests_waiting") == 0)
-        if idle and last is not None and _vllm_lines(page) == _vllm_lines(last):
+        page = read()
+        quiet = idle(page)
+        if quiet and last is not None and steady(page) == steady(last):
             return page
-        last = page if idle else None
-        time.sleep(1.0)
-    raise AssertionError(f"the engine did not settle within {timeout:.0f} s")
+        last = page if quiet else None
+        time.sleep(every_s)
+    raise AssertionError(f"{what} did not settle within {timeout:.0f} s")
+
+
+def _quiesce(server: VllmServer, timeout: float = TIMEOUT) -> str:
+    """The page once nothing runs or waits and two reads a second apart are the same."""
+
+    def idle(page: str) -> bool:
+        flat = _flat(page)
+        return _value(flat, "vllm:num_requests_running") == 0 and _value(flat, "vllm:num_requests_waiting") == 0
+
+    return settled_page(server.metrics, idle, _vllm_lines, "the engine", timeout, every_s=1.0)
 
 
 def _exporter_once(url: str) -> str:

@@ -25,7 +25,15 @@ import pytest
 from realengine import llamacpp_server
 from realengine.llamacpp_server import SERVED_NAME, LlamacppConfig, LlamacppServer
 from tests.exporter import engine_pages
-from tests.realengine.test_exporter_vllm import _exporter_once, _flat, _key, _post, _stream, exported_series
+from tests.realengine.test_exporter_vllm import (
+    _exporter_once,
+    _flat,
+    _key,
+    _post,
+    _stream,
+    exported_series,
+    settled_page,
+)
 from tests.realengine.test_tap_vllm import start_tap
 
 REAL_ENGINE = "llamacpp"  # tests/realengine/conftest.py: what this file needs installed
@@ -60,17 +68,11 @@ def _value(flat, name: str) -> float:
 
 
 def _quiesce(server: LlamacppServer, timeout: float = TIMEOUT) -> str:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        page = server.metrics()
+    def idle(page: str) -> bool:
         flat = _flat(page)
-        idle = _value(flat, "llamacpp:requests_processing") == 0 and _value(flat, "llamacpp:requests_deferred") == 0
-        if idle and last is not None and _lines(page) == _lines(last):
-            return page
-        last = page if idle else None
-        time.sleep(0.5)
-    raise AssertionError(f"llama-server did not settle within {timeout:.0f} s")
+        return _value(flat, "llamacpp:requests_processing") == 0 and _value(flat, "llamacpp:requests_deferred") == 0
+
+    return settled_page(server.metrics, idle, _lines, "llama-server", timeout, every_s=0.5)
 
 
 MAPPED = ("llamacpp:requests_processing ", "llamacpp:requests_deferred ", "llamacpp:prompt_tokens_total ",

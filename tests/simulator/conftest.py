@@ -13,15 +13,14 @@ from simulator.api import SimulatorServer, start
 from simulator.config import EngineConfig
 from simulator.costmodel import CostParams
 from simulator.faults import FaultState
+from tests.helpers import needs
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 
 
 @pytest.fixture
 def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip("../shared is absent (reference data for the simulator's metric names)")
-    return SHARED
+    return needs.shared_dir(SHARED, "reference data for the simulator's metric names")
 
 
 @pytest.fixture

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.needs import command, shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"
@@ -16,20 +17,14 @@ OPENSLO = SHARED / "peers" / "openslo"
 
 @pytest.fixture
 def sloth_testdata() -> Path:
-    if not SLOTH_TESTDATA.is_dir():
-        pytest.skip("../shared/peers/sloth is not present")
-    return SLOTH_TESTDATA
+    return shared_dir(SLOTH_TESTDATA, "peers/sloth")
 
 
 @pytest.fixture
 def openslo_dir() -> Path:
-    if not OPENSLO.is_dir():
-        pytest.skip("../shared/peers/openslo is not present")
-    return OPENSLO
+    return shared_dir(OPENSLO, "peers/openslo")
 
 
 @pytest.fixture
 def promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool is required (scripts/install-system-deps.sh installs Debian's prometheus package)"
-    return path
+    return command("promtool", "run scripts/install-system-deps.sh (Debian package prometheus)")

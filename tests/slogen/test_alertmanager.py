@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,14 +19,13 @@ from slogen.build import BuildOptions, build
 from slogen.cli import main
 from slogen.loaders.windows import BUILTIN, load_catalog_path
 from slogen.rules.options import GenOptions
+from tests.helpers.needs import command
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def amtool() -> str:
-    path = shutil.which("amtool")
-    assert path, "amtool is required (scripts/install-system-deps.sh installs Debian's prometheus-alertmanager)"
-    return path
+    return command("amtool", "run scripts/install-system-deps.sh (Debian package prometheus-alertmanager)")
 
 
 def _write(tmp_path: Path, text: str) -> Path:

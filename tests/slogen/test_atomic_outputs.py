@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +66,20 @@ def count_writes(root: Path, monkeypatch) -> int:
     return len(calls)
 
 
+def failing_call(real: Callable[..., Any], nth: int, code: int) -> tuple[Callable[..., Any], list[tuple]]:
+    """`real`, except that its `nth` call raises OSError(`code`) naming its first argument, as a full disk or a
+    failing device would; with the list of every call's arguments."""
+    calls: list[tuple] = []
+
+    def stand_in(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == nth:
+            raise OSError(code, os.strerror(code), str(args[0]))
+        return real(*args)
+
+    return stand_in, calls
+
+
 @pytest.mark.parametrize("nth", ["first", "middle", "last"])
 def test_a_failed_write_mid_build_leaves_every_output_byte_identical(workdir, monkeypatch, capsys, nth):
     total = count_writes(workdir, monkeypatch)
@@ -71,15 +87,8 @@ def test_a_failed_write_mid_build_leaves_every_output_byte_identical(workdir, mo
     fail_at = {"first": 1, "middle": total // 2, "last": total}[nth]
     before = snapshot(workdir)
     change_specs(workdir)
-    calls = []
     real = outtree._write_file
-
-    def flaky(path, text):
-        calls.append(path)
-        if len(calls) == fail_at:
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, text)
-
+    flaky, calls = failing_call(real, fail_at, errno.ENOSPC)
     monkeypatch.setattr(outtree, "_write_file", flaky)
     assert main(["build"]) == 1
     err = capsys.readouterr().err
@@ -97,15 +106,7 @@ def test_a_failed_write_mid_build_leaves_every_output_byte_identical(workdir, mo
 def test_a_failed_swap_puts_back_the_directories_already_swapped(workdir, monkeypatch, capsys):
     before = snapshot(workdir)
     change_specs(workdir)
-    swaps = []
-    real = outtree._exchange
-
-    def second_fails(a, b):
-        swaps.append(b)
-        if len(swaps) == 2:
-            raise OSError(errno.EIO, "Input/output error", str(b))
-        return real(a, b)
-
+    second_fails, _ = failing_call(outtree._exchange, 2, errno.EIO)
     monkeypatch.setattr(outtree, "_exchange", second_fails)
     assert main(["build"]) == 1
     assert snapshot(workdir) == before and not leftovers(workdir)

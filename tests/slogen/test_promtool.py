@@ -18,7 +18,7 @@ from slogen.rules import generate
 from slogen.rules.options import GenOptions
 from slogen.writers import rule_file
 from slogen.yamlio import dump
-from tests.helpers.specs import load_path
+from tests.helpers.specs import load_path, slo_entry, sloth_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,15 +78,9 @@ def test_every_tap_slo_has_a_generated_hang_scenario_that_fires():
             assert len(late) == len(c.TAP_LATE_OUTCOMES), slo_id  # the late series appear with the hang
 
 
-AVAIL = """\
-version: "prometheus/v1"
-service: "svc"
-slos:
-  - name: "availability"
-    objective: 99.9
-    sli: {plugin: {id: "llmslo/availability", options: {source: "tap"}}}
-    alerting: {name: SvcAvailability}
-"""
+AVAIL = sloth_spec("svc", slo_entry(
+    "availability", 99.9, '{plugin: {id: "llmslo/availability", options: {source: "tap"}}}',
+    alerting="{name: SvcAvailability}"))
 
 
 def test_full_outage_at_999_pages_after_52s_plus_one_evaluation(promtool, tmp_path):
@@ -137,15 +131,9 @@ def _dur(seconds: int) -> str:
     return format_prometheus_duration(seconds * 1000)
 
 
-LATENCY = """\
-version: "prometheus/v1"
-service: "svc"
-slos:
-  - name: "ttft"
-    objective: 99
-    sli: {plugin: {id: "llmslo/latency", options: {metric: "ttft", threshold: "1", slo_class: "interactive"}}}
-    alerting: {page_alert: {disable: true}, ticket_alert: {disable: true}}
-"""
+LATENCY = sloth_spec("svc", slo_entry(
+    "ttft", 99, '{plugin: {id: "llmslo/latency", options: {metric: "ttft", threshold: "1", slo_class: "interactive"}}}',
+    alerting="{page_alert: {disable: true}, ticket_alert: {disable: true}}"))
 
 
 def test_latency_threshold_matches_both_le_spellings(promtool, tmp_path):

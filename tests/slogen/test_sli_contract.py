@@ -28,6 +28,12 @@ def _plugin(pid: str, options: str, name: str = "slo") -> str:
     return _spec(_slo(name, f"{{plugin: {{id: {pid}, options: {options}}}}}"))
 
 
+def _one_class(one: str, two: str) -> str:
+    """Two goodput SLOs, "one" and "two", of class x, with these options beside the class."""
+    return _spec(*(_slo(name, f"{{plugin: {{id: llmslo/goodput, options: {{slo_class: x, {options}}}}}}}")
+                   for name, options in (("one", one), ("two", two))))
+
+
 LAT, GOOD, AVAIL, KV = "llmslo/latency", "llmslo/goodput", "llmslo/availability", "llmslo/kv-headroom"
 
 ACCEPTED = {
@@ -40,8 +46,7 @@ ACCEPTED = {
     "goodput, both objectives": _plugin(GOOD, '{slo_class: a, ttft: "0.5", tpot: "0.05", models: "llama-*, chat-*"}'),
     "goodput, ttft only": _plugin(GOOD, '{slo_class: a, ttft: "2"}'),
     "goodput, tpot only": _plugin(GOOD, '{slo_class: a, tpot: "0.1"}'),
-    "one class, two SLOs alike": _spec(_slo("one", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "1"}}}'),
-                                       _slo("two", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "1"}}}')),
+    "one class, two SLOs alike": _one_class('ttft: "1"', 'ttft: "1"'),
     "availability over the tap": _plugin(AVAIL, "{source: tap, slo_class: interactive}"),
     "availability over the engine": _plugin(AVAIL, '{source: engine, error_reasons: "error", models: "llama-*"}'),
     "kv headroom by default": _plugin(KV, "{}"),
@@ -76,11 +81,8 @@ REFUSED = {
     "goodput ttft inf": _plugin(GOOD, '{slo_class: a, ttft: "inf", tpot: "0.05"}'),
     "goodput tpot with a unit": _plugin(GOOD, '{slo_class: a, tpot: "50ms"}'),
     "goodput unknown option": _plugin(GOOD, '{slo_class: a, ttft: "1", e2e: "10"}'),
-    "one class, two definitions": _spec(_slo("one", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "1"}}}'),
-                                        _slo("two", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "2"}}}')),
-    "one class, other models": _spec(
-        _slo("one", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "1", models: "a-*"}}}'),
-        _slo("two", '{plugin: {id: llmslo/goodput, options: {slo_class: x, ttft: "1", models: "b-*"}}}')),
+    "one class, two definitions": _one_class('ttft: "1"', 'ttft: "2"'),
+    "one class, other models": _one_class('ttft: "1", models: "a-*"', 'ttft: "1", models: "b-*"'),
     "error_reasons over the tap": _plugin(AVAIL, '{source: tap, error_reasons: "error"}'),
     "an unknown finished reason": _plugin(AVAIL, '{source: engine, error_reasons: "oops"}'),
     "every finished reason bad": _plugin(AVAIL, '{source: engine, error_reasons: "' + ",".join(c.FINISHED_REASONS) + '"}'),

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from slogen.cli import main
+from tests.helpers.specs import events_sli
 from tests.slogen.conftest import SLOTH
 
 SPEC = """version: "prometheus/v1"
@@ -21,11 +22,7 @@ slos:
   - name: availability
     objective: 99.9
     labels: {environment: production}
-    sli:
-      events:
-        error_query: sum(rate(http_requests_total{code=~"5.."}[{{.window}}]))
-        total_query: sum(rate(http_requests_total[{{.window}}]))
-    alerting:
+""" + events_sli("http_requests_total") + """    alerting:
       name: WebAvailability
 """
 

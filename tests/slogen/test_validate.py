@@ -9,7 +9,7 @@ import pytest
 from slogen.cli import main
 from slogen.errors import SpecErrors
 from slogen.loaders import load_paths
-from tests.helpers.specs import load_path
+from tests.helpers.specs import events_sli, load_path
 
 
 def test_every_good_fixture_is_accepted(sloth_testdata, capsys):
@@ -67,11 +67,7 @@ slos:
   - name: "avail"
     objective: 99.9
     labels: {LABELS}
-    sli:
-      events:
-        error_query: sum(rate(req_total{code=~"5.."}[{{.window}}]))
-        total_query: sum(rate(req_total[{{.window}}]))
-    alerting:
+""" + events_sli("req_total") + """    alerting:
       name: SvcAvail
 """
 

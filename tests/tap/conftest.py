@@ -37,9 +37,11 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -334,14 +336,63 @@ class Proc:
 
     def stop(self) -> str:
         """SIGTERM, wait, and return what it wrote to stderr."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        stop_process(self.popen)
         return self.popen.stderr.read() if self.popen.stderr else ""
+
+
+def stop_process(popen: subprocess.Popen[str], timeout_s: float = 15.0) -> None:
+    """SIGTERM, wait up to `timeout_s`, SIGKILL if it is still there; reaps it."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+
+
+@dataclass
+class CliTap:
+    """The tap's CLI (`python -m exporter.tap`) in its own process. Its stderr is read in the background from
+    the moment it listens: a full pipe would block the tap."""
+
+    popen: subprocess.Popen[str]
+    proxy_url: str
+    metrics_url: str
+    _stderr: list[str]
+    _reader: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.proxy_url.rsplit(":", 1)[1])
+
+    def stop(self) -> str:
+        """SIGTERM, wait, and return all it wrote to stderr."""
+        stop_process(self.popen)
+        self._reader.join(timeout=5)
+        return "".join(self._stderr)
+
+
+def spawn_cli_tap(upstream: str, *extra: str) -> CliTap:
+    """The tap's CLI on OS-chosen loopback ports in front of `upstream`, with `extra` flags."""
+    popen = subprocess.Popen(
+        [PYTHON, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--upstream", upstream, *extra],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    assert popen.stderr is not None
+    seen: list[str] = []
+    started = time.monotonic()
+    for line in iter(popen.stderr.readline, ""):  # until it listens, exits, or 20 s have passed
+        seen.append(line)
+        if listening := re.search(r"event=tap_listening proxy=(\S+) metrics=(\S+)", line):
+            rest = threading.Thread(target=lambda: seen.append(popen.stderr.read() if popen.stderr else ""), daemon=True)
+            rest.start()
+            return CliTap(popen, listening.group(1), listening.group(2), seen, rest)
+        if time.monotonic() - started > 20:
+            break
+    popen.kill()
+    raise AssertionError(f"tap did not start: {''.join(seen)}{popen.stderr.read()}")
 
 
 def spawn(args: list[str], n_ports: int, timeout: float = 20.0) -> Proc:

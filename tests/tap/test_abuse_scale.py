@@ -15,21 +15,17 @@ import collections
 import random
 import re
 import resource
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from bench.slowloris import Fleet, read_chunked, refusals
+from tests.tap.conftest import spawn_cli_tap
 
 if TYPE_CHECKING:
     from tests.tap.conftest import Proc  # the upstream_proc fixture's type
 
-ROOT = Path(__file__).resolve().parents[2]
 TRICKLERS = 1000
 LEGIT = 300
 LEGIT_SPREAD_S = 3.0  # the legitimate requests start evenly over this long
@@ -91,42 +87,17 @@ async def _scenario(port: int, metrics_url: str) -> tuple[collections.Counter[st
     return results, fleet, answered, before, after
 
 
-def _spawn_tap(upstream_url: str) -> tuple[subprocess.Popen[str], int, str]:
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--upstream", upstream_url, "--head-timeout", str(HEAD_TIMEOUT_S)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    assert popen.stderr is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = popen.stderr.readline()
-        m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)", line)
-        if m:
-            threading.Thread(target=popen.stderr.read, daemon=True).start()  # a full pipe would block the tap
-            return popen, int(m.group(1)), m.group(2)
-        if not line and popen.poll() is not None:
-            break
-    popen.kill()
-    raise AssertionError(f"tap did not start: {popen.stderr.read()}")
-
-
 def test_slowloris_does_not_starve_legitimate_streams(upstream_proc: Proc) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 4096:
         pytest.skip(f"open-file hard limit {hard}: this test holds {TRICKLERS} connections at each end")
     if soft != resource.RLIM_INFINITY and soft < 4096:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536) if hard != resource.RLIM_INFINITY else 65536, hard))
-    popen, port, metrics_url = _spawn_tap(upstream_proc.url)
+    tap = spawn_cli_tap(upstream_proc.url, "--head-timeout", str(HEAD_TIMEOUT_S))
     try:
-        results, fleet, answered, before, after = asyncio.run(_scenario(port, metrics_url))
+        results, fleet, answered, before, after = asyncio.run(_scenario(tap.port, tap.metrics_url))
     finally:
-        popen.terminate()
-        try:
-            popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait()
+        tap.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     # The legitimate streams arrived whole (at least 99% of them).
     assert results["ok"] >= LEGIT * 99 // 100, results

@@ -8,9 +8,6 @@ import gc
 import hashlib
 import json
 import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +17,8 @@ import aiohttp
 import pytest
 
 from llmslo import conventions as C
+from tests.tap.conftest import spawn_cli_tap
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
 
 
@@ -213,25 +210,6 @@ def test_no_file_descriptors_or_tasks_leak(stack: Callable) -> None:
 # ----------------------------------------------------------------------------------------
 # A slow client against the real CLI process: the tap's memory stays bounded.
 # ----------------------------------------------------------------------------------------
-def _spawn_cli_tap(upstream: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--upstream", upstream, *extra],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    assert popen.stderr is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = popen.stderr.readline()
-        m = re.search(r"event=tap_listening proxy=(\S+)", line)
-        if m:
-            return popen, m.group(1)
-        if not line and popen.poll() is not None:
-            break
-    popen.kill()
-    raise AssertionError(f"tap did not start: {popen.stderr.read()}")
-
-
 def _rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -244,12 +222,13 @@ def test_slow_client_gets_backpressure_not_buffering(stack: Callable) -> None:
 
     async def go() -> None:
         async with stack() as st:  # the in-process upstream; the tap under test is a separate process
-            tap, url = _spawn_cli_tap(st.upstream_url)
+            tap = spawn_cli_tap(st.upstream_url)
+            url = tap.proxy_url
             try:
                 async with aiohttp.ClientSession(read_bufsize=2**16) as s:
                     async with s.post(url + CHAT, data=body(), headers={"x-request-id": "warm"}) as r:
                         await r.read()
-                    rss_idle = _rss(tap.pid)
+                    rss_idle = _rss(tap.popen.pid)
                     headers = {"x-request-id": "big", "x-test-chunks": str(chunks), "x-test-chunk-bytes": str(chunk_bytes)}
                     r = await s.post(url + CHAT, data=body(), headers=headers)
                     digest = hashlib.sha256()
@@ -262,7 +241,7 @@ def test_slow_client_gets_backpressure_not_buffering(stack: Callable) -> None:
                     peak_rss, sent_during_stall = 0, 0
                     for _ in range(30):  # the client stops reading for 3 s
                         await asyncio.sleep(0.1)
-                        peak_rss = max(peak_rss, _rss(tap.pid))
+                        peak_rss = max(peak_rss, _rss(tap.popen.pid))
                     sent_during_stall = rec.bytes_sent
                     while data := await r.content.readany():
                         digest.update(data)
@@ -274,9 +253,8 @@ def test_slow_client_gets_backpressure_not_buffering(stack: Callable) -> None:
                 assert rec.finished and digest.hexdigest() == rec.public()["sha_without_usage"]
                 assert got > total
             finally:
-                tap.terminate()
-                _, err = tap.communicate(timeout=15)
-            assert tap.returncode == 0, err
+                err = tap.stop()
+            assert tap.popen.returncode == 0, err
             assert "event=tap_stopping" in err
 
     asyncio.run(go())

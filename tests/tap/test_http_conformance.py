@@ -8,7 +8,8 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -155,22 +156,36 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
 
 
 # -- connections -------------------------------------------------------------------------------
+def with_client(stack: Callable, test: Callable[[Any, Client], Awaitable[None]], **settings: Any) -> None:
+    """Runs `test(st, c)` on a tap stack made with `settings` and a client connected to its proxy."""
+
+    async def go() -> None:
+        async with stack(**settings) as st:
+            await test(st, await Client.open(st.tap_url))
+
+    asyncio.run(go())
+
+
+async def assert_closed(c: Client, r: Any) -> None:
+    """The answer `r` said Connection: close, and the tap then closed the connection."""
+    assert (r.field(b"connection") or b"").lower() == b"close"
+    assert await c.at_eof()
+
+
 def test_pipelined_requests_are_answered_in_order_on_one_connection(stack: Callable) -> None:
     """HTTP/1.1 clients may send the next request before the previous answer; the tap must neither
     drop nor reorder them, including one with a body."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(get(b"/v1/models") + post(b"/echo/p", b"0123456789") + get(b"/metrics"))
-            first, second, third = await c.response(), await c.response(b"POST"), await c.response()
-            assert first.status == 200 and first.json()["data"][0]["id"] == "chat-a"
-            assert second.status == 200 and second.json()["method"] == "POST" and second.json()["len"] == 10
-            assert third.status == 200 and b"vllm:num_requests_running 3.0" in third.body
-            assert await c.still_open()
-            c.close()
+    async def test(st: Any, c: Client) -> None:
+        await c.send(get(b"/v1/models") + post(b"/echo/p", b"0123456789") + get(b"/metrics"))
+        first, second, third = await c.response(), await c.response(b"POST"), await c.response()
+        assert first.status == 200 and first.json()["data"][0]["id"] == "chat-a"
+        assert second.status == 200 and second.json()["method"] == "POST" and second.json()["len"] == 10
+        assert third.status == 200 and b"vllm:num_requests_running 3.0" in third.body
+        assert await c.still_open()
+        c.close()
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_sequential_requests_reuse_one_upstream_connection(stack: Callable) -> None:
@@ -192,146 +207,125 @@ def test_sequential_requests_reuse_one_upstream_connection(stack: Callable) -> N
 
 
 def test_http10_client_gets_a_complete_response_then_close(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(b"GET /v1/models HTTP/1.0\r\n\r\n")
-            r = await c.response()
-            assert r.status == 200 and r.json()["data"][0]["id"] == "chat-a"
-            assert r.field(b"transfer-encoding") is None  # HTTP/1.0 has no chunked coding
-            assert (r.field(b"connection") or b"").lower() == b"close"
-            assert await c.at_eof()
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"GET /v1/models HTTP/1.0\r\n\r\n")
+        r = await c.response()
+        assert r.status == 200 and r.json()["data"][0]["id"] == "chat-a"
+        assert r.field(b"transfer-encoding") is None  # HTTP/1.0 has no chunked coding
+        await assert_closed(c, r)
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_http10_client_gets_a_stream_unchunked_then_eof(stack: Callable) -> None:
     """An HTTP/1.0 client cannot decode chunked framing: the SSE bytes go out plain, the end marked by closing."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(post(CHAT, chat_body(), b"x-request-id: h10", b"x-test-chunks: 3", version=b"1.0"))
-            head = await c.head()
-            assert head.status == 200 and head.get(b"transfer-encoding") is None and head.get(b"content-length") is None
-            chunks = []
-            while data := await asyncio.wait_for(c.reader.read(65536), T):
-                chunks.append(data)
-            body = c.buf + b"".join(chunks)
-            assert body.startswith(b"data: {") and body.endswith(b"data: [DONE]\n\n"), body[:80]
-            assert sha(body) == st.upstream.records["h10"].public()["sha_without_usage"]
-            await wait_for(lambda: len(st.records) == 1)
-            assert st.records[0].outcome == "ok"
+    async def test(st: Any, c: Client) -> None:
+        await c.send(post(CHAT, chat_body(), b"x-request-id: h10", b"x-test-chunks: 3", version=b"1.0"))
+        head = await c.head()
+        assert head.status == 200 and head.get(b"transfer-encoding") is None and head.get(b"content-length") is None
+        chunks = []
+        while data := await asyncio.wait_for(c.reader.read(65536), T):
+            chunks.append(data)
+        body = c.buf + b"".join(chunks)
+        assert body.startswith(b"data: {") and body.endswith(b"data: [DONE]\n\n"), body[:80]
+        assert sha(body) == st.upstream.records["h10"].public()["sha_without_usage"]
+        await wait_for(lambda: len(st.records) == 1)
+        assert st.records[0].outcome == "ok"
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_client_connection_close_is_honoured(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(get(b"/v1/models", b"Connection: close"))
-            r = await c.response()
-            assert r.status == 200 and r.json()["object"] == "list"
-            assert (r.field(b"connection") or b"").lower() == b"close"
-            assert await c.at_eof()
+    async def test(st: Any, c: Client) -> None:
+        await c.send(get(b"/v1/models", b"Connection: close"))
+        r = await c.response()
+        assert r.status == 200 and r.json()["object"] == "list"
+        await assert_closed(c, r)
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 # -- request bodies ----------------------------------------------------------------------------
 def test_chunked_upload_reaches_the_upstream_with_a_content_length(stack: Callable) -> None:
     """Engines' servers vary in chunked-upload support; the tap sends the decoded body with its length."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            body = b"5;e=1\r\nhello\r\n6\r\n world\r\nC\r\n from chunks\r\n0\r\n\r\n"
-            await c.send(b"POST /echo/x HTTP/1.1\r\nHost: tap\r\nTransfer-Encoding: chunked\r\n\r\n" + body[:9])
-            await asyncio.sleep(0.02)
-            await c.send(body[9:])
-            r = await c.response(b"POST")
-            echo = r.json()
-            headers = {k.lower(): v for k, v in echo["headers"].items()}
-            assert r.status == 200 and echo["len"] == len(b"hello world from chunks")
-            assert headers["content-length"] == "23" and "transfer-encoding" not in headers
-            await c.send(get(b"/echo/after"))  # the connection is in step after the chunked body
-            assert (await c.response()).json()["raw_path"] == "/echo/after"
+    async def test(st: Any, c: Client) -> None:
+        body = b"5;e=1\r\nhello\r\n6\r\n world\r\nC\r\n from chunks\r\n0\r\n\r\n"
+        await c.send(b"POST /echo/x HTTP/1.1\r\nHost: tap\r\nTransfer-Encoding: chunked\r\n\r\n" + body[:9])
+        await asyncio.sleep(0.02)
+        await c.send(body[9:])
+        r = await c.response(b"POST")
+        echo = r.json()
+        headers = {k.lower(): v for k, v in echo["headers"].items()}
+        assert r.status == 200 and echo["len"] == len(b"hello world from chunks")
+        assert headers["content-length"] == "23" and "transfer-encoding" not in headers
+        await c.send(get(b"/echo/after"))  # the connection is in step after the chunked body
+        assert (await c.response()).json()["raw_path"] == "/echo/after"
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_expect_100_continue(stack: Callable) -> None:
     """Clients that send Expect: 100-continue wait for the interim answer before uploading."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(b"POST /echo/e HTTP/1.1\r\nHost: tap\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n")
-            interim = await c.head()
-            assert interim.status == 100 and interim.reason == b"Continue"
-            await c.send(b"hello world")
-            r = await c.response(b"POST")
-            assert r.status == 200 and r.json()["len"] == 11
-            assert "expect" not in {k.lower() for k in r.json()["headers"]}, "the tap already answered the expectation"
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"POST /echo/e HTTP/1.1\r\nHost: tap\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n")
+        interim = await c.head()
+        assert interim.status == 100 and interim.reason == b"Continue"
+        await c.send(b"hello world")
+        r = await c.response(b"POST")
+        assert r.status == 200 and r.json()["len"] == 11
+        assert "expect" not in {k.lower() for k in r.json()["headers"]}, "the tap already answered the expectation"
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_expect_100_continue_with_an_oversized_body_gets_413_only(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack(max_body_bytes=100) as st:
-            c = await Client.open(st.tap_url)
-            await c.send(b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
-            r = await c.response(b"POST")
-            assert r.status == 413 and b"limit of 100 bytes" in r.body
-            assert await c.at_eof()
-            assert st.upstream.requests_seen == 0
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
+        r = await c.response(b"POST")
+        assert r.status == 413 and b"limit of 100 bytes" in r.body
+        assert await c.at_eof()
+        assert st.upstream.requests_seen == 0
 
-    asyncio.run(go())
+    with_client(stack, test, max_body_bytes=100)
 
 
 # -- refusals ----------------------------------------------------------------------------------
 def test_malformed_request_line_gets_400_with_a_reason_and_close(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(b"GET /v1/models\r\nHost: tap\r\n\r\n")
-            r = await c.response()
-            assert r.status == 400 and b"malformed request line" in r.body, r.body
-            assert (r.field(b"connection") or b"").lower() == b"close"
-            assert await c.at_eof()
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"GET /v1/models\r\nHost: tap\r\n\r\n")
+        r = await c.response()
+        assert r.status == 400 and b"malformed request line" in r.body, r.body
+        await assert_closed(c, r)
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_request_head_over_64k_gets_431_while_it_arrives(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(b"GET /v1/models HTTP/1.1\r\nHost: tap\r\nX-Big: " + b"a" * (http1.MAX_HEAD_BYTES + 1000))
-            r = await c.response()
-            assert r.status == 431 and b"larger than" in r.body
-            assert await c.at_eof()
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"GET /v1/models HTTP/1.1\r\nHost: tap\r\nX-Big: " + b"a" * (http1.MAX_HEAD_BYTES + 1000))
+        r = await c.response()
+        assert r.status == 431 and b"larger than" in r.body
+        assert await c.at_eof()
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 def test_complete_request_head_over_64k_gets_431(stack: Callable) -> None:
     """The head limit must not depend on whether the head's end arrived in the same read."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            fields = b"".join(b"X-Big-%d: %s\r\n" % (i, b"a" * 4000) for i in range(20))  # 80 KB in short lines
-            head = b"GET /echo/big HTTP/1.1\r\nHost: tap\r\n" + fields + b"\r\n"
-            await c.send(head[:60_000])  # under the limit, no end yet
-            await asyncio.sleep(0.05)
-            await c.send(head[60_000:])  # crosses the limit and ends the head in one read
-            r = await c.response()
-            assert r.status == 431, (r.status, r.body[:200])
+    async def test(st: Any, c: Client) -> None:
+        fields = b"".join(b"X-Big-%d: %s\r\n" % (i, b"a" * 4000) for i in range(20))  # 80 KB in short lines
+        head = b"GET /echo/big HTTP/1.1\r\nHost: tap\r\n" + fields + b"\r\n"
+        await c.send(head[:60_000])  # under the limit, no end yet
+        await asyncio.sleep(0.05)
+        await c.send(head[60_000:])  # crosses the limit and ends the head in one read
+        r = await c.response()
+        assert r.status == 431, (r.status, r.body[:200])
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 @pytest.mark.parametrize(
@@ -348,61 +342,55 @@ def test_ambiguous_request_framing_is_refused_before_the_upstream_sees_it(stack:
     """If the tap and the engine disagree on where a body ends, a request hidden in the body reaches the
     engine unseen (request smuggling); the tap refuses rather than pick one reading."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            smuggled = b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\nContent-Length: 2\r\n\r\n{}"
-            await c.send(b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\n" + framing + b"\r\n0\r\n\r\n" + smuggled)
-            r = await c.response(b"POST")
-            assert r.status == 400 and b"malformed request" in r.body
-            assert await c.at_eof()
-            await asyncio.sleep(0.05)
-            assert st.upstream.requests_seen == 0 and st.records == []
+    async def test(st: Any, c: Client) -> None:
+        smuggled = b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\nContent-Length: 2\r\n\r\n{}"
+        await c.send(b"POST /v1/completions HTTP/1.1\r\nHost: tap\r\n" + framing + b"\r\n0\r\n\r\n" + smuggled)
+        r = await c.response(b"POST")
+        assert r.status == 400 and b"malformed request" in r.body
+        assert await c.at_eof()
+        await asyncio.sleep(0.05)
+        assert st.upstream.requests_seen == 0 and st.records == []
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 # -- fields ------------------------------------------------------------------------------------
 def test_hop_by_hop_request_fields_are_not_forwarded(stack: Callable) -> None:
     """Connection-specific fields (RFC 9110 7.6.1), including those the Connection field names, stop at the tap."""
 
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(get(
-                b"/echo/h?a=%2F", b"Connection: keep-alive, X-Drop-Me", b"X-Drop-Me: 1", b"Keep-Alive: 5", b"TE: trailers",
-                b"Proxy-Connection: keep-alive", b"X-Custom: kept", b"Upgrade: h2c",
-            ))
-            r = await c.response()
-            echo = r.json()
-            headers = {k.lower(): v for k, v in echo["headers"].items()}
-            for name in ("x-drop-me", "keep-alive", "te", "proxy-connection", "upgrade"):
-                assert name not in headers, name
-            assert headers["x-custom"] == "kept"
-            assert headers["host"] == urlsplit(st.upstream_url).netloc, "Host names the upstream"
-            assert echo["raw_path"] == "/echo/h?a=%2F", "the target is relayed as sent"
-            assert r.field(b"x-echo") == b"1"
-            assert await c.still_open(), "Connection: keep-alive from the client was answered with keep-alive"
+    async def test(st: Any, c: Client) -> None:
+        await c.send(get(
+            b"/echo/h?a=%2F", b"Connection: keep-alive, X-Drop-Me", b"X-Drop-Me: 1", b"Keep-Alive: 5", b"TE: trailers",
+            b"Proxy-Connection: keep-alive", b"X-Custom: kept", b"Upgrade: h2c",
+        ))
+        r = await c.response()
+        echo = r.json()
+        headers = {k.lower(): v for k, v in echo["headers"].items()}
+        for name in ("x-drop-me", "keep-alive", "te", "proxy-connection", "upgrade"):
+            assert name not in headers, name
+        assert headers["x-custom"] == "kept"
+        assert headers["host"] == urlsplit(st.upstream_url).netloc, "Host names the upstream"
+        assert echo["raw_path"] == "/echo/h?a=%2F", "the target is relayed as sent"
+        assert r.field(b"x-echo") == b"1"
+        assert await c.still_open(), "Connection: keep-alive from the client was answered with keep-alive"
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 # -- response framing --------------------------------------------------------------------------
 def test_stream_with_injected_usage_is_rechunked_without_it(stack: Callable) -> None:
-    async def go() -> None:
-        async with stack() as st:
-            c = await Client.open(st.tap_url)
-            await c.send(post(CHAT, chat_body(), b"x-request-id: s1", b"x-test-chunks: 4"))
-            r = await c.response(b"POST")
-            sent = st.upstream.records["s1"].public()
-            assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked" and r.field(b"content-length") is None
-            assert sent["include_usage"], "the tap asked for usage"
-            assert b'"usage"' not in r.body and r.body.endswith(b"data: [DONE]\n\n")
-            assert sha(r.body) == sent["sha_without_usage"] != sent["sha_all"]
-            await c.send(get(b"/v1/models"))  # still in step after the re-framed body
-            assert (await c.response()).status == 200
+    async def test(st: Any, c: Client) -> None:
+        await c.send(post(CHAT, chat_body(), b"x-request-id: s1", b"x-test-chunks: 4"))
+        r = await c.response(b"POST")
+        sent = st.upstream.records["s1"].public()
+        assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked" and r.field(b"content-length") is None
+        assert sent["include_usage"], "the tap asked for usage"
+        assert b'"usage"' not in r.body and r.body.endswith(b"data: [DONE]\n\n")
+        assert sha(r.body) == sent["sha_without_usage"] != sent["sha_all"]
+        await c.send(get(b"/v1/models"))  # still in step after the re-framed body
+        assert (await c.response()).status == 200
 
-    asyncio.run(go())
+    with_client(stack, test)
 
 
 async def _recording_forwarder(target_url: str, seen: list[bytes]) -> tuple[asyncio.AbstractServer, str]:
@@ -456,8 +444,10 @@ def test_stream_whose_client_asked_usage_keeps_the_upstream_framing_byte_for_byt
     asyncio.run(go())
 
 
-async def _close_delimited_upstream(payload: bytes) -> tuple[asyncio.AbstractServer, str, list[bytes]]:
-    """An upstream that answers every request with a body ended by closing the connection."""
+@asynccontextmanager
+async def _close_delimited_upstream(payload: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """An upstream that answers every request with a body ended by closing the connection, while the block
+    runs: its URL, and the request heads it has read."""
     requests: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -467,43 +457,38 @@ async def _close_delimited_upstream(payload: bytes) -> tuple[asyncio.AbstractSer
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", requests
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", requests
+    finally:
+        server.close()
 
 
 def test_close_delimited_upstream_body_is_rechunked_and_the_client_connection_kept(stack: Callable) -> None:
     """Passing the close on would cost the client its connection; the tap frames the body itself."""
 
     async def go() -> None:
-        server, url, requests = await _close_delimited_upstream(b"hello world")
-        try:
-            async with stack(upstream_url=url) as st:
-                c = await Client.open(st.tap_url)
-                for i in range(2):
-                    await c.send(get(b"/plain/%d" % i))
-                    r = await c.response()
-                    assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked", r.head
-                    assert r.field(b"connection") is None and r.body == b"hello world"
-                assert len(requests) == 2, "a close-delimited connection is not reused"
-                assert await c.still_open()
-                c.close()
-        finally:
-            server.close()
+        async with _close_delimited_upstream(b"hello world") as (url, requests), stack(upstream_url=url) as st:
+            c = await Client.open(st.tap_url)
+            for i in range(2):
+                await c.send(get(b"/plain/%d" % i))
+                r = await c.response()
+                assert r.status == 200 and r.field(b"transfer-encoding") == b"chunked", r.head
+                assert r.field(b"connection") is None and r.body == b"hello world"
+            assert len(requests) == 2, "a close-delimited connection is not reused"
+            assert await c.still_open()
+            c.close()
 
     asyncio.run(go())
 
 
 def test_close_delimited_upstream_body_to_http10_client(stack: Callable) -> None:
     async def go() -> None:
-        server, url, _ = await _close_delimited_upstream(b"plain text")
-        try:
-            async with stack(upstream_url=url) as st:
-                c = await Client.open(st.tap_url)
-                await c.send(get(b"/plain", version=b"1.0"))
-                r = await c.response()
-                assert r.status == 200 and r.field(b"transfer-encoding") is None and r.body == b"plain text"
-                assert await c.at_eof()
-        finally:
-            server.close()
+        async with _close_delimited_upstream(b"plain text") as (url, _), stack(upstream_url=url) as st:
+            c = await Client.open(st.tap_url)
+            await c.send(get(b"/plain", version=b"1.0"))
+            r = await c.response()
+            assert r.status == 200 and r.field(b"transfer-encoding") is None and r.body == b"plain text"
+            assert await c.at_eof()
 
     asyncio.run(go())
 

@@ -77,6 +77,16 @@ def _ok(payload: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
 
 
+async def _next_is_answered_in_step(c: Client, up: Upstream, why: str) -> None:
+    """The client's next request on the same connection gets its own answer, over the one upstream connection
+    (`why` says what that proves); then the client closes."""
+    await c.send(get(b"/next"))
+    r = await c.response()
+    assert r.status == 200 and r.body == b"next"
+    assert len(up.connections) == 1, why
+    c.close()
+
+
 def _run_with(answer: Answer, test: Callable[[Any, Upstream], Awaitable[None]], stack: Callable, **settings: Any) -> None:
     async def go() -> None:
         up = await _scripted_upstream(answer)
@@ -137,11 +147,7 @@ def test_204_and_304_are_relayed_without_a_body(stack: Callable, status_head: by
         assert r.status == status and r.body == b""
         assert r.field(b"transfer-encoding") is None, "no chunked framing is invented for a bodiless status"
         assert await c.still_open() and c.buf == b""
-        await c.send(get(b"/next"))
-        r = await c.response()
-        assert r.status == 200 and r.body == b"next"
-        assert len(up.connections) == 1, "the upstream connection stayed in step and was reused"
-        c.close()
+        await _next_is_answered_in_step(c, up, "the upstream connection stayed in step and was reused")
 
     _run_with(answer, test, stack)
 
@@ -193,11 +199,7 @@ def test_chunked_response_with_trailer_fields(stack: Callable) -> None:
         r = await c.response()
         assert r.status == 200 and r.body == b"hello, trail"
         assert r.raw.endswith(b"0\r\nX-Trailer: v\r\n\r\n"), r.raw
-        await c.send(get(b"/next"))
-        r = await c.response()
-        assert r.status == 200 and r.body == b"next"
-        assert len(up.connections) == 1, "the upstream connection was in step after the trailers and reused"
-        c.close()
+        await _next_is_answered_in_step(c, up, "the upstream connection was in step after the trailers and reused")
 
     _run_with(answer, test, stack)
 

@@ -25,6 +25,7 @@ from aiohttp import web
 from exporter import promtext
 from exporter.adapters import tap as tap_adapter
 from llmslo import conventions as C
+from tests.helpers.specs import slo_entry, sloth_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_MODEL = "chat-a"
@@ -33,14 +34,9 @@ NAME_BYTES = 1 << 20
 REAL = 100  # requests for the real model, one after every 10 made-up names
 TOKENS = 3
 MAX_PAGE_BYTES = 64 * 1024
-SLO_YAML = """\
-version: "prometheus/v1"
-service: "chat"
-slos:
-  - name: goodput-interactive
-    objective: 95
-    sli: {plugin: {id: llmslo/goodput, options: {slo_class: interactive, ttft: "0.5", tpot: "0.1", models: "chat-*"}}}
-"""
+SLO_YAML = sloth_spec("chat", slo_entry(
+    "goodput-interactive", 95,
+    '{plugin: {id: llmslo/goodput, options: {slo_class: interactive, ttft: "0.5", tpot: "0.1", models: "chat-*"}}}'))
 
 
 def _sse(model: str, usage: bool) -> bytes:

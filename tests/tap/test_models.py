@@ -8,7 +8,8 @@ import gzip
 import json
 import ssl
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +77,19 @@ def test_ids_are_capped_and_the_parser_pauses_between_slices() -> None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def _serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+@asynccontextmanager
+async def _served(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+    """`handler` answering every GET on a loopback port while the block runs; yields its base URL."""
     app = web.Application()
     app.router.add_get("/{tail:.*}", handler)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
-    scheme = "https" if ssl_context else "http"
-    return runner, f"{scheme}://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+        scheme = "https" if ssl_context else "http"
+        yield f"{scheme}://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 class Scripted:
@@ -127,8 +133,7 @@ class Scripted:
 def test_the_list_is_read_and_every_failure_keeps_the_last_good_one() -> None:
     async def go() -> None:
         up = Scripted()
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             served = ServedModels(url + "/", refresh_s=0, timeout_s=0.5, max_bytes=256 * 1024)
             assert await served.refresh() and served.names == {"chat-a", "sql-lora"}
             assert up.paths == ["/v1/models"] and served.last_error == ""
@@ -139,8 +144,6 @@ def test_the_list_is_read_and_every_failure_keeps_the_last_good_one() -> None:
                 assert served.last_error, mode
             up.mode, up.names = "ok", ["chat-a", "new-adapter"]
             assert await served.refresh() and served.names == {"chat-a", "new-adapter"} and not served.last_error
-        finally:
-            await runner.cleanup()
         assert not await served.refresh(), "the upstream is gone"
         assert served.names == {"chat-a", "new-adapter"}
 
@@ -160,16 +163,13 @@ def test_an_answer_of_a_million_bytes_of_empty_entries_is_refused_and_decoded_of
 
     async def go() -> None:
         up = Scripted()
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             served = ServedModels(url, refresh_s=0)
             assert await served.refresh() and served.names == {"chat-a", "sql-lora"}
             up.mode = "empties"
             assert not await served.refresh()
             assert f"more than {M.MAX_ENTRIES} entries" in served.last_error
             assert served.names == {"chat-a", "sql-lora"}
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
     assert len(threads) == 2 and threading.main_thread().name not in threads
@@ -178,12 +178,9 @@ def test_an_answer_of_a_million_bytes_of_empty_entries_is_refused_and_decoded_of
 def test_an_upstream_path_prefix_is_kept() -> None:
     async def go() -> None:
         up = Scripted()
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             assert await ServedModels(url + "/engine-a", refresh_s=0).refresh()
             assert up.paths == ["/engine-a/v1/models"]
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
 
@@ -192,14 +189,11 @@ def test_an_https_upstream_is_verified_against_the_proxy_s_ca(certs: dict[str, P
     async def go() -> None:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(certs["server_crt"], certs["server_key"])
-        runner, url = await _serve(Scripted().handle, ctx)
-        try:
+        async with _served(Scripted().handle, ctx) as url:
             trusted = ServedModels(url, str(certs["ca_crt"]), refresh_s=0)
             assert await trusted.refresh() and trusted.names == {"chat-a", "sql-lora"}
             untrusted = ServedModels(url, refresh_s=0)  # the system's CAs do not know this one
             assert not await untrusted.refresh() and "Certificate" in untrusted.last_error
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
 
@@ -207,8 +201,7 @@ def test_an_https_upstream_is_verified_against_the_proxy_s_ca(certs: dict[str, P
 def test_the_refresher_runs_periodically_until_stopped() -> None:
     async def go() -> None:
         up = Scripted()
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             served = ServedModels(url, refresh_s=0.02)
             await served.start()
             assert served.names == {"chat-a", "sql-lora"}, "start() waits for the first read"
@@ -222,8 +215,6 @@ def test_the_refresher_runs_periodically_until_stopped() -> None:
             attempts = served.attempts
             await asyncio.sleep(0.1)
             assert served.attempts == attempts, "no reads after stop()"
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
 
@@ -232,14 +223,11 @@ def test_start_does_not_wait_long_for_an_upstream_that_hangs() -> None:
     async def go() -> None:
         up = Scripted()
         up.mode = "slow"
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             served = ServedModels(url, refresh_s=30)
             await served.start(wait_s=0.05)
             assert served.names == frozenset() and served.attempts == 1
             await served.stop()
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
 
@@ -247,15 +235,12 @@ def test_start_does_not_wait_long_for_an_upstream_that_hangs() -> None:
 def test_refresh_zero_never_asks() -> None:
     async def go() -> None:
         up = Scripted()
-        runner, url = await _serve(up.handle)
-        try:
+        async with _served(up.handle) as url:
             served = ServedModels(url, refresh_s=0)
             await served.start()
             await asyncio.sleep(0.05)
             await served.stop()
             assert up.paths == [] and served.attempts == 0
-        finally:
-            await runner.cleanup()
 
     asyncio.run(go())
 

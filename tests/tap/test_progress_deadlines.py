@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.tap.classes import SloClass, SloConfig
+from exporter.tap.proxy import RequestRecord
 from llmslo import conventions as C
 from tests.tap.conftest import start_app
 from tests.tap.test_faults import body, wait_for
@@ -79,42 +80,33 @@ def _app() -> web.Application:
     return app
 
 
+async def _broken_off(stack: Callable, mode: str, stream: bool) -> RequestRecord:
+    """One request through a tap with a 0.5 s stall deadline to the upstream in `mode`, whose answer the tap
+    must break off; the tap's record of it."""
+    runner, url = await start_app(_app())
+    try:
+        async with stack(slo=CLASSES, upstream_url=url, stall_timeout_s=0.5) as st:
+            async with aiohttp.ClientSession() as s:
+                r = await s.post(st.tap_url + CHAT, data=body(stream=stream), headers={"x-mode": mode})
+                assert r.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await asyncio.wait_for(r.read(), 10.0)  # broken off by the tap, not by this timeout
+            await wait_for(lambda: len(st.records) == 1)
+            return st.records[0]
+    finally:
+        await runner.cleanup()
+
+
 @pytest.mark.parametrize("mode", ["comment", "blank", "dribble"])
 def test_a_stream_hung_after_its_first_token_times_out_whatever_bytes_keep_it_busy(stack: Callable, mode: str) -> None:
-    async def go() -> None:
-        runner, url = await start_app(_app())
-        try:
-            async with stack(slo=CLASSES, upstream_url=url, stall_timeout_s=0.5) as st:
-                async with aiohttp.ClientSession() as s:
-                    r = await s.post(st.tap_url + CHAT, data=body(), headers={"x-mode": mode})
-                    assert r.status == 200
-                    with pytest.raises(aiohttp.ClientPayloadError):
-                        await asyncio.wait_for(r.read(), 10.0)  # broken off by the tap, not by this timeout
-                await wait_for(lambda: len(st.records) == 1)
-                assert st.records[0].outcome == C.OUTCOME_UPSTREAM_TIMEOUT
-                assert st.records[0].timings.ttft is not None
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(go())
+    record = asyncio.run(_broken_off(stack, mode, stream=True))
+    assert record.outcome == C.OUTCOME_UPSTREAM_TIMEOUT
+    assert record.timings.ttft is not None
 
 
 def test_a_non_streamed_body_dribbling_whitespace_times_out(stack: Callable) -> None:
-    async def go() -> None:
-        runner, url = await start_app(_app())
-        try:
-            async with stack(slo=CLASSES, upstream_url=url, stall_timeout_s=0.5) as st:
-                async with aiohttp.ClientSession() as s:
-                    r = await s.post(st.tap_url + CHAT, data=body(stream=False), headers={"x-mode": "whitespace"})
-                    assert r.status == 200
-                    with pytest.raises(aiohttp.ClientPayloadError):
-                        await asyncio.wait_for(r.read(), 10.0)
-                await wait_for(lambda: len(st.records) == 1)
-                assert st.records[0].outcome == C.OUTCOME_UPSTREAM_TIMEOUT
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(go())
+    record = asyncio.run(_broken_off(stack, "whitespace", stream=False))
+    assert record.outcome == C.OUTCOME_UPSTREAM_TIMEOUT
 
 
 def test_keep_alives_between_tokens_on_time_do_not_end_a_healthy_stream(stack: Callable) -> None:
