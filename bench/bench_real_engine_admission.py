@@ -7,7 +7,7 @@ without), and one seeded request trace per row sent through each in turns. Two e
 for the machine's two cores, so the paths take turns on the one engine: the engine drained between turns,
 turns interleaved (gated, ungated, ungated, gated; the next row starts with the other) so that the shared
 machine's drift falls on both. Capacity is found first on this engine, through the ungated tap: the highest
-Poisson rate at which GOOD_SHARE of the requests are good, by doubling and then halving the step. Rows: 0.5x
+Poisson rate at which GOOD_SHARE of the requests are good, by doubling (or halving) and then bisecting. Rows: 0.5x
 and 0.9x capacity (refused share <= 1 % and goodput within 3 % of no gate), and 2x (goodput >= 3x no gate),
 Poisson, and bursty below capacity when BURSTY. Every process of ours runs at bench_real_engine's nice FAVOUR.
 """
@@ -41,21 +41,23 @@ from bench.report import Row
 from realengine import vllm_server
 from realengine.build_model import word
 from realengine.vllm_server import VllmConfig, VllmServer
-from simulator.stats import RequestRecord
+from simulator.stats import RequestRecord, percentile
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
 
 SECTION = "Goodput tap: admission by objective in front of a real vLLM (CPU build)"
 KV_BLOCKS = 32  # of 32 tokens: 1,024 KV tokens, about four requests of this workload at once
-ENGINE = VllmConfig(num_blocks=KV_BLOCKS, max_num_seqs=16, max_model_len=1024, max_num_batched_tokens=1024,
+ENGINE = VllmConfig(num_blocks=KV_BLOCKS, max_num_seqs=16, max_model_len=640, max_num_batched_tokens=1024,
                     prefix_caching=False, threads=1)
-PROMPT = LengthDist(200, 0.4, 40, 500)
-OUTPUT = LengthDist(40, 0.4, 16, 96)
-TTFT_SLO, TPOT_SLO = 1.0, 0.1  # this engine starts a lone request in ~0.1 s and decodes at 10-30 ms a token
+PROMPT = LengthDist(240, 0.4, 48, 500)  # most of a request's KV: the cache holds about four at once
+OUTPUT = LengthDist(24, 0.4, 8, 64)  # short, so that the client's and the API server's CPU stay small
+# A lone request starts in ~0.1 s and decodes at 10-30 ms a token on a quiet machine (0.45 s and ~60 ms at a
+# load average of 14): the TTFT objective binds once the KV cache is full and requests queue.
+TTFT_SLO, TPOT_SLO = 1.0, 0.15
 WORDS = 4000  # the model's vocabulary holds w0 .. w4088: a prompt of N ids is N words, N tokens
 GOOD_SHARE = 0.95
 PROBE_S = 12.0  # seconds of arrivals per capacity probe
-FIRST_RATE, MAX_RATE, BISECTIONS = 1.0, 32.0, 2
-TURN_S = 15.0  # seconds of arrivals per turn
+FIRST_RATE, MIN_RATE, MAX_RATE, BISECTIONS = 2.0, 0.25, 32.0, 2
+TURN_S = 20.0  # seconds of arrivals per turn
 TURNS = 2  # per path per row
 CLIENT_TIMEOUT_S = 10.0
 BURSTY, BURST = False, 4
@@ -120,28 +122,39 @@ def good_share(records: list[RequestRecord]) -> float:
 
 
 def find_capacity(engine: VllmServer, url: str) -> tuple[float, list[str]]:
-    """The highest rate at which GOOD_SHARE of a PROBE_S trace is good, through `url`: double from FIRST_RATE
-    until a rate fails, then BISECTIONS halvings of the step. Returns it and each probe's "rate: share"."""
+    """The highest rate at which GOOD_SHARE of a PROBE_S trace is good, through `url`: from FIRST_RATE, doubled
+    while it passes (halved while it fails), then BISECTIONS halvings of the step between the last rate that
+    passed and the first that failed. Returns it and each probe's "rate: share"."""
     probes: list[str] = []
 
     def passes(rate: float) -> bool:
-        share = good_share(turn(engine, url, tuple(trace(rate, PROBE_S))))
+        records = turn(engine, url, tuple(trace(rate, PROBE_S)))
+        share = good_share(records)
         probes.append(f"{rate:g}: {share:.0%}")
-        print(f"  capacity probe {rate:g} req/s: {share:.1%} good", file=sys.stderr, flush=True)
+        ttft = sorted(r.ttft for r in records if r.ttft is not None)
+        tpot = sorted(x for r in records if (x := r.tpot) is not None)
+        print(f"  capacity probe {rate:g} req/s: {share:.1%} good of {len(records)}; TTFT p50 "
+              f"{percentile(ttft, 50) or 0:.3f} p90 {percentile(ttft, 90) or 0:.3f} s, TPOT p50 "
+              f"{percentile(tpot, 50) or 0:.3f} p90 {percentile(tpot, 90) or 0:.3f} s", file=sys.stderr, flush=True)
         return share >= GOOD_SHARE
 
-    low, high = 0.0, FIRST_RATE
-    while high <= MAX_RATE and passes(high):
-        low, high = high, 2 * high
+    low, high = 0.0, math.inf
+    rate = FIRST_RATE
+    while MIN_RATE <= rate <= MAX_RATE and (low == 0.0 or math.isinf(high)):
+        if passes(rate):
+            low, rate = rate, 2 * rate
+        else:
+            high, rate = rate, rate / 2
+    if not low or math.isinf(high):
+        raise RuntimeError(f"bench real-engine-admission: no capacity between {MIN_RATE:g} and {MAX_RATE:g} req/s "
+                           f"within the objectives (TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s) on this machine "
+                           f"(rate: good share: {', '.join(probes)})")
     for _ in range(BISECTIONS):
-        mid = (low + high) / 2 if low else high / 2
+        mid = (low + high) / 2
         if passes(mid):
             low = mid
         else:
             high = mid
-    if not low:
-        raise RuntimeError(f"bench real-engine-admission: not even {high:g} req/s met the objectives "
-                           f"(TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s) on this machine")
     return low, probes
 
 
@@ -224,8 +237,8 @@ def _note(version: str, cap: float, probes: list[str], scheduling: str, machine:
         f"({OUTPUT.low}-{OUTPUT.high}), random words (one token each); objectives chosen for this engine's "
         f"speed, the interactive class of an SLO file given to both taps: TTFT <= {TTFT_SLO:g} s, TPOT <= "
         f"{TPOT_SLO:g} s. Capacity = the highest Poisson rate at which {GOOD_SHARE:.0%} of a {PROBE_S:g} s trace "
-        f"was good through the ungated tap, found on this engine in this run by doubling from {FIRST_RATE:g} "
-        f"req/s, then {BISECTIONS} halvings (rate: good share: {', '.join(probes)}): {cap:g} req/s. Each row sends "
+        f"was good through the ungated tap, found on this engine in this run by doubling (or halving) from "
+        f"{FIRST_RATE:g} req/s, then {BISECTIONS} bisections (rate: good share: {', '.join(probes)}): {cap:g} req/s. Each row sends "
         f"one seeded {TURN_S:g} s trace {TURNS} times per path, the paths in turns on the one engine (two engines "
         f"would fight for the 2 cores), drained between turns, in the order gated, ungated, ungated, gated (the next "
         f"row the other way round). Clients give up after {CLIENT_TIMEOUT_S:g} s. Goodput counts good requests "
