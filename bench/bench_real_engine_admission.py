@@ -41,6 +41,7 @@ from bench.report import Row
 from realengine import vllm_server
 from realengine.build_model import word
 from realengine.vllm_server import VllmConfig, VllmServer
+from simulator.plan import search_rate
 from simulator.stats import RequestRecord, percentile
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
 
@@ -57,7 +58,7 @@ TTFT_SLO, TPOT_SLO = 0.5, 0.1
 WORDS = 4000  # the model's vocabulary holds w0 .. w4088: a prompt of N ids is N words, N tokens
 GOOD_SHARE = 0.95
 PROBE_S = 12.0  # seconds of arrivals per capacity probe
-FIRST_RATE, MIN_RATE, MAX_RATE, BISECTIONS = 2.0, 0.25, 32.0, 2
+FIRST_RATE, MIN_RATE, MAX_RATE, TOLERANCE = 2.0, 0.25, 32.0, 0.2  # bisection ends within 20 %
 TURN_S = 20.0  # seconds of arrivals per turn
 TURNS = 2  # per path per row
 CLIENT_TIMEOUT_S = 10.0
@@ -123,9 +124,9 @@ def good_share(records: list[RequestRecord]) -> float:
 
 
 def find_capacity(engine: VllmServer, url: str) -> tuple[float, list[str]]:
-    """The highest rate at which GOOD_SHARE of a PROBE_S trace is good, through `url`: from FIRST_RATE, doubled
-    while it passes (halved while it fails), then BISECTIONS halvings of the step between the last rate that
-    passed and the first that failed. Returns it and each probe's "rate: share"."""
+    """The highest rate at which GOOD_SHARE of a PROBE_S trace is good, through `url`, searched as `llmslo-sim plan`
+    does (doubling or halving from FIRST_RATE, then bisection to TOLERANCE). Returns it and each probe's
+    "rate: share"."""
     probes: list[str] = []
 
     def passes(rate: float) -> bool:
@@ -139,23 +140,11 @@ def find_capacity(engine: VllmServer, url: str) -> tuple[float, list[str]]:
               f"{percentile(tpot, 50) or 0:.3f} p90 {percentile(tpot, 90) or 0:.3f} s", file=sys.stderr, flush=True)
         return share >= GOOD_SHARE
 
-    low, high = 0.0, math.inf
-    rate = FIRST_RATE
-    while MIN_RATE <= rate <= MAX_RATE and (low == 0.0 or math.isinf(high)):
-        if passes(rate):
-            low, rate = rate, 2 * rate
-        else:
-            high, rate = rate, rate / 2
-    if not low or math.isinf(high):
+    low, high = search_rate(passes, FIRST_RATE, TOLERANCE, MIN_RATE, MAX_RATE)
+    if not low or high is None:
         raise RuntimeError(f"bench real-engine-admission: no capacity between {MIN_RATE:g} and {MAX_RATE:g} req/s "
                            f"within the objectives (TTFT <= {TTFT_SLO} s, TPOT <= {TPOT_SLO} s) on this machine "
                            f"(rate: good share: {', '.join(probes)})")
-    for _ in range(BISECTIONS):
-        mid = (low + high) / 2
-        if passes(mid):
-            low = mid
-        else:
-            high = mid
     return low, probes
 
 
@@ -241,7 +230,7 @@ def _note(version: str, dims: dict, cap: float, probes: list[str], scheduling: s
         f"speed, the interactive class of an SLO file given to both taps: TTFT <= {TTFT_SLO:g} s, TPOT <= "
         f"{TPOT_SLO:g} s. Capacity = the highest Poisson rate at which {GOOD_SHARE:.0%} of a {PROBE_S:g} s trace "
         f"was good through the ungated tap, found on this engine in this run by doubling (or halving) from "
-        f"{FIRST_RATE:g} req/s, then {BISECTIONS} bisections (rate: good share: {', '.join(probes)}): {cap:g} req/s. Each row sends "
+        f"{FIRST_RATE:g} req/s, then bisection to within {TOLERANCE:.0%} (rate: good share: {', '.join(probes)}): {cap:g} req/s. Each row sends "
         f"one seeded {TURN_S:g} s trace {TURNS} times per path, the paths in turns on the one engine (two engines "
         f"would fight for the 2 cores), drained between turns, in the order gated, ungated, ungated, gated (the next "
         f"row the other way round). Clients give up after {CLIENT_TIMEOUT_S:g} s. Goodput counts good requests "
