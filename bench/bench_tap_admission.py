@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +48,7 @@ from simulator.engine import EngineCore, run_virtual
 from simulator.faults import FaultState
 from simulator.loadgen import fetch_base_model, send_one
 from simulator.stats import RequestRecord
+from simulator.tokens import render
 from simulator.virtual import RunRecorder
 from simulator.workload import LengthDist, WorkItem, WorkloadSpec, generate
 
@@ -218,16 +219,18 @@ def refusal_reasons(metrics_url: str) -> dict[str, float]:
     return {reason: float(n) for reason, n in found if reason in C.REFUSED_ADMISSION_REASONS and float(n)}
 
 
-async def send_all(url: str, items: tuple[WorkItem, ...]) -> list[RequestRecord]:
-    """The items on their schedule, open loop (as simulator.loadgen.run_load, with the arrivals given)."""
-    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
+async def send_all(url: str, items: tuple[WorkItem, ...], client_timeout_s: float = CLIENT_TIMEOUT_S,
+                   render_prompt: Callable[[list[int]], str] = render) -> list[RequestRecord]:
+    """The items on their schedule, open loop (as simulator.loadgen.run_load, with the arrivals given); each
+    client gives up after `client_timeout_s`; `render_prompt` writes the ids in the engine's vocabulary."""
+    timeout = aiohttp.ClientTimeout(total=client_timeout_s)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         model, _ = await fetch_base_model(session, url)
         t0 = time.perf_counter()
 
         async def launch(item: WorkItem) -> RequestRecord:
             await asyncio.sleep(max(0.0, item.arrival - (time.perf_counter() - t0)))
-            return await send_one(session, url, item, model, True, t0)
+            return await send_one(session, url, item, model, True, t0, render_prompt)
 
         return list(await asyncio.gather(*(launch(item) for item in items)))
 
@@ -246,8 +249,10 @@ def side_by_side(items: tuple[WorkItem, ...]) -> tuple[Outcome, Outcome]:
     return outcome(with_gate, reasons), outcome(without, {})
 
 
-def outcome(records: list[RequestRecord], reasons: dict[str, float]) -> Outcome:
-    return Outcome(len(records), sum(r.good(TTFT_SLO, TPOT_SLO) for r in records),
+def outcome(records: list[RequestRecord], reasons: dict[str, float],
+            objectives: tuple[float, float] = (TTFT_SLO, TPOT_SLO)) -> Outcome:
+    """The records counted: offered, good within `objectives` (TTFT, TPOT), refused by the gate (429)."""
+    return Outcome(len(records), sum(r.good(*objectives) for r in records),
                    sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 

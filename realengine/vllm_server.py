@@ -8,9 +8,11 @@ hang: /health and /metrics may still answer, streams stop. Everything runs on lo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,6 +134,19 @@ class VllmServer(EngineProcess):
                     found.append(child)
                 todo.append(child)
         return found
+
+    def busy(self) -> float:
+        """Requests the engine is running or holding in its queue, from its /metrics (summed over its series)."""
+        found = re.findall(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})? (\S+)$", self.metrics(), re.M)
+        return sum(float(x) for x in found)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Return once nothing is running or queued (a load's backlog drained); RuntimeError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.busy():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} still busy after {timeout:g} s")
+            time.sleep(0.1)
 
     def hang(self) -> list[int]:
         """SIGSTOP the engine core: the API server still accepts requests, nothing is generated."""

@@ -230,7 +230,7 @@ def rate_cap(spec: WorkloadSpec, max_rate_cap: float = MAX_RATE_CAP) -> float:
     return max_rate_cap if spec.num_requests else min(max_rate_cap, MAX_REQUESTS / spec.duration)
 
 
-def _search(passes: Callable[[float], bool], start_rate: float, tolerance: float, min_rate: float,
+def search_rate(passes: Callable[[float], bool], start_rate: float, tolerance: float, min_rate: float,
             cap: float) -> tuple[float, float | None]:
     """(highest passing rate or 0.0, lowest failing rate or None): doubling or halving from `start_rate`, then
     bisection until the two are within `tolerance` of each other (relative)."""
@@ -313,7 +313,7 @@ def find_max_rate(
         probes.append(p)
         return p.passed
 
-    lo, hi = _search(passes, start_rate, tolerance, min_rate, cap)
+    lo, hi = search_rate(passes, start_rate, tolerance, min_rate, cap)
     return PlanResult(config.deployment.name, cls, lo, hi, probes)
 
 
@@ -369,7 +369,7 @@ def find_max_rate_all_seeds(
     failing = [r.first_failing_rate for r in per_seed if r.first_failing_rate is not None]
     hi: float | None = min(failing) if failing else None
     if rate > 0 and not every_seed(rate):  # a seed that passed higher fails here: search below, all seeds at once
-        rate, hi = _search(every_seed, rate, tolerance, MIN_RATE, rate)
+        rate, hi = search_rate(every_seed, rate, tolerance, MIN_RATE, rate)
     at_max = [prober(s, rate) for s in specs] if rate > 0 else []
     at_failing = [prober(s, hi) for s in specs] if hi is not None else []
     return SeedsResult(config.deployment.name, cls, rate, hi, at_max, at_failing, per_seed)
