@@ -2,7 +2,7 @@
 
 The gate reads the engine's own vLLM page (simulator.metrics.VllmMetrics, parsed and read as the tap's poller
 does) every `poll_s` virtual seconds, learns exact sizes from the finished requests, sees the engine's running
-requests as its in-flight ones, and decides for each arrival; admitted requests go to the engine. `taps` gates
+requests as its in-flight ones, and decides for each arrival; admitted requests go to the engine. `gates` gates
 stand for the workers of `--workers N` (each with its own share of the arrivals, round robin, and its own
 readings); the engine is shared.
 """
@@ -58,7 +58,7 @@ class _Finished:
             gate.sizes.add(req.num_prompt_tokens, req.num_output_tokens)
 
 
-def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True, taps: int = 1, poll_s: float = 0.25,
+def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True, gates: int = 1, poll_s: float = 0.25,
               slowdown: float = 1.0, **admission: object) -> GateRun:
     """Serve `items` (their arrival times) with the gate in front (gate=False: everything admitted)."""
     clock = VirtualClock()
@@ -66,11 +66,12 @@ def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True,
     metrics = VllmMetrics(core)
     recorder = RunRecorder()
     core.observers.append(recorder)
-    gates = [Admission("http://127.0.0.1:1", clock=clock.now, slo=SLO, **admission) for _ in range(taps)]  # type: ignore[arg-type]
+    n = gates
+    gates_ = [Admission("http://127.0.0.1:1", clock=clock.now, slo=SLO, **admission) for _ in range(n)]  # type: ignore[arg-type]
     owner: dict[str, Admission] = {}
-    mine: dict[int, set[str]] = {id(g): set() for g in gates}
+    mine: dict[int, set[str]] = {id(g): set() for g in gates_}
     core.observers.append(_Finished(owner))
-    for g in gates:
+    for g in gates_:
         ids = mine[id(g)]
         g.in_flight = lambda ids=ids: [InFlight(r.num_output_tokens, r.max_tokens)
                                        for rid, r in core._live.items() if rid in ids]
@@ -80,11 +81,11 @@ def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True,
         if gate and now >= next_poll:
             page = parse_page(metrics.render().decode(), wanted(AUTO), checked=True)
             reading = read_engine(page.families)
-            for g in gates:
+            for g in gates_:
                 g.update(reading)
             next_poll = now + poll_s
         while nxt < len(items) and items[nxt].arrival <= now:
-            item, g = items[nxt], gates[nxt % taps]
+            item, g = items[nxt], gates_[nxt % n]
             if gate and g.decide(CHAT, SLO):
                 refused += 1
             else:
@@ -104,4 +105,4 @@ def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True,
             continue
         clock.advance(planned.duration)
         core.finish_step(planned)
-    return GateRun(len(items), refused, recorder.records, core.scheduler.num_preemptions, gates)
+    return GateRun(len(items), refused, recorder.records, core.scheduler.num_preemptions, gates_)
