@@ -14,7 +14,13 @@ detected from the page by default), and keeps a gate:
   seen enough, else p99 of llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the
   requests that finished in the last `window_s` (the sum of the two p99s: an upper bound of the p99 of the
   sum); with neither the last sizes are kept, and before any the `fallback_footprint` flag is used;
-- queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
+- queue = llm_requests_waiting (summed over the engine's models and data-parallel engines);
+- the cached share = llm_prefix_cache_hits / llm_prefix_cache_queries over `window_s`, capped at
+  MAX_CACHED_SHARE: a prompt takes free KV only for what the prefix cache does not serve (cached blocks nobody
+  references already count as free in the engine's own count), in the start condition and the seats.
+
+With `taps` > 1 (`--workers N`: each worker a gate of its own) a gate counts what it admitted since the
+reading, and its in-flight requests, `taps` times: the others are taken to have done as much.
 
 The decision is by objective (exporter.tap.predict, a pure function of what is kept here): a request is
 refused only when the engine would not start it within its class's TTFT objective, when the running requests
