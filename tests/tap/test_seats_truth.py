@@ -123,7 +123,8 @@ def _run(work: Workload, load: float, samples: tuple[float, ...] = SAMPLES, fall
     sizes = _Sizes()
     core.observers.append(sizes)
     spec = WorkloadSpec(rate=load * work.capacity_rps, duration=samples[-1] + 1, seed=1,
-                        prompt_len=work.prompt, output_len=work.output, shared_prefix=work.shared, num_prefixes=1)
+                        prompt_len=work.prompt, output_len=work.output, shared_prefix=work.shared,
+                        num_prefixes=1 if work.shared else WorkloadSpec.num_prefixes)
     arrivals = generate(spec, config.model_len)
     nxt, rows = 0, []
     # the true p99 request, split as the workload splits its tokens on average
