@@ -13,7 +13,12 @@ one without), so both see the same machine load:
 - no harm: 0.5x and 0.9x capacity, Poisson and bursty (BURST requests at once, the bursts Poisson);
 - an idle engine at 10x the old gate's per-poll cap (IDLE_RATE requests/s of max_tokens 1);
 - prefill/KV overload: 2x capacity (Poisson);
-- decode overload: short prompts and long outputs at 2x that workload's capacity.
+- decode overload: short prompts and long outputs at 2x that workload's capacity;
+- prefix-heavy no harm: prompts of ~PREFIX_PROMPT tokens, PREFIX_SHARE of each one common system prompt, at
+  0.9x that workload's capacity (a prompt takes free KV only for its uncached part).
+
+`python -m bench.bench_tap_admission WORDS` runs only the cases whose description contains WORDS and prints
+their rows without writing BENCHMARKS.md (`python -m bench tap-admission` runs them all and writes it).
 
 A client gives up on a request after CLIENT_TIMEOUT_S (as a user would; without it the backlog of the run
 without admission would take minutes to drain). Reported per case: goodput (good requests per second of
@@ -64,6 +69,8 @@ OUTPUT = LengthDist(100, 0.3, 8, 300)
 DECODE_PROMPT = LengthDist(40, 0.3, 8, 100)  # the decode-overload workload: short prompts, long outputs
 DECODE_OUTPUT = LengthDist(400, 0.2, 200, 600)
 IDLE_PROMPT = LengthDist(16, 0.0, 16, 16)
+PREFIX_PROMPT = LengthDist(3000, 0.1, 2400, 3600)  # the prefix-heavy workload: a third of the cache per prompt ...
+PREFIX_SHARE = 0.9  # ... of which this share is one common system prompt
 OLD_PER_POLL_CAP = (4 + 1) / 0.25  # the old gate: --admission-max-queue 4 + 1 requests a 0.25 s poll, 20 req/s
 IDLE_RATE = 10 * OLD_PER_POLL_CAP
 IDLE_S = 5.0
@@ -111,8 +118,10 @@ class Outcome:
         return self.refused / self.offered if self.offered else 0.0
 
 
-def _spec(rate: float, duration: float, prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT) -> WorkloadSpec:
-    return WorkloadSpec(rate=rate, duration=duration, prompt_len=prompt, output_len=output, seed=SEED)
+def _spec(rate: float, duration: float, prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT,
+          shared: float = 0.0) -> WorkloadSpec:
+    return WorkloadSpec(rate=rate, duration=duration, prompt_len=prompt, output_len=output, seed=SEED,
+                        shared_prefix=shared, num_prefixes=1)
 
 
 def virtual_records(items: list[WorkItem]) -> list[RequestRecord]:
@@ -127,13 +136,13 @@ def virtual_records(items: list[WorkItem]) -> list[RequestRecord]:
     return recorder.records
 
 
-def capacity(prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT, burst: int = 1) -> float:
+def capacity(prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT, burst: int = 1, shared: float = 0.0) -> float:
     """The highest rate (0.5 req/s steps) at which GOOD_SHARE of the requests are good, in virtual time, with
     arrivals in bursts of `burst`."""
     best = 0.0
     rate = 0.5
     while rate <= 40:
-        recs = virtual_records(arrivals(generate(_spec(rate, 120, prompt, output)), rate, burst))
+        recs = virtual_records(arrivals(generate(_spec(rate, 120, prompt, output, shared)), rate, burst))
         if sum(r.good(TTFT_SLO, TPOT_SLO) for r in recs) >= GOOD_SHARE * len(recs):
             best = rate
         elif best:
@@ -256,7 +265,17 @@ def outcome(records: list[RequestRecord], reasons: dict[str, float],
                    sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 
-def cases() -> tuple[list[Case], dict[str, float]]:
+def prefix_case() -> tuple[Case, float]:
+    cap = capacity(PREFIX_PROMPT, OUTPUT, shared=PREFIX_SHARE)
+    items = generate(_spec(0.9 * cap, ARRIVALS_S, PREFIX_PROMPT, OUTPUT, PREFIX_SHARE))
+    return Case(f"prefix-heavy: prompts ~{PREFIX_PROMPT.median:.0f} tokens, {PREFIX_SHARE:.0%} one system prompt, "
+                f"0.9x its capacity ({0.9 * cap:g} req/s), Poisson", tuple(items), ARRIVALS_S, "no_harm"), cap
+
+
+def cases(only: str = "") -> tuple[list[Case], dict[str, float]]:
+    if only and only in "prefix-heavy":
+        case, cap = prefix_case()
+        return [case], {"prefix_capacity": cap}
     cap = capacity()
     burst_cap = capacity(burst=BURST)
     decode_cap = capacity(DECODE_PROMPT, DECODE_OUTPUT)
@@ -273,7 +292,10 @@ def cases() -> tuple[list[Case], dict[str, float]]:
     decode = generate(_spec(2 * decode_cap, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT))
     out.append(Case(f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
                     f"tokens, 2x its capacity ({2 * decode_cap:g} req/s)", tuple(decode), ARRIVALS_S, "overload"))
-    return out, {"capacity": cap, "burst_capacity": burst_cap, "decode_capacity": decode_cap}
+    prefix, prefix_cap = prefix_case()
+    out.append(prefix)
+    caps = {"capacity": cap, "burst_capacity": burst_cap, "decode_capacity": decode_cap, "prefix_capacity": prefix_cap}
+    return [c for c in out if only in c.what], caps
 
 
 def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
@@ -285,8 +307,9 @@ def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
     return "" if ratio >= 3 else " (target missed: goodput >= 3x no gate)"
 
 
-def run() -> list[Row]:
-    todo, caps = cases()
+def run(only: str = "") -> list[Row]:
+    """Every case, or those whose description contains `only`."""
+    todo, caps = cases(only)
     cmd = (f"python -m bench tap-admission (llmslo-sim serve --preset {PRESET} --num-gpu-blocks {KV_BLOCKS} "
            f"--slowdown {SLOWDOWN:g}; llmslo-exporter tap --slo slos/chat.yaml [--admission])")
     rows = []
@@ -304,3 +327,8 @@ def run() -> list[Row]:
             f"{verdict(case, ours, peer, ratio)}",
             f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{ratio:.2f}x" if g0 else "inf (peer 0)", cmd))
     return rows
+
+
+if __name__ == "__main__":
+    for row in run(" ".join(sys.argv[1:])):
+        print(f"{row.what}: ours {row.ours}, peer {row.peer}, ratio {row.ratio}")

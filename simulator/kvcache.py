@@ -3,8 +3,10 @@
 Blocks of `block_size` token slots are handed out from one free queue. A full prompt block is entered in the
 prefix cache under a hash chained over every token before it (and the LoRA adapter), so two prompts share
 blocks exactly as far as their leading tokens agree. A freed block keeps its hash and stays findable until
-the free queue hands it out again; the queue is LRU (freed blocks join the tail, allocation takes the head),
-so unreferenced cached blocks are evicted oldest first.
+the free queue hands it out again; allocation takes the queue's head, a freed cached block joins its tail (so
+unreferenced cached blocks are evicted oldest first) and a freed block with no hash (a partly filled last
+block) its head, to be used before any cached one, as vLLM's BlockPool.free_blocks does. A cached block nobody
+references is free: it counts in `num_free_blocks` and `usage`, as in vLLM's get_usage.
 """
 
 from __future__ import annotations
@@ -156,11 +158,14 @@ class KVCacheManager:
         req.num_registered_blocks = max(req.num_registered_blocks, upto)
 
     def free(self, req: Request) -> None:
-        """Drop the request's references; tail blocks go to the free queue first so they are evicted first."""
+        """Drop the request's references; cached tail blocks go to the free queue first so they are evicted
+        first, and blocks with no hash to its head, to be handed out before any cached block."""
         for b in reversed(req.block_ids):
             self._ref_cnt[b] -= 1
             if self._ref_cnt[b] == 0:
                 self._free[b] = None
+                if self._hash[b] is None:
+                    self._free.move_to_end(b, last=False)
         req.block_ids = []
         req.num_registered_blocks = 0
 

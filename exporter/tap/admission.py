@@ -14,7 +14,13 @@ detected from the page by default), and keeps a gate:
   seen enough, else p99 of llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the
   requests that finished in the last `window_s` (the sum of the two p99s: an upper bound of the p99 of the
   sum); with neither the last sizes are kept, and before any the `fallback_footprint` flag is used;
-- queue = llm_requests_waiting (summed over the engine's models and data-parallel engines).
+- queue = llm_requests_waiting (summed over the engine's models and data-parallel engines);
+- the cached share = llm_prefix_cache_hits / llm_prefix_cache_queries over `window_s`, capped at
+  MAX_CACHED_SHARE: a prompt takes free KV only for what the prefix cache does not serve (cached blocks nobody
+  references already count as free in the engine's own count), in the start condition and the seats.
+
+With `taps` > 1 (`--workers N`: each worker a gate of its own) a gate counts what it admitted since the
+reading, and its in-flight requests, `taps` times: the others are taken to have done as much.
 
 The decision is by objective (exporter.tap.predict, a pure function of what is kept here): a request is
 refused only when the engine would not start it within its class's TTFT objective, when the running requests
@@ -48,7 +54,7 @@ import math
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -95,6 +101,9 @@ FETCH_TIMEOUT_S = 2.0
 MAX_PAGE_BYTES = 8 << 20
 FAMILY_LIMIT = 10_000  # samples of one family read from a page (the exporter's max_samples_per_family default)
 RETRY_AFTER_S = 1
+# The most of a prompt the prefix cache is taken to serve (the engine's hit ratio over the window, capped): a page
+# that claims every token is cached still charges each request a tenth of its prompt, never nothing.
+MAX_CACHED_SHARE = 0.9
 
 # The engine kinds admission can read: every adapter's but the tap's own (a tap in front of a tap has no KV cache).
 ENGINE_KINDS = tuple(sorted(kind for kind in adapters.ADAPTERS if kind != adapters.tap.KIND))
@@ -169,6 +178,8 @@ class Reading:
     block_size: float = 1.0  # tokens per KV block (the largest of the page's engines): a request takes whole blocks
     bad_histogram: str = ""  # why the request-size histograms were not taken (their buckets are then empty)
     counters: Counters = Counters()  # what the rates are learned from (exporter.tap.predict)
+    prefix_hits: float = 0.0  # cumulative prompt tokens found in the prefix cache (llm_prefix_cache_hits_total)
+    prefix_queries: float = 0.0  # cumulative prompt tokens looked up in it
 
 
 # The adapters' gauges a reading is built from, each a count or a ratio that must be finite and in range.
@@ -214,6 +225,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     histograms: dict[str, dict[str, dict[float, float]]] = {
         C.REQUEST_PROMPT_TOKENS.name: {}, C.REQUEST_GENERATION_TOKENS.name: {}}
     timed: dict[str, float] = {}
+    prefix = {C.PREFIX_CACHE_HITS.name: 0.0, C.PREFIX_CACHE_QUERIES.name: 0.0}
     for s in adapters.get(kind).adapt(families, {}):
         name, model = s.metric.name, s.labels.get(C.LABEL_MODEL, "")
         if name in gauges:
@@ -223,6 +235,8 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
             histograms[name].setdefault(model, {})[float(s.labels[C.LABEL_LE])] = s.value
         elif name in _TIMED and s.suffix in ("_sum", "_count") and math.isfinite(s.value) and s.value >= 0:
             timed[name + s.suffix] = timed.get(name + s.suffix, 0.0) + s.value
+        elif name in prefix and math.isfinite(s.value) and s.value >= 0:
+            prefix[name] += s.value
     free_blocks, totals, sizes = (gauges[m.name] for m in (C.KV_BLOCKS_FREE, C.KV_BLOCKS_TOTAL, C.KV_BLOCK_SIZE))
     sized = [(blocks, sizes[m]) for m, blocks in free_blocks.items() if m in sizes]
     if not sized:
@@ -243,7 +257,20 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
             for part in ("sum", "count")}
     counters = Counters(finished=prompt[-1][1] if prompt else 0.0, running=sum(gauges[C.REQUESTS_RUNNING.name].values()),
                         **sums)
-    return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters)
+    return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters,
+                   prefix[C.PREFIX_CACHE_HITS.name], prefix[C.PREFIX_CACHE_QUERIES.name])
+
+
+def cached_share(history: Sequence[tuple[float, float, float]], last: float) -> float:
+    """The prefix-cache hit ratio between the oldest and the newest (time, hits, queries) reading, capped at
+    MAX_CACHED_SHARE; `last` when no prompt token was looked up meanwhile or a counter went back (a restart)."""
+    if len(history) < 2:
+        return last
+    (_, h0, q0), (_, h1, q1) = history[0], history[-1]
+    hits, queries = h1 - h0, q1 - q0
+    if not (math.isfinite(hits) and math.isfinite(queries)) or hits < 0 or queries <= 0:
+        return last
+    return min(MAX_CACHED_SHARE, hits / queries)
 
 
 def _delta(now: Buckets, then: Buckets) -> Buckets:
@@ -264,6 +291,7 @@ class Admission:
         fallback_footprint: int = DEFAULT_FALLBACK_FOOTPRINT, timeout_s: float = FETCH_TIMEOUT_S,
         metrics_path: str = "/metrics", clock: Callable[[], float] = time.monotonic, engine: str = AUTO,
         sheddable: frozenset[str] = frozenset(), shed_margin: float = DEFAULT_SHED_MARGIN, slo: SloConfig | None = None,
+        taps: int = 1,
     ) -> None:
         self.url = upstream.rstrip("/") + metrics_path
         self.engine = engine  # the engine kind whose adapter reads the page, or AUTO
@@ -280,6 +308,13 @@ class Admission:
         self.timeout_s = timeout_s
         self.clock = clock
         self.retry_after_s = max(RETRY_AFTER_S, math.ceil(poll_s))
+        # The tap processes gating this engine (--workers N x --admission-taps): each sees only what it admitted
+        # since the reading and its own in-flight requests, and takes the others to have done as much.
+        self.taps = max(1, taps)
+        # The share of a prompt the prefix cache serves (the engine's hit ratio over the window, capped): a prompt
+        # takes free KV only for the rest (docs/capacity.md, "Prefix caching").
+        self.cached_share = 0.0
+        self._prefix: deque[tuple[float, float, float]] = deque()  # (time, hits, queries) within window_s
         # The last reading and what was derived from it.
         self.reading: Reading | None = None
         self.read_at: float | None = None
@@ -317,8 +352,13 @@ class Admission:
         """A recent reading exists (else the gate fails open)."""
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
+    @property
+    def admitted_all(self) -> int:
+        """The requests all taps admitted since the reading, as this one can tell: its own, taps times."""
+        return self.admitted_since * self.taps
+
     def outlook(self) -> Outlook:
-        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates, self.growing)
+        return Outlook(self.start_seats, self.queue, self.admitted_all, self.rates, self.growing)
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -333,7 +373,7 @@ class Admission:
         """Why a request arriving now would be refused (a conventions.REFUSED_ADMISSION_* reason), or ""."""
         if not self.readable:
             return ""
-        n = self.admitted_since
+        n = self.admitted_all
         if self.min_seats is not None and self.seats - n < self.min_seats:
             return C.REFUSED_ADMISSION_KV
         # this request's place in the queue: the engine's, and those beyond the free seats, itself included
@@ -380,17 +420,30 @@ class Admission:
         # exact sizes from the tap's own requests when it has seen enough, the engine's histograms otherwise
         sizes = self.sizes.sizes() or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
         self._last_sizes = sizes
-        estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes)
+        self._learn_prefix(now, reading)
+        estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes,
+                                  cached_share=self.cached_share, taps=self.taps)
         self.footprint, self.seats = sizes.footprint, estimate.seats
         self.waiting = reading.waiting
         self.admitted_since = 0
         self.read_at = now
         self._learn(now, reading)
 
+    def _learn_prefix(self, now: float, reading: Reading) -> None:
+        """The prefix-cache hit ratio over the window (`cached_share`); a counter that went back starts it anew."""
+        history = self._prefix
+        if history and (reading.prefix_hits < history[-1][1] or reading.prefix_queries < history[-1][2]):
+            history.clear()
+        history.append((now, reading.prefix_hits, reading.prefix_queries))
+        while len(history) > 2 and history[1][0] <= now - self.window_s:
+            history.popleft()
+        self.cached_share = cached_share(history, self.cached_share)
+
     def _learn(self, now: float, reading: Reading) -> None:
         """The rates over the last RATE_WINDOW_S and the persisted queue (exporter.tap.predict)."""
         block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
-        self.start_seats = reading.free_tokens / (math.ceil(self.prompt_median / block) * block)
+        uncached = max(1.0, self.prompt_median * (1.0 - self.cached_share))  # what a median prompt takes of free KV
+        self.start_seats = reading.free_tokens / (math.ceil(uncached / block) * block)
         counted = self._counted
         self.queue = min(reading.waiting, counted[-1][2]) if counted else reading.waiting
         finished = [(t, c.finished) for t, c, _ in counted]

@@ -185,3 +185,8 @@ def _admission_arguments(p: argparse.ArgumentParser) -> None:
         help="the p99 request footprint (prompt + output tokens) to assume until the engine's request token "
              f"histograms have a finished request (default {DEFAULT_FALLBACK_FOOTPRINT})",
     )
+    p.add_argument(
+        "--admission-taps", type=positive_int, default=1, metavar="N",
+        help="tap processes gating this one engine, each on its own (default 1; --workers multiplies it): each "
+             "counts what it admitted since the engine's last reading, and its requests in flight, N times",
+    )

@@ -18,7 +18,13 @@ tests call it on a copied engine state). Three corrections over "free tokens / f
 
 Prefix caching: the free tokens come from the engine's own free count, which in vLLM V1 (and the simulator)
 includes cached blocks no running request references (they stay in the free queue, evictable, until handed
-out), so reclaimable cache is already counted as free; blocks shared by running requests are in use.
+out), so reclaimable cache is already counted as free; blocks shared by running requests are in use. What the
+free count cannot say is that a new request whose prompt starts with a cached prefix takes blocks only for the
+rest: `cached_share` (the engine's prefix-cache hit ratio, bounded by the caller) takes that share off every
+prompt, the new requests' and the in-flight ones'.
+
+Several taps (`--workers N`) each see only their own in-flight requests: `taps` counts every one N times (the
+others are taken to hold as many alike), so N workers' seats are the engine's, not N times them.
 """
 
 from __future__ import annotations
@@ -160,16 +166,16 @@ GRID = 32  # points of a new request's life at which the room is checked
 Z = 1.25  # the room is its mean less this many standard deviations of which in-flight requests end when (below)
 
 
-def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes) -> float:
-    """The KV tokens the in-flight requests will still take (expected remaining output, plus the prompt of each
-    that has produced nothing: it may still be queued or prefilling); shown beside the seats."""
-    d, total = sizes.outputs, 0.0
+def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes, cached_share: float = 0.0) -> float:
+    """The KV tokens the in-flight requests will still take (expected remaining output, plus the uncached prompt
+    of each that has produced nothing: it may still be queued or prefilling); shown beside the seats."""
+    d, total, uncached = sizes.outputs, 0.0, 1.0 - cached_share
     for r in in_flight:
         if d is None:  # start-up: nothing learned, so it runs to its cap and its prompt is as large as a seat
             total += max(0.0, (r.max_tokens if r.max_tokens is not None else sizes.footprint) - r.produced)
             total += sizes.footprint if r.produced == 0 else 0.0
         else:
-            total += d.residual(r.produced, r.max_tokens) + (sizes.prompt_mean if r.produced == 0 else 0.0)
+            total += d.residual(r.produced, r.max_tokens) + (sizes.prompt_mean * uncached if r.produced == 0 else 0.0)
     return total
 
 
@@ -182,8 +188,12 @@ class SeatEstimate:
     source: str
 
 
-def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight], sizes: Sizes) -> SeatEstimate:
+def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight], sizes: Sizes, *,
+             cached_share: float = 0.0, taps: int = 1) -> SeatEstimate:
     """The most QUANTILE-sized requests that fit now and at every step of their lives, erring low.
+
+    `cached_share` (0 to below 1): the share of every prompt expected from the prefix cache, taking no new block;
+    `taps`: the tap processes sharing the engine, each seeing its own in-flight requests (module docstring).
 
     New requests take their prompt at once and grow by a token a step for their output. Meanwhile each in-flight
     request either has ended by t steps from now (probability p, from the learned output distribution given its
@@ -196,15 +206,18 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     finish."""
     block = block_size if math.isfinite(block_size) and block_size >= 1 else 1.0
     whole = lambda tokens: math.ceil(max(1.0, tokens) / block) * block  # noqa: E731  (a request holds whole blocks)
-    flights = list(in_flight)
-    committed = committed_tokens(flights, sizes)
+    cached_share = min(max(cached_share, 0.0), 1.0) if math.isfinite(cached_share) else 0.0
+    taps = max(1, taps)
+    flights = list(in_flight) * taps
+    committed = committed_tokens(flights, sizes, cached_share)
     d = sizes.outputs
     if d is None:
         return SeatEstimate(max(0.0, free_tokens - committed) / whole(sizes.footprint), free_tokens, committed,
                             whole(sizes.footprint), sizes.source)
     mean_out = d.mean()
     new_output = sizes.footprint * mean_out / (mean_out + sizes.prompt_mean) if mean_out + sizes.prompt_mean else 0.0
-    new_prompt = sizes.footprint - new_output
+    new_prompt = (sizes.footprint - new_output) * (1.0 - cached_share)
+    prompt_mean = sizes.prompt_mean * (1.0 - cached_share)  # what a request's prompt takes of the free KV
     # requests alike to a block (output so far down, but never to 0; cap up: a cap ends a request no earlier) are taken together,
     # so the cost is GRID x the kinds of request in flight, not x their number
     groups = Counter((r.produced if r.produced < block else int(r.produced // block * block),
@@ -217,12 +230,12 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
             # ended by t (probability p): it freed what it holds now; else it has grown t more
             p = d.ended_by(produced, cap, produced + t)
             if produced:
-                held = sizes.prompt_mean + produced
+                held = prompt_mean + produced
                 mean += n * (p * held - (1.0 - p) * t)
                 var += n * p * (1.0 - p) * (held + t) ** 2
             else:  # it may be queued: it takes a mean prompt first
-                mean -= n * (1.0 - p) * (sizes.prompt_mean + t)
-                var += n * p * (1.0 - p) * (sizes.prompt_mean + t) ** 2
+                mean -= n * (1.0 - p) * (prompt_mean + t)
+                var += n * p * (1.0 - p) * (prompt_mean + t) ** 2
         room = free_tokens + mean - Z * math.sqrt(var)
         seats = min(seats, max(0.0, room) / whole(new_prompt + t))
-    return SeatEstimate(seats, free_tokens, committed, whole(sizes.footprint), sizes.source)
+    return SeatEstimate(seats, free_tokens, committed, whole(new_prompt + new_output), sizes.source)

@@ -7,7 +7,9 @@ the one /metrics: on each scrape it reads every worker's metrics from the worker
 socket (nothing is written to the filesystem, which stays read-only) and merges them. Counters
 and histograms are summed, series by series, which is exact. Gauges (the admission gate's, with
 `--admission`: each worker reads the engine on its own) are never summed: each worker's value is
-kept with a `worker` label, so N workers' seats do not read N times the engine's. A worker that
+kept with a `worker` label, so N workers' seats do not read N times the engine's. Each worker's gate
+decides on its own, so it is told it is one of N (`--admission-taps`): it counts what it admitted since
+its last reading, and its requests in flight, N times, and N workers admit what one process would. A worker that
 dies is started again, and what it had counted when last scraped stays in the sum, so the
 counters never go down (what it counted after that scrape is lost); its gauges go with it.
 SIGTERM is passed on and each worker drains its own streams; SIGHUP is passed on and each worker
@@ -57,7 +59,7 @@ class Worker:
 
 
 # Options each worker gets its own value for; every other option is passed on as the parent got it.
-_PER_WORKER = frozenset({"listen", "metrics_listen", "workers", "reuse_port"})
+_PER_WORKER = frozenset({"listen", "metrics_listen", "workers", "reuse_port", "admission_taps"})
 
 
 def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
@@ -72,6 +74,8 @@ def worker_argv(args: argparse.Namespace, port: int, w: Worker) -> list[str]:
         sys.executable, "-m", "exporter.tap", "--listen", format_host_port(host, port), "--reuse-port",
         "--metrics-listen", f"unix:{w.socket_name}",
     ]
+    if args.admission:  # each worker's gate admits on its own: it counts its admissions for all (exporter.tap.admission)
+        argv += ["--admission-taps", str(getattr(args, "admission_taps", 1) * args.workers)]
     for action in parser._actions:
         if not action.option_strings or action.dest in _PER_WORKER:
             continue

@@ -117,8 +117,14 @@ def test_freed_cached_blocks_stay_findable_until_evicted_oldest_first():
     kv.free(new)
     assert kv.num_free_blocks == 4
     assert kv.get_computed_blocks(_req([1, 2, 3, 4, 0], "x")) != []
-    filler = _req(list(range(200, 208)), "filler")  # two blocks: evicts the two least recently freed
+    assert kv.usage == 0.0  # cached blocks nobody references are free (vLLM's get_usage)
+    # two blocks: the two partly filled ones, which have no hash, go first (vLLM's free_blocks puts them at the
+    # head of the free queue), and both cached blocks stay findable
+    filler = _req(list(range(200, 208)), "filler")
     kv.allocate_slots(filler, 8)
+    assert kv.get_computed_blocks(_req([1, 2, 3, 4, 0], "y")) != []
+    one_more = _req(list(range(300, 304)), "one more")  # then the least recently freed cached block
+    kv.allocate_slots(one_more, 4)
     assert kv.get_computed_blocks(_req([1, 2, 3, 4, 0], "y")) == []  # old's block went first
     assert kv.get_computed_blocks(_req([9, 9, 9, 9, 0], "z")) != []
     kv.check_consistency()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from exporter.tap.admission import MAX_CACHED_SHARE
 from exporter.tap.seats import InFlight, Sizes, SizeWindow, estimate
 from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
@@ -30,12 +31,16 @@ class Workload:
     output: LengthDist
     cap: int  # every request's max_tokens; its natural output ends it earlier
     capacity_rps: float  # the rate at which the cache stays full and the engine preempts
+    shared: float = 0.0  # the share of every prompt that is one common system prompt (a prefix-cache hit)
 
 
 # chat: 500-token prompts, 150-token answers; decode-heavy: 200-token prompts, 600-token answers, so running
 # requests' remaining growth is most of what the cache will hold (free tokens alone read up to 1.6x the truth)
 CHAT = Workload(LengthDist(500, 0.5, 16, 4000), LengthDist(150, 0.6, 2, 1000), 1000, 27.0)
 DECODE_HEAVY = Workload(LengthDist(200, 0.5, 16, 2000), LengthDist(600, 0.6, 2, 2000), 2000, 11.5)
+# prefix-heavy: 2,000-token prompts, 80% of each one common system prompt; a new request takes blocks only for
+# the rest (free tokens over whole prompts read about a third of the truth)
+PREFIX_HEAVY = Workload(LengthDist(2000, 0.3, 200, 4000), LengthDist(150, 0.6, 2, 1000), 1000, 21.0, shared=0.8)
 SAMPLES = (60.0, 75.0, 90.0, 105.0)  # virtual seconds; a minute of warm-up first
 NEW_IDS = 10**9  # token ids of the added requests: no prefix-cache hit on anything the workload sent
 
@@ -46,13 +51,18 @@ def _config() -> EngineConfig:
 
 
 class _Sizes:
-    """The exact sizes a tap learns from usage."""
+    """The exact sizes a tap learns from usage, and the engine's prefix-cache counters (as the gate reads them)."""
 
     def __init__(self) -> None:
         self.window = SizeWindow()
+        self.hits = self.queries = 0
 
     def on_step(self, core, stats) -> None:
-        pass
+        self.hits += stats.prefix_hits
+        self.queries += stats.prefix_queries
+
+    def cached_share(self) -> float:
+        return min(MAX_CACHED_SHARE, self.hits / self.queries) if self.queries else 0.0
 
     def on_finished(self, req: Request) -> None:
         self.window.add(req.num_prompt_tokens, req.num_output_tokens)
@@ -72,13 +82,13 @@ def _step(core: EngineCore, until: float | None = None) -> bool:
     return True
 
 
-def _fits(core: EngineCore, k: int, prompt: int, output: int) -> bool:
+def _fits(core: EngineCore, k: int, prompt: int, output: int, head: tuple[int, ...] = ()) -> bool:
     """On a copy: k requests of (prompt, output) added now are admitted at once and nothing is preempted
-    before all requests finish."""
+    before all requests finish. `head`: the common system prompt the workload's prompts start with."""
     c = copy.deepcopy(core)
     added = []
     for i in range(k):
-        ids = list(range(NEW_IDS + i * 100_000, NEW_IDS + i * 100_000 + prompt))
+        ids = list(head) + list(range(NEW_IDS + i * 100_000, NEW_IDS + i * 100_000 + prompt - len(head)))
         req = c.new_request(ids, output, output_len=output)
         c.add_request(req)
         added.append(req)
@@ -92,15 +102,15 @@ def _fits(core: EngineCore, k: int, prompt: int, output: int) -> bool:
     return c.scheduler.num_preemptions == before
 
 
-def _truth(core: EngineCore, prompt: int, output: int, guess: float) -> int:
-    if not _fits(core, 0, prompt, output):
+def _truth(core: EngineCore, prompt: int, output: int, guess: float, head: tuple[int, ...] = ()) -> int:
+    if not _fits(core, 0, prompt, output, head):
         return 0
     lo, hi = 0, max(4, 2 * math.ceil(guess) + 2)
-    while _fits(core, hi, prompt, output):
+    while _fits(core, hi, prompt, output, head):
         lo, hi = hi, 2 * hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _fits(core, mid, prompt, output) else (lo, mid)
+        lo, hi = (mid, hi) if _fits(core, mid, prompt, output, head) else (lo, mid)
     return lo
 
 
@@ -113,13 +123,17 @@ def _run(work: Workload, load: float, samples: tuple[float, ...] = SAMPLES, fall
     sizes = _Sizes()
     core.observers.append(sizes)
     spec = WorkloadSpec(rate=load * work.capacity_rps, duration=samples[-1] + 1, seed=1,
-                        prompt_len=work.prompt, output_len=work.output)
+                        prompt_len=work.prompt, output_len=work.output, shared_prefix=work.shared,
+                        num_prefixes=1 if work.shared else WorkloadSpec.num_prefixes)
     arrivals = generate(spec, config.model_len)
     nxt, rows = 0, []
     # the true p99 request, split as the workload splits its tokens on average
     totals = sorted(len(item.prompt_token_ids) + item.output_len for item in arrivals)
     p99 = totals[math.ceil(0.99 * len(totals)) - 1]
     prompt = round(p99 * sum(len(item.prompt_token_ids) for item in arrivals) / sum(totals))
+    # the added requests start with the system prompt, as long as the workload's share of theirs
+    longest = max(arrivals, key=lambda item: len(item.prompt_token_ids)).prompt_token_ids
+    head = tuple(list(longest)[:round(work.shared * prompt)]) if work.shared else ()
     for at in samples:
         while core.clock.now() < at:
             while nxt < len(arrivals) and arrivals[nxt].arrival <= core.clock.now():
@@ -132,12 +146,13 @@ def _run(work: Workload, load: float, samples: tuple[float, ...] = SAMPLES, fall
         learned = sizes.window.sizes() or (Sizes.fallback(fallback) if fallback else None)
         assert learned is not None
         in_flight = [InFlight(r.num_output_tokens, r.max_tokens) for r in core._live.values()]
-        seat = estimate(core.kv.num_free_blocks * core.kv.block_size, core.kv.block_size, in_flight, learned)
-        rows.append((at, seat.seats, _truth(core, prompt, p99 - prompt, seat.seats), core.kv.usage))
+        seat = estimate(core.kv.num_free_blocks * core.kv.block_size, core.kv.block_size, in_flight, learned,
+                        cached_share=sizes.cached_share())
+        rows.append((at, seat.seats, _truth(core, prompt, p99 - prompt, seat.seats, head), core.kv.usage))
     return rows
 
 
-@pytest.mark.parametrize("work", [CHAT, DECODE_HEAVY], ids=["chat", "decode-heavy"])
+@pytest.mark.parametrize("work", [CHAT, DECODE_HEAVY, PREFIX_HEAVY], ids=["chat", "decode-heavy", "prefix-heavy"])
 @pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
 def test_seats_hold_against_the_engine(work: Workload, load: float) -> None:
     rows = _run(work, load)

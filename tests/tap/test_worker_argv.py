@@ -43,7 +43,7 @@ def _not_default(action: argparse.Action) -> object:
 def test_only_the_per_worker_options_are_rewritten() -> None:
     """Options skipped by the generic loop are exactly those each worker gets its own value for: adding an
     option to _PER_WORKER would hide it from the test below, so the set is pinned here."""
-    assert _PER_WORKER == {"listen", "metrics_listen", "workers", "reuse_port"}
+    assert _PER_WORKER == {"listen", "metrics_listen", "workers", "reuse_port", "admission_taps"}
 
 
 def test_every_option_reaches_the_workers() -> None:
@@ -60,6 +60,19 @@ def test_every_option_reaches_the_workers() -> None:
     for action in options:
         assert getattr(back, action.dest) == getattr(args, action.dest), f"--{action.dest} did not reach the workers"
     assert back.listen == ("127.0.0.1", 8123) and back.reuse_port and back.metrics_listen == "\0sock-0"
+
+
+def test_each_workers_gate_counts_for_all_the_taps_on_the_engine() -> None:
+    """Every worker's gate admits on its own, so it counts its admissions for all of them: --admission-taps is
+    the parent's times --workers (and is left out without --admission)."""
+    parser = _parser()
+    base = ["--listen", "127.0.0.1:0", "--upstream", "http://x", "--metrics-listen", ":0", "--workers", "3"]
+    back = parser.parse_args(worker_argv(parser.parse_args([*base, "--admission"]), 1, Worker(0, "@s"))[3:])
+    assert back.admission and back.admission_taps == 3
+    back = parser.parse_args(worker_argv(parser.parse_args([*base, "--admission", "--admission-taps", "2"]), 1,
+                                         Worker(0, "@s"))[3:])
+    assert back.admission_taps == 6
+    assert "--admission-taps" not in worker_argv(parser.parse_args(base), 1, Worker(0, "@s"))
 
 
 @pytest.mark.parametrize("flag", ["--trust-slo-headers", "--first-token-timeout", "--max-buffered-body-bytes"])
