@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -251,24 +251,39 @@ def outcome(records: list[RequestRecord], reasons: dict[str, float]) -> Outcome:
                    sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 
-def cases() -> tuple[list[Case], dict[str, float]]:
-    cap = capacity()
-    burst_cap = capacity(burst=BURST)
-    decode_cap = capacity(DECODE_PROMPT, DECODE_OUTPUT)
-    out = []
+def cases(only: tuple[str, ...] = ()) -> tuple[list[Case], dict[str, float]]:
+    """Every case, or those whose description contains one of `only`; a capacity is searched for (minutes of
+    requests in virtual time) only when a chosen case needs it."""
+    caps: dict[str, float] = {}
+
+    def cap(name: str) -> float:
+        if name not in caps:
+            caps[name] = {"capacity": capacity, "burst_capacity": lambda: capacity(burst=BURST),
+                          "decode_capacity": lambda: capacity(DECODE_PROMPT, DECODE_OUTPUT)}[name]()
+        return caps[name]
+
+    # (description given the capacity, the capacity it needs, how to build its items, duration, target)
+    plan: list[tuple[Callable[[float], str], str, Callable[[float], list[WorkItem]], float, str]] = []
     for load in (0.5, 0.9):
-        for burst, c, how in ((1, cap, "Poisson"), (BURST, burst_cap, f"bursts of {BURST}")):
-            items = arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst)
-            out.append(Case(f"{load:g}x capacity ({load * c:g} req/s), {how}", tuple(items), ARRIVALS_S, "no_harm"))
-    idle = generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1)))
-    out.append(Case(f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)",
-                    tuple(idle), IDLE_S, "idle"))
-    out.append(Case(f"2x capacity ({2 * cap:g} req/s), Poisson", tuple(generate(_spec(2 * cap, ARRIVALS_S))),
-                    ARRIVALS_S, "overload"))
-    decode = generate(_spec(2 * decode_cap, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT))
-    out.append(Case(f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
-                    f"tokens, 2x its capacity ({2 * decode_cap:g} req/s)", tuple(decode), ARRIVALS_S, "overload"))
-    return out, {"capacity": cap, "burst_capacity": burst_cap, "decode_capacity": decode_cap}
+        for burst, name, how in ((1, "capacity", "Poisson"), (BURST, "burst_capacity", f"bursts of {BURST}")):
+            plan.append((lambda c, load=load, how=how: f"{load:g}x capacity ({load * c:g} req/s), {how}", name,
+                         lambda c, load=load, burst=burst: arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst),
+                         ARRIVALS_S, "no_harm"))
+    plan.append((lambda _: f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)", "",
+                 lambda _: generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1))), IDLE_S, "idle"))
+    plan.append((lambda c: f"2x capacity ({2 * c:g} req/s), Poisson", "capacity",
+                 lambda c: generate(_spec(2 * c, ARRIVALS_S)), ARRIVALS_S, "overload"))
+    plan.append((lambda c: f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
+                 f"tokens, 2x its capacity ({2 * c:g} req/s)", "decode_capacity",
+                 lambda c: generate(_spec(2 * c, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT)), ARRIVALS_S, "overload"))
+    out = []
+    for describe, name, build, duration, target in plan:
+        # the words are matched against the description with the capacity left out (it is not known yet)
+        if only and not any(w in describe(math.nan) for w in only):
+            continue
+        c = cap(name) if name else 0.0
+        out.append(Case(describe(c), tuple(build(c)), duration, target))
+    return out, caps
 
 
 def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
@@ -280,8 +295,9 @@ def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
     return "" if ratio >= 3 else " (target missed: goodput >= 3x no gate)"
 
 
-def run() -> list[Row]:
-    todo, caps = cases()
+def run(only: tuple[str, ...] = ()) -> list[Row]:
+    """Every case side by side (`only`: those whose description contains one of the words)."""
+    todo, caps = cases(only)
     cmd = (f"python -m bench tap-admission (llmslo-sim serve --preset {PRESET} --num-gpu-blocks {KV_BLOCKS} "
            f"--slowdown {SLOWDOWN:g}; llmslo-exporter tap --slo slos/chat.yaml [--admission])")
     rows = []

@@ -29,6 +29,15 @@ admitted, as an unreadable engine is admitted to (a full KV alone was refused on
 capacity with bursts, the first seconds' bursts filled the KV before 8 requests had finished, and a whole
 burst the engine served in time was refused).
 
+Growth: a request whose prompt fits now may still not fit its life. Long outputs grow the running batch into
+the free KV for seconds (400-token outputs at 9 req/s: 47 running and 500 free tokens eight seconds in, before
+a single finish), and the engine then preempts; the preempted go back to the queue's head and every later
+request waits behind them. So a request counts as blocked for good (wait inf) while the mean-sized requests
+that the free KV carries over their whole lives (`room`: exporter.tap.seats.estimate at the mean size, net of
+the running requests' remaining growth and crediting their finishes; before any finish, from the in-flight
+requests' max_tokens) are fewer than the admitted since the reading plus this one (`outgrown`). This needs
+no finish and no ITL fit: it holds from the first requests on.
+
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, is the running
 requests missing it for the load; a new request would make it worse. An engine too slow for the objective
@@ -158,6 +167,9 @@ class Outlook:
     admitted_since: int  # requests this tap admitted since the reading
     rates: Rates
     growing: bool = False  # the engine's queue rose at each of the last GROWTH_READINGS readings
+    # mean-sized requests the free KV carries over their whole lives, net of the running requests' growth and
+    # crediting their finishes (exporter.tap.seats.estimate at the mean size; inf: nothing known to size them)
+    room: float = math.inf
 
 
 def queue_growing(waiting: Sequence[float]) -> bool:
@@ -173,8 +185,17 @@ def blocked(o: Outlook) -> float:
     return max(0.0, o.waiting + o.admitted_since + 1 - o.seats)
 
 
+def outgrown(o: Outlook) -> bool:
+    """The running requests' growth leaves no room for this one's life (nor the admitted since): the engine
+    would start it, then preempt it or another as the batch grows, and what it admits after waits behind the
+    preempted (see the module). Needs requests running: an empty engine carries whatever fits."""
+    return o.rates.running >= 1 and o.admitted_since + 1 > o.room
+
+
 def predicted_wait(o: Outlook) -> float:
     """Seconds until the engine starts a request arriving now: 0 when it starts at once (see the module)."""
+    if outgrown(o):
+        return math.inf
     b = blocked(o)
     if b <= 0:
         # the free KV holds the queue: it waits for prefill steps; only a queue that keeps growing is a wait,
