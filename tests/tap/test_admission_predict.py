@@ -29,6 +29,7 @@ from exporter.tap.predict import (
     finish_rate,
     itl_at,
     predicted_wait,
+    prior_wait,
     queue_growing,
     rates_between,
     refusal,
@@ -369,13 +370,22 @@ def test_a_request_starts_when_its_prompt_fits_not_only_when_a_p99_lifetime_does
 
 
 # -- growth: a batch of long outputs outgrows the free KV before anything finishes -------------------
-def test_outgrown_is_blocked_for_good_only_with_requests_running() -> None:
-    o = replace(outlook(seats=50, admitted=2), room=2.5)  # the third since the reading does not fit its life
-    assert predicted_wait(o) == math.inf and refusal(o, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
-    assert refusal(replace(o, admitted_since=1), INTERACTIVE) == "", "the second fits: 2 <= 2.5"
-    idle = replace(o, rates=replace(LEARNED, running=0))
-    assert refusal(idle, INTERACTIVE) == "", "an empty engine carries whatever fits"
-    assert refusal(replace(o, room=math.inf), INTERACTIVE) == "", "sizes unknown: no growth is predicted"
+def test_admitted_beyond_the_room_the_growth_leaves_wait_for_the_in_flight_finishes() -> None:
+    """The room counts the tap's queued requests, so the engine's queue is not added to it; the blocked wait for
+    the in-flight requests' own finishes (remaining tokens x ITL) when that is sooner than the measured rate."""
+    o = replace(outlook(seats=50, waiting=3, admitted=2), room=2.5, remaining=(10.0, 20.0, 300.0))
+    assert blocked(o) == pytest.approx(0.5)  # the third since the reading does not fit its life
+    assert prior_wait(o, 0.5) == pytest.approx(0.2) and prior_wait(o, 2.2) == pytest.approx(6.0)
+    assert prior_wait(o, 9) == pytest.approx(6.0), "fewer in flight than blocked: when the last one ends"
+    assert predicted_wait(o) == pytest.approx(0.1 + 0.125), "0.5 / 4 a second, sooner than the first finish"
+    long_outputs = replace(o, admitted_since=4, remaining=(200.0, 300.0))  # 2.5 blocked: the third finish
+    assert predicted_wait(long_outputs) == pytest.approx(0.1 + 0.625) and \
+        refusal(long_outputs, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+    fresh = replace(long_outputs, rates=Rates(itl_s=0.02, running=8))  # nothing finished yet: the prior alone
+    assert predicted_wait(fresh) == pytest.approx(6.0) and refusal(fresh, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
+    assert predicted_wait(replace(fresh, remaining=())) == math.inf, "no prior: the engine's backlog decides"
+    assert predicted_wait(replace(fresh, remaining=(), waiting=0)) == 0.0
+    assert refusal(replace(o, room=math.inf, admitted_since=40), INTERACTIVE) == "", "sizes unknown: no growth"
 
 
 def test_mean_sizes_from_the_taps_exact_sizes_else_from_max_tokens_else_none() -> None:
@@ -408,7 +418,8 @@ def test_a_sustained_decode_overload_is_refused_before_any_request_finishes() ->
     batch reached 47 and the engine preempted 8 s in, a backlog that took the rest of the run to clear."""
     gate = _decode_gate(running=30, produced=60, free=6600)
     assert gate.rates.finish_rate is None and gate.queue == 0 and gate.start_seats >= 1
-    assert gate.room < 1 and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
+    assert gate.room < 1 and gate.remaining[0] == pytest.approx(340)  # 6.8 s to the first finish
+    assert gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_a_transient_batch_of_long_outputs_that_the_kv_carries_is_admitted() -> None:
