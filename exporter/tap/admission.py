@@ -48,8 +48,8 @@ import math
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -246,26 +246,6 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters)
 
 
-def mean_sizes(exact: seats.Sizes | None, flights: Sequence[seats.InFlight]) -> seats.Sizes | None:
-    """The sizes `room` is counted in (exporter.tap.predict.blocked): a mean request of the tap's exact sizes
-    (not the p99 of the seats, a bound against preemption, and not the engine's histograms, whose buckets read
-    at their upper edges put the mean up to 2.5x high); before the tap has enough of them, the in-flight
-    requests' max_tokens as the output lengths, prompts unknown (0: erring towards room); None when neither is
-    known (no growth is predicted, as before)."""
-    if exact is not None and exact.outputs is not None and exact.outputs.total:
-        return replace(exact, footprint=exact.prompt_mean + exact.outputs.mean())
-    caps = seats.Distribution.of((float(f.max_tokens), 1.0) for f in flights if f.max_tokens)
-    return seats.Sizes(caps.mean(), 0.0, caps, "max_tokens") if caps.total else None
-
-
-def remaining_outputs(mean: seats.Sizes | None, flights: Sequence[seats.InFlight]) -> tuple[float, ...]:
-    """The output tokens each in-flight request is still expected to make (mean_sizes' outputs given what it
-    made and its cap), ascending: with the engine's ITL, when each finishes (exporter.tap.predict.prior_wait)."""
-    if mean is None or mean.outputs is None:
-        return ()
-    return tuple(sorted(mean.outputs.residual(f.produced, f.max_tokens) for f in flights))
-
-
 def _delta(now: Buckets, then: Buckets) -> Buckets:
     if not then or [le for le, _ in now] != [le for le, _ in then]:
         return now
@@ -309,8 +289,6 @@ class Admission:
         self.prompt_median = self.fallback_footprint
         self.start_seats = math.inf  # requests of median prompt the free KV starts now (exporter.tap.predict)
         self.seats = math.inf
-        self.room = math.inf  # mean-sized requests the free KV carries over their lives (exporter.tap.predict)
-        self.remaining: tuple[float, ...] = ()  # the in-flight requests' expected remaining output, ascending
         # The seat estimate's inputs besides the page (exporter.tap.seats): the exact sizes of the requests this tap
         # saw finish, and the requests it has in flight; until then the fallback footprint, committing whole caps.
         self.sizes = seats.SizeWindow()
@@ -340,8 +318,7 @@ class Admission:
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
     def outlook(self) -> Outlook:
-        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates, self.growing, self.room,
-                       self.remaining)
+        return Outlook(self.start_seats, self.queue, self.admitted_since, self.rates, self.growing)
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -401,20 +378,14 @@ class Admission:
             self.prompt_median = max(1.0, p50_prompt)
         self.reading = reading
         # exact sizes from the tap's own requests when it has seen enough, the engine's histograms otherwise
-        exact = self.sizes.sizes()
-        sizes = exact or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
+        sizes = self.sizes.sizes() or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
         self._last_sizes = sizes
-        flights = list(self.in_flight())
-        estimate = seats.estimate(reading.free_tokens, reading.block_size, flights, sizes)
+        estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes)
         self.footprint, self.seats = sizes.footprint, estimate.seats
-        mean = mean_sizes(exact, flights)
-        self.room = math.inf if mean is None else seats.estimate(reading.free_tokens, reading.block_size, flights,
-                                                                  mean).seats
-        self.remaining = remaining_outputs(mean, flights)
         self.waiting = reading.waiting
         event("tap_admission_reading", logging.DEBUG, logger=TAP_LOGGER, running=f"{reading.counters.running:g}",
               waiting=f"{reading.waiting:g}", free_tokens=f"{reading.free_tokens:.0f}", admitted=self.admitted_since,
-              refused=self.refusals, room=f"{self.room:.1f}", itl=f"{self.rates.itl_s or 0:.4f}", drain=f"{self.rates.finish_rate or 0:.2f}")
+              refused=self.refusals, itl=f"{self.rates.itl_s or 0:.4f}", drain=f"{self.rates.finish_rate or 0:.2f}")
         self.admitted_since = 0
         self.read_at = now
         self._learn(now, reading)

@@ -29,19 +29,6 @@ admitted, as an unreadable engine is admitted to (a full KV alone was refused on
 capacity with bursts, the first seconds' bursts filled the KV before 8 requests had finished, and a whole
 burst the engine served in time was refused).
 
-Growth: a request whose prompt fits now may still not fit its life. Long outputs grow the running batch into
-the free KV for seconds (400-token outputs at 9 req/s: 47 running and 500 free tokens eight seconds in, before
-a single finish), and the engine then preempts; the preempted go back to the queue's head and every later
-request waits behind them. So the requests admitted since the reading, this one included, beyond `room` are
-blocked too: room = the mean-sized requests the free KV carries over their whole lives, net of the in-flight
-requests' remaining growth and crediting their finishes (exporter.tap.seats.estimate at the mean size of the
-tap's exact sizes, or before those, with the in-flight requests' max_tokens as their outputs; it counts the
-tap's queued requests, so the engine's queue is not added to it). Their drain needs no finish either: the
-in-flight requests' remaining outputs x the ITL say when each finishes (`prior_wait`, the ceil(blocked)-th);
-the wait takes the sooner of that and blocked / the measured rate. In a batch of long outputs the first finish
-is seconds away and new work is refused before the batch outgrows the KV; at 0.9x capacity the room runs short
-only for moments, with a finish a fraction of a second away.
-
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, is the running
 requests missing it for the load; a new request would make it worse. An engine too slow for the objective
@@ -171,11 +158,6 @@ class Outlook:
     admitted_since: int  # requests this tap admitted since the reading
     rates: Rates
     growing: bool = False  # the engine's queue rose at each of the last GROWTH_READINGS readings
-    # mean-sized requests the free KV carries over their whole lives, net of the in-flight requests' growth and
-    # crediting their finishes (exporter.tap.seats.estimate at the mean size; inf: nothing known to size them)
-    room: float = math.inf
-    # the output tokens each in-flight request is still expected to make, ascending (x ITL: when each finishes)
-    remaining: tuple[float, ...] = ()
 
 
 def queue_growing(waiting: Sequence[float]) -> bool:
@@ -187,19 +169,8 @@ def queue_growing(waiting: Sequence[float]) -> bool:
 
 def blocked(o: Outlook) -> float:
     """How many requests (this one included) must wait for a running one to finish before this one starts:
-    those of the persistent queue and the admitted beyond what the free KV starts, or the admitted beyond the
-    room the in-flight requests' growth leaves (the room counts the queued ones of the tap: see the module)."""
-    return max(0.0, o.waiting + o.admitted_since + 1 - o.seats, o.admitted_since + 1 - o.room)
-
-
-def prior_wait(o: Outlook, b: float) -> float | None:
-    """Seconds until the ceil(b)-th in-flight request finishes (remaining tokens x ITL; the last one when
-    fewer are in flight): the drain known before any request has finished; None without an ITL or in-flight
-    sizes."""
-    itl = o.rates.itl_s
-    if not o.remaining or itl is None or not math.isfinite(itl) or itl < 0:
-        return None
-    return o.remaining[min(len(o.remaining), max(1, math.ceil(b))) - 1] * itl
+    those of the persistent queue and the admitted beyond what the free KV starts (see the module)."""
+    return max(0.0, o.waiting + o.admitted_since + 1 - o.seats)
 
 
 def predicted_wait(o: Outlook) -> float:
@@ -210,17 +181,13 @@ def predicted_wait(o: Outlook) -> float:
         # the one the engine measures
         return (o.rates.queue_s or 0.0) + (o.rates.prefill_s or 0.0) if o.growing else 0.0
     rate = o.rates.finish_rate
-    drains = [b / rate if rate > 0 else math.inf] if rate is not None else []
-    # those beyond the room the growth leaves: the in-flight requests' own finishes say when, finish or none yet
-    # (either may lag: the measured rate a batch that just grew, the prior requests of other clients: the sooner)
-    beyond_room = o.admitted_since + 1 - o.room
-    prior = prior_wait(o, beyond_room) if beyond_room > 0 else None
-    drains += [prior] if prior is not None else []
-    if not drains:
+    if rate is None:
         # nothing learned yet (a fresh engine): a full KV alone is no evidence (its running requests may finish
         # at the next step); only a backlog the engine reports beyond it is
         return math.inf if o.waiting >= 1 else 0.0
-    return (o.rates.prefill_s or 0.0) + min(drains)
+    if rate <= 0:
+        return math.inf  # blocked, and no request has finished lately to free a seat
+    return (o.rates.prefill_s or 0.0) + b / rate
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from exporter.tap.admission import Admission, Reading, mean_sizes
+from exporter.tap.admission import Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
     FINISH_WINDOW_S,
@@ -29,12 +29,10 @@ from exporter.tap.predict import (
     finish_rate,
     itl_at,
     predicted_wait,
-    prior_wait,
     queue_growing,
     rates_between,
     refusal,
 )
-from exporter.tap.seats import Distribution, InFlight, Sizes
 from llmslo import conventions as C
 from tests.tap.test_admission import _chat, _post
 
@@ -367,72 +365,3 @@ def test_a_request_starts_when_its_prompt_fits_not_only_when_a_p99_lifetime_does
         gate.update(engine(clock.now, free, finished=100 + t // 4))
     assert gate.seats < 5 and gate.start_seats == pytest.approx(6)  # p99 lifetimes: fewer than the prompts that fit
     assert [gate.decide(CHAT, SLO) for _ in range(7)] == [""] * 6 + [C.REFUSED_ADMISSION_TTFT]
-
-
-# -- growth: a batch of long outputs outgrows the free KV before anything finishes -------------------
-def test_admitted_beyond_the_room_the_growth_leaves_wait_for_the_in_flight_finishes() -> None:
-    """The room counts the tap's queued requests, so the engine's queue is not added to it; the blocked wait for
-    the in-flight requests' own finishes (remaining tokens x ITL) when that is sooner than the measured rate."""
-    o = replace(outlook(seats=50, waiting=3, admitted=2), room=2.5, remaining=(10.0, 20.0, 300.0))
-    assert blocked(o) == pytest.approx(0.5)  # the third since the reading does not fit its life
-    assert prior_wait(o, 0.5) == pytest.approx(0.2) and prior_wait(o, 2.2) == pytest.approx(6.0)
-    assert prior_wait(o, 9) == pytest.approx(6.0), "fewer in flight than blocked: when the last one ends"
-    assert predicted_wait(o) == pytest.approx(0.1 + 0.125), "0.5 / 4 a second, sooner than the first finish"
-    long_outputs = replace(o, admitted_since=4, remaining=(200.0, 300.0))  # 2.5 blocked: the third finish
-    assert predicted_wait(long_outputs) == pytest.approx(0.1 + 0.625) and \
-        refusal(long_outputs, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
-    fresh = replace(long_outputs, rates=Rates(itl_s=0.02, running=8))  # nothing finished yet: the prior alone
-    assert predicted_wait(fresh) == pytest.approx(6.0) and refusal(fresh, INTERACTIVE) == C.REFUSED_ADMISSION_TTFT
-    assert predicted_wait(replace(fresh, remaining=())) == math.inf, "no prior: the engine's backlog decides"
-    assert predicted_wait(replace(fresh, remaining=(), waiting=0)) == 0.0
-    assert refusal(replace(o, room=math.inf, admitted_since=40), INTERACTIVE) == "", "sizes unknown: no growth"
-
-
-def test_mean_sizes_from_the_taps_exact_sizes_else_from_max_tokens_else_none() -> None:
-    exact = Sizes(900.0, 100.0, Distribution.of([(200.0, 1.0), (400.0, 1.0)]), "tap")
-    assert mean_sizes(exact, ()).footprint == pytest.approx(400.0)  # 100 + 300: a mean request, not the p99
-    prior = mean_sizes(None, (InFlight(10, 400), InFlight(0, 200), InFlight(5, None)))
-    assert prior is not None and prior.footprint == pytest.approx(300.0) and prior.prompt_mean == 0.0
-    assert mean_sizes(None, (InFlight(3, None),)) is None and mean_sizes(None, ()) is None
-
-
-def _decode_gate(running: int, produced: int, free: float, max_tokens: int | None = 400,
-                 itl: float = 0.02) -> Admission:
-    """A gate 3 s into a stream of long outputs, before any finish: `running` requests in flight through the
-    tap, each `produced` tokens into max_tokens, `free` KV tokens, the engine at `itl` a token at every batch."""
-    clock = Clock()
-    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
-    gate.in_flight = lambda: [InFlight(produced, max_tokens)] * running
-    tokens = 0.0
-    for t in range(13):
-        clock.now = t * 0.25
-        tokens += running * 0.25 / itl
-        gate.update(engine(clock.now, free, finished=0, itl=(tokens * itl, tokens), running=running))
-    return gate
-
-
-def test_a_sustained_decode_overload_is_refused_before_any_request_finishes() -> None:
-    """The bench's decode overload (~40-token prompts, ~400-token outputs at 2x capacity): 30 requests running
-    60 tokens into 400 hold 3,000 of the 9,600 KV tokens and will take 10,200 more; the free 6,600 looks like
-    room for 140 prompts. The gate before this admitted on (no finish, so no drain rate; no engine queue), the
-    batch reached 47 and the engine preempted 8 s in, a backlog that took the rest of the run to clear."""
-    gate = _decode_gate(running=30, produced=60, free=6600)
-    assert gate.rates.finish_rate is None and gate.queue == 0 and gate.start_seats >= 1
-    assert gate.room < 1 and gate.remaining[0] == pytest.approx(340)  # 6.8 s to the first finish
-    assert gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
-
-
-def test_a_transient_batch_of_long_outputs_that_the_kv_carries_is_admitted() -> None:
-    """Eight long requests (a burst) with the KV mostly free: their growth leaves room for many more."""
-    gate = _decode_gate(running=8, produced=60, free=9000)
-    assert gate.room > 5 and [gate.decide(CHAT, SLO) for _ in range(4)] == [""] * 4
-
-
-def test_an_engine_slow_at_any_batch_is_not_refused_when_its_kv_carries_the_batch() -> None:
-    """0.08 s a token at every batch size (over the 0.05 s objective even alone): refusing helps nobody, and the
-    growth check is about KV, not speed."""
-    gate = _decode_gate(running=4, produced=60, free=9000, itl=0.08)
-    assert gate.rates.itl_s == pytest.approx(0.08)
-    assert [gate.decide(CHAT, SLO) for _ in range(3)] == [""] * 3
-    unknown = _decode_gate(running=30, produced=60, free=6600, max_tokens=None)  # no max_tokens, nothing learned
-    assert unknown.room == math.inf and not unknown.decide(CHAT, SLO), "nothing to size the growth by: admitted"
