@@ -36,6 +36,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -251,6 +252,14 @@ def outcome(records: list[RequestRecord], reasons: dict[str, float]) -> Outcome:
                    sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 
+def _no_harm_what(load: float, how: str, c: float) -> str:
+    return f"{load:g}x capacity ({load * c:g} req/s), {how}"
+
+
+def _no_harm_items(load: float, burst: int, c: float) -> list[WorkItem]:
+    return arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst)
+
+
 def cases(only: tuple[str, ...] = ()) -> tuple[list[Case], dict[str, float]]:
     """Every case, or those whose description contains one of `only`; a capacity is searched for (minutes of
     requests in virtual time) only when a chosen case needs it."""
@@ -266,9 +275,8 @@ def cases(only: tuple[str, ...] = ()) -> tuple[list[Case], dict[str, float]]:
     plan: list[tuple[Callable[[float], str], str, Callable[[float], list[WorkItem]], float, str]] = []
     for load in (0.5, 0.9):
         for burst, name, how in ((1, "capacity", "Poisson"), (BURST, "burst_capacity", f"bursts of {BURST}")):
-            plan.append((lambda c, load=load, how=how: f"{load:g}x capacity ({load * c:g} req/s), {how}", name,
-                         lambda c, load=load, burst=burst: arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst),
-                         ARRIVALS_S, "no_harm"))
+            plan.append((partial(_no_harm_what, load, how), name, partial(_no_harm_items, load, burst), ARRIVALS_S,
+                         "no_harm"))
     plan.append((lambda _: f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)", "",
                  lambda _: generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1))), IDLE_S, "idle"))
     plan.append((lambda c: f"2x capacity ({2 * c:g} req/s), Poisson", "capacity",
