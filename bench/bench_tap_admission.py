@@ -41,6 +41,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -265,37 +266,57 @@ def outcome(records: list[RequestRecord], reasons: dict[str, float],
                    sum(1 for r in records if not r.ok and "429" in r.error), reasons)
 
 
-def prefix_case() -> tuple[Case, float]:
-    cap = capacity(PREFIX_PROMPT, OUTPUT, shared=PREFIX_SHARE)
-    items = generate(_spec(0.9 * cap, ARRIVALS_S, PREFIX_PROMPT, OUTPUT, PREFIX_SHARE))
-    return Case(f"prefix-heavy: prompts ~{PREFIX_PROMPT.median:.0f} tokens, {PREFIX_SHARE:.0%} one system prompt, "
-                f"0.9x its capacity ({0.9 * cap:g} req/s), Poisson", tuple(items), ARRIVALS_S, "no_harm"), cap
+def _prefix_what(c: float) -> str:
+    return (f"prefix-heavy: prompts ~{PREFIX_PROMPT.median:.0f} tokens, {PREFIX_SHARE:.0%} one system prompt, "
+            f"0.9x its capacity ({0.9 * c:g} req/s), Poisson")
 
 
-def cases(only: str = "") -> tuple[list[Case], dict[str, float]]:
-    if only and only in "prefix-heavy":
-        case, cap = prefix_case()
-        return [case], {"prefix_capacity": cap}
-    cap = capacity()
-    burst_cap = capacity(burst=BURST)
-    decode_cap = capacity(DECODE_PROMPT, DECODE_OUTPUT)
-    out = []
+def _prefix_items(c: float) -> list[WorkItem]:
+    return generate(_spec(0.9 * c, ARRIVALS_S, PREFIX_PROMPT, OUTPUT, PREFIX_SHARE))
+
+
+def _no_harm_what(load: float, how: str, c: float) -> str:
+    return f"{load:g}x capacity ({load * c:g} req/s), {how}"
+
+
+def _no_harm_items(load: float, burst: int, c: float) -> list[WorkItem]:
+    return arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst)
+
+
+def cases(only: tuple[str, ...] = ()) -> tuple[list[Case], dict[str, float]]:
+    """Every case, or those whose description contains one of `only`; a capacity is searched for (minutes of
+    requests in virtual time) only when a chosen case needs it."""
+    caps: dict[str, float] = {}
+
+    def cap(name: str) -> float:
+        if name not in caps:
+            caps[name] = {"capacity": capacity, "burst_capacity": lambda: capacity(burst=BURST),
+                          "decode_capacity": lambda: capacity(DECODE_PROMPT, DECODE_OUTPUT),
+                          "prefix_capacity": lambda: capacity(PREFIX_PROMPT, OUTPUT, shared=PREFIX_SHARE)}[name]()
+        return caps[name]
+
+    # (description given the capacity, the capacity it needs, how to build its items, duration, target)
+    plan: list[tuple[Callable[[float], str], str, Callable[[float], list[WorkItem]], float, str]] = []
     for load in (0.5, 0.9):
-        for burst, c, how in ((1, cap, "Poisson"), (BURST, burst_cap, f"bursts of {BURST}")):
-            items = arrivals(generate(_spec(load * c, ARRIVALS_S)), load * c, burst)
-            out.append(Case(f"{load:g}x capacity ({load * c:g} req/s), {how}", tuple(items), ARRIVALS_S, "no_harm"))
-    idle = generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1)))
-    out.append(Case(f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)",
-                    tuple(idle), IDLE_S, "idle"))
-    out.append(Case(f"2x capacity ({2 * cap:g} req/s), Poisson", tuple(generate(_spec(2 * cap, ARRIVALS_S))),
-                    ARRIVALS_S, "overload"))
-    decode = generate(_spec(2 * decode_cap, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT))
-    out.append(Case(f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
-                    f"tokens, 2x its capacity ({2 * decode_cap:g} req/s)", tuple(decode), ARRIVALS_S, "overload"))
-    prefix, prefix_cap = prefix_case()
-    out.append(prefix)
-    caps = {"capacity": cap, "burst_capacity": burst_cap, "decode_capacity": decode_cap, "prefix_capacity": prefix_cap}
-    return [c for c in out if only in c.what], caps
+        for burst, name, how in ((1, "capacity", "Poisson"), (BURST, "burst_capacity", f"bursts of {BURST}")):
+            plan.append((partial(_no_harm_what, load, how), name, partial(_no_harm_items, load, burst), ARRIVALS_S,
+                         "no_harm"))
+    plan.append((lambda _: f"idle engine, {IDLE_RATE:g} req/s of max_tokens 1 (10x the old gate's per-poll cap)", "",
+                 lambda _: generate(_spec(IDLE_RATE, IDLE_S, IDLE_PROMPT, LengthDist(1, 0.0, 1, 1))), IDLE_S, "idle"))
+    plan.append((lambda c: f"2x capacity ({2 * c:g} req/s), Poisson", "capacity",
+                 lambda c: generate(_spec(2 * c, ARRIVALS_S)), ARRIVALS_S, "overload"))
+    plan.append((lambda c: f"decode overload: prompts ~{DECODE_PROMPT.median:.0f}, outputs ~{DECODE_OUTPUT.median:.0f} "
+                 f"tokens, 2x its capacity ({2 * c:g} req/s)", "decode_capacity",
+                 lambda c: generate(_spec(2 * c, ARRIVALS_S, DECODE_PROMPT, DECODE_OUTPUT)), ARRIVALS_S, "overload"))
+    plan.append((_prefix_what, "prefix_capacity", _prefix_items, ARRIVALS_S, "no_harm"))
+    out = []
+    for describe, name, build, duration, target in plan:
+        # the words are matched against the description with the capacity left out (it is not known yet)
+        if only and not any(w in describe(math.nan) for w in only):
+            continue
+        c = cap(name) if name else 0.0
+        out.append(Case(describe(c), tuple(build(c)), duration, target))
+    return out, caps
 
 
 def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
@@ -307,8 +328,8 @@ def verdict(case: Case, ours: Outcome, peer: Outcome, ratio: float) -> str:
     return "" if ratio >= 3 else " (target missed: goodput >= 3x no gate)"
 
 
-def run(only: str = "") -> list[Row]:
-    """Every case, or those whose description contains `only`."""
+def run(only: tuple[str, ...] = ()) -> list[Row]:
+    """Every case side by side (`only`: those whose description contains one of the words)."""
     todo, caps = cases(only)
     cmd = (f"python -m bench tap-admission (llmslo-sim serve --preset {PRESET} --num-gpu-blocks {KV_BLOCKS} "
            f"--slowdown {SLOWDOWN:g}; llmslo-exporter tap --slo slos/chat.yaml [--admission])")
@@ -330,5 +351,5 @@ def run(only: str = "") -> list[Row]:
 
 
 if __name__ == "__main__":
-    for row in run(" ".join(sys.argv[1:])):
+    for row in run(tuple(sys.argv[1:])):
         print(f"{row.what}: ours {row.ours}, peer {row.peer}, ratio {row.ratio}")

@@ -425,6 +425,9 @@ class Admission:
                                   cached_share=self.cached_share, taps=self.taps)
         self.footprint, self.seats = sizes.footprint, estimate.seats
         self.waiting = reading.waiting
+        event("tap_admission_reading", logging.DEBUG, logger=TAP_LOGGER, running=f"{reading.counters.running:g}",
+              waiting=f"{reading.waiting:g}", free_tokens=f"{reading.free_tokens:.0f}", admitted=self.admitted_since,
+              refused=self.refusals, itl=f"{self.rates.itl_s or 0:.4f}", drain=f"{self.rates.finish_rate or 0:.2f}")
         self.admitted_since = 0
         self.read_at = now
         self._learn(now, reading)

@@ -30,8 +30,11 @@ capacity with bursts, the first seconds' bursts filled the KV before 8 requests 
 burst the engine served in time was refused).
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
-requests running than the largest batch the engine was recently seen serving within it, is the running
-requests missing it for the load; a new request would make it worse. An engine too slow for the objective
+requests running than the largest batch the engine was recently seen serving within it, and no more above that
+batch's ITL than the batch grew (a step costs at most in proportion to its batch), is the running requests
+missing it for the load; a new request would make it worse. An ITL that grew faster than the batch is the
+machine (the bench on a loaded machine refused 18 % at 0.5x capacity for a CPU-starved ITL at one request
+more than it had served in time). An engine too slow for the objective
 even with one request, or slow at a batch it served in time before, misses it for another reason, and
 refusing would help nobody.
 
@@ -239,8 +242,13 @@ def decode_overloaded(r: Rates, itl: float | None, tpot: float, extra: float = 1
             return True
     if itl is None or itl <= tpot:
         return False
-    within = [running for running, seen in r.served if seen <= tpot]
-    return bool(within) and r.running > max(within)
+    within = [(running, seen) for running, seen in r.served if seen <= tpot]
+    if not within:
+        return False
+    batch, seen = max(within)
+    # a decode step costs at most in proportion to its batch: an ITL beyond that growth from the largest batch
+    # served in time is not the load (a CPU-starved or noisy machine slows every batch: refusing helps nobody)
+    return r.running > batch and itl <= seen * r.running / batch
 
 
 def _why(p: Policy, value: float, own: float | None, tightest: float | None, reason: str) -> str:

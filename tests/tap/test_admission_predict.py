@@ -139,18 +139,28 @@ def test_sheddable_classes_are_refused_at_the_margin_interactive_ones_only_past_
 
 # -- decode overload ---------------------------------------------------------------------------------
 def test_running_requests_missing_the_tpot_objective_refuse_new_work() -> None:
-    slow = replace(LEARNED, itl_s=0.07)
+    slow = replace(LEARNED, itl_s=0.07, running=24)  # 0.02 s at 6 running, 0.07 s at 24: the batch grew 4x
     assert refusal(outlook(rates=slow), INTERACTIVE) == C.REFUSED_ADMISSION_TPOT
     assert refusal(outlook(rates=replace(slow, running=0)), INTERACTIVE) == "", "nothing running: no overload"
     # an engine never seen within the objective misses it by its speed, and one slow at a batch it served in
     # time is slow for another reason (a noisy neighbour): refusing would help nobody
     assert refusal(outlook(rates=replace(slow, served=((8, 0.06),))), INTERACTIVE) == ""
     assert refusal(outlook(rates=replace(slow, served=())), INTERACTIVE) == ""
-    assert refusal(outlook(rates=replace(slow, served=((10, 0.02), (3, 0.01)))), INTERACTIVE) == ""
+    assert refusal(outlook(rates=replace(slow, served=((30, 0.02), (3, 0.01)))), INTERACTIVE) == ""
     # the sheddable class goes first: at 0.03 s the interactive one is within 0.05 s, the batch one is shed
-    near = outlook(rates=replace(LEARNED, itl_s=0.03))
+    near = outlook(rates=replace(LEARNED, itl_s=0.03, running=12))  # 0.02 s at 6, 0.03 s at 12
     assert refusal(near, INTERACTIVE) == "" and refusal(near, BATCH) == C.REFUSED_ADMISSION_SHED
     assert refusal(near, Policy(TTFT, 0.02, tightest_ttft=TTFT, tightest_tpot=0.02)) == C.REFUSED_ADMISSION_TPOT
+
+
+def test_an_itl_that_grew_faster_than_the_batch_is_the_machine_not_the_load() -> None:
+    """The bench on a loaded machine, 0.5x capacity: 0.02 s a token at 4 running, then a CPU-starved 0.07 s at
+    5. A step costs at most in proportion to its batch (5/4 x 0.02 = 0.025 s): the rest is the machine, and the
+    old rule (over the objective at a batch larger than any served in time) refused 18 % of the stream."""
+    spike = Rates(finish_rate=4.0, prefill_s=0.1, itl_s=0.07, running=5, served=((4, 0.02), (2, 0.015)))
+    assert refusal(outlook(rates=spike), INTERACTIVE) == ""
+    grown = replace(spike, itl_s=0.06, running=16)  # 4x the batch, 3x the ITL: the load explains it
+    assert refusal(outlook(rates=grown), INTERACTIVE) == C.REFUSED_ADMISSION_TPOT
 
 
 def test_a_batch_that_would_outgrow_the_objective_is_refused_before_its_itl_shows_it() -> None:
