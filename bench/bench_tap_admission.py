@@ -121,8 +121,10 @@ class Outcome:
 
 def _spec(rate: float, duration: float, prompt: LengthDist = PROMPT, output: LengthDist = OUTPUT,
           shared: float = 0.0) -> WorkloadSpec:
-    return WorkloadSpec(rate=rate, duration=duration, prompt_len=prompt, output_len=output, seed=SEED,
-                        shared_prefix=shared, num_prefixes=1)
+    # one system prompt for the prefix-heavy case only: the prefixes are drawn from the workload's random stream,
+    # so another count would change every other case's requests
+    spec = WorkloadSpec(rate=rate, duration=duration, prompt_len=prompt, output_len=output, seed=SEED)
+    return replace(spec, shared_prefix=shared, num_prefixes=1) if shared else spec
 
 
 def virtual_records(items: list[WorkItem]) -> list[RequestRecord]:
