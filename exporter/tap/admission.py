@@ -55,7 +55,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -180,6 +180,7 @@ class Reading:
     counters: Counters = Counters()  # what the rates are learned from (exporter.tap.predict)
     prefix_hits: float = 0.0  # cumulative prompt tokens found in the prefix cache (llm_prefix_cache_hits_total)
     prefix_queries: float = 0.0  # cumulative prompt tokens looked up in it
+    total_tokens: float = 0.0  # the KV cache's size in tokens (0: the page does not say)
 
 
 # The adapters' gauges a reading is built from, each a count or a ratio that must be finite and in range.
@@ -246,6 +247,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
             raise EngineReadError(f"model {model!r}: {blocks:g} free KV blocks of {totals[model]:g}",
                                   C.ADMISSION_READ_INCONSISTENT)
     free = sum(blocks * size for blocks, size in sized)
+    total = sum(blocks * sizes[m] for m, blocks in totals.items() if m in sizes)
     (prompt, bad_prompt), (generation, bad_gen) = (
         _histogram(histograms[m.name]) for m in (C.REQUEST_PROMPT_TOKENS, C.REQUEST_GENERATION_TOKENS))
     bad = bad_prompt or bad_gen
@@ -258,7 +260,7 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
     counters = Counters(finished=prompt[-1][1] if prompt else 0.0, running=sum(gauges[C.REQUESTS_RUNNING.name].values()),
                         **sums)
     return Reading(free, waiting, prompt, generation, max(size for _, size in sized), bad, counters,
-                   prefix[C.PREFIX_CACHE_HITS.name], prefix[C.PREFIX_CACHE_QUERIES.name])
+                   prefix[C.PREFIX_CACHE_HITS.name], prefix[C.PREFIX_CACHE_QUERIES.name], total)
 
 
 def cached_share(history: Sequence[tuple[float, float, float]], last: float) -> float:
@@ -465,9 +467,20 @@ class Admission:
             served.append((now, sum(batch) / len(batch), rates.itl_s))
         while served and served[0][0] <= now - DECODE_MEMORY_S:
             served.popleft()
+        rates = replace(rates, kv_batch=self._kv_batch(reading))
         self.rates = Rates(drain_rate(finish_rate(finished, now, reading.counters.finished), rates), rates.prefill_s,
                            rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s,
-                           rates.queue_s)
+                           rates.queue_s, rates.kv_batch)
+
+    def _kv_batch(self, reading: Reading) -> float:
+        """How many requests of the recent mean size the whole KV holds (each its uncached prompt and, on
+        average over its life, half its output); 0 when the page gives no size or nothing is known of sizes."""
+        sizes = self._last_sizes
+        if sizes is None or not (reading.total_tokens > 0 and math.isfinite(reading.total_tokens)):
+            return 0.0
+        output = sizes.outputs.mean() if sizes.outputs is not None else sizes.footprint - sizes.prompt_mean
+        held = sizes.prompt_mean * (1.0 - self.cached_share) + max(0.0, output) / 2
+        return reading.total_tokens / held if held >= 1 else 0.0
 
     async def poll(self) -> bool:
         """Read the engine once; on failure the previous reading stays (until it is stale). Never

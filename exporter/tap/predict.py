@@ -100,6 +100,7 @@ class Rates:
     served: tuple[tuple[float, float], ...] = ()
     service_s: float | None = None  # mean engine latency less queue time of the requests that finished
     queue_s: float | None = None  # mean engine queue time of the requests that started
+    kv_batch: float = 0.0  # mean-sized requests the whole KV holds: the batch a KV-bound engine runs (0: unknown)
 
 
 def finish_rate(history: Sequence[tuple[float, float]], now: float, finished: float) -> float | None:
@@ -144,10 +145,14 @@ def rates_between(old: Counters, new: Counters) -> Rates:
 
 
 def drain_rate(measured: float | None, r: Rates) -> float | None:
-    """The rate blocked requests start at: the finishes measured, or, when higher, what the running batch
-    finishes at by Little's law (running / mean service time), which follows a batch that just grew before
-    the finishes do; None while neither is known."""
-    little = r.running / r.service_s if r.service_s and r.running >= 1 else None
+    """The rate blocked requests start at: the finishes measured, or, when higher, what the batch the KV holds
+    finishes at by Little's law (batch / mean service time); None while neither is known. Requests are blocked
+    only while the KV is full, and then the running batch is what the KV holds, however few ran at the last
+    reading: at low load the finishes measured are the arrival rate, and the running batch the few requests in
+    flight, so either alone predicted a burst's fourth request waiting for seconds behind requests that finish
+    in a fraction of one (a real vLLM with a 32-block cache, 2.4 % refused at half its capacity)."""
+    batch = max(r.running, r.kv_batch)
+    little = batch / r.service_s if r.service_s and batch >= 1 else None
     known = [x for x in (measured, little) if x is not None]
     return max(known) if known else None
 

@@ -216,6 +216,19 @@ def test_the_drain_rate_follows_a_grown_batch_by_littles_law() -> None:
     assert drain_rate(3.0, Rates(running=5)) == 3.0
 
 
+def test_behind_a_full_kv_the_batch_it_holds_drains_not_the_few_running_at_low_load() -> None:
+    """A KV of 32 blocks holds 4 mean-sized requests served in 0.2 s: a burst's request blocked behind it starts
+    within a fraction of a second, though at 2 req/s only 2 finish a second and none ran at the last reading. On
+    the finishes alone the gate predicted 0.5 s + prefill and refused (a real vLLM at half its capacity)."""
+    low = Rates(running=0, service_s=0.2, kv_batch=4.0)
+    assert drain_rate(2.0, low) == pytest.approx(20.0)
+    assert drain_rate(2.0, replace(low, kv_batch=0.0)) == 2.0, "a page without the KV's size: as before"
+    burst = Outlook(seats=3.0, waiting=0, admitted_since=3, rates=Rates(drain_rate(2.0, low), prefill_s=0.03))
+    assert predicted_wait(burst) == pytest.approx(0.03 + 1 / 20.0)
+    assert refusal(burst, Policy(ttft=0.5, tpot=None)) == ""
+    assert refusal(replace(burst, rates=Rates(2.0, prefill_s=0.03)), Policy(ttft=0.5, tpot=None)) != ""
+
+
 # -- the gate ----------------------------------------------------------------------------------------
 SLO = SloConfig((SloClass("interactive", TTFT, TPOT, ("chat-*",)), SloClass("batch", None, None, ("batch-*",))), {})
 CHAT, BULK = Objective("interactive", TTFT, TPOT), Objective("batch", None, None)
