@@ -237,6 +237,7 @@ def _note(version: str, dims: dict, cap: float, probes: list[str], scheduling: s
         f"over all offered (a refused one is not good) per second of arrivals. Targets: refused <= 1% and goodput "
         f"within 3% of no gate below capacity, >= 3x no gate at 2x. No bursty rows in this run (BURSTY off, to "
         f"keep the module under 12 minutes on the loaded machine). Engine, taps and client at {scheduling}. "
-        f"**Taken under load** (the machine shared with other engineers' builds and tests): {machine}. vLLM "
+        f"Machine load (on a shared machine the engine's pace, and so its capacity, moves from minute to minute): "
+        f"{machine}. vLLM "
         f"was up after {up_s:.0f} s, capacity found after {cap_s:.0f} s; the whole module took {took_s:.0f} s."
     )
