@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 import tempfile
 import time
@@ -32,10 +31,10 @@ from bench.bench_tap_admission import (
     _spawn,
     _stop,
     arrivals,
+    goodput_row,
     outcome,
     refusal_reasons,
     send_all,
-    verdict,
 )
 from bench.report import Row
 from realengine import vllm_server
@@ -175,16 +174,8 @@ def side_by_side(engine: VllmServer, t: Taps, case: Case, gated_first: bool) -> 
 
 
 def row(case: Case, ours: Outcome, peer: Outcome) -> Row:
-    seconds = case.duration * TURNS
-    g1, g0 = ours.good / seconds, peer.good / seconds
-    ratio = g1 / g0 if g0 else math.inf
-    reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(ours.reasons.items())) or "none"
-    met = verdict(case, ours, peer, ratio) or (" (target met: refused <= 1% and goodput within 3%)"
-                                               if case.target == "no_harm" else " (target met: goodput >= 3x)")
-    return Row(SECTION, f"{case.what}, {ours.offered} requests a path ({TURNS} turns): goodput (good req/s over "
-                        f"all offered); refused {ours.refused_share:.1%} vs {peer.refused_share:.1%} "
-                        f"(reasons: {reasons}){met}",
-               f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{ratio:.2f}x" if g0 else "inf (peer 0)", COMMAND)
+    return goodput_row(SECTION, f"{case.what}, {ours.offered} requests a path ({TURNS} turns)", case, ours, peer,
+                       case.duration * TURNS, COMMAND, say_met=True)
 
 
 def run() -> list[Row]:

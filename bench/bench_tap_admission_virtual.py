@@ -126,12 +126,6 @@ def run(only: tuple[str, ...] = ()) -> list[Row]:
     rows = []
     for case in todo:
         ours, peer = serve(case.items, True), serve(case.items, False)
-        g1, g0 = ours.good / case.duration, peer.good / case.duration
-        ratio = g1 / g0 if g0 else math.inf
-        rows.append(Row(
-            SECTION,
-            f"{case.what}, {ours.offered} requests: goodput (good req/s over all offered); refused "
-            f"{ours.refused_share:.1%} (reasons: {', '.join(f'{k} {v:g}' for k, v in sorted(ours.reasons.items())) or 'none'})"
-            f"{rt.verdict(case, ours, peer, ratio)}",
-            f"{g1:.2f} req/s", f"{g0:.2f} req/s", f"{ratio:.2f}x" if g0 else "inf (peer 0)", cmd))
+        rows.append(rt.goodput_row(SECTION, f"{case.what}, {ours.offered} requests", case, ours, peer, case.duration,
+                                   cmd, peer_refused=False))
     return rows
