@@ -53,8 +53,9 @@ def _sizes(values: Sequence[int]) -> Buckets:
     return tuple((le, float(sum(1 for v in values if v <= le))) for le in EDGES)
 
 
-def _reading(core: EngineCore, requests: Sequence[Request]) -> Reading:
-    """What the engine's /metrics would say now (summed as the gate's adapter reads it)."""
+def _reading(core: EngineCore, requests: Sequence[Request], prefix: tuple[int, int]) -> Reading:
+    """What the engine's /metrics would say now (summed as the gate's adapter reads it); `prefix`: the prompt
+    tokens found in the prefix cache and looked up in it so far."""
     finished = [r for r in requests if r.finish_reason]
     started = [r for r in requests if r.first_token_time > 0]
     counters = Counters(
@@ -67,7 +68,8 @@ def _reading(core: EngineCore, requests: Sequence[Request]) -> Reading:
     kv = core.scheduler.kv
     return Reading(float(kv.num_free_blocks * kv.block_size), float(len(core.scheduler.waiting)),
                    _sizes([r.num_prompt_tokens for r in finished]), _sizes([r.num_output_tokens for r in finished]),
-                   float(kv.block_size), "", counters)
+                   float(kv.block_size), "", counters, float(prefix[0]), float(prefix[1]),
+                   float(kv.num_blocks * kv.block_size))
 
 
 def serve(items: Sequence[WorkItem], gated: bool) -> rt.Outcome:
@@ -81,13 +83,14 @@ def serve(items: Sequence[WorkItem], gated: bool) -> rt.Outcome:
     gate.in_flight = lambda: [seats.InFlight(r.num_output_tokens, r.max_tokens) for r in requests if not r.finish_reason]
     pending = sorted(items, key=lambda i: i.arrival)
     nxt, next_poll, reasons = 0, 0.0, dict[str, float]()
+    hits = queries = 0
     while True:
         if clock.now() >= next_poll:
             for r in requests:
                 if r.finish_reason and id(r) not in sized:  # the tap's exact sizes, as it sees each request end
                     sized.add(id(r))
                     gate.sizes.add(r.num_prompt_tokens, r.num_output_tokens)
-            gate.update(_reading(core, requests))
+            gate.update(_reading(core, requests, (hits, queries)))
             next_poll = clock.now() + POLL_S
         while nxt < len(pending) and pending[nxt].arrival <= clock.now():
             item = pending[nxt]
@@ -108,7 +111,8 @@ def serve(items: Sequence[WorkItem], gated: bool) -> rt.Outcome:
             clock.set(max(clock.now(), min(min(wake), next_poll)))
             continue
         clock.advance(planned.duration)
-        core.finish_step(planned)
+        stats = core.finish_step(planned)
+        hits, queries = hits + stats.prefix_hits, queries + stats.prefix_queries
     good = sum(1 for r in requests if r.finish_reason and _good(r))
     return rt.Outcome(len(items), good, int(sum(reasons.values())), reasons)
 
