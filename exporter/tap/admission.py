@@ -467,16 +467,14 @@ class Admission:
             served.append((now, sum(batch) / len(batch), rates.itl_s))
         while served and served[0][0] <= now - DECODE_MEMORY_S:
             served.popleft()
-        rates = replace(rates, kv_batch=self._kv_batch(reading))
-        self.rates = Rates(drain_rate(finish_rate(finished, now, reading.counters.finished), rates), rates.prefill_s,
-                           rates.itl_s, rates.running, tuple((n, itl) for _, n, itl in served), rates.service_s,
-                           rates.queue_s, rates.kv_batch)
+        rates = replace(rates, kv_batch=self._kv_batch(reading), served=tuple((n, itl) for _, n, itl in served))
+        self.rates = replace(rates, finish_rate=drain_rate(finish_rate(finished, now, reading.counters.finished), rates))
 
     def _kv_batch(self, reading: Reading) -> float:
         """How many requests of the recent mean size the whole KV holds (each its uncached prompt and, on
         average over its life, half its output); 0 when the page gives no size or nothing is known of sizes."""
         sizes = self._last_sizes
-        if sizes is None or not (reading.total_tokens > 0 and math.isfinite(reading.total_tokens)):
+        if not (reading.total_tokens > 0 and math.isfinite(reading.total_tokens)):
             return 0.0
         output = sizes.outputs.mean() if sizes.outputs is not None else sizes.footprint - sizes.prompt_mean
         held = sizes.prompt_mean * (1.0 - self.cached_share) + max(0.0, output) / 2

@@ -16,27 +16,25 @@ against preemption, not the start condition: used as one it refused below capaci
 when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
 steps and start at the next). A queue that the free KV holds waits for prefill steps, not for finishes: behind
 a burst at half load the finish rate is the arrival rate, not the engine's capacity, and taking that queue as
-blocked behind finishes predicted seconds of wait for requests that started at the next steps (the bench
-refused 16 % at 0.5x capacity with bursts of 4). Such a queue is a reason to refuse only while it grows at
+blocked behind finishes predicted seconds of wait for requests that started at the next steps. Such a queue is a reason to refuse only while it grows at
 every one of the last GROWTH_READINGS readings (the engine is not keeping up though KV is free: prefill-bound
 overload), and then by the queue time the engine itself measured. The drain rate is the finishes measured over
-the shortest recent span with MIN_FINISHES of them, or Little's law on the running batch (running / mean
-service time) when higher, which follows a batch that just grew before the finishes do (`drain_rate`); it is
-used only when the KV is full, where the running batch is what the engine can hold. The prefill and queue times
+the shortest recent span with MIN_FINISHES of them, or, when higher, Little's law on the batch the KV holds
+(the larger of the running batch and the mean-sized requests the whole KV takes, over the mean service time):
+it is used only when the KV is full, and then the running batch is what the KV holds, however few requests ran
+at the last reading (`drain_rate`). The prefill and queue times
 are the engine's TTFT less its queue time and its queue time, per request, over RATE_WINDOW_S. Until they are
 learned, a request is refused only by an engine that reports a backlog beyond its free KV; otherwise it is
-admitted, as an unreadable engine is admitted to (a full KV alone was refused on: in the bench, at 0.5x
-capacity with bursts, the first seconds' bursts filled the KV before 8 requests had finished, and a whole
-burst the engine served in time was refused).
+admitted, as an unreadable engine is admitted to: a full KV alone is no evidence, since a burst can fill it
+before 8 requests have finished, and the engine may serve that burst in time.
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, and no more above that
 batch's ITL than the batch grew (a step costs at most in proportion to its batch), is the running requests
 missing it for the load; a new request would make it worse. An ITL that grew faster than the batch is the
-machine (the bench on a loaded machine refused 18 % at 0.5x capacity for a CPU-starved ITL at one request
-more than it had served in time). An engine too slow for the objective
-even with one request, or slow at a batch it served in time before, misses it for another reason, and
-refusing would help nobody.
+machine (a CPU-starved engine is slow at one request more than it served in time). An engine too slow for the
+objective even with one request, or slow at a batch it served in time before, misses it for another reason,
+and refusing would help nobody.
 
 Priority: a class named sheddable is refused at `shed_margin` x the objective (and, if its own objectives are
 looser or absent, of the tightest configured class's), so it goes before interactive requests are touched.
@@ -138,8 +136,7 @@ def rates_between(old: Counters, new: Counters) -> Rates:
     e2e_n, e2e_s = diff(old.e2e_count, new.e2e_count), diff(old.e2e_sum, new.e2e_sum)
     service = None
     if e2e_n and e2e_s is not None:
-        queued = queue_s / queue_n if queue_n and queue_s is not None else 0.0
-        service = max(0.0, e2e_s / e2e_n - queued) or None
+        service = max(0.0, e2e_s / e2e_n - (queue_mean or 0.0)) or None
     return Rates(None, prefill, itl, new.running if math.isfinite(new.running) else 0.0, service_s=service,
                  queue_s=queue_mean)
 
@@ -149,8 +146,7 @@ def drain_rate(measured: float | None, r: Rates) -> float | None:
     finishes at by Little's law (batch / mean service time); None while neither is known. Requests are blocked
     only while the KV is full, and then the running batch is what the KV holds, however few ran at the last
     reading: at low load the finishes measured are the arrival rate, and the running batch the few requests in
-    flight, so either alone predicted a burst's fourth request waiting for seconds behind requests that finish
-    in a fraction of one (a real vLLM with a 32-block cache, 2.4 % refused at half its capacity)."""
+    flight, so either alone has a burst's request wait seconds behind requests that finish in a fraction of one."""
     batch = max(r.running, r.kv_batch)
     little = batch / r.service_s if r.service_s and batch >= 1 else None
     known = [x for x in (measured, little) if x is not None]
