@@ -31,7 +31,9 @@ before 8 requests have finished, and the engine may serve that burst in time.
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, and no more above that
 batch's ITL than the batch grew (a step costs at most in proportion to its batch), is the running requests
-missing it for the load; a new request would make it worse. An ITL that grew faster than the batch is the
+missing it for the load; a new request would make it worse. So is a batch with the new request for which the
+line through the recent (batch, ITL) pairs predicts an ITL over the objective, bounded the same way (the
+largest batch served within it, grown in proportion, over it too). An ITL that grew faster than the batch is the
 machine (a CPU-starved engine is slow at one request more than it served in time). An engine too slow for the
 objective even with one request, or slow at a batch it served in time before, misses it for another reason,
 and refusing would help nobody.
@@ -229,22 +231,25 @@ def itl_at(served: Sequence[tuple[float, float]], batch: float) -> float | None:
 
 def decode_overloaded(r: Rates, itl: float | None, tpot: float, extra: float = 1) -> bool:
     """The running requests miss `tpot` because of the load, or would with `extra` more: the ITL the recent
-    (batch, ITL) pairs predict for running + extra is over it (long outputs stay for many seconds, so a batch
-    grown past it is not undone by refusing later), or the mean ITL is over it with more requests running than
-    the largest batch the engine was recently seen serving within it. An engine never within it (even at one
+    (batch, ITL) pairs predict for running + extra is over it, and so is the largest batch served within it
+    grown in proportion (long outputs stay for many seconds, so a batch grown past it is not undone by refusing
+    later), or the mean ITL is over it with more requests running than the largest batch the engine was
+    recently seen serving within it. An engine never within it (even at one
     request) misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
     noisy neighbour, a long prefill): refusing would help nobody."""
     if r.running < 1:
         return False
-    alone = itl_at(r.served, 1)
-    if alone is not None and alone <= tpot:
-        predicted = itl_at(r.served, r.running + extra)
-        if predicted is not None and predicted > tpot:
-            return True
-    if itl is None or itl <= tpot:
-        return False
     within = [(running, seen) for running, seen in r.served if seen <= tpot]
-    if not within:
+    alone = itl_at(r.served, 1)
+    if alone is not None and alone <= tpot and within:
+        n = r.running + extra
+        predicted = itl_at(r.served, n)
+        # the line is bounded as the measured ITL is below: from the largest batch served in time, a step grows
+        # at most with its batch (a slope steeper than that is the machine's noise, not the load's)
+        batch, seen = max(within)
+        if predicted is not None and min(predicted, seen * max(1.0, n / batch)) > tpot:
+            return True
+    if itl is None or itl <= tpot or not within:
         return False
     batch, seen = max(within)
     # a decode step costs at most in proportion to its batch: an ITL beyond that growth from the largest batch

@@ -178,6 +178,19 @@ def test_a_batch_that_would_outgrow_the_objective_is_refused_before_its_itl_show
     assert not decode_overloaded(replace(r, served=slow_alone), 0.04, 0.05, extra=3)
 
 
+def test_a_line_steeper_than_the_batch_explains_is_bounded_by_the_largest_batch_served_in_time() -> None:
+    """CPU contention while 6-7 requests ran made those steps slow (0.048 s), and the line through the pairs
+    predicts 0.058 s at 10 running; but the engine was seen serving 8 at 0.015 s, and a step costs
+    at most in proportion to its batch: 10 take at most 0.019 s. Refusing would help nobody."""
+    served = ((2, 0.01), (2, 0.01), (3, 0.01), (3, 0.01), (6, 0.048), (6, 0.048), (7, 0.049), (7, 0.049), (8, 0.015))
+    assert (itl_at(served, 10) or 0) > 0.05, "the premise: the line alone would refuse"
+    r = Rates(finish_rate=4.0, itl_s=0.015, running=8, served=served)
+    assert not decode_overloaded(r, 0.015, 0.05, extra=2)
+    assert refusal(outlook(rates=r, admitted=1), INTERACTIVE) == ""
+    # the same pairs with the largest batch also slow: nothing bounds the line below the objective any more
+    assert decode_overloaded(replace(r, served=(*served[:-1], (8, 0.045))), 0.045, 0.05, extra=2)
+
+
 def test_every_reason_has_a_message_and_is_a_counted_refusal() -> None:
     assert set(REFUSAL_TEXT) == set(C.REFUSED_ADMISSION_REASONS) <= set(C.REFUSED_REASONS)
 
