@@ -421,7 +421,7 @@ TAP_ADMISSION_ENGINE_READABLE = _m(
 )
 TAP_ADMISSION_SEATS = _m("tap_admission_seats", "gauge", "More p99-sized requests the free KV cache takes, net of what the requests in flight will still take, at the last reading.")
 TAP_ADMISSION_FOOTPRINT = _m(
-    "tap_admission_footprint_tokens", "gauge", "The p99 request size seats are counted in: exact from the tap's own requests, else the engine's histograms, else the fallback.", unit="tokens",
+    "tap_admission_footprint_tokens", "gauge", "The p99 request size seats are counted in (exact from the tap's own requests, else the engine's histograms, else the fallback), less the prompt share the prefix cache serves, in whole KV blocks.", unit="tokens",
 )
 TAP_ADMISSION_QUEUE = _m("tap_admission_queue", "gauge", "Requests the engine had waiting at the last reading.")
 TAP_ADMISSION_PREDICTED_WAIT = _m(

@@ -321,6 +321,9 @@ class Admission:
         self.reading: Reading | None = None
         self.read_at: float | None = None
         self.footprint = self.fallback_footprint
+        # one seat as the estimate counts it: the footprint less the prompt share the prefix cache serves, in whole
+        # KV blocks (llm_tap_admission_footprint_tokens)
+        self.seat_tokens = self.fallback_footprint
         # the median prompt over the window: what a typical request needs in free KV to start (the wait is an
         # expectation; the p99 footprint above is for seats, a bound)
         self.prompt_median = self.fallback_footprint
@@ -425,7 +428,7 @@ class Admission:
         self._learn_prefix(now, reading)
         estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes,
                                   cached_share=self.cached_share, taps=self.taps)
-        self.footprint, self.seats = sizes.footprint, estimate.seats
+        self.footprint, self.seats, self.seat_tokens = sizes.footprint, estimate.seats, estimate.footprint
         self.waiting = reading.waiting
         event("tap_admission_reading", logging.DEBUG, logger=TAP_LOGGER, running=f"{reading.counters.running:g}",
               waiting=f"{reading.waiting:g}", free_tokens=f"{reading.free_tokens:.0f}", admitted=self.admitted_since,
@@ -567,7 +570,7 @@ class Admission:
             (C.TAP_ADMISSION_OPEN, 1 if self.is_open() else 0),
             (C.TAP_ADMISSION_ENGINE_READABLE, 1 if readable else 0),
             (C.TAP_ADMISSION_SEATS, self.seats if readable and math.isfinite(self.seats) else math.nan),
-            (C.TAP_ADMISSION_FOOTPRINT, self.footprint),
+            (C.TAP_ADMISSION_FOOTPRINT, self.seat_tokens),
             (C.TAP_ADMISSION_QUEUE, self.waiting if readable else math.nan),
             (C.TAP_ADMISSION_PREDICTED_WAIT, predicted_wait(self.outlook()) if readable else math.nan),
             (C.TAP_ADMISSION_ENGINE_ITL,

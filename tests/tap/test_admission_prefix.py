@@ -72,6 +72,11 @@ def test_a_lying_page_cannot_make_a_request_free() -> None:
     assert gate.cached_share == MAX_CACHED_SHARE
     assert honest < gate.start_seats <= honest / (1 - MAX_CACHED_SHARE) + 1
     assert math.isfinite(gate.seats)
+    # the footprint gauge shows a seat as the seats count it: the prompt's cached share off, in whole blocks
+    shown = {line.split()[0]: float(line.split()[1]) for line in gate.render().decode().splitlines()
+             if line and not line.startswith("#") and "{" not in line}
+    seat = shown["llm_tap_admission_footprint_tokens"]
+    assert seat % 16 == 0 and seat < gate.footprint, (seat, gate.footprint)
     # a counter that went back (an engine restart) starts the ratio anew; the last share stays until measured
     now[0] = 2.0
     gate.update(_reading(16_000, 10, 100))
