@@ -125,7 +125,9 @@ def serve(items: Sequence[WorkItem], gated: bool, oracle: float | None = None) -
 
 
 def _committed(core: EngineCore) -> int:
-    return sum(r.num_prompt_tokens + min(r.max_tokens, r.output_len) for r in (*core.scheduler.running, *core.scheduler.waiting))
+    """The tokens the requests in the engine will hold at their end (the oracle knows where each stops)."""
+    engine = (*core.scheduler.running, *core.scheduler.waiting)
+    return sum(r.num_prompt_tokens + min(r.max_tokens, r.output_len) for r in engine)
 
 
 ORACLE_FACTORS = tuple(round(1 + 0.1 * i, 1) for i in range(21))  # 1x (no overbooking) to 3x the KV

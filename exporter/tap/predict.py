@@ -234,24 +234,23 @@ def decode_overloaded(r: Rates, itl: float | None, tpot: float, extra: float = 1
     (batch, ITL) pairs predict for running + extra is over it, and so is the largest batch served within it
     grown in proportion (long outputs stay for many seconds, so a batch grown past it is not undone by refusing
     later), or the mean ITL is over it with more requests running than the largest batch the engine was
-    recently seen serving within it. An engine never within it (even at one
-    request) misses it by its speed, and one slow at a batch it served in time is slow for another reason (a
-    noisy neighbour, a long prefill): refusing would help nobody."""
-    if r.running < 1:
-        return False
+    recently seen serving within it. An engine never within it (even at one request) misses it by its speed,
+    and one slow at a batch it served in time is slow for another reason (a noisy neighbour, a long prefill):
+    refusing would help nobody."""
     within = [(running, seen) for running, seen in r.served if seen <= tpot]
+    if r.running < 1 or not within:
+        return False
+    batch, seen = max(within)  # the largest batch served in time, and its ITL
     alone = itl_at(r.served, 1)
-    if alone is not None and alone <= tpot and within:
+    if alone is not None and alone <= tpot:
         n = r.running + extra
         predicted = itl_at(r.served, n)
         # the line is bounded as the measured ITL is below: from the largest batch served in time, a step grows
         # at most with its batch (a slope steeper than that is the machine's noise, not the load's)
-        batch, seen = max(within)
         if predicted is not None and min(predicted, seen * max(1.0, n / batch)) > tpot:
             return True
-    if itl is None or itl <= tpot or not within:
+    if itl is None or itl <= tpot:
         return False
-    batch, seen = max(within)
     # a decode step costs at most in proportion to its batch: an ITL beyond that growth from the largest batch
     # served in time is not the load (a CPU-starved or noisy machine slows every batch: refusing helps nobody)
     return r.running > batch and itl <= seen * r.running / batch
