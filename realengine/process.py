@@ -69,20 +69,26 @@ class EngineProcess:
             self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
                                      stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:  # a failed start, or one interrupted (Ctrl-C, a test's timeout): no orphaned engine
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.stop()
-                raise RuntimeError(f"{self.name} exited with {code} while starting; log: {self.log_path}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} while starting; log: {self.log_path}")
             try:  # engines answer 503 while they load
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
-                        return self
+                        return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(self.poll_s)
-        self.stop()
         raise RuntimeError(f"{self.name} did not answer /health within {timeout:.0f} s; log: {self.log_path}")
 
     def metrics(self) -> str:
