@@ -426,7 +426,8 @@ class Admission:
         sizes = self.sizes.sizes() or seats.Sizes.from_histograms(prompt, gen) or self._last_sizes
         self._last_sizes = sizes
         self._learn_prefix(now, reading)
-        estimate = seats.estimate(reading.free_tokens, reading.block_size, self.in_flight(), sizes,
+        flights = list(self.in_flight())
+        estimate = seats.estimate(reading.free_tokens, reading.block_size, flights, sizes,
                                   cached_share=self.cached_share, taps=self.taps)
         self.footprint, self.seats, self.seat_tokens = sizes.footprint, estimate.seats, estimate.footprint
         self.waiting = reading.waiting
@@ -436,6 +437,7 @@ class Admission:
         self.admitted_since = 0
         self.read_at = now
         self._learn(now, reading)
+        self._start_seats(reading, flights)
 
     def _learn_prefix(self, now: float, reading: Reading) -> None:
         """The prefix-cache hit ratio over the window (`cached_share`); a counter that went back starts it anew."""
@@ -449,9 +451,6 @@ class Admission:
 
     def _learn(self, now: float, reading: Reading) -> None:
         """The rates over the last RATE_WINDOW_S and the persisted queue (exporter.tap.predict)."""
-        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
-        uncached = max(1.0, self.prompt_median * (1.0 - self.cached_share))  # what a median prompt takes of free KV
-        self.start_seats = reading.free_tokens / (math.ceil(uncached / block) * block)
         counted = self._counted
         self.queue = min(reading.waiting, counted[-1][2]) if counted else reading.waiting
         finished = [(t, c.finished) for t, c, _ in counted]
@@ -472,6 +471,18 @@ class Admission:
             served.popleft()
         rates = replace(rates, kv_batch=self._kv_batch(reading), served=tuple((n, itl) for _, n, itl in served))
         self.rates = replace(rates, finish_rate=drain_rate(finish_rate(finished, now, reading.counters.finished), rates))
+
+    def _start_seats(self, reading: Reading, flights: Sequence[seats.InFlight]) -> None:
+        """Median prompts the free KV starts until the next reading: the free tokens less what the running
+        requests' decode takes in one poll (a token per ITL each, as far as their max_tokens go; all taps'). Read
+        as the engine's free count alone, a request arriving late in the poll found that room already taken by
+        growth and waited behind the requests vLLM preempted for it (decode overload: every bad admitted request
+        of the virtual bench missed its TTFT so)."""
+        block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
+        uncached = max(1.0, self.prompt_median * (1.0 - self.cached_share))  # what a median prompt takes of free KV
+        itl = self.rates.itl_s
+        growth = seats.decode_growth(flights, self.poll_s / itl) * self.taps if itl else 0.0
+        self.start_seats = max(0.0, reading.free_tokens - growth) / (math.ceil(uncached / block) * block)
 
     def _kv_batch(self, reading: Reading) -> float:
         """How many requests of the recent mean size the whole KV holds (each its uncached prompt and, on

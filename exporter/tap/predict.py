@@ -10,9 +10,10 @@ waits only behind requests that cannot start now, and each of those needs a runn
              = the engine's queue time + prefill                    (blocked = 0, its queue growing)
              = 0                                                    (blocked = 0 otherwise)
 
-`seats` are free KV tokens over the median prompt of the recent requests, in whole KV blocks: the engine
-starts a request whose prompt fits (the p99 lifetime footprint of exporter.tap.admission's `seats` is a bound
-against preemption, not the start condition: used as one it refused below capacity). The queue counts only
+`seats` are free KV tokens, less what the running requests decode into before the next reading, over the
+median prompt of the recent requests, in whole KV blocks: the engine starts a request whose prompt fits (the
+p99 lifetime footprint of exporter.tap.admission's `seats` is a bound against preemption, not the start
+condition: used as one it refused below capacity). The queue counts only
 when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
 steps and start at the next). A queue that the free KV holds waits for prefill steps, not for finishes: behind
 a burst at half load the finish rate is the arrival rate, not the engine's capacity, and taking that queue as

@@ -166,6 +166,21 @@ GRID = 32  # points of a new request's life at which the room is checked
 Z = 1.25  # the room is its mean less this many standard deviations of which in-flight requests end when (below)
 
 
+def decode_growth(in_flight: Iterable[InFlight], steps: float) -> float:
+    """The KV tokens the started in-flight requests take over the next `steps` decode steps: a token a step
+    each, up to what its max_tokens leaves (a request with no cap grows every step). A request that has produced
+    nothing may still be queued and takes its prompt, not a decode token. Finishes within the steps are not
+    credited: they free blocks at times unknown, while the growth is taken at every step."""
+    if not (steps > 0 and math.isfinite(steps)):
+        return 0.0
+    total = 0.0
+    for r in in_flight:
+        if r.produced >= 1:
+            left = steps if r.max_tokens is None else max(0.0, r.max_tokens - r.produced)
+            total += min(steps, left)
+    return total
+
+
 def committed_tokens(in_flight: Iterable[InFlight], sizes: Sizes, cached_share: float = 0.0) -> float:
     """The KV tokens the in-flight requests will still take (expected remaining output, plus the uncached prompt
     of each that has produced nothing: it may still be queued or prefilling); shown beside the seats."""

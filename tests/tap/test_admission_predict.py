@@ -33,6 +33,7 @@ from exporter.tap.predict import (
     rates_between,
     refusal,
 )
+from exporter.tap.seats import InFlight, decode_growth
 from llmslo import conventions as C
 from tests.tap.test_admission import _chat, _post
 
@@ -401,3 +402,27 @@ def test_a_request_starts_when_its_prompt_fits_not_only_when_a_p99_lifetime_does
         gate.update(engine(clock.now, free, finished=100 + t // 4))
     assert gate.seats < 5 and gate.start_seats == pytest.approx(6)  # p99 lifetimes: fewer than the prompts that fit
     assert [gate.decide(CHAT, SLO) for _ in range(7)] == [""] * 6 + [C.REFUSED_ADMISSION_TTFT]
+
+
+def test_the_room_the_running_requests_decode_into_before_the_next_reading_starts_no_request() -> None:
+    """Decode overload in virtual time: every bad admitted request missed its TTFT because it was admitted while
+    the free KV held a median prompt, the running requests' growth took that room within the poll, and vLLM
+    preempted for it. 40 streams at 0.02 s a token take 12.5 tokens each in a 0.25 s poll: 500 of the 6 x 352
+    free, so about 4.6 median prompts start, not 6; a stream 3 tokens from its max_tokens takes 3, and a request
+    that has produced nothing (perhaps queued) no decode token."""
+    assert decode_growth([InFlight(10, 500)] * 40, 12.5) == 500
+    assert decode_growth([InFlight(497, 500), InFlight(0, 500), InFlight(5, None)], 12.5) == 3 + 0 + 12.5
+    assert decode_growth([InFlight(10, 500)], math.inf) == 0 == decode_growth([InFlight(10, 500)], math.nan)
+    clock = Clock()
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    free = 6 * 352.0
+    for t in range(40):  # 40 running, 0.02 s a token (the ITL counters: 2 s of tokens at 100 a second)
+        clock.now = t * 0.25
+        gate.update(engine(clock.now, free, finished=100 + t // 4, itl=(0.02 * 500 * t, 500 * t), running=40))
+    assert gate.rates.itl_s == pytest.approx(0.02) and gate.start_seats == pytest.approx(6)  # none in flight here
+    gate.in_flight = lambda: [InFlight(10, 500)] * 40
+    gate.update(engine(10.0, free, finished=110, itl=(0.02 * 500 * 40, 500 * 40), running=40))
+    assert gate.start_seats == pytest.approx((free - 500) / 352)
+    gate.in_flight = lambda: [InFlight(499, 500)] * 40  # all but done: a token each
+    gate.update(engine(10.25, free, finished=110, itl=(0.02 * 500 * 41, 500 * 41), running=40))
+    assert gate.start_seats == pytest.approx((free - 40) / 352)
