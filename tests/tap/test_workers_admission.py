@@ -24,10 +24,11 @@ from tests.tap.test_workers import _spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama-3-8b-instruct"  # slos/chat.yaml's interactive class: TTFT <= 0.5 s, TPOT <= 0.05 s
-KV_BLOCKS = 600  # 9,599 usable blocks of 16 tokens: about 24 prompts of 400 tokens start at once
+KV_BLOCKS = 600  # 599 usable blocks of 16 tokens: 23 prompts of 400 tokens (25 blocks each) start at once
 PROMPT, OUTPUT = LengthDist(400, 0.0, 400, 400), LengthDist(100, 0.0, 100, 100)
 STEADY_RATE, STEADY_S = 2.0, 8.0  # about a quarter of this engine's capacity (7.5 req/s, bench/bench_tap_admission.py)
 BURST = 64
+STARTS_AT_ONCE = 23  # prompts of the burst the free KV starts at once (599 usable blocks / 25 blocks a prompt)
 
 
 def _items(rate: float, duration: float, seed: int) -> list[WorkItem]:
@@ -72,9 +73,10 @@ def test_two_workers_admit_a_burst_as_one_gate_would_and_refuse_nothing_below_ca
         shown = (f"admitted {len(admitted)} of {BURST}, {len(waited)} of them behind a finish, preemptions "
                  f"{_preemptions(engine) - before:g}, TTFTs {sorted(round(r.ttft or -1, 2) for r in admitted)}")
         # The engine starts 23 such prompts at once (599 blocks / 25); one gate admits those and the few that
-        # start within the objective behind them. Two gates that each took the free KV as theirs admitted 53, 30
-        # of them behind finishes (TTFT 3 to 7 s), and the engine preempted twice as often.
-        assert 12 <= len(admitted) <= 34, shown
+        # start within the objective behind them (30 to 32 on a quiet machine; 40 once under `make test`'s load,
+        # where the burst reached the gates over more than one reading). Two gates that each took the free KV as
+        # theirs admit those 23 each, at least 46 (53 measured, 30 of them behind finishes, TTFT 3 to 7 s).
+        assert 12 <= len(admitted) < 2 * STARTS_AT_ONCE, shown
         assert len(waited) <= len(admitted) // 2, shown  # a CPU-starved simulator runs slower than planned
     finally:
         tap.send_signal(signal.SIGTERM)
