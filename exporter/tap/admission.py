@@ -94,6 +94,7 @@ DEFAULT_POLL_S = 0.25
 # the gate decides by each class's objective (exporter.tap.predict). Fixed floors refused below capacity.
 DEFAULT_MIN_SEATS: float | None = None
 DEFAULT_MAX_QUEUE: int | None = None
+MIN_DECODE_STEP_S = 0.001  # the fastest decode step the start seats believe (exporter.tap.admission._start_seats)
 DEFAULT_WINDOW_S = 60.0  # the recent window of finished requests the p99 footprint is taken from
 DEFAULT_FALLBACK_FOOTPRINT = 4096  # tokens, until the engine's histograms have a finished request
 STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeout) no longer counts
@@ -481,7 +482,10 @@ class Admission:
         block = reading.block_size if reading.block_size >= 1 and math.isfinite(reading.block_size) else 1.0
         uncached = max(1.0, self.prompt_median * (1.0 - self.cached_share))  # what a median prompt takes of free KV
         itl = self.rates.itl_s
-        growth = seats.decode_growth(flights, self.poll_s / itl) * self.taps if itl else 0.0
+        # a page whose ITL says faster than MIN_DECODE_STEP_S (no engine decodes a batch so fast) would have every
+        # uncapped stream fill the KV within the poll and close the gate: it is read as that floor
+        steps = self.poll_s / max(itl, MIN_DECODE_STEP_S) if itl else 0.0
+        growth = seats.decode_growth(flights, steps) * self.taps
         self.start_seats = max(0.0, reading.free_tokens - growth) / (math.ceil(uncached / block) * block)
 
     def _kv_batch(self, reading: Reading) -> float:

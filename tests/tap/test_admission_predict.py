@@ -13,7 +13,7 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from exporter.tap.admission import Admission, Reading
+from exporter.tap.admission import MIN_DECODE_STEP_S, Admission, Reading
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.predict import (
     FINISH_WINDOW_S,
@@ -426,3 +426,11 @@ def test_the_room_the_running_requests_decode_into_before_the_next_reading_start
     gate.in_flight = lambda: [InFlight(499, 500)] * 40  # all but done: a token each
     gate.update(engine(10.25, free, finished=110, itl=(0.02 * 500 * 41, 500 * 41), running=40))
     assert gate.start_seats == pytest.approx((free - 40) / 352)
+    # a page whose ITL says a nanosecond a token is read at the floor: 250 tokens a poll for an uncapped stream,
+    # not the whole KV (which would close the gate on a lying page)
+    gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
+    gate.in_flight = lambda: [InFlight(10, None)] * 2
+    for t in range(40):
+        clock.now = 20 + t * 0.25
+        gate.update(engine(clock.now, free, finished=100 + t // 4, itl=(1e-9 * 500 * t, 500 * t), running=2))
+    assert gate.start_seats == pytest.approx((free - 2 * 0.25 / MIN_DECODE_STEP_S) / 352)
