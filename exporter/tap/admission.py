@@ -94,7 +94,7 @@ DEFAULT_POLL_S = 0.25
 # the gate decides by each class's objective (exporter.tap.predict). Fixed floors refused below capacity.
 DEFAULT_MIN_SEATS: float | None = None
 DEFAULT_MAX_QUEUE: int | None = None
-MIN_DECODE_STEP_S = 0.001  # the fastest decode step the start seats believe (exporter.tap.admission._start_seats)
+MIN_DECODE_STEP_S = 0.001  # the fastest decode step the start seats believe (Admission._start_seats)
 DEFAULT_WINDOW_S = 60.0  # the recent window of finished requests the p99 footprint is taken from
 DEFAULT_FALLBACK_FOOTPRINT = 4096  # tokens, until the engine's histograms have a finished request
 STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeout) no longer counts

@@ -10,24 +10,24 @@ waits only behind requests that cannot start now, and each of those needs a runn
              = the engine's queue time + prefill                    (blocked = 0, its queue growing)
              = 0                                                    (blocked = 0 otherwise)
 
-`seats` are free KV tokens, less what the running requests decode into before the next reading, over the
-median prompt of the recent requests, in whole KV blocks: the engine starts a request whose prompt fits (the
-p99 lifetime footprint of exporter.tap.admission's `seats` is a bound against preemption, not the start
-condition: used as one it refused below capacity). The queue counts only
-when it was there at two readings in a row (a one-reading queue is requests that arrived between two engine
-steps and start at the next). A queue that the free KV holds waits for prefill steps, not for finishes: behind
-a burst at half load the finish rate is the arrival rate, not the engine's capacity, and taking that queue as
-blocked behind finishes predicted seconds of wait for requests that started at the next steps. Such a queue is a reason to refuse only while it grows at
+`seats` are free KV tokens, less what the running requests decode into before the next reading, over the median
+prompt of the recent requests, in whole KV blocks: the engine starts a request whose prompt fits (the p99
+lifetime footprint of exporter.tap.admission's `seats` is a bound against preemption, not the start condition:
+used as one it refused below capacity). The queue counts only when it was there at two readings in a row (a
+one-reading queue is requests that arrived between two engine steps and start at the next). A queue that the
+free KV holds waits for prefill steps, not for finishes: behind a burst at half load the finish rate is the
+arrival rate, not the engine's capacity, and taking that queue as blocked behind finishes predicted seconds of
+wait for requests that started at the next steps. Such a queue is a reason to refuse only while it grows at
 every one of the last GROWTH_READINGS readings (the engine is not keeping up though KV is free: prefill-bound
 overload), and then by the queue time the engine itself measured. The drain rate is the finishes measured over
-the shortest recent span with MIN_FINISHES of them, or, when higher, Little's law on the batch the KV holds
-(the larger of the running batch and the mean-sized requests the whole KV takes, over the mean service time):
-it is used only when the KV is full, and then the running batch is what the KV holds, however few requests ran
-at the last reading (`drain_rate`). The prefill and queue times
-are the engine's TTFT less its queue time and its queue time, per request, over RATE_WINDOW_S. Until they are
-learned, a request is refused only by an engine that reports a backlog beyond its free KV; otherwise it is
-admitted, as an unreadable engine is admitted to: a full KV alone is no evidence, since a burst can fill it
-before 8 requests have finished, and the engine may serve that burst in time.
+the shortest recent span with MIN_FINISHES of them, or, when higher, Little's law on the batch the KV holds (the
+larger of the running batch and the mean-sized requests the whole KV takes, over the mean service time): it is
+used only when the KV is full, and then the running batch is what the KV holds, however few requests ran at the
+last reading (`drain_rate`). The prefill and queue times are the engine's TTFT less its queue time and its queue
+time, per request, over RATE_WINDOW_S. Until they are learned, a request is refused only by an engine that
+reports a backlog beyond its free KV; otherwise it is admitted, as an unreadable engine is admitted to: a full
+KV alone is no evidence, since a burst can fill it before 8 requests have finished, and the engine may serve
+that burst in time.
 
 Decode overload: the engine's mean inter-token latency over the window above the TPOT objective, with more
 requests running than the largest batch the engine was recently seen serving within it, and no more above that

@@ -223,8 +223,8 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     whole = lambda tokens: math.ceil(max(1.0, tokens) / block) * block  # noqa: E731  (a request holds whole blocks)
     cached_share = min(max(cached_share, 0.0), 1.0) if math.isfinite(cached_share) else 0.0
     taps = max(1, taps)
-    flights = list(in_flight) * taps
-    committed = committed_tokens(flights, sizes, cached_share)
+    flights = list(in_flight)  # each counted `taps` times below, not copied: this runs on the tap's event loop
+    committed = committed_tokens(flights, sizes, cached_share) * taps
     d = sizes.outputs
     if d is None:
         return SeatEstimate(max(0.0, free_tokens - committed) / whole(sizes.footprint), free_tokens, committed,
@@ -233,10 +233,12 @@ def estimate(free_tokens: float, block_size: float, in_flight: Iterable[InFlight
     new_output = sizes.footprint * mean_out / (mean_out + sizes.prompt_mean) if mean_out + sizes.prompt_mean else 0.0
     new_prompt = (sizes.footprint - new_output) * (1.0 - cached_share)
     prompt_mean = sizes.prompt_mean * (1.0 - cached_share)  # what a request's prompt takes of the free KV
-    # requests alike to a block (output so far down, but never to 0; cap up: a cap ends a request no earlier) are taken together,
-    # so the cost is GRID x the kinds of request in flight, not x their number
+    # requests alike to a block (output so far down, but never to 0; cap up: a cap ends a request no earlier) are
+    # taken together, so the cost is GRID x the kinds of request in flight, not x their number (nor x taps)
     groups = Counter((r.produced if r.produced < block else int(r.produced // block * block),
                       None if r.max_tokens is None else math.ceil(r.max_tokens / block) * block) for r in flights)
+    for key in groups:
+        groups[key] *= taps
     seats = math.inf
     for step in range(GRID + 1):
         t = new_output * step / GRID
