@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
+from llmslo.version import version as _version
 
-try:
-    __version__ = _metadata.version("llmslo")
-except _metadata.PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "dev"
+# llmslo's version, from the installed distribution's metadata (llmslo/version.py).
+__version__ = _version()
 
 # The `sloth_version` label value on generated rules (Sloth writes its own version there).
 VERSION_LABEL = f"slogen-{__version__}"

@@ -28,6 +28,7 @@ from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
 from slogen.rules.tiers import override_error
+from slogen.settings import InstallSettings
 from slogen.views import SLOView, from_context
 
 
@@ -41,6 +42,7 @@ class BuildOptions:
     autoscaling: bool = True  # generate KEDA objects from the autoscaling specs
     autoscaling_dir: str | None = None  # None: autoscaling/ beside the first input directory (slogen.pools)
     kube: KubeOptions = field(default_factory=KubeOptions)  # object labels, Grafana and AlertmanagerConfig settings
+    install: InstallSettings | None = None  # llmslo.yaml and its flags: deploy/install/ when it names namespaces
 
 
 @dataclass(frozen=True)

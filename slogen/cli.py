@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from slogen.rules.options import (
     UNREACHABLE_RESCALE,
     GenOptions,
 )
+from slogen.settings import InstallSettings
 from slogen.writers import rule_file
 
 
@@ -89,18 +91,75 @@ def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _kube_options(args: argparse.Namespace) -> KubeOptions:
-    """The Kubernetes settings of `slogen build`; a UsageError naming the flag for what the API server would refuse."""
+def _kube_options(args: argparse.Namespace, install: InstallSettings | None) -> KubeOptions:
+    """The Kubernetes settings of `slogen build` (labels, namespace and receivers from the install's settings,
+    which already hold the flags); a UsageError naming the flag for what the API server would refuse."""
+    labels = dict(install.object_labels) if install else _pairs("--object-label", args.object_label)
     opts = KubeOptions(
-        meta=ObjectMeta(_pairs("--object-label", args.object_label), _pairs("--object-annotation", args.object_annotation)),
+        meta=ObjectMeta(labels, _pairs("--object-annotation", args.object_annotation)),
+        namespace=install.namespace if install else "", receivers=dict(install.receivers) if install else {},
         dashboard_labels=_pairs("--dashboard-label", args.dashboard_label) if args.dashboard_label
         else dict(DEFAULT_DASHBOARD_LABELS),
         folder_annotation=args.dashboard_folder_annotation, folder=args.dashboard_folder,
         provider_path=args.grafana_dashboards_path, alertmanager_config_name=args.alertmanager_config_name)
     problems = opts.problems()
+    problems += [("--object-label", f"{k}={v} conflicts with --dashboard-label {k}={opts.dashboard_labels[k]}: both "
+                                    "label the dashboards' ConfigMaps; give the key one value")
+                 for k, v in labels.items() if k in opts.dashboard_labels and opts.dashboard_labels[k] != v]
     if problems:
         raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
     return opts
+
+
+# ------------------------------------------------------------------------------ install settings
+
+
+def _install_args(p: argparse.ArgumentParser, *, labels: bool = True) -> None:
+    """The install's settings as flags (slogen.settings; each may also be in llmslo.yaml, and must agree)."""
+    from slogen import settings as st
+
+    i = p.add_argument_group("install settings", f"written once in {st.DEFAULT_NAME} (slogen init); a flag "
+                             "given here must agree with the file (docs/deploy.md)")
+    i.add_argument("--settings", default=None, metavar="FILE",
+                   help=f"the install's settings (default: {st.DEFAULT_NAME} beside the SLO directory, when it exists)")
+    i.add_argument("--namespace", default=None, metavar="NS",
+                   help=f"the exporter, PrometheusRules, dashboard ConfigMaps and AlertmanagerConfig "
+                        f"(default {st.DEFAULT_NAMESPACE} with settings; none without)")
+    i.add_argument("--inference-namespace", action="append", default=[], metavar="NS",
+                   help="a namespace your engines, taps and ScaledObjects run in (repeatable)")
+    if labels:
+        i.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
+                       help="label on every object of the install (repeatable), e.g. release=kps")
+    i.add_argument("--floor", choices=st.FLOORS, default=None,
+                   help="the serving security floor: off (default), audit (warn and audit), enforce")
+    i.add_argument("--image", default=None, metavar="REF@sha256:DIGEST",
+                   help="the exporter's image by digest (e.g. the one `make release` wrote)")
+    i.add_argument("--api-server-cidr", default=None, metavar="CIDR",
+                   help=f"the API server's endpoints, the exporter's egress (default {st.DEFAULT_API_SERVER_CIDR})")
+    i.add_argument("--receiver", action="append", default=[], metavar="NAME=URL",
+                   help="an Alertmanager receiver's webhook URL (repeatable): llmslo-page, llmslo-ticket, a team")
+
+
+def _install_settings(args: argparse.Namespace, inputs: Sequence[str]) -> InstallSettings | None:
+    """The settings file with the flags on top (conflicts refused, naming both values); None when there is
+    neither a file nor an install flag (a plain build, as before settings existed)."""
+    from slogen import settings as st
+
+    path = st.path_for(inputs, args.settings)
+    flags = {"namespace": args.namespace, "inference_namespaces": tuple(args.inference_namespace),
+             "object_labels": st.pairs("--object-label", args.object_label), "floor": args.floor,
+             "image": args.image, "api_server_cidr": args.api_server_cidr,
+             "receivers": st.pairs("--receiver", args.receiver)}
+    if path is None and not any(flags.values()):
+        return None
+    base = st.load(path) if path is not None else st.InstallSettings()
+    if path is not None:
+        print(f"note: install settings read from {path}", file=sys.stderr)
+    merged = st.merge(base, flags)
+    problems = st.problems(merged)
+    if problems:
+        raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
+    return merged
 
 
 def _runbook(args: argparse.Namespace) -> str:
@@ -213,12 +272,18 @@ def cmd_build(args: argparse.Namespace) -> int:
     from slogen.build import BuildOptions, build_into
     from slogen.outtree import scratch_dir
 
+    install = _install_settings(args, args.paths or ["slos"])
+    if install is not None:  # the settings' links, unless a flag gave one
+        args.runbook_url = args.runbook_url or install.runbook_url
+        if install.grafana_url and args.grafana_url == DEFAULT_GRAFANA_URL:
+            args.grafana_url = install.grafana_url
     args.runbook_base_url = _runbook(args)
-    kube = _kube_options(args)
+    kube = _kube_options(args, install)
     gen = _gen_options(args, _windows(args.windows))
     health, capacity = _threshold_options(args)
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=health, capacity=capacity,
-                           autoscaling=args.autoscaling, autoscaling_dir=args.autoscaling_dir, kube=kube)
+                           autoscaling=args.autoscaling, autoscaling_dir=args.autoscaling_dir, kube=kube,
+                           install=install)
     if args.autoscaling:
         _autoscaling_note(args)
     # every file is written to a scratch directory as it is made (a build's memory is its catalog, not its
@@ -550,6 +615,8 @@ def parser() -> argparse.ArgumentParser:
     _convert_args(sub)
     sub.add_parser("version", help="print the version (the sloth_version label value)")
     _schema_args(sub)
+    _init_args(sub)
+    _overlay_args(sub)
     return ap
 
 
@@ -578,6 +645,7 @@ def _build_args(sub: Any) -> None:
                    help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
                         "(default: each SLO's own)")
     _strict_arg(b)
+    _install_args(b, labels=False)
     _autoscaling_args(b)
     _gen_args(b)
     _health_args(b)
@@ -688,6 +756,92 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- init, overlay
+
+
+def _init_args(sub: Any) -> None:
+    i = sub.add_parser("init", help="scaffold your own repository: example SLOs, thresholds, autoscaling, the "
+                                    "install's settings (llmslo.yaml), a kustomization and a CI check")
+    i.add_argument("dir", metavar="DIR", help="the repository to write into (made if missing)")
+    i.add_argument("--service", default="chat", help="the service the example SLOs are for (default chat)")
+    i.add_argument("--team", default="", help="the example SLOs' team label: its pages and tickets go to the "
+                                              "receiver of that name (default: none)")
+    i.add_argument("--force", action="store_true", help="overwrite files init wrote before")
+    _install_args(i)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from slogen import scaffold
+    from slogen import settings as st
+
+    root = Path(args.dir)
+    if not args.inference_namespace:
+        raise UsageError("--inference-namespace: name the namespace your engines run in (repeatable), e.g. "
+                         "--inference-namespace llm")
+    if not args.image:
+        raise UsageError("--image: give the exporter's image by digest, REGISTRY/NAME@sha256:<64 hex> (the digest "
+                         "`make release` writes to dist/, or the one your registry shows after you push it)")
+    if args.settings:
+        raise UsageError("--settings: init writes the settings file (DIR/llmslo.yaml); give the values as flags")
+    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", args.service):
+        raise UsageError(f"--service {args.service!r}: lowercase letters, digits and '-'")
+    args.settings = None
+    install = _install_settings(args, [str(root / "slos")]) if not (root / st.DEFAULT_NAME).exists() or args.force \
+        else None
+    if install is None:
+        raise UsageError(f"{root / st.DEFAULT_NAME} exists: this repository is initialised (--force writes the "
+                         "scaffold again over it)")
+    install = replace(install, floor=install.floor or "off", path=None)
+    files = scaffold.files(scaffold.Scaffold(install, args.service, args.team))
+    existing = [rel for rel in files if (root / rel).exists()]
+    if existing and not args.force:
+        raise UsageError(f"{root} already has {', '.join(existing)}: nothing was written (--force overwrites them)")
+    for rel, text in files.items():
+        write_atomic(root / rel, text)
+    print(f"slogen init: wrote {len(files)} files to {root}. Next:\n  cd {root} && slogen build && "
+          "kubectl kustomize deploy", file=sys.stderr)
+    return 0
+
+
+def _overlay_args(sub: Any) -> None:
+    o = sub.add_parser("overlay", help="write the install as a kustomize overlay over the shipped bases, from the "
+                                       "install's settings (what `slogen build` writes to deploy/install)")
+    o.add_argument("--generated", default="deploy/generated", metavar="DIR",
+                   help="slogen build's deploy/generated (default deploy/generated)")
+    o.add_argument("--out", default="deploy/install", metavar="DIR", help="the overlay to write (default deploy/install)")
+    o.add_argument("--bases", default=None, metavar="DIR",
+                   help="refer to these kustomize bases instead of copying the package's into OUT/bases")
+    o.add_argument("paths", nargs="*", default=["slos"], help=argparse.SUPPRESS)
+    _install_args(o)
+
+
+def cmd_overlay(args: argparse.Namespace) -> int:
+    from slogen import overlay
+
+    install = _install_settings(args, args.paths)
+    if install is None or not install.inference_namespaces:
+        raise UsageError("--inference-namespace: name the namespaces your engines run in (or write llmslo.yaml)")
+    out, generated = Path(args.out), Path(args.generated)
+    if not (generated / "kustomization.yaml").is_file():
+        raise UsageError(f"--generated {generated} has no kustomization.yaml: run `slogen build` first")
+    try:
+        overlay.check_generated(overlay.generated_objects(overlay.on_disk(generated)), install)
+    except overlay.OverlayError as e:
+        raise UsageError(str(e)) from None
+    if not install.image:
+        print("warning: no --image: the install names the placeholder digest, which no registry has; give the "
+              "digest you pushed before you apply it", file=sys.stderr)
+    bases = Path(args.bases) if args.bases else out / "bases"
+    if args.bases and not (bases / "base" / "kustomization.yaml").is_file():
+        raise UsageError(f"--bases {bases} has no base/kustomization.yaml")
+    files = overlay.render(install, overlay.relative(generated, out), overlay.relative(bases, out))
+    if not args.bases:
+        files.update({f"bases/{rel}": text for rel, text in overlay.bases_files().items()})
+    overlay.write(files, out)
+    print(f"wrote {len(files)} files to {out}: kubectl kustomize {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -695,7 +849,8 @@ def main(argv: list[str] | None = None) -> int:
             print(VERSION_LABEL)
             return 0
         return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
-                "schema": cmd_schema, "convert": cmd_convert}[args.command](args)
+                "schema": cmd_schema, "convert": cmd_convert, "init": cmd_init,
+                "overlay": cmd_overlay}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)
         return 1

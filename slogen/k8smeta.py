@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 # Kubernetes' own rules (apimachinery validation: IsQualifiedName, IsValidLabelValue, IsDNS1123Subdomain).
 _NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -38,6 +40,26 @@ def subdomain_problem(name: str) -> str | None:
     """Why `name` is not a DNS-1123 subdomain (object names, label-key prefixes), or None."""
     return _pattern_problem(name, MAX_SUBDOMAIN, _DNS1123_SUBDOMAIN,
                             "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
+
+
+def namespace_problem(name: str) -> str | None:
+    """Why `name` is not a valid namespace name (a DNS-1123 label), or None."""
+    return _pattern_problem(name, MAX_NAME_PART, _DNS1123_LABEL,
+                            "must be lowercase letters, digits and '-', starting and ending with a letter or digit")
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why `url` is not an http(s) URL with a host, as an Alertmanager webhook_config takes it, or None."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError as e:
+        return f"is not a URL ({e})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host"
+    if any(ch.isspace() for ch in url):
+        return "contains whitespace"
+    return None
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -134,6 +156,14 @@ class KubeOptions:
     folder: str = DEFAULT_DASHBOARD_FOLDER
     provider_path: str = DEFAULT_PROVIDER_PATH
     alertmanager_config_name: str = DEFAULT_ALERTMANAGER_CONFIG
+    # The namespace the monitoring objects (PrometheusRules, dashboard ConfigMaps, AlertmanagerConfig) live in.
+    # Set, every generated alert carries the static label namespace=<it>, which prometheus-operator's default
+    # alertmanagerConfigMatcherStrategy (OnNamespace) requires of the alerts an AlertmanagerConfig routes; an
+    # alert whose series had a namespace keeps it as exported_namespace (slogen.rules.scope).
+    namespace: str = ""
+    # Alertmanager receiver name -> webhook URL (slogen.artifacts.alertmanager): llmslo-page, llmslo-ticket and
+    # one per SLO `team` label. None given: the routing's receivers are placeholders, and the build warns.
+    receivers: Mapping[str, str] = field(default_factory=dict)
 
     def problems(self) -> list[tuple[str, str]]:
         """(flag, why) for each setting the API server or Grafana would refuse."""
@@ -150,4 +180,11 @@ class KubeOptions:
             out.append(("--grafana-dashboards-path", f"{self.provider_path!r} is not an absolute path"))
         if why := subdomain_problem(self.alertmanager_config_name):
             out.append(("--alertmanager-config-name", f"{self.alertmanager_config_name!r} {why}"))
+        if self.namespace and (why := namespace_problem(self.namespace)):
+            out.append(("--namespace", f"{self.namespace!r} {why}"))
+        for name, url in self.receivers.items():
+            if not name.strip() or name != name.strip():
+                out.append(("--receiver", f"{name!r}: a receiver name must be non-empty, without surrounding spaces"))
+            elif why := webhook_url_problem(url):
+                out.append(("--receiver", f"{name}={url}: the URL {why}"))
         return out

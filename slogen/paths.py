@@ -10,6 +10,7 @@ import re
 
 ALERTS_DIR = "alerts"
 PROMETHEUS_RULE_DIR = "deploy/generated"
+INSTALL_DIR = "deploy/install"  # the install over the shipped bases, from the settings (llmslo.yaml)
 
 
 def rules_path(service: str) -> str:

@@ -34,8 +34,17 @@ from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
 from slogen.artifacts.runbooks import iter_runbook_files
 from slogen.catalog import Catalog
+from slogen.errors import SpecError, SpecErrors
+from slogen.k8smeta import KubeOptions
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
-from slogen.paths import ALERTMANAGER_CONFIG_FILE, DASHBOARD_CONFIGMAP_DIR, prometheus_rule_path, rules_path, tests_path
+from slogen.paths import (
+    ALERTMANAGER_CONFIG_FILE,
+    DASHBOARD_CONFIGMAP_DIR,
+    INSTALL_DIR,
+    prometheus_rule_path,
+    rules_path,
+    tests_path,
+)
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
 from slogen.promtests.dashboards import DashboardTests
@@ -117,20 +126,21 @@ def slo_prometheus_rules(catalog: Catalog) -> Produced:
             yield prometheus_rule_path(svc), prometheus_rule(
                 origin.k8s_name if origin and origin.k8s_name else f"slo-{svc}",
                 [g for r in items for g in r.rules.groups()],
-                namespace=origin.k8s_namespace if origin else "",
+                namespace=(origin.k8s_namespace if origin else "") or catalog.options.kube.namespace,
                 labels=origin.k8s_labels if origin else None,
                 head=header(sources(items), catalog.options.gen.version), meta=catalog.options.kube.meta)
 
     return Produced(files())
 
 
-def _group_files(name: str, group, head: str, test_doc: dict, component: str, meta) -> dict[str, str]:
+def _group_files(name: str, group, head: str, test_doc: dict, component: str, kube: KubeOptions) -> dict[str, str]:
     """A build-wide group's rule file, promtool tests and PrometheusRule (`component` labels the latter)."""
     return {
         rules_path(name): rule_file([group], head),
         tests_path(name): head + "\n" + dump(test_doc),
         prometheus_rule_path(name): prometheus_rule(
-            name, [group], head=head, managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}, meta=meta),
+            name, [group], namespace=kube.namespace, head=head, meta=kube.meta,
+            managed_labels={**K8S_LABELS, "app.kubernetes.io/component": component}),
     }
 
 
@@ -140,7 +150,7 @@ def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, gro
         return Produced({})
     head = head.format(version=catalog.options.gen.version)
     test_doc = tests(list(alerts), opts, Path(rules_path(name)).name)
-    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component, catalog.options.kube.meta))
+    return Produced(_group_files(name, group(list(alerts)), head, test_doc, component, catalog.options.kube))
 
 
 def health_rules(catalog: Catalog) -> Produced:
@@ -219,8 +229,29 @@ def alertmanager(catalog: Catalog) -> Produced:
         return Produced({})
     version, kube = catalog.options.gen.version, catalog.options.kube
     obj = alertmanager_config_object(config, kube.alertmanager_config_name, kube.meta)
+    if kube.namespace:  # where the Alertmanager's alertmanagerConfigNamespaceSelector looks
+        obj["metadata"] = {"name": obj["metadata"].pop("name"), "namespace": kube.namespace, **obj["metadata"]}
     return Produced({ALERTMANAGER_FILE: alertmanager_file(config, version),
                      ALERTMANAGER_CONFIG_FILE: alertmanager_config_file(obj, version)})
+
+
+def install(catalog: Catalog) -> Produced:
+    """deploy/install/: the whole install as kustomize over a copy of the shipped bases, from the install's
+    settings (llmslo.yaml; slogen/overlay.py), when they name the inference namespaces."""
+    settings = catalog.options.install
+    if settings is None or not settings.inference_namespaces:
+        return Produced({})
+    from slogen import overlay
+
+    scaling = keda_files(catalog.pools, catalog.views, catalog.options.kube.meta)
+    try:
+        overlay.check_generated(overlay.generated_objects(pairs(scaling)), settings)
+    except overlay.OverlayError as e:
+        raise SpecErrors([SpecError(str(settings.path or "slogen build"), str(e), e.flag,
+                                    fix="make the settings and autoscaling/ agree")]) from None
+    files = overlay.render(settings, "../generated", "bases", command="build")
+    return Produced({**{f"{INSTALL_DIR}/{rel}": text for rel, text in files.items()},
+                     **{f"{INSTALL_DIR}/bases/{rel}": text for rel, text in overlay.bases_files().items()}})
 
 
 # The build, in order (the order of the notes; the files are sorted). Append a step to add an artifact.
@@ -234,4 +265,5 @@ STEPS: tuple[Step, ...] = (
     Step("runbooks", runbooks),  # docs/runbooks/
     Step("kubernetes", kubernetes),  # KEDA, HPA, deploy/generated/kustomization.yaml, the tap's ConfigMap
     Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml, deploy/generated/alertmanagerconfig.yaml
+    Step("install", install),  # deploy/install/: the install over the shipped bases (llmslo.yaml)
 )

@@ -25,21 +25,28 @@ shape (docs/slogen.md, "Alertmanager routing"):
   group's reading falls between the two. Together with the rules holding a short window that sees
   no requests (rules/alerts.py), a low-traffic incident is one page and one all-clear.
 * Health alerts (`llmslo-health`) page when critical, else ticket, grouped per alert and cluster.
+* **An SLO labelled `team: X` pages and tickets receiver X** (`KubeOptions.receivers` configured):
+  its own page and ticket routes, before the generic ones, with the same grouping and timers; the
+  inhibition is the same for every team (it reads severities, services and clusters, not receivers).
 
-Receivers are placeholders (`llmslo-page`, `llmslo-ticket`, no integrations): the header says how
-to fill them in; the demo puts its webhook URLs there.
+Receivers are build settings (`KubeOptions.receivers`: name -> webhook URL). None given, the routing
+is the placeholder one (`llmslo-page`, `llmslo-ticket`, no integrations, no team routes): the header
+says how to fill them in, the demo puts its webhook URLs there, and the build warns
+(`receiver_warnings`). Given, every receiver the routing uses gets its URL, and one without (or a URL
+nothing routes to) is a warning, so `--strict` fails the build.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmslo.conventions import LABEL_ALERTNAME, LABEL_CLUSTER
 from llmslo.conventions import SLO as C
 from llmslo.durations import format_prometheus_duration
+from slogen.errors import SpecError
 from slogen.k8smeta import NO_META, ObjectMeta
 from slogen.loaders.windows import BUILTIN
 from slogen.model import AlertWindows
@@ -50,6 +57,8 @@ ALERTMANAGER_FILE = "alerts/alertmanager.yaml"
 PAGE_RECEIVER = "llmslo-page"
 TICKET_RECEIVER = "llmslo-ticket"
 RECEIVERS = (PAGE_RECEIVER, TICKET_RECEIVER)
+TEAM_LABEL = "team"  # an SLO's `labels: {team: X}` routes its pages and tickets to receiver X
+RECEIVER_FIX = "give it a URL with --receiver NAME=URL or in llmslo.yaml receivers:"
 PAGE_GROUP_BY = (C.LABEL_SERVICE, LABEL_CLUSTER)  # one incident: a service in a cluster
 TICKET_GROUP_BY = (C.LABEL_SERVICE, C.LABEL_SLO, LABEL_CLUSTER)  # one ticket per SLO and cluster
 HEALTH_GROUP_BY = (LABEL_ALERTNAME, LABEL_CLUSTER)
@@ -114,15 +123,41 @@ def _alternation(values: Iterable[str]) -> str:
     return "|".join(sorted(set(values)))
 
 
+def _eq(label: str, value: str) -> str:
+    """`label="value"`, the value quoted as Alertmanager's matcher parser reads it."""
+    return f"{label}={json.dumps(value, ensure_ascii=False)}"
+
+
+def receivers_used(teams: Iterable[str] = (), receivers: Mapping[str, str] | None = None) -> list[str]:
+    """The receivers the routing sends to, in its order: the generic two, then one per team (team routes exist
+    only once any receiver is configured)."""
+    return list(dict.fromkeys([*RECEIVERS, *(sorted(set(teams)) if receivers else ())]))
+
+
+def _receiver(name: str, receivers: Mapping[str, str]) -> dict:
+    url = receivers.get(name)
+    return {"name": name, "webhook_configs": [{"url": url}]} if url else {"name": name}
+
+
 def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence[str] = (),
-                        health_alerts: Sequence[tuple[str, str]] = ()) -> dict:
+                        health_alerts: Sequence[tuple[str, str]] = (), teams: Sequence[str] = (),
+                        receivers: Mapping[str, str] | None = None) -> dict:
     """The configuration as a dict. `ticket_tiers`: the `slo_tier` values of burn-rate tickets (none:
     Sloth-compatible alerts, which have no tier label, so every ticket is a burn-rate ticket);
-    `health_alerts`: (alert name, severity) of the health alerts built alongside."""
+    `health_alerts`: (alert name, severity) of the health alerts built alongside; `teams`: the SLOs' `team`
+    label values; `receivers`: receiver name -> webhook URL. Without receivers: the placeholder routing (no
+    team routes, receivers without integrations); with any, each team's pages and tickets go to the receiver
+    named after it and each receiver gets its URL (one without stays without integrations)."""
     t = timers(catalogs)
     page = f'{C.LABEL_SEVERITY}="page"'
     ticket = f'{C.LABEL_SEVERITY}="ticket"'
-    routes: list[dict] = [
+    routes: list[dict] = []
+    for team in (sorted(set(teams)) if receivers else ()):  # before the generic routes: the first match wins
+        routes += [
+            {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), page], "group_by": list(PAGE_GROUP_BY), **t.page.fields()},
+            {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), ticket], "group_by": list(TICKET_GROUP_BY)},
+        ]
+    routes += [
         {"receiver": PAGE_RECEIVER, "matchers": [page], "group_by": list(PAGE_GROUP_BY), **t.page.fields()},
         {"receiver": TICKET_RECEIVER, "matchers": [ticket], "group_by": list(TICKET_GROUP_BY)},
     ]
@@ -148,8 +183,29 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
              "target_matchers": [page, f'{C.LABEL_TIER}="page-quick"'],
              "equal": [C.LABEL_ID, *PAGE_GROUP_BY[1:]]},
         ] if ticket_tiers else []),
-        "receivers": [{"name": name} for name in RECEIVERS],
+        "receivers": [_receiver(name, receivers or {}) for name in receivers_used(teams, receivers)],
     }
+
+
+def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | None = None) -> list[SpecError]:
+    """What the build says about the routing's receivers: each one routed to without a URL (Alertmanager accepts
+    it and notifies no one), each URL given for a receiver nothing routes to, and, with no receivers at all,
+    each team whose alerts go to the generic receivers meanwhile."""
+    given = dict(receivers or {})
+    used = receivers_used(teams, given)
+    where = "slogen build: alerts/alertmanager.yaml and the AlertmanagerConfig"
+    out = [SpecError(where, f"route alerts to receiver {name}, which has no URL: Alertmanager notifies no one of them",
+                     fix=RECEIVER_FIX.replace("NAME", name))
+           for name in used if not given.get(name)]
+    if not given:
+        out += [SpecError(where, f"route the pages and tickets of the SLOs labelled {TEAM_LABEL}={team} to "
+                                 f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: no receivers are configured; with any, they "
+                                 f"go to receiver {team}", fix=RECEIVER_FIX.replace("NAME", team))
+                for team in sorted(set(teams)) if team not in RECEIVERS]
+    out += [SpecError(where, f"route nothing to receiver {name}, which has a URL (the receivers used: {', '.join(used)})",
+                      fix=f"label the SLOs whose alerts it should get {TEAM_LABEL}: {name}, or drop its URL")
+            for name in given if name not in used]
+    return out
 
 
 HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
@@ -171,8 +227,32 @@ HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition
 """
 
 
+CONFIGURED_HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
+# DO NOT EDIT: change the SLO specs, the window catalogs or the receivers (--receiver NAME=URL, llmslo.yaml
+# receivers:) and run `slogen build` (docs/slogen.md, "Alertmanager routing").
+#
+# Receivers post to the webhook URLs the build was given: {PAGE_RECEIVER} (pages) and {TICKET_RECEIVER} (tickets),
+# and one per SLO {TEAM_LABEL} label, which gets that team's pages and tickets. A receiver without
+# webhook_configs had no URL (the build warned): Alertmanager notifies no one of what routes to it.
+# Use this file as Alertmanager's configuration (`amtool check-config` accepts it), or merge it into
+# yours: copy `route.routes` under a route of your tree that receives these alerts, `inhibit_rules`,
+# and the receivers.
+#
+# One incident, one page: pages are grouped per {', '.join(PAGE_GROUP_BY)} (TTFT, TPOT, goodput and
+# availability pages of a service in a cluster are one notification; alerts joining it wait for
+# group_interval); a firing page silences that service's burn-rate tickets in the same cluster;
+# tickets are grouped per {', '.join(TICKET_GROUP_BY)}. Timers follow the alert-window catalog.
+"""
+
+
+def _configured(receivers: Sequence[dict]) -> bool:
+    """Whether the receivers came from the build's settings (any has a URL) rather than being placeholders."""
+    return any("webhook_configs" in r or "webhookConfigs" in r for r in receivers)
+
+
 def alertmanager_file(config: dict, version: str) -> str:
-    return HEADER.replace("VERSION", version, 1) + "\n" + dump(config)
+    head = CONFIGURED_HEADER if _configured(config["receivers"]) else HEADER
+    return head.replace("VERSION", version, 1) + "\n" + dump(config)
 
 
 # --- the same routing as prometheus-operator's AlertmanagerConfig (monitoring.coreos.com/v1alpha1) ----------
@@ -213,7 +293,14 @@ def alertmanager_config_object(config: dict, name: str, meta: ObjectMeta = NO_ME
     return {"apiVersion": ALERTMANAGER_CONFIG_API, "kind": "AlertmanagerConfig",
             "metadata": meta.metadata(name, managed={**K8S_LABELS, "app.kubernetes.io/component": "alerting"}),
             "spec": {"route": _crd_route(config["route"]), "inhibitRules": inhibit,
-                     "receivers": [dict(r) for r in config["receivers"]]}}
+                     "receivers": [_crd_receiver(r) for r in config["receivers"]]}}
+
+
+def _crd_receiver(receiver: dict) -> dict:
+    out: dict = {"name": receiver["name"]}
+    if "webhook_configs" in receiver:
+        out["webhookConfigs"] = [{"url": w["url"]} for w in receiver["webhook_configs"]]
+    return out
 
 
 CRD_HEADER = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as prometheus-operator's AlertmanagerConfig.
@@ -227,9 +314,41 @@ CRD_HEADER = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as pro
 """
 
 
-def alertmanager_config_file(obj: dict, version: str) -> str:
-    return CRD_HEADER.replace("VERSION", version, 1) + "\n" + dump(obj)
+_CRD_HEAD = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as prometheus-operator's AlertmanagerConfig.
+# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build`.
+#
+# The same routes, grouping, timers, inhibition and receivers as alerts/alertmanager.yaml.
+"""
+_CRD_NAMESPACE = """# prometheus-operator adds a matcher namespace="<this object's namespace>" to the top route and to every
+# inhibit rule (alertmanagerConfigMatcherStrategy OnNamespace, its default): every generated alert carries
+# namespace="NAMESPACE" (an alert's own namespace, where its series had one, is exported_namespace), so apply
+# this object in namespace NAMESPACE (docs/deploy.md, "Alertmanager routing").
+"""
+_CRD_NO_NAMESPACE = """# prometheus-operator adds a matcher namespace="<this object's namespace>" to the top route and to every
+# inhibit rule, unless the Alertmanager sets alertmanagerConfigMatcherStrategy: {type: None}; the alerts carry
+# no such label unless built with a namespace: read docs/deploy.md, "Alertmanager routing", before applying it.
+"""
+_CRD_RECEIVERS = """# Receivers post to the URLs the build was given (webhookConfigs; the operator names them
+# <namespace>/<this object's name>/<receiver>). A receiver without webhookConfigs had no URL (the build warned).
+# For a URL that is a secret, patch it into a urlSecret (a Secret reference) in your overlay.
+"""
+_CRD_PLACEHOLDERS = """# Give the receivers integrations (a patch in your overlay, e.g. pagerdutyConfigs with a Secret reference,
+# or build with --receiver NAME=URL) before use.
+"""
 
 
-__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TICKET_RECEIVER", "alertmanager_config", "alertmanager_config_file",
-           "alertmanager_config_object", "alertmanager_file", "timers"]
+def alertmanager_config_file(obj: dict, version: str, namespace: str = "") -> str:
+    """The object's file: its header says what the operator adds and what the receivers are. `namespace`: the
+    build's (`KubeOptions.namespace`), which every alert carries."""
+    configured = _configured(obj["spec"]["receivers"])
+    if not namespace and not configured:
+        head = CRD_HEADER
+    else:
+        head = (_CRD_HEAD + (_CRD_NAMESPACE.replace("NAMESPACE", namespace) if namespace else _CRD_NO_NAMESPACE)
+                + (_CRD_RECEIVERS if configured else _CRD_PLACEHOLDERS))
+    return head.replace("VERSION", version, 1) + "\n" + dump(obj)
+
+
+__all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TEAM_LABEL", "TICKET_RECEIVER", "alertmanager_config",
+           "alertmanager_config_file", "alertmanager_config_object", "alertmanager_file", "receiver_warnings",
+           "receivers_used", "timers"]

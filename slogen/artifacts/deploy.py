@@ -6,7 +6,7 @@ came from (its latency thresholds have to be the rules' bucket edges). Writing b
 same build keeps them from drifting apart.
 
 The tap's ConfigMap is a kustomization of its own (deploy/generated/tap), without a namespace:
-every inference namespace needs a copy (deploy/namespaces/inference includes it, and an overlay
+every inference namespace needs a copy (slogen/kustomize/namespaces/inference includes it, and an overlay
 names the namespace). Its name is stable and its content hash (llmslo.confighash, the one the
 drift alert expects) is an annotation, not a name suffix: a new name would roll the engine pods
 (minutes of weight loading each) to change a threshold, while a ConfigMap changed in place reaches

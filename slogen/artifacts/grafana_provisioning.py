@@ -62,7 +62,7 @@ def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
         raise SpecErrors(problems)
     managed = {**K8S_LABELS, "app.kubernetes.io/component": COMPONENT}
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": opts.meta.metadata(name, labels=opts.dashboard_labels, managed=managed,
+            "metadata": opts.meta.metadata(name, opts.namespace, labels=opts.dashboard_labels, managed=managed,
                                            annotations={opts.folder_annotation: opts.folder}),
             "data": {key: text}}
 

@@ -22,6 +22,7 @@ from llmslo.gofloat import go_g
 from slogen.gofmt import label_filter
 from slogen.rules.alerts import rendered
 from slogen.rules.health import HealthAlert, HealthOptions
+from slogen.rules.scope import fired_labels
 
 STEP = "1m"
 CLUSTER = "east"  # a federation-style label the alerts must pass through
@@ -146,7 +147,7 @@ def alert_check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -
     rule = alert.rule
     expected = []
     if fires is not None:
-        expected.append({"exp_labels": dict(sorted({**fires, **rule.labels}.items())),
+        expected.append({"exp_labels": fired_labels(fires, rule),
                          "exp_annotations": {k: rendered(expand(v, fires)) for k, v in sorted(rule.annotations.items())}})
     return {"eval_time": f"{minute}m", "alertname": rule.alert, "exp_alerts": expected}
 

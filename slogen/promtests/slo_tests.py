@@ -50,6 +50,7 @@ from slogen.rules.alerts import (
     sli_by,
 )
 from slogen.rules.bucket_alerts import bucket_edge_tests
+from slogen.rules.scope import fired_labels
 from slogen.rules.tiers import page_min_bad_events
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
@@ -542,7 +543,7 @@ def _alert_series_labels(r: SLOResult, fixtures) -> dict[str, str]:
 
 
 def _expected(rule: Rule, series_labels: dict[str, str]) -> dict:
-    return {"exp_labels": dict(sorted({**series_labels, **rule.labels}.items())),
+    return {"exp_labels": fired_labels(series_labels, rule),
             "exp_annotations": {k: rendered(v) for k, v in sorted(rule.annotations.items())}}
 
 

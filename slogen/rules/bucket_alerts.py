@@ -42,6 +42,7 @@ from slogen.model import EventsSLI, Rule, RuleGroup
 from slogen.plugins.llm import engine_latency_selectors, le_label
 from slogen.rules.alerts import SEVERITY, rendered, runbook_url, slo_dashboard_link
 from slogen.rules.options import SLOContext
+from slogen.rules.scope import fired_labels
 
 GROUP_PREFIX = "llmslo-bucket-edges-"
 ALERT_SUFFIX = "ThresholdNotABucketEdge"
@@ -187,7 +188,7 @@ def bucket_edge_tests(r, step: int) -> list[dict]:
         fired = {k: v for k, v in base.items() if k in scope(sli)}
         if split:
             fired[split] = where
-        return {"exp_labels": dict(sorted({**fired, **rule.labels}.items())),
+        return {"exp_labels": fired_labels(fired, rule),
                 "exp_annotations": {k: rendered(expand(v, fired, "1")) for k, v in sorted(rule.annotations.items())}}
 
     staged = (series("with-edge", with_edge) if split else []) + series("without-edge", without)
