@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmslo.confighash import config_hash
+from llmslo.conventions import SLO as C
 from slogen import pools as autoscaling
+from slogen.artifacts.alertmanager import TEAM_LABEL, alertmanager_config, receiver_warnings
 from slogen.autoscaling import AutoscalingError, Pool
 from slogen.errors import SpecError, SpecErrors
 from slogen.k8smeta import KubeOptions
@@ -27,6 +29,7 @@ from slogen.rules import SLOResult, capacity, generate, health
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
+from slogen.rules.scope import scoped
 from slogen.rules.tiers import override_error
 from slogen.settings import InstallSettings
 from slogen.views import SLOView, from_context
@@ -62,6 +65,7 @@ class Catalog:
     health_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-health-alerts`
     capacity_alerts: tuple[HealthAlert, ...] = ()  # none with `--no-capacity-rules`
     tap_config_hash: str = ""  # llmslo.confighash of spec_files: what the taps must report (HEALTH.TAP_CONFIG_DRIFT)
+    routing: dict | None = None  # alerts/alertmanager.yaml as a dict (artifacts/alertmanager.py); None: no alerts
 
     @property
     def health_options(self) -> HealthOptions:
@@ -128,15 +132,55 @@ def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:
     return _alerts(options.capacity, "capacity", capacity.capacity_alerts, options.gen)
 
 
+def scope_alerts(results: list[SLOResult], alerts: tuple[HealthAlert, ...], namespace: str) -> tuple[HealthAlert, ...]:
+    """Every alert rule of the build as an alert of `namespace` (slogen.rules.scope: the label prometheus-operator's
+    OnNamespace matcher needs): the SLOs' rules in place, the health and capacity `alerts` returned. Nothing
+    changes without a namespace; recording rules never do."""
+    if not namespace:
+        return alerts
+    for r in results:
+        for group in r.rules.groups():
+            group.rules = [scoped(rule, namespace) for rule in group.rules]
+    return tuple(dataclasses.replace(a, rule=scoped(a.rule, namespace)) for a in alerts)
+
+
+def slo_teams(results: list[SLOResult]) -> list[str]:
+    """The `team` label values the SLOs' alerts carry: a rule's own, or the SLO's labels, which its burn-rate
+    alerts keep from the recorded series (a templated value names no one receiver and is left out)."""
+    teams: set[str] = set()
+    for r in results:
+        rules = [rule for group in r.rules.groups() for rule in group.rules if rule.alert]
+        if rules and TEAM_LABEL in r.ctx.labels:
+            teams.add(r.ctx.labels[TEAM_LABEL])
+        teams.update(rule.labels[TEAM_LABEL] for rule in rules if TEAM_LABEL in rule.labels)
+    return sorted(t for t in teams if t and "{{" not in t)
+
+
+def routing(options: BuildOptions, results: list[SLOResult],
+            alerts: tuple[HealthAlert, ...]) -> tuple[dict | None, list[SpecError]]:
+    """The Alertmanager routing of the build's alerts (None when it has none) and the warnings about its
+    receivers (artifacts/alertmanager.py); `alerts`: the health and capacity alerts."""
+    alerting = [r.ctx for r in results if r.ctx.alerts_enabled and r.rules.alerts.rules]
+    teams, receivers = slo_teams(results), options.kube.receivers
+    if not alerting and not options.health.enabled and not options.capacity.enabled:
+        return None, receiver_warnings(teams, receivers, routed=False)
+    catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
+    compat = options.gen.sloth_compat
+    tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
+    severities = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, "")) for a in alerts]
+    return alertmanager_config(catalogs, tiers, severities, teams, receivers), receiver_warnings(teams, receivers)
+
+
 def placeholder_warnings(gen: GenOptions) -> list[SpecError]:
     """A warning for each link every alert carries that points at a reserved example host (the defaults do):
     on call would open a page that does not exist."""
     links = (("runbook_url", gen.runbook_base_url, "--runbook-url 'https://wiki.example/runbooks/{{alert}}' or "
               "--runbook-base-url URL (env SLOGEN_RUNBOOK_BASE_URL)"),
              ("dashboard", gen.grafana_url, "--grafana-url URL (env SLOGEN_GRAFANA_URL)"))
+    keys = {"runbook_url": "runbookUrl", "dashboard": "grafanaUrl"}
     return [SpecError("slogen build", f"every alert's {what} annotation points at the placeholder host {host}",
-                      fix=f"set {flag} to where yours live")
-            for what, url, flag in links if (host := placeholder_host(url))]
+                      fix=f"set {flag} (or {key} in llmslo.yaml) to where yours live")
+            for what, url, flag in links if (host := placeholder_host(url)) for key in [keys[what]]]
 
 
 def compile_catalog(options: BuildOptions) -> Catalog:
@@ -158,10 +202,13 @@ def compile_catalog(options: BuildOptions) -> Catalog:
         pools, problems = autoscaling.read_pools(autoscaling.directory(options.inputs, options.autoscaling_dir), views)
         if problems:
             raise AutoscalingError(problems)
-    warnings = list(loaded.warnings) + placeholder_warnings(gen)
     files = spec_files(loaded.slos, root)
     tap_hash = config_hash(files.values())
+    health, kv = health_alerts(options, tap_hash), capacity_alerts(options)
+    scope = scope_alerts(results, health + kv, options.kube.namespace)
+    health, kv = scope[:len(health)], scope[len(health):]
+    routed, routing_warnings = routing(options, results, health + kv)
+    warnings = list(loaded.warnings) + placeholder_warnings(gen) + routing_warnings
     return Catalog(options, loaded.slos, results, windows, warnings, pools=pools,
-                   spec_files=files, views=views,
-                   health_alerts=health_alerts(options, tap_hash), capacity_alerts=capacity_alerts(options),
-                   tap_config_hash=tap_hash)
+                   spec_files=files, views=views, health_alerts=health, capacity_alerts=kv,
+                   tap_config_hash=tap_hash, routing=routed)

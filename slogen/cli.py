@@ -767,6 +767,10 @@ def _init_args(sub: Any) -> None:
     i.add_argument("--team", default="", help="the example SLOs' team label: its pages and tickets go to the "
                                               "receiver of that name (default: none)")
     i.add_argument("--force", action="store_true", help="overwrite files init wrote before")
+    i.add_argument("--runbook-url", default="", metavar="TEMPLATE",
+                   help="every alert's runbook link, with {{alert}} for its name (default: a placeholder the build warns of)")
+    i.add_argument("--grafana-url", default="", metavar="URL",
+                   help="your Grafana, for the alerts' dashboard links (default: a placeholder the build warns of)")
     _install_args(i)
 
 
@@ -791,7 +795,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if install is None:
         raise UsageError(f"{root / st.DEFAULT_NAME} exists: this repository is initialised (--force writes the "
                          "scaffold again over it)")
-    install = replace(install, floor=install.floor or "off", path=None)
+    install = replace(install, path=None, runbook_url=args.runbook_url, grafana_url=args.grafana_url)
     files = scaffold.files(scaffold.Scaffold(install, args.service, args.team))
     existing = [rel for rel in files if (root / rel).exists()]
     if existing and not args.force:

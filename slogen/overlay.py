@@ -150,7 +150,7 @@ def _inference(s: InstallSettings, ns: str, generated: str, bases: str) -> dict:
             {"op": "replace", "path": "/subjects/0/namespace", "value": s.namespace}])])
 
 
-HEADER = f"# {GENERATED_MARKER} by `slogen {{command}}` from the install's settings. DO NOT EDIT: change\n" \
+HEADER = f"# {GENERATED_MARKER} (`slogen {{command}}`) from the install's settings. DO NOT EDIT: change\n" \
          "# llmslo.yaml (or the flags) and run it again; put your own patches in a kustomization that includes this one.\n"
 
 

@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmslo.conventions import CAPACITY, HEALTH
-from llmslo.conventions import SLO as C
 from slogen.artifacts.alertmanager import (
     ALERTMANAGER_FILE,
-    alertmanager_config,
     alertmanager_config_file,
     alertmanager_config_object,
     alertmanager_file,
@@ -208,17 +206,8 @@ def kubernetes(catalog: Catalog) -> Produced:
 
 
 def _routing(catalog: Catalog) -> dict | None:
-    """The Alertmanager routing of the build's alerts (none when it has no alerts)."""
-    options = catalog.options
-    alerting = [r.ctx for r in catalog.results if r.ctx.alerts_enabled and r.rules.alerts.rules]
-    if not alerting and not options.health.enabled and not options.capacity.enabled:
-        return None
-    catalogs = list({id(ctx.windows): ctx.windows for ctx in alerting}.values())
-    compat = options.gen.sloth_compat
-    tiers = () if compat else sorted({t.name for ctx in alerting for t in ctx.tiers if t.severity == "ticket"})
-    severities = [(a.rule.alert, a.rule.labels.get(C.LABEL_ALERT_SEVERITY, ""))
-                  for a in [*catalog.health_alerts, *catalog.capacity_alerts]]
-    return alertmanager_config(catalogs, tiers, severities)
+    """The Alertmanager routing of the build's alerts (none when it has no alerts), computed in the catalog."""
+    return catalog.routing
 
 
 def alertmanager(catalog: Catalog) -> Produced:
@@ -232,7 +221,7 @@ def alertmanager(catalog: Catalog) -> Produced:
     if kube.namespace:  # where the Alertmanager's alertmanagerConfigNamespaceSelector looks
         obj["metadata"] = {"name": obj["metadata"].pop("name"), "namespace": kube.namespace, **obj["metadata"]}
     return Produced({ALERTMANAGER_FILE: alertmanager_file(config, version),
-                     ALERTMANAGER_CONFIG_FILE: alertmanager_config_file(obj, version)})
+                     ALERTMANAGER_CONFIG_FILE: alertmanager_config_file(obj, version, kube.namespace)})
 
 
 def install(catalog: Catalog) -> Produced:

@@ -187,22 +187,25 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
     }
 
 
-def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | None = None) -> list[SpecError]:
+def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | None = None,
+                      routed: bool = True) -> list[SpecError]:
     """What the build says about the routing's receivers: each one routed to without a URL (Alertmanager accepts
     it and notifies no one), each URL given for a receiver nothing routes to, and, with no receivers at all,
-    each team whose alerts go to the generic receivers meanwhile."""
+    each team whose alerts go to the generic receivers meanwhile. `routed`: whether the build has a routing
+    (it has none without alerts: then only URLs given are worth a word)."""
     given = dict(receivers or {})
-    used = receivers_used(teams, given)
+    used = receivers_used(teams, given) if routed else []
     where = "slogen build: alerts/alertmanager.yaml and the AlertmanagerConfig"
     out = [SpecError(where, f"route alerts to receiver {name}, which has no URL: Alertmanager notifies no one of them",
                      fix=RECEIVER_FIX.replace("NAME", name))
            for name in used if not given.get(name)]
-    if not given:
+    if not given and routed:
         out += [SpecError(where, f"route the pages and tickets of the SLOs labelled {TEAM_LABEL}={team} to "
                                  f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: no receivers are configured; with any, they "
                                  f"go to receiver {team}", fix=RECEIVER_FIX.replace("NAME", team))
                 for team in sorted(set(teams)) if team not in RECEIVERS]
-    out += [SpecError(where, f"route nothing to receiver {name}, which has a URL (the receivers used: {', '.join(used)})",
+    out += [SpecError(where, f"route nothing to receiver {name}, which has a URL (the receivers used: "
+                             f"{', '.join(used) or 'none, the build has no alerts'})",
                       fix=f"label the SLOs whose alerts it should get {TEAM_LABEL}: {name}, or drop its URL")
             for name in given if name not in used]
     return out

@@ -22,6 +22,7 @@ from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
+from slogen.rules.scope import EXPORTED_NAMESPACE
 from slogen.views import (
     ALERT_BUCKET_EDGE,
     ALERT_BURN,
@@ -213,6 +214,9 @@ def render_runbook(alert: AlertView, discovery: EngineDiscovery = EngineDiscover
         "labels": {
             "tier": c.SLO.LABEL_TIER, "severity": c.SLO.LABEL_ALERT_SEVERITY, "slo_id": c.SLO.LABEL_ID,
             "long_window": c.SLO.LABEL_LONG_WINDOW, "short_window": c.SLO.LABEL_SHORT_WINDOW,
+            # where the engine's (tap's, pool's) namespace is on the alert: a build with a namespace gives every
+            # alert that one (slogen.rules.scope) and keeps the series' own as exported_namespace
+            "engine_namespace": EXPORTED_NAMESPACE if alert.labels.get(c.LABEL_NAMESPACE) else c.LABEL_NAMESPACE,
         },
         "tiers": sorted(alert.tiers or (slo.tiers if slo else ()), key=lambda t: -t.factor),
         "slo_dashboard": "../../" + slo_dashboard_path(slo.slo_id) if slo else "",

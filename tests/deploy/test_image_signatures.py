@@ -1,4 +1,4 @@
-"""deploy/policy/image-signatures.yaml: sigstore policy-controller ClusterImagePolicies.
+"""slogen/kustomize/policy/image-signatures.yaml: sigstore policy-controller ClusterImagePolicies.
 
 Checked three ways: against the ClusterImagePolicy v1beta1 schema with unknown fields rejected
 (tests/deploy/clusterimagepolicy_schema.py, written from upstream's CRD); against the rules the

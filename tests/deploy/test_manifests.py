@@ -180,7 +180,7 @@ def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built)
         assert {p["port"] for p in api["ports"]} == {443, 6443}
     prod = one(built["production"], "NetworkPolicy", "llmslo-exporter")
     assert prod["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] != "0.0.0.0/0"
-    # Engines only in the inference namespaces (labelled so by deploy/namespaces/inference), which are the
+    # Engines only in the inference namespaces (labelled so by slogen/kustomize/namespaces/inference), which are the
     # ones production's discovery watches (test_namespaces.py checks the two agree, for any names).
     assert prod["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {"matchLabels": {"llmslo.io/inference": "true"}}
 

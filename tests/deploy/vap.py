@@ -166,3 +166,21 @@ class Policy:
             if isinstance(text, str) and text.strip() and "\n" not in text:
                 return text
         return rule.get("message") or f"failed expression: {rule['expression']}"
+
+
+@dataclass
+class Outcome:
+    """The API server's answer under the binding's validationActions (KEP-3488): Deny refuses a failed
+    validation, Warn returns its message to the client, Audit records it in the audit event."""
+
+    admitted: bool
+    warnings: list[str]
+    audited: list[str]
+
+
+def respond(policy: Policy, request: Request) -> Outcome:
+    decision = policy.admit(request)
+    actions = set(policy.binding["validationActions"])
+    failed = list(decision.messages) if not decision.allowed else []
+    return Outcome(admitted=not failed or "Deny" not in actions, warnings=failed if "Warn" in actions else [],
+                   audited=failed if "Audit" in actions else [])
