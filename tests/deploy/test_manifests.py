@@ -136,7 +136,7 @@ def test_exporter_config_loads_with_the_exporters_own_loader(built, monkeypatch,
 
 
 POD_READER = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-EXPORTER_SA = [{"kind": "ServiceAccount", "name": "llmslo-exporter", "namespace": "llmslo-system"}]
+EXPORTER_SA = [{"kind": "ServiceAccount", "name": "llmslo-exporter", "namespace": "monitoring"}]  # llmslo.yaml
 
 
 def test_rbac_reads_pods_where_discovery_looks_and_nothing_else(built, monkeypatch, tmp_path):
@@ -161,12 +161,12 @@ def test_rbac_reads_pods_where_discovery_looks_and_nothing_else(built, monkeypat
             assert role["rules"] == POD_READER
             assert binding["subjects"] == EXPORTER_SA
             assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
-    assert watched["dev"] == () and watched["production"] == ("llm",)
+    assert watched["dev"] == watched["production"] == ("llm",)
 
 
 def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built):
     for objects in built.values():
-        policies = [p for p in find(objects, "NetworkPolicy") if p["metadata"]["namespace"] == "llmslo-system"]
+        policies = [p for p in find(objects, "NetworkPolicy") if p["metadata"]["namespace"] == "monitoring"]
         deny = next(p for p in policies if p["metadata"]["name"] == "default-deny-all")
         assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
         exporter = next(p for p in policies if p["metadata"]["name"] == "llmslo-exporter")
@@ -178,11 +178,13 @@ def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built)
         selector = engines["to"][0]["podSelector"]["matchExpressions"][0]
         assert selector == {"key": KubernetesDiscovery().engine_label, "operator": "Exists"}
         assert {p["port"] for p in api["ports"]} == {443, 6443}
-    prod = one(built["production"], "NetworkPolicy", "llmslo-exporter")
-    assert prod["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] != "0.0.0.0/0"
-    # Engines only in the inference namespaces (labelled so by slogen/kustomize/namespaces/inference), which are the
-    # ones production's discovery watches (test_namespaces.py checks the two agree, for any names).
-    assert prod["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {"matchLabels": {"llmslo.io/inference": "true"}}
+    for objects in built.values():
+        policy = one(objects, "NetworkPolicy", "llmslo-exporter")
+        assert policy["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] == "10.0.0.0/16"  # llmslo.yaml
+        # Engines only in the inference namespaces, by name (their Namespaces need no label of ours), the ones
+        # discovery watches (test_install.py checks the two agree, for any names)
+        assert policy["spec"]["egress"][0]["to"][0]["namespaceSelector"] == {
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm"]}]}
 
 
 def test_pod_monitor_scrapes_the_exporter_and_keeps_its_labels(built):
@@ -281,7 +283,7 @@ def test_dockerfile_runs_the_exporter_as_a_non_root_user():
     assert users and users[-1] not in ("root", "0", "0:0")
     assert users[-1].split(":")[0].isdigit()  # numeric, so runAsNonRoot can verify it
     assert re.search(r'^ENTRYPOINT \["llmslo-exporter"\]', text, re.MULTILINE)
-    daemonset = yaml.safe_load((DEPLOY / "base" / "daemonset.yaml").read_text())
+    daemonset = yaml.safe_load((ROOT / "slogen" / "kustomize" / "base" / "daemonset.yaml").read_text())
     assert int(users[-1].split(":")[0]) == daemonset["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
 
 

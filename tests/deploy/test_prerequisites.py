@@ -10,33 +10,33 @@ from pathlib import Path
 
 import yaml
 
+from slogen import settings
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "ClusterImagePolicy"}
 
 
-def parameters(overlay: str) -> dict[str, str]:
-    cm = yaml.safe_load((DEPLOY / "overlays" / overlay / "deploy-parameters.yaml").read_text())
-    assert cm["metadata"]["annotations"]["config.kubernetes.io/local-config"] == "true"
-    return cm["data"]
+def monitoring_namespace() -> str:
+    """The repository's install settings (llmslo.yaml): where the exporter, rules and routing go."""
+    return settings.load(ROOT / "llmslo.yaml").namespace
 
 
 def test_every_namespace_used_is_shipped_or_a_parameter(built):
     for name, objects in built.items():
         shipped = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
-        params = parameters(name)
         used = {o["metadata"]["namespace"] for o in objects if o["kind"] not in CLUSTER_SCOPED}
         assert all(o["kind"] in CLUSTER_SCOPED or o["metadata"].get("namespace") for o in objects), name
-        assert used - shipped == {params["monitoringNamespace"]}, (name, used - shipped)
-        assert {"llmslo-system", "llm"} <= shipped
-        # The parameter object itself is kustomize's only, never applied.
-        assert not [o for o in objects if o["metadata"]["name"] == "llmslo-deploy-parameters"]
+        # the monitoring namespace belongs to the Prometheus stack: used, never shipped (deleting the install
+        # must not delete it)
+        assert used - shipped == {monitoring_namespace()}, (name, used - shipped)
+        assert shipped == {"llm"}
 
 
 def test_the_monitoring_namespace_parameter_reaches_every_use(built):
     for name, objects in built.items():
-        monitoring = parameters(name)["monitoringNamespace"]
+        monitoring = monitoring_namespace()
         rules = [o for o in objects if o["kind"] == "PrometheusRule"]
         assert rules and {r["metadata"]["namespace"] for r in rules} == {monitoring}
         policy = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "llmslo-exporter")
@@ -45,13 +45,16 @@ def test_the_monitoring_namespace_parameter_reaches_every_use(built):
 
 
 def test_the_inference_namespace_carries_the_labels_the_policies_select(built):
-    for objects in built.values():
+    for name, objects in built.items():
         ns = next(o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == "llm")
         binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
         assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"].items() <= \
             ns["metadata"]["labels"].items()
         assert ns["metadata"]["labels"]["policy.sigstore.dev/include"] == "true"
-        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        labels = ns["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+        # dev's floor audits; production's enforces
+        assert labels.get("pod-security.kubernetes.io/enforce") == ("restricted" if name == "production" else None)
         # Where the generated autoscalers live: this namespace.
         assert {o["metadata"]["namespace"] for o in objects if o["kind"] == "ScaledObject"} == {"llm"}
         # It holds your engines: GitOps tools must not prune it with the overlay.
