@@ -30,7 +30,7 @@ from slogen.artifacts.deploy import deploy_files
 from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, configmap_path, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
-from slogen.artifacts.runbooks import iter_runbook_files
+from slogen.artifacts.runbooks import EngineDiscovery, iter_runbook_files
 from slogen.catalog import Catalog
 from slogen.errors import SpecError, SpecErrors
 from slogen.k8smeta import KubeOptions
@@ -187,7 +187,9 @@ def dashboards(catalog: Catalog) -> Produced:
 def runbooks(catalog: Catalog) -> Produced:
     """docs/runbooks/: one per alert name, the SLOs' and the health and capacity alerts'."""
     extra = health_alert_views([*catalog.health_alerts, *catalog.capacity_alerts])
-    return Produced(iter_runbook_files([*alert_views(catalog.results), *extra]))
+    namespace = catalog.options.kube.namespace  # where the install put the exporter (llmslo.yaml)
+    discovery = EngineDiscovery(exporter_namespace=namespace) if namespace else EngineDiscovery()
+    return Produced(iter_runbook_files([*alert_views(catalog.results), *extra], discovery))
 
 
 def kubernetes(catalog: Catalog) -> Produced:

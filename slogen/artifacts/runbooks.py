@@ -23,6 +23,7 @@ from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.rules.scope import EXPORTED_NAMESPACE
+from slogen.settings import DEFAULT_NAMESPACE
 from slogen.views import (
     ALERT_BUCKET_EDGE,
     ALERT_BURN,
@@ -60,10 +61,11 @@ TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, 
 
 @dataclass(frozen=True)
 class EngineDiscovery:
-    """Pod label and namespace names the kubectl commands use (the exporter's discovery defaults)."""
+    """Pod label and namespace names the kubectl commands use (the exporter's discovery defaults; the exporter's
+    namespace is the install's, llmslo.yaml `namespace`)."""
 
     engine_label: str = "llmslo.io/engine"
-    exporter_namespace: str = "llmslo-system"
+    exporter_namespace: str = DEFAULT_NAMESPACE
     exporter_daemonset: str = "llmslo-exporter"
 
 

@@ -112,15 +112,15 @@ def test_goodput_kv_and_no_data_runbooks(files):
 
 
 def test_kubectl_commands_use_the_real_names(files):
-    """Discovery label, exporter namespace and DaemonSet name match the exporter and deploy/base."""
+    """Discovery label, exporter namespace and DaemonSet name match the exporter and slogen/kustomize/base."""
     from exporter.config import KubernetesDiscovery
+    from slogen import settings
 
-    daemonset = yaml.safe_load((ROOT / "deploy" / "base" / "daemonset.yaml").read_text())
-    kustomization = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text())
+    daemonset = yaml.safe_load((ROOT / "slogen" / "kustomize" / "base" / "daemonset.yaml").read_text())
     d = rb.EngineDiscovery()
     assert d.engine_label == KubernetesDiscovery().engine_label
     assert d.exporter_daemonset == daemonset["metadata"]["name"]
-    assert d.exporter_namespace == kustomization["namespace"]
+    assert d.exporter_namespace == settings.load(ROOT / "llmslo.yaml").namespace
     text = files["docs/runbooks/SLOSourceAbsent.md"]
     assert f"kubectl -n {d.exporter_namespace} get ds {d.exporter_daemonset}" in text
     assert f"-l {d.engine_label}" in files["docs/runbooks/ChatTTFTBudgetBurn.md"]

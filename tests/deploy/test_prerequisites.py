@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from slogen import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +33,7 @@ def test_every_namespace_used_is_shipped_or_a_parameter(built):
 
 
 def test_the_monitoring_namespace_parameter_reaches_every_use(built):
-    for name, objects in built.items():
+    for _name, objects in built.items():
         monitoring = monitoring_namespace()
         rules = [o for o in objects if o["kind"] == "PrometheusRule"]
         assert rules and {r["metadata"]["namespace"] for r in rules} == {monitoring}
