@@ -273,6 +273,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from slogen.outtree import scratch_dir
 
     install = _install_settings(args, args.paths or ["slos"])
+    if install is not None and install.inference_namespaces and not install.image:
+        raise UsageError(f"--image: {install.path or 'the settings'} name the inference namespaces, so the build writes "
+                         "deploy/install, which must name the exporter's image by digest: set image: "
+                         "REGISTRY/NAME@sha256:<64 hex> (the digest `make release` writes to dist/)")
     if install is not None:  # the settings' links, unless a flag gave one
         args.runbook_url = args.runbook_url or install.runbook_url
         if install.grafana_url and args.grafana_url == DEFAULT_GRAFANA_URL:
