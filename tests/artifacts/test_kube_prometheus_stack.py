@@ -66,8 +66,13 @@ def test_every_generated_object_carries_the_object_labels_and_annotations(labell
         for key, value in meta["labels"].items():
             assert qualified_name_problem(key) is None and label_value_problem(value) is None, (path, key, value)
         assert subdomain_problem(meta["name"]) is None, (path, meta["name"])
-        if k8s.is_custom(obj):
-            assert k8s.crd_errors(obj) == [], path
+
+
+def test_every_generated_custom_resource_validates_against_its_crd(labelled, crd):
+    custom = [(path, obj) for path, obj in _objects(labelled) if crd.is_custom(obj)]
+    assert {"PrometheusRule", "ScaledObject", "AlertmanagerConfig"} <= {obj["kind"] for _, obj in custom}
+    for path, obj in custom:
+        assert crd.crd_errors(obj) == [], path
 
 
 def _selected(objects: list[tuple[str, dict]], kind: str, match_labels: dict[str, str]) -> list[dict]:
@@ -228,14 +233,23 @@ def _from_crd(matchers: list[dict]) -> list[str]:
     return [f'{m["name"]}{m["matchType"]}{json.dumps(m["value"])}' for m in matchers]
 
 
-def test_alertmanager_config_is_the_same_routing_and_validates(labelled):
-    plain = yaml.safe_load((labelled / "alerts" / "alertmanager.yaml").read_text())
+def _alertmanager_config(labelled: Path) -> dict:
     (obj,) = [o for _, o in _objects(labelled) if o["kind"] == "AlertmanagerConfig"]
     assert obj["apiVersion"] == "monitoring.coreos.com/v1alpha1" and obj["metadata"]["name"] == "llmslo"
-    assert k8s.crd_errors(obj) == []
-    route_schema = k8s.crd_schema("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig")["properties"]["spec"][
+    return obj
+
+
+def test_alertmanager_config_validates_against_its_crd(labelled, crd):
+    obj = _alertmanager_config(labelled)
+    assert crd.crd_errors(obj) == []
+    route_schema = crd.crd_schema("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig")["properties"]["spec"][
         "properties"]["route"]
     assert _route_errors(obj["spec"]["route"], route_schema) == []
+
+
+def test_alertmanager_config_is_the_same_routing(labelled):
+    plain = yaml.safe_load((labelled / "alerts" / "alertmanager.yaml").read_text())
+    obj = _alertmanager_config(labelled)
 
     def same(crd: dict, am: dict) -> None:
         assert crd["receiver"] == am["receiver"] and crd.get("groupBy") == am.get("group_by")

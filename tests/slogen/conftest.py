@@ -1,4 +1,4 @@
-"""Shared fixtures for slogen tests: paths to the Sloth/OpenSLO peer data (skip only when absent)."""
+"""Shared fixtures for slogen tests: paths to the Sloth/OpenSLO/Pyrra peer data (skip only when absent)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ SHARED = REPO / ".." / "shared"
 SLOTH = SHARED / "peers" / "sloth"
 SLOTH_TESTDATA = SLOTH / "test" / "integration" / "prometheus" / "testdata"
 OPENSLO = SHARED / "peers" / "openslo"
+PYRRA = SHARED / "peers" / "pyrra"
 
 
 @pytest.fixture
@@ -21,8 +22,18 @@ def sloth_testdata() -> Path:
 
 
 @pytest.fixture
+def sloth_dir() -> Path:
+    return shared_dir(SLOTH, "peers/sloth")
+
+
+@pytest.fixture
 def openslo_dir() -> Path:
     return shared_dir(OPENSLO, "peers/openslo")
+
+
+@pytest.fixture(scope="session")
+def pyrra_dir() -> Path:
+    return shared_dir(PYRRA, "peers/pyrra")
 
 
 @pytest.fixture

@@ -174,7 +174,7 @@ def test_a_crash_between_the_two_renames_of_the_fallback_is_undone_by_the_next_b
     beside = sorted(p.name.split(".")[2] for p in workdir.iterdir() if p.name.startswith(".alerts."))
     assert beside == ["slogen-new", "slogen-old"]  # the complete new copy, and the old one moved aside
     assert main(["build", "--check"]) == 1 and "alerts/chat.rules.yaml: missing" in capsys.readouterr().err
-    restored = outtree.recover(workdir, ["alerts", "dashboards", "deploy/examples/inference", "deploy/generated",
+    restored = outtree.recover(workdir, ["alerts", "dashboards", "slogen/kustomize/examples/inference", "deploy/generated",
                                          "docs/runbooks"])
     assert restored == ["alerts"] and snapshot(workdir) == before and not leftovers(workdir)
     assert main(["build"]) == 0 and main(["build", "--check"]) == 0 and not leftovers(workdir)

@@ -139,7 +139,7 @@ def test_cli_flags_set_the_options_and_no_health_alerts_drops_them(tmp_path, cap
     rules = {r["alert"]: r for g in yaml.safe_load((out / RULES).read_text())["groups"] for r in g["rules"]}
     assert "> 0.9\n" in rules[c.HEALTH.KV_CACHE_SATURATED]["expr"]
     assert rules[c.HEALTH.PREEMPTION_STORM]["for"] == "15m" and rules[c.HEALTH.GPU_LOST]["for"] == "1m"
-    assert rules[c.HEALTH.TAP_REFUSING_REQUESTS]["expr"].endswith("[10m]) > 0.1\n")
+    assert "[10m]) > 0.1\n" in rules[c.HEALTH.TAP_REFUSING_REQUESTS]["expr"]  # a build with a namespace wraps it
     assert rules[c.HEALTH.TAP_REFUSING_REQUESTS]["for"] == "30m"
     assert main(["build", str(REPO / "slos"), "--out", str(out), "--no-health-alerts"]) == 0
     assert not (out / RULES).exists() and not (out / TESTS).exists()  # removed as orphans of the earlier build

@@ -175,7 +175,9 @@ def test_strict_build_and_generate_fail_each_warning(tmp_path, capsys, case):
     out = tmp_path / "out"
     args = ["build", "--out", str(out), "--no-promtool-check", "--no-autoscaling", "--no-health-alerts",
             "--no-capacity-rules", "--runbook-base-url", "https://wiki.llm.internal", "--grafana-url",
-            "https://grafana.llm.internal", str(path)]  # real links: the spec's warning is the only one
+            "https://grafana.llm.internal", "--receiver", "llmslo-page=https://pager.llm.internal",
+            "--receiver", "llmslo-ticket=https://tickets.llm.internal",
+            str(path)]  # real links and receivers: the spec's warning is the only one
     assert main([*args, "--strict"]) == 1
     assert "--strict makes 1 warning(s) errors" in capsys.readouterr().err
     assert not out.exists() or not any(out.rglob("*.yaml")), "a strict build that fails writes nothing"

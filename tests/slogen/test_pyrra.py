@@ -22,15 +22,14 @@ from slogen.generate import generate_file
 from slogen.loaders import load_paths
 from slogen.loaders.windows import merge, pyrra
 from slogen.rules.options import GenOptions
-from tests.slogen.conftest import SHARED
+from tests.slogen.conftest import PYRRA
 
-PYRRA = SHARED / "peers" / "pyrra"
 GOLDEN = PYRRA / "golden-rules-from-rules_test.yaml"
 BURN_CASES = "burnrates_and_alerts (TestObjective_Burnrates)"
 
 
 @pytest.fixture(scope="module")
-def golden() -> dict:
+def golden(pyrra_dir: Path) -> dict:
     assert GOLDEN.is_file(), f"{GOLDEN} is missing (the Pyrra peer data, ../shared/peers/pyrra)"
     return yaml.safe_load(GOLDEN.read_text())
 
@@ -76,7 +75,7 @@ def _examples() -> list[Path]:
     return sorted((PYRRA / "examples").rglob("*.yaml"))
 
 
-def test_every_example_loads() -> None:
+def test_every_example_loads(pyrra_dir: Path) -> None:
     files = _examples()
     assert len(files) >= 28
     for path in files:
@@ -87,10 +86,11 @@ def test_every_example_loads() -> None:
             assert slo.origin.spec == "pyrra.dev/v1alpha1"
 
 
-def test_examples_validate_and_a_target_of_90_names_the_dead_tier(capsys: pytest.CaptureFixture[str]) -> None:
+def test_examples_validate_and_a_target_of_90_names_the_dead_tier(pyrra_dir: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A 90% target makes Pyrra's 14x tier unreachable (14 x 10% > 100%): slogen refuses it with the fix, as for
     any spec, and with --unreachable-tiers rescale every example builds."""
-    ex = PYRRA / "examples"
+    ex = pyrra_dir / "examples"
     assert main(["validate", "--no-autoscaling", str(ex / "caddy-response-latency.yaml")]) == 1
     err = capsys.readouterr().err
     assert "caddy-response-latency.yaml:1" in err and "page-quick alert tier can never fire" in err
@@ -119,9 +119,9 @@ def test_errors_name_file_line_field_and_fix_all_at_once(tmp_path: Path) -> None
     assert all(x.fix and x.file == str(bad) for x in e.value.errors)
 
 
-def test_convert_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_convert_cli(pyrra_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "converted.yaml"
-    src = PYRRA / "examples" / "pyrra-connect-errors.yaml"
+    src = pyrra_dir / "examples" / "pyrra-connect-errors.yaml"
     assert main(["convert", str(src), "-o", str(out)]) == 0
     loaded = load_paths([out])
     assert [s.id for s in loaded.slos] == ["monitoring-pyrra-connect-errors"]

@@ -9,7 +9,6 @@ import yaml
 
 from slogen import VERSION_LABEL
 from slogen.cli import main
-from tests.slogen.conftest import SLOTH as PEERS
 from tests.slogen.test_golden import expected, version
 
 
@@ -43,9 +42,9 @@ def test_sloth_compat_is_a_noop_alias_and_contradicts_llm_extras(sloth_testdata,
 FOR_SPEC = Path(__file__).parent / "fixtures" / "sloth_alert_for.yaml"
 
 
-def test_sloths_contrib_plugins_match_sloths_own_output(capsys):
+def test_sloths_contrib_plugins_match_sloths_own_output(sloth_dir, capsys):
     """info_labels/v1 and rule_intervals/v1, against Sloth's examples/_gen golden (made with -l cmd=examplesgen.sh)."""
-    examples = PEERS / "examples"
+    examples = sloth_dir / "examples"
     assert main(["generate", "-l", "cmd=examplesgen.sh", "-i", str(examples / "contrib-slo-plugins.yml")]) == 0
     got = capsys.readouterr().out.replace(VERSION_LABEL, "dev")
     want = list(yaml.safe_load_all((examples / "_gen" / "contrib-slo-plugins.yml").read_text()))
