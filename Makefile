@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo fleet test lint test-vllm test-llamacpp bench build clean deps system-deps vllm-deps llamacpp-deps image image-test
+.PHONY: demo fleet test lint test-vllm test-llamacpp bench build clean deps system-deps vllm-deps llamacpp-deps image image-test image-verify release
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -71,6 +71,17 @@ image:
 # Runs the built image as its user: the exporter's page, and user, entrypoint and ports (docs/deploy.md).
 image-test: deps image
 	$(BIN)/python -m pytest -p no:cacheprovider tests/image/check_image.py
+
+# The image signed with a sigstore key made for the run, pushed to a registry on loopback and pulled through a
+# containers policy.json: signed accepted, unsigned refused, tampered refused (scripts/image-verify.sh,
+# docs/deploy.md "Signed images"). Needs root, like `image`; about 30 s once the image is built.
+image-verify: image
+	@PY=$(PY) ./scripts/image-verify.sh
+
+# For maintainers, not CI: dist/ with the wheel and sdist, the image as an OCI archive and its digest, and the
+# version's CHANGELOG.md entry (scripts/release.sh; refuses a version without one). Needs root, like `image`.
+release: deps image
+	@VENV=$(VENV) ./scripts/release.sh
 
 clean:
 	rm -rf $(VENV) .venv-vllm .cache .pytest_cache build *.egg-info

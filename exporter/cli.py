@@ -34,9 +34,9 @@ def version_text() -> str:
     """`--version`: the llmslo version and the Python that runs it (llmslo_build_info's labels)."""
     import platform
 
-    import llmslo
+    from llmslo.version import version
 
-    return f"{PROG} {llmslo.__version__} ({platform.python_implementation()} {platform.python_version()})"
+    return f"{PROG} {version()} ({platform.python_implementation()} {platform.python_version()})"
 
 
 def build_parser() -> argparse.ArgumentParser:

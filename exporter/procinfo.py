@@ -14,9 +14,9 @@ import platform
 import resource
 import time
 
-import llmslo
 from exporter.model import NormSample
 from llmslo import conventions as c
+from llmslo.version import version
 
 _PROC = "/proc/self"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -27,7 +27,7 @@ _STARTED_AT = time.time()  # the fallback start time: this module is imported at
 def build_info() -> dict[str, str]:
     """The labels of llmslo_build_info; also what `--version` prints."""
     return {
-        c.LABEL_VERSION: llmslo.__version__,
+        c.LABEL_VERSION: version(),
         c.LABEL_PYTHON_VERSION: platform.python_version(),
         c.LABEL_PYTHON_IMPLEMENTATION: platform.python_implementation(),
     }

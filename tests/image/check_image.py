@@ -68,7 +68,7 @@ def test_user_entrypoint_and_ports_are_as_documented(config):
     doc = documented()
     uid, _, gid = config["User"].partition(":")
     assert uid.isdigit() and int(uid) == doc["user"] != 0, config["User"]  # numeric: runAsNonRoot can verify it
-    daemonset = yaml.safe_load((ROOT / "deploy" / "base" / "daemonset.yaml").read_text())
+    daemonset = yaml.safe_load((ROOT / "slogen" / "kustomize" / "base" / "daemonset.yaml").read_text())
     assert daemonset["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(uid)
     assert config["Entrypoint"] == doc["entrypoint"]
     exposed = {int(p.split("/")[0]) for p in config["ExposedPorts"]}
