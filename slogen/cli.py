@@ -126,18 +126,18 @@ def _install_args(p: argparse.ArgumentParser, *, labels: bool = True) -> None:
                    help=f"the exporter, PrometheusRules, dashboard ConfigMaps and AlertmanagerConfig "
                         f"(default {st.DEFAULT_NAMESPACE} with settings; none without)")
     i.add_argument("--inference-namespace", action="append", default=[], metavar="NS",
-                   help="a namespace your engines, taps and ScaledObjects run in (repeatable)")
+                   help="a namespace your engines, taps and ScaledObjects run in (repeatable; default: none, no deploy/install)")
     if labels:
         i.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
-                       help="label on every object of the install (repeatable), e.g. release=kps")
+                       help="label on every object of the install (repeatable), e.g. release=kps (default: none)")
     i.add_argument("--floor", choices=st.FLOORS, default=None,
                    help="the serving security floor: off (default), audit (warn and audit), enforce")
     i.add_argument("--image", default=None, metavar="REF@sha256:DIGEST",
-                   help="the exporter's image by digest (e.g. the one `make release` wrote)")
+                   help="the exporter's image by digest (e.g. the one `make release` wrote; default: none)")
     i.add_argument("--api-server-cidr", default=None, metavar="CIDR",
                    help=f"the API server's endpoints, the exporter's egress (default {st.DEFAULT_API_SERVER_CIDR})")
     i.add_argument("--receiver", action="append", default=[], metavar="NAME=URL",
-                   help="an Alertmanager receiver's webhook URL (repeatable): llmslo-page, llmslo-ticket, a team")
+                   help="an Alertmanager receiver's webhook URL (repeatable): llmslo-page, llmslo-ticket, a team (default: none)")
 
 
 def _install_settings(args: argparse.Namespace, inputs: Sequence[str]) -> InstallSettings | None:

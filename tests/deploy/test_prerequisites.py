@@ -80,4 +80,4 @@ def test_runtime_class_nvidia_is_shipped_in_dev_and_a_documented_prerequisite_in
     docs = (ROOT / "docs" / "deploy.md").read_text()
     start = docs.index("Requirements")
     prerequisites = docs[start:docs.index("\n## ", start)]
-    assert "`nvidia` RuntimeClass" in prerequisites and "monitoringNamespace" in prerequisites
+    assert "`nvidia` RuntimeClass" in prerequisites and "the namespace your Prometheus" in prerequisites
