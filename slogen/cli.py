@@ -146,10 +146,14 @@ def _install_settings(args: argparse.Namespace, inputs: Sequence[str]) -> Instal
     from slogen import settings as st
 
     path = st.path_for(inputs, args.settings)
+    try:
+        labels, receivers = st.pairs("--object-label", args.object_label), st.pairs("--receiver", args.receiver)
+    except SpecError as e:  # a malformed or twice-given flag: a usage error, exit 2, naming the flag
+        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
     flags = {"namespace": args.namespace, "inference_namespaces": tuple(args.inference_namespace),
-             "object_labels": st.pairs("--object-label", args.object_label), "floor": args.floor,
+             "object_labels": labels, "floor": args.floor,
              "image": args.image, "api_server_cidr": args.api_server_cidr,
-             "receivers": st.pairs("--receiver", args.receiver)}
+             "receivers": receivers}
     if path is None and not any(flags.values()):
         return None
     base = st.load(path) if path is not None else st.InstallSettings()

@@ -154,7 +154,8 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
     routes: list[dict] = []
     for team in (sorted(set(teams)) if receivers else ()):  # before the generic routes: the first match wins
         routes += [
-            {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), page], "group_by": list(PAGE_GROUP_BY), **t.page.fields()},
+            {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), page], "group_by": list(PAGE_GROUP_BY),
+             **t.page.fields()},
             {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), ticket], "group_by": list(TICKET_GROUP_BY)},
         ]
     routes += [
@@ -195,16 +196,17 @@ def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | 
     (it has none without alerts: then only URLs given are worth a word)."""
     given = dict(receivers or {})
     used = receivers_used(teams, given) if routed else []
-    where = "slogen build: alerts/alertmanager.yaml and the AlertmanagerConfig"
-    out = [SpecError(where, f"route alerts to receiver {name}, which has no URL: Alertmanager notifies no one of them",
-                     fix=RECEIVER_FIX.replace("NAME", name))
+    where = "slogen build"
+    routing = "the routing (alerts/alertmanager.yaml, the AlertmanagerConfig)"
+    out = [SpecError(where, f"{routing} sends alerts to receiver {name}, which has no URL: Alertmanager notifies no "
+                            "one of them", fix=RECEIVER_FIX.replace("NAME", name))
            for name in used if not given.get(name)]
     if not given and routed:
-        out += [SpecError(where, f"route the pages and tickets of the SLOs labelled {TEAM_LABEL}={team} to "
-                                 f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: no receivers are configured; with any, they "
-                                 f"go to receiver {team}", fix=RECEIVER_FIX.replace("NAME", team))
+        out += [SpecError(where, f"{routing} sends the pages and tickets of the SLOs labelled {TEAM_LABEL}={team} to "
+                                 f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: no receivers are configured (with any, they "
+                                 f"go to receiver {team})", fix=RECEIVER_FIX.replace("NAME", team))
                 for team in sorted(set(teams)) if team not in RECEIVERS]
-    out += [SpecError(where, f"route nothing to receiver {name}, which has a URL (the receivers used: "
+    out += [SpecError(where, f"receiver {name} has a URL, but {routing} sends nothing to it (its receivers: "
                              f"{', '.join(used) or 'none, the build has no alerts'})",
                       fix=f"label the SLOs whose alerts it should get {TEAM_LABEL}: {name}, or drop its URL")
             for name in given if name not in used]
@@ -289,7 +291,8 @@ def alertmanager_config_object(config: dict, name: str, meta: ObjectMeta = NO_ME
     """`config` (what `alertmanager_config` returns) as an AlertmanagerConfig: the same routes, grouping,
     timers, inhibition and receivers, in the CRD's camelCase. prometheus-operator adds a `namespace`
     matcher (the object's namespace) to its top route and inhibit rules unless the Alertmanager's
-    alertmanagerConfigMatcherStrategy is None (docs/deploy.md, "Alertmanager routing")."""
+    alertmanagerConfigMatcherStrategy is None: a build with a namespace gives every alert that label
+    (slogen.rules.scope; docs/deploy.md, "4. Routing")."""
     inhibit = [{"sourceMatch": [crd_matcher(t) for t in r["source_matchers"]],
                 "targetMatch": [crd_matcher(t) for t in r["target_matchers"]],
                 "equal": list(r["equal"])} for r in config["inhibit_rules"]]

@@ -12,9 +12,19 @@ from slogen.steps import STEPS
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def repository_options(**fields) -> BuildOptions:
+    """What `slogen build` runs with in this repository: its install settings (llmslo.yaml) applied."""
+    from slogen import settings
+    from slogen.k8smeta import KubeOptions, ObjectMeta
+
+    s = settings.load(ROOT / "llmslo.yaml")
+    return BuildOptions(kube=KubeOptions(meta=ObjectMeta(dict(s.object_labels)), namespace=s.namespace,
+                                         receivers=dict(s.receivers)), install=s, **fields)
+
+
 def test_committed_artifacts_are_current(monkeypatch):
     monkeypatch.chdir(ROOT)  # `slogen build` runs from the repository root
-    options = BuildOptions()
+    options = repository_options()
     artifacts = {"dashboards", "runbooks", "kubernetes"}  # the committed dashboards/, docs/runbooks/, deploy/ files
     files = build(options, [s for s in STEPS if s.name in artifacts]).files
     stale = [p for p, text in files.items() if not (ROOT / p).is_file() or (ROOT / p).read_text() != text]

@@ -36,7 +36,10 @@ REAL_LINKS = ["--runbook-base-url", "https://wiki.corp.internal/llm", "--grafana
 
 
 def _build(out: Path, *flags: str) -> int:
-    return main(["build", str(ROOT / "slos"), "--out", str(out), *flags])
+    """A build of the repository's SLOs without its llmslo.yaml (a user's build with flags alone)."""
+    settings = out / "no-settings.yaml"
+    settings.write_text("version: llmslo/install/v1\n")
+    return main(["build", str(ROOT / "slos"), "--out", str(out), "--settings", str(settings), *flags])
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from slogen.catalog import BuildOptions
 from slogen.k8smeta import KubeOptions
 from slogen.paths import ALERTMANAGER_CONFIG_FILE
 from slogen.rules.options import GenOptions
-from slogen.rules.scope import EXPORTED_NAMESPACE
+from slogen.rules.scope import EXPORTED_NAMESPACE, scoped
 from tests.helpers.needs import command
 
 NAMESPACE = "monitoring"
@@ -235,10 +235,15 @@ def test_the_build_with_every_receiver_given_warns_of_none(built):
     assert [str(w) for w in catalog.warnings if "receiver" in str(w)] == []
 
 
-def test_amtool_accepts_what_the_operator_makes_of_it(operator_file):
-    proc = subprocess.run([amtool(), "check-config", str(operator_file)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{len(RECEIVERS) + 1} receivers" in proc.stdout
+def test_amtool_accepts_what_the_operator_makes_of_it_and_the_plain_file(built, operator_file):
+    _, _, files = built
+    plain = operator_file.with_name("plain.yaml")
+    plain.write_text(files["alerts/alertmanager.yaml"])
+    for path, receivers in ((operator_file, len(RECEIVERS) + 1), (plain, len(RECEIVERS))):
+        proc = subprocess.run([amtool(), "check-config", str(path)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"{receivers} receivers" in proc.stdout
+    assert routed(plain, {"alertname": "X", C.LABEL_SEVERITY: "page", TEAM_LABEL: "platform"}) == "platform"
 
 
 def test_every_generated_alert_carries_the_namespace_and_keeps_its_own(built):
@@ -297,4 +302,42 @@ def test_a_team_receiver_without_a_url_and_a_url_nobody_uses_are_warnings(built)
     assert len(warnings) == 2, warnings
     assert any("receiver platform, which has no URL" in w and "--receiver platform=URL" in w
                and "llmslo.yaml receivers:" in w for w in warnings)
-    assert any("route nothing to receiver nobody" in w for w in warnings)
+    assert any("receiver nobody has a URL, but the routing" in w and "sends nothing to it" in w for w in warnings)
+
+
+def test_without_namespace_or_receivers_the_build_is_as_before_and_only_alerts_change_with_them(built):
+    """The namespace changes the alert rules by `scoped` alone (recording rules not at all); no receivers at all
+    is the placeholder routing: the generic two without integrations, no team routes, and a warning for each."""
+    root, catalog, _ = built
+    plain = build(BuildOptions(inputs=(str(root / "slos"),), autoscaling=False, gen=LINKS)).catalog
+    assert [r.slo.id for r in plain.results] == [r.slo.id for r in catalog.results]
+    for before, after in zip(plain.results, catalog.results, strict=True):
+        for g0, g1 in zip(before.rules.groups(), after.rules.groups(), strict=True):
+            assert [scoped(r, NAMESPACE) for r in g0.rules] == g1.rules
+            assert [r for r in g0.rules if r.record] == [r for r in g1.rules if r.record]
+    assert [scoped(a.rule, NAMESPACE) for a in (*plain.health_alerts, *plain.capacity_alerts)] == \
+        [a.rule for a in (*catalog.health_alerts, *catalog.capacity_alerts)]
+    assert plain.routing is not None and plain.routing["receivers"] == [{"name": PAGE_RECEIVER}, {"name": TICKET_RECEIVER}]
+    assert not any(TEAM_LABEL in m for r in plain.routing["route"]["routes"] for m in r["matchers"])
+    warned = [str(w) for w in plain.warnings if "receiver" in str(w)]
+    assert len(warned) == 2 + 3  # llmslo-page, llmslo-ticket; teams inference, platform, search-sre
+    assert all("--receiver" in w and "llmslo.yaml receivers:" in w for w in warned)
+
+
+@pytest.mark.parametrize("kube, flag", [
+    (KubeOptions(namespace="Monitoring"), "--namespace"),
+    (KubeOptions(namespace="a" * 64), "--namespace"),
+    (KubeOptions(receivers={"llmslo-page": "ftp://pager.corp.internal"}), "--receiver"),
+    (KubeOptions(receivers={"llmslo-page": "https://"}), "--receiver"),
+    (KubeOptions(receivers={"": "https://pager.corp.internal"}), "--receiver"),
+])
+def test_a_bad_namespace_or_receiver_url_is_refused_naming_the_flag(kube, flag):
+    assert [f for f, _ in kube.problems()] == [flag]
+
+
+def test_the_object_with_its_webhook_urls_validates_against_the_crd(built, crd):
+    _, _, files = built
+    obj = yaml.safe_load(files[ALERTMANAGER_CONFIG_FILE])
+    assert crd.crd_errors(obj) == []
+    assert {r["name"]: r["webhookConfigs"] for r in obj["spec"]["receivers"]} == \
+        {name: [{"url": url}] for name, url in RECEIVERS.items()}

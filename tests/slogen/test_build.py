@@ -62,7 +62,9 @@ def test_check_detects_stale_missing_and_orphaned_outputs(workdir, capsys):
 
 def test_committed_outputs_are_current():
     """CI guard: alerts/ and deploy/generated/ in the repository match a fresh `slogen build`."""
-    artifacts = b.build(b.BuildOptions(inputs=(str(REPO / "slos"),))).files
+    from tests.artifacts.test_committed_outputs import repository_options
+
+    artifacts = b.build(repository_options(inputs=(str(REPO / "slos"),))).files
     artifacts = {k: v.replace(str(REPO) + "/", "") for k, v in artifacts.items()}
     stale = stale_outputs(artifacts, REPO)
     assert not [s for s in stale if s.split(":")[0] in artifacts], stale
