@@ -10,7 +10,6 @@ import yaml
 
 from slogen.cli import main
 from tests.helpers.specs import events_sli
-from tests.slogen.conftest import SLOTH
 
 SPEC = """version: "prometheus/v1"
 service: web-service
@@ -84,8 +83,8 @@ def test_bad_config_names_the_key(tmp_path, capsys):
     assert "unknown config key(s) preserveLabel" in capsys.readouterr().err
 
 
-def test_sloths_denominator_corrected_example_is_refused_by_name(capsys):
-    example = SLOTH / "examples" / "contrib-denominator-corrected.yaml"
+def test_sloths_denominator_corrected_example_is_refused_by_name(sloth_dir, capsys):
+    example = sloth_dir / "examples" / "contrib-denominator-corrected.yaml"
     assert main(["generate", "-i", str(example)]) == 1
     err = capsys.readouterr().err
     assert "sloth.dev/contrib/denominator_corrected_rules/v1 is not supported" in err
