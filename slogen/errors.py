@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from llmslo.problems import describe
 
@@ -35,3 +37,21 @@ class SpecErrors(Exception):
 
     def __iter__(self):
         return iter(self.errors)
+
+
+def load_mapping_file(path: Path, what: str, fix: str, start: str) -> Any:
+    """The one YAML mapping a settings-like file holds (the thresholds, the install's settings); SpecErrors
+    naming the file, and `fix` when it cannot be read, `start` when it is not one mapping."""
+    from llmslo.specfile import SpecFileError, load_documents
+
+    file = str(path)
+    try:
+        documents = load_documents(path.read_bytes(), file)
+    except OSError as e:
+        raise SpecErrors([SpecError(file, f"cannot read the {what} ({e.strerror})", fix=fix)]) from None
+    except SpecFileError as e:
+        raise SpecErrors([SpecError(file, e.message, line=e.line, fix=e.fix)]) from None
+    doc = documents[0] if len(documents) == 1 else None
+    if not isinstance(doc, dict):
+        raise SpecErrors([SpecError(file, f"expected one YAML mapping ({start})", fix=f"start the file with {start}")])
+    return doc

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llmslo.specfile import SpecFileError, load_documents
-from slogen.errors import SpecError, SpecErrors
-from slogen.k8smeta import MANAGED_LABEL_KEYS, label_problems
+from slogen.errors import SpecError, SpecErrors, load_mapping_file
+from slogen.k8smeta import MANAGED_LABEL_KEYS, label_problems, namespace_problem, webhook_url_problem
 
 VERSION = "llmslo/install/v1"
 DEFAULT_NAME = "llmslo.yaml"
@@ -36,10 +35,8 @@ DEFAULT_API_SERVER_CIDR = "0.0.0.0/0"
 FLOORS = ("off", "audit", "enforce")
 IMAGE_NAME = "ghcr.io/llmslo/llmslo"  # the name the shipped manifests use; `image` replaces it
 ZERO_DIGEST = "sha256:" + "0" * 64
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _IMAGE = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9._:/]*[a-z0-9])@(?P<digest>sha256:[0-9a-f]{64})$")
 _CIDR = re.compile(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$|^[0-9a-fA-F:]+/\d{1,3}$")
-_URL = re.compile(r"^https?://[^\s/]+")
 # the file's keys -> the field and the flag that set them
 KEYS = {"namespace": ("namespace", "--namespace"), "inferenceNamespaces": ("inference_namespaces", "--inference-namespace"),
         "objectLabels": ("object_labels", "--object-label"), "floor": ("floor", "--floor"),
@@ -72,18 +69,11 @@ class InstallSettings:
         return self.image.partition("@")[2] if self.image else ZERO_DIGEST
 
 
-def namespace_problem(name: str) -> str | None:
-    if _DNS_LABEL.match(name):
-        return None
-    return (f"{name!r} is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63, starting "
-            "and ending with a letter or digit)")
-
-
 def problems(s: InstallSettings) -> list[tuple[str, str]]:
     """(flag, why) of each value Kubernetes, the image reference or Alertmanager would refuse."""
     out = []
     for flag, names in (("--namespace", [s.namespace]), ("--inference-namespace", s.inference_namespaces)):
-        out += [(flag, why) for n in names if (why := namespace_problem(n))]
+        out += [(flag, f"{n!r} {why}") for n in names if (why := namespace_problem(n))]
     if len(set(s.inference_namespaces)) != len(s.inference_namespaces):
         out.append(("--inference-namespace", f"{', '.join(s.inference_namespaces)} names a namespace twice"))
     out += [("--object-label", f"{kv}: {why}") for kv, why in label_problems(s.object_labels)]
@@ -99,8 +89,8 @@ def problems(s: InstallSettings) -> list[tuple[str, str]]:
                                "(`make release` writes it to dist/)"))
     if not _CIDR.match(s.api_server_cidr):
         out.append(("--api-server-cidr", f"{s.api_server_cidr!r} is not a CIDR, e.g. 10.0.0.0/16"))
-    out += [("--receiver", f"{name}={url}: the URL must start with http:// or https://")
-            for name, url in s.receivers.items() if not _URL.match(url)]
+    out += [("--receiver", f"{name}={url}: the URL {why}")
+            for name, url in s.receivers.items() if (why := webhook_url_problem(url))]
     return out
 
 
@@ -128,16 +118,8 @@ def _mapping(file: str, key: str, value: Any, errors: list[SpecError]) -> dict[s
 def load(path: Path) -> InstallSettings:
     """The settings file; SpecErrors naming the file, the field and the fix for anything wrong in it."""
     file = str(path)
-    try:
-        documents = load_documents(path.read_bytes(), file)
-    except OSError as e:
-        raise SpecErrors([SpecError(file, f"cannot read the settings file ({e.strerror})",
-                                    fix="run `slogen init` or pass an existing file to --settings")]) from None
-    except SpecFileError as e:
-        raise SpecErrors([SpecError(file, e.message, line=e.line, fix=e.fix)]) from None
-    doc = documents[0] if len(documents) == 1 else None
-    if not isinstance(doc, dict):
-        raise SpecErrors([SpecError(file, "expected one YAML mapping", fix=f"start the file with version: {VERSION}")])
+    doc = load_mapping_file(path, "settings file", "run `slogen init` or pass an existing file to --settings",
+                            f"version: {VERSION}")
     errors: list[SpecError] = []
     if doc.get("version") != VERSION:
         errors.append(SpecError(file, f"version is {doc.get('version')!r}", "version", fix=f"write version: {VERSION}"))

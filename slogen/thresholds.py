@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from llmslo.durations import parse_prometheus_duration
-from llmslo.specfile import SpecFileError, load_documents
 from llmslo.suggest import closest
-from slogen.errors import SpecError, SpecErrors
+from slogen.errors import SpecError, SpecErrors, load_mapping_file
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthOptions
 
@@ -64,17 +63,7 @@ def load(path: Path | None) -> Thresholds:
     if path is None:
         return Thresholds()
     file = str(path)
-    try:
-        documents = load_documents(path.read_bytes(), file)
-    except OSError as e:
-        raise SpecErrors([SpecError(file, f"cannot read the thresholds file ({e.strerror})",
-                                    fix="pass an existing file to --thresholds")]) from None
-    except SpecFileError as e:
-        raise SpecErrors([SpecError(file, e.message, line=e.line, fix=e.fix)]) from None
-    doc = documents[0] if len(documents) == 1 else None
-    if not isinstance(doc, dict):
-        raise SpecErrors([SpecError(file, "expected one YAML mapping (version, health, capacity)",
-                                    fix=f'start the file with version: "{VERSION}"')])
+    doc = load_mapping_file(path, "thresholds file", "pass an existing file to --thresholds", f'version: "{VERSION}"')
     errors: list[SpecError] = []
     if doc.get("version") != VERSION:
         errors.append(SpecError(file, f"version is {doc.get('version')!r}", "version", line=_line(doc, "version"),
