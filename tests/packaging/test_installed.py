@@ -53,8 +53,9 @@ def _venv(where: Path, wheel: Path) -> Path:
     site = Path(_run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
                      ).stdout.strip())
     (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # no PYTHONPATH: a checkout on it (with the egg-info a build leaves there) would read as installed already
     proc = _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-deps",
-                 "--no-index", wheel])
+                 "--no-index", wheel], env=_clean_env(venv))
     assert proc.returncode == 0, proc.stderr
     return venv
 
