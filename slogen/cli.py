@@ -32,6 +32,7 @@ from slogen.k8smeta import (
     DEFAULT_PROVIDER_PATH,
     KubeOptions,
     ObjectMeta,
+    label_value_problem,
 )
 from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
 from slogen.loaders import discover, load_paths
@@ -140,12 +141,12 @@ def _install_args(p: argparse.ArgumentParser, *, labels: bool = True) -> None:
                    help="an Alertmanager receiver's webhook URL (repeatable): llmslo-page, llmslo-ticket, a team (default: none)")
 
 
-def _install_settings(args: argparse.Namespace, inputs: Sequence[str]) -> InstallSettings | None:
+def _install_settings(args: argparse.Namespace, inputs: Sequence[str], read_file: bool = True) -> InstallSettings | None:
     """The settings file with the flags on top (conflicts refused, naming both values); None when there is
     neither a file nor an install flag (a plain build, as before settings existed)."""
     from slogen import settings as st
 
-    path = st.path_for(inputs, args.settings)
+    path = st.path_for(inputs, args.settings) if read_file else None
     try:
         labels, receivers = st.pairs("--object-label", args.object_label), st.pairs("--receiver", args.receiver)
     except SpecError as e:  # a malformed or twice-given flag: a usage error, exit 2, naming the flag
@@ -784,7 +785,6 @@ def _init_args(sub: Any) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from slogen import scaffold
-    from slogen import settings as st
 
     root = Path(args.dir)
     if not args.inference_namespace:
@@ -797,13 +797,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UsageError("--settings: init writes the settings file (DIR/llmslo.yaml); give the values as flags")
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", args.service):
         raise UsageError(f"--service {args.service!r}: lowercase letters, digits and '-'")
-    args.settings = None
-    install = _install_settings(args, [str(root / "slos")]) if not (root / st.DEFAULT_NAME).exists() or args.force \
-        else None
-    if install is None:
-        raise UsageError(f"{root / st.DEFAULT_NAME} exists: this repository is initialised (--force writes the "
-                         "scaffold again over it)")
-    install = replace(install, path=None, runbook_url=args.runbook_url, grafana_url=args.grafana_url)
+    if args.team and (why := label_value_problem(args.team)):
+        raise UsageError(f"--team {args.team!r}: {why}")
+    install = _install_settings(args, [], read_file=False)  # the flags are the new settings, whatever was there
+    assert install is not None  # an inference namespace was given
+    install = replace(install, runbook_url=args.runbook_url, grafana_url=args.grafana_url)
     files = scaffold.files(scaffold.Scaffold(install, args.service, args.team))
     existing = [rel for rel in files if (root / rel).exists()]
     if existing and not args.force:

@@ -35,7 +35,6 @@ from slogen.settings import IMAGE_NAME, InstallSettings
 from slogen.writers import GENERATED_MARKER
 
 BASES = Path(__file__).resolve().parent / "kustomize"  # shipped with the package
-SCALED_OBJECTS = "keda/scaledobjects.yaml"  # under the generated directory
 AUDIT_COMPONENT = "components/floor-audit"
 
 
