@@ -82,14 +82,14 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 
 def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
-    """KEY=VALUE flags as a dict (Kubernetes' own checks come after, in KubeOptions.problems)."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} {pair!r}: write KEY=VALUE, e.g. {flag} release=kube-prometheus-stack")
-        out[key] = value
-    return out
+    """KEY=VALUE flags as a dict, a key given two values refused naming both (slogen.settings.pairs; Kubernetes'
+    own checks come after, in KubeOptions.problems)."""
+    from slogen import settings as st
+
+    try:
+        return st.pairs(flag, pairs or [])
+    except SpecError as e:
+        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
 
 
 def _kube_options(args: argparse.Namespace, install: InstallSettings | None) -> KubeOptions:
@@ -98,15 +98,14 @@ def _kube_options(args: argparse.Namespace, install: InstallSettings | None) -> 
     labels = dict(install.object_labels) if install else _pairs("--object-label", args.object_label)
     opts = KubeOptions(
         meta=ObjectMeta(labels, _pairs("--object-annotation", args.object_annotation)),
-        namespace=install.namespace if install else "", receivers=dict(install.receivers) if install else {},
+        # the namespace when a settings file or --namespace gives it: labels alone move no object
+        namespace=install.namespace if install and (install.path or args.namespace) else "",
+        receivers=dict(install.receivers) if install else {},
         dashboard_labels=_pairs("--dashboard-label", args.dashboard_label) if args.dashboard_label
         else dict(DEFAULT_DASHBOARD_LABELS),
         folder_annotation=args.dashboard_folder_annotation, folder=args.dashboard_folder,
         provider_path=args.grafana_dashboards_path, alertmanager_config_name=args.alertmanager_config_name)
     problems = opts.problems()
-    problems += [("--object-label", f"{k}={v} conflicts with --dashboard-label {k}={opts.dashboard_labels[k]}: both "
-                                    "label the dashboards' ConfigMaps; give the key one value")
-                 for k, v in labels.items() if k in opts.dashboard_labels and opts.dashboard_labels[k] != v]
     if problems:
         raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
     return opts
@@ -147,10 +146,7 @@ def _install_settings(args: argparse.Namespace, inputs: Sequence[str], read_file
     from slogen import settings as st
 
     path = st.path_for(inputs, args.settings) if read_file else None
-    try:
-        labels, receivers = st.pairs("--object-label", args.object_label), st.pairs("--receiver", args.receiver)
-    except SpecError as e:  # a malformed or twice-given flag: a usage error, exit 2, naming the flag
-        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
+    labels, receivers = _pairs("--object-label", args.object_label), _pairs("--receiver", args.receiver)
     flags = {"namespace": args.namespace, "inference_namespaces": tuple(args.inference_namespace),
              "object_labels": labels, "floor": args.floor,
              "image": args.image, "api_server_cidr": args.api_server_cidr,
@@ -160,7 +156,10 @@ def _install_settings(args: argparse.Namespace, inputs: Sequence[str], read_file
     base = st.load(path) if path is not None else st.InstallSettings()
     if path is not None:
         print(f"note: install settings read from {path}", file=sys.stderr)
-    merged = st.merge(base, flags)
+    try:
+        merged = st.merge(base, flags)
+    except SpecError as e:  # a flag against the file: a usage error, naming both values
+        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
     problems = st.problems(merged)
     if problems:
         raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))

@@ -172,6 +172,9 @@ class KubeOptions:
                 for k in self.meta.labels if k in MANAGED_LABEL_KEYS]
         out += [("--object-annotation", f"{kv}: {why}") for kv, why in annotation_problems(self.meta.annotations)]
         out += [("--dashboard-label", f"{kv}: {why}") for kv, why in label_problems(self.dashboard_labels)]
+        out += [("--object-label", f"{k}={v} conflicts with --dashboard-label {k}={self.dashboard_labels[k]}: both "
+                                   "label the dashboards' ConfigMaps; give the key one value")
+                for k, v in self.meta.labels.items() if self.dashboard_labels.get(k, v) != v]
         if why := qualified_name_problem(self.folder_annotation):
             out.append(("--dashboard-folder-annotation", f"{self.folder_annotation!r}: {why}"))
         if not self.folder.strip():
