@@ -213,35 +213,27 @@ def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | 
     return out
 
 
-HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
-# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build` (docs/slogen.md, "Alertmanager routing").
+_TITLE = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
+"""
+_PLACEHOLDERS = f"""# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build` (docs/slogen.md, "Alertmanager routing").
 #
-# Receivers are placeholders: give them integrations before use, e.g.
+# Receivers are placeholders: give them integrations before use (slogen build --receiver NAME=URL, or
+# llmslo.yaml receivers:), or by hand, e.g.
 #   - name: {PAGE_RECEIVER}        # pages: whoever is on call for the service
 #     pagerduty_configs: [{{routing_key: <secret>}}]
 #   - name: {TICKET_RECEIVER}      # tickets: the team's queue or channel, read in working hours
 #     webhook_configs: [{{url: https://tickets.example.com/alertmanager}}]
-# Use this file as Alertmanager's configuration (`amtool check-config` accepts it), or merge it into
-# yours: copy `route.routes` under a route of your tree that receives these alerts, `inhibit_rules`,
-# and the two receivers. `python -m demo` fills the receivers with its webhook.
-#
-# One incident, one page: pages are grouped per {', '.join(PAGE_GROUP_BY)} (TTFT, TPOT, goodput and
-# availability pages of a service in a cluster are one notification; alerts joining it wait for
-# group_interval); a firing page silences that service's burn-rate tickets in the same cluster;
-# tickets are grouped per {', '.join(TICKET_GROUP_BY)}. Timers follow the alert-window catalog.
 """
-
-
-CONFIGURED_HEADER = f"""# {GENERATED_MARKER} (VERSION): Alertmanager routing and inhibition for the generated alerts.
-# DO NOT EDIT: change the SLO specs, the window catalogs or the receivers (--receiver NAME=URL, llmslo.yaml
+_CONFIGURED = f"""# DO NOT EDIT: change the SLO specs, the window catalogs or the receivers (--receiver NAME=URL, llmslo.yaml
 # receivers:) and run `slogen build` (docs/slogen.md, "Alertmanager routing").
 #
 # Receivers post to the webhook URLs the build was given: {PAGE_RECEIVER} (pages) and {TICKET_RECEIVER} (tickets),
 # and one per SLO {TEAM_LABEL} label, which gets that team's pages and tickets. A receiver without
 # webhook_configs had no URL (the build warned): Alertmanager notifies no one of what routes to it.
-# Use this file as Alertmanager's configuration (`amtool check-config` accepts it), or merge it into
+"""
+_SHAPE = f"""# Use this file as Alertmanager's configuration (`amtool check-config` accepts it), or merge it into
 # yours: copy `route.routes` under a route of your tree that receives these alerts, `inhibit_rules`,
-# and the receivers.
+# and the receivers. `python -m demo` fills the receivers with its webhook.
 #
 # One incident, one page: pages are grouped per {', '.join(PAGE_GROUP_BY)} (TTFT, TPOT, goodput and
 # availability pages of a service in a cluster are one notification; alerts joining it wait for
@@ -256,7 +248,7 @@ def _configured(receivers: Sequence[dict]) -> bool:
 
 
 def alertmanager_file(config: dict, version: str) -> str:
-    head = CONFIGURED_HEADER if _configured(config["receivers"]) else HEADER
+    head = _TITLE + (_CONFIGURED if _configured(config["receivers"]) else _PLACEHOLDERS) + _SHAPE
     return head.replace("VERSION", version, 1) + "\n" + dump(config)
 
 
@@ -309,17 +301,6 @@ def _crd_receiver(receiver: dict) -> dict:
     return out
 
 
-CRD_HEADER = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as prometheus-operator's AlertmanagerConfig.
-# DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build`.
-#
-# The same routes, grouping, timers, inhibition and placeholder receivers as alerts/alertmanager.yaml.
-# prometheus-operator adds a matcher namespace="<this object's namespace>" to the top route and to every
-# inhibit rule, unless the Alertmanager sets alertmanagerConfigMatcherStrategy: {{type: None}}: read
-# docs/deploy.md, "Alertmanager routing", before applying it. Give the receivers integrations (a patch
-# in your overlay, e.g. pagerdutyConfigs with a Secret reference) before use.
-"""
-
-
 _CRD_HEAD = f"""# {GENERATED_MARKER} (VERSION): alerts/alertmanager.yaml as prometheus-operator's AlertmanagerConfig.
 # DO NOT EDIT: change the SLO specs or the window catalogs and run `slogen build`.
 #
@@ -346,12 +327,8 @@ _CRD_PLACEHOLDERS = """# Give the receivers integrations (a patch in your overla
 def alertmanager_config_file(obj: dict, version: str, namespace: str = "") -> str:
     """The object's file: its header says what the operator adds and what the receivers are. `namespace`: the
     build's (`KubeOptions.namespace`), which every alert carries."""
-    configured = _configured(obj["spec"]["receivers"])
-    if not namespace and not configured:
-        head = CRD_HEADER
-    else:
-        head = (_CRD_HEAD + (_CRD_NAMESPACE.replace("NAMESPACE", namespace) if namespace else _CRD_NO_NAMESPACE)
-                + (_CRD_RECEIVERS if configured else _CRD_PLACEHOLDERS))
+    head = (_CRD_HEAD + (_CRD_NAMESPACE.replace("NAMESPACE", namespace) if namespace else _CRD_NO_NAMESPACE)
+            + (_CRD_RECEIVERS if _configured(obj["spec"]["receivers"]) else _CRD_PLACEHOLDERS))
     return head.replace("VERSION", version, 1) + "\n" + dump(obj)
 
 
