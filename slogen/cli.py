@@ -397,38 +397,6 @@ def _thresholds_problems(args: argparse.Namespace) -> list[SpecError]:
     return []
 
 
-# Each threshold flag: (its options field, metavar, help with `{}` where the default goes). The field's kind
-# (slogen.thresholds.settable) gives the type: durations parse and show as Prometheus durations, the rest as numbers.
-_HEALTH_FLAGS = (
-    ("gpu_lost_for", "DURATION", "LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {})"),
-    ("gpu_error_window", "WINDOW", "LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
-                                   "(default {})"),
-    ("target_down_for", "DURATION", "LLMEngineTargetDown: how long a target is unreadable (default {})"),
-    ("kv_usage_threshold", "RATIO", "LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {})"),
-    ("kv_saturated_for", "DURATION", "LLMKVCacheSaturated: how long before it fires (default {})"),
-    ("preemption_rate", "PER_SECOND", "LLMPreemptionStorm: preemptions per second per engine (default {})"),
-    ("preemption_window", "WINDOW", "LLMPreemptionStorm: rate window (default {})"),
-    ("preemption_for", "DURATION", "LLMPreemptionStorm: how long before it fires (default {})"),
-    ("tap_refusal_rate", "PER_SECOND", "LLMTapRefusingRequests: refusals per second per tap at its connection or "
-                                       "body-memory limit (default {}: any)"),
-    ("tap_refusal_window", "WINDOW", "LLMTapRefusingRequests: rate window (default {})"),
-    ("tap_refusal_for", "DURATION", "LLMTapRefusingRequests: how long before it fires, longer than the window "
-                                    "(default {})"),
-    ("tap_config_drift_for", "DURATION", "LLMTapConfigDrift: how long a tap reports other SLO files than the "
-                                         "build's before it fires (default {})"),
-)
-_CAPACITY_FLAGS = (  # flags --capacity-<field>
-    ("footprint_window", "WINDOW", "rate window of the request-size histograms behind the p99/p50 footprint "
-                                   "(default {})"),
-    ("trend_window", "WINDOW", "deriv() window of the time-to-exhaustion forecast and the queue trend (default {})"),
-    ("seats_low", "SEATS", "LLMKVSeatsLow: a pool under this many seats at p99 context (default {})"),
-    ("seats_low_for", "DURATION", "LLMKVSeatsLow: how long before it fires (default {})"),
-    ("exhaustion_minutes", "MINUTES", "LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue "
-                                      "growing (default {})"),
-    ("exhaustion_for", "DURATION", "LLMKVSeatsExhaustion: how long before it fires (default {})"),
-)
-
-
 def _threshold_flags(group: argparse._ArgumentGroup, defaults: HealthOptions | CapacityOptions,
                      flags: tuple[tuple[str, str, str], ...], prefix: str = "") -> None:
     """One flag per row, default None: a flag given overrides the thresholds file (`_threshold_options`)."""
@@ -449,7 +417,9 @@ def _health_args(p: argparse.ArgumentParser) -> None:
                              "each threshold flag overrides the thresholds file (--thresholds)")
     h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
                    help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
-    _threshold_flags(h, HealthOptions(), _HEALTH_FLAGS)
+    from slogen.thresholds import HEALTH_FLAGS
+
+    _threshold_flags(h, HealthOptions(), HEALTH_FLAGS)
 
 
 def _capacity_args(p: argparse.ArgumentParser) -> None:
@@ -457,7 +427,9 @@ def _capacity_args(p: argparse.ArgumentParser) -> None:
                              "alerts/llmslo-capacity.rules.yaml; each threshold flag overrides the thresholds file")
     k.add_argument("--no-capacity-rules", dest="capacity_rules", action="store_false",
                    help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
-    _threshold_flags(k, CapacityOptions(), _CAPACITY_FLAGS, "capacity-")
+    from slogen.thresholds import CAPACITY_FLAGS
+
+    _threshold_flags(k, CapacityOptions(), CAPACITY_FLAGS, "capacity-")
 
 
 def _threshold_options(args: argparse.Namespace) -> tuple[HealthOptions, CapacityOptions]:

@@ -108,14 +108,13 @@ def _thresholds() -> str:
     """The health and capacity thresholds at their built-in defaults, each with what it sets."""
     from llmslo.durations import format_prometheus_duration
     from slogen import thresholds
-    from slogen.cli import _CAPACITY_FLAGS, _HEALTH_FLAGS
     from slogen.rules.capacity import CapacityOptions
     from slogen.rules.health import HealthOptions
 
     lines = ["# The health and capacity alerts' thresholds (docs/slogen.md); the values are the built-in defaults.",
              f'version: "{thresholds.VERSION}"']
-    for section, defaults, flags in (("health", HealthOptions(), _HEALTH_FLAGS),
-                                     ("capacity", CapacityOptions(), _CAPACITY_FLAGS)):
+    for section, defaults, flags in (("health", HealthOptions(), thresholds.HEALTH_FLAGS),
+                                     ("capacity", CapacityOptions(), thresholds.CAPACITY_FLAGS)):
         kinds = thresholds.settable(type(defaults))
         lines.append(f"{section}:")
         for field, _, text in flags:

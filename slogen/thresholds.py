@@ -131,3 +131,35 @@ def problems(t: Thresholds, doc: Any = None) -> list[SpecError]:
             out.append(SpecError(file, f"{key} {why}", f"{name}.{key}", line=_line(section, key) if section else None,
                                  fix=f"correct {key} in the file, or leave it out for the default"))
     return out
+
+
+# Each threshold flag: (its options field, metavar, help with `{}` where the default goes). The field's kind
+# (slogen.thresholds.settable) gives the type: durations parse and show as Prometheus durations, the rest as numbers.
+HEALTH_FLAGS = (
+    ("gpu_lost_for", "DURATION", "LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {})"),
+    ("gpu_error_window", "WINDOW", "LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
+                                   "(default {})"),
+    ("target_down_for", "DURATION", "LLMEngineTargetDown: how long a target is unreadable (default {})"),
+    ("kv_usage_threshold", "RATIO", "LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {})"),
+    ("kv_saturated_for", "DURATION", "LLMKVCacheSaturated: how long before it fires (default {})"),
+    ("preemption_rate", "PER_SECOND", "LLMPreemptionStorm: preemptions per second per engine (default {})"),
+    ("preemption_window", "WINDOW", "LLMPreemptionStorm: rate window (default {})"),
+    ("preemption_for", "DURATION", "LLMPreemptionStorm: how long before it fires (default {})"),
+    ("tap_refusal_rate", "PER_SECOND", "LLMTapRefusingRequests: refusals per second per tap at its connection or "
+                                       "body-memory limit (default {}: any)"),
+    ("tap_refusal_window", "WINDOW", "LLMTapRefusingRequests: rate window (default {})"),
+    ("tap_refusal_for", "DURATION", "LLMTapRefusingRequests: how long before it fires, longer than the window "
+                                    "(default {})"),
+    ("tap_config_drift_for", "DURATION", "LLMTapConfigDrift: how long a tap reports other SLO files than the "
+                                         "build's before it fires (default {})"),
+)
+CAPACITY_FLAGS = (  # flags --capacity-<field>
+    ("footprint_window", "WINDOW", "rate window of the request-size histograms behind the p99/p50 footprint "
+                                   "(default {})"),
+    ("trend_window", "WINDOW", "deriv() window of the time-to-exhaustion forecast and the queue trend (default {})"),
+    ("seats_low", "SEATS", "LLMKVSeatsLow: a pool under this many seats at p99 context (default {})"),
+    ("seats_low_for", "DURATION", "LLMKVSeatsLow: how long before it fires (default {})"),
+    ("exhaustion_minutes", "MINUTES", "LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue "
+                                      "growing (default {})"),
+    ("exhaustion_for", "DURATION", "LLMKVSeatsExhaustion: how long before it fires (default {})"),
+)
