@@ -11,15 +11,14 @@ import pytest
 from aiohttp import web
 
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+from tests.helpers.needs import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def pages_dir() -> Path:
-    if not SHARED_PAGES.is_dir():
-        pytest.skip("../shared (reference pages) is not present in this checkout")
-    return SHARED_PAGES.resolve()
+    return shared_dir(SHARED_PAGES, "engine sample pages").resolve()
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -23,11 +23,11 @@ from exporter.model import MetricFamily, NormSample, Sample
 from exporter.promtext import parse
 from llmslo import conventions as c
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+from tests.helpers.needs import shared_dir
 from tests.helpers.samples import one, pick
 
 PAGES = SHARED_PAGES
-if not PAGES.is_dir():
-    pytest.skip("../shared (developer data) is not present", allow_module_level=True)
+shared_dir(PAGES, "engine sample pages")
 
 PAGE_KINDS = SAMPLE_PAGES
 IDENTITY = {"pod": "pod-a", "namespace": "llm", "node": "gpu-node-1", "model": "configured-model"}

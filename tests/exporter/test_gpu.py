@@ -31,6 +31,7 @@ from exporter.gpu import (
 from exporter.gpu.nvml import MAX_XID_EVENTS_PER_POLL, mig_profile_from_name
 from exporter.model import NormSample
 from llmslo import conventions as c
+from tests.helpers.needs import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"
@@ -704,8 +705,7 @@ def test_open_provider_specs() -> None:
 # ------------------------------------------------------------------------------------------------
 def dcgm_rows() -> dict[str, tuple[str, str]]:
     """DCGM field -> (prometheus type, help) from default-counters.csv, commented-out rows included."""
-    if not DCGM.is_dir():
-        pytest.skip("../shared/peers/dcgm is not present (only developers and CI have it)")
+    shared_dir(DCGM, "peers/dcgm")
     rows = {}
     for line in (DCGM / "default-counters.csv").read_text().splitlines():
         text = line.lstrip("# ").strip()
@@ -716,8 +716,7 @@ def dcgm_rows() -> dict[str, tuple[str, str]]:
 
 
 def test_labels_match_dcgm_exporter() -> None:
-    if not DCGM.is_dir():
-        pytest.skip("../shared/peers/dcgm is not present")
+    shared_dir(DCGM, "peers/dcgm")
     provenance = (DCGM / "PROVENANCE.md").read_text()
     # The pinned dcgm-exporter commit is the one that renamed Hostname to hostname.
     assert "Rename Hostname label to hostname" in provenance

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.model import MetricFamily, Sample
 from exporter.promtext import clear_label_cache, parse, parse_with_errors
+from tests.helpers.needs import shared_dir
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 PAGES_DIR = SHARED / "peers" / "engine-metrics"
@@ -58,8 +59,7 @@ def assert_same(text: str, want=None) -> None:
 # The engine sample pages
 # --------------------------------------------------------------------------------------------------------
 def _page(name: str) -> str:
-    if not PAGES_DIR.is_dir():
-        pytest.skip("../shared (engine sample pages) is not present in this checkout")
+    shared_dir(PAGES_DIR, "engine sample pages")
     return (PAGES_DIR / name).read_text()
 
 

@@ -18,7 +18,8 @@ def command(name: str, fix: str) -> str:
 
 
 def shared_dir(path: Path, what: str) -> Path:
-    """The folder `path` of ../shared; skips the test, naming `what` it holds, when it is absent."""
+    """The folder `path` of ../shared; skips the test (or, called at import, the module), naming `what` it holds,
+    when it is absent."""
     if not path.is_dir():
-        pytest.skip(f"../shared ({what}) is not present on this machine")
+        pytest.skip(f"../shared ({what}) is not present on this machine", allow_module_level=True)
     return path

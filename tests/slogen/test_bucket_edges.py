@@ -39,6 +39,7 @@ from slogen.rules.bucket_alerts import ALERT_SUFFIX, GROUP_PREFIX, TIER
 from slogen.rules.options import GenOptions
 from slogen.steps import STEPS
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+from tests.helpers.needs import shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = Path(__file__).resolve().parent / "bucket_edges"
@@ -87,8 +88,7 @@ FAMILIES = {be.METRIC_TTFT: c.TTFT, be.METRIC_TPOT: c.TPOT, be.METRIC_ITL: c.ITL
 
 @pytest.mark.parametrize("page", sorted(PAGE_ROWS))
 def test_each_row_is_what_the_exporter_writes_for_its_sample_page(page):
-    if not SHARED_PAGES.is_dir():
-        pytest.skip("../shared (reference pages) is not present")
+    shared_dir(SHARED_PAGES, "engine sample pages")
     kind, versions = PAGE_ROWS[page]
     assert SAMPLE_PAGES[page] == kind
     (row,) = [r for r in be.ROWS if (r.kind, r.versions) == (kind, versions)]

@@ -26,6 +26,7 @@ from slogen.rules.capacity import CapacityOptions, capacity_alerts, capacity_gro
 from slogen.steps import capacity_rules
 from slogen.writers import rule_file
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
+from tests.helpers.needs import shared_dir
 
 RULES = f"alerts/{K.GROUP}.rules.yaml"
 TESTS = f"alerts/{K.GROUP}.test.yaml"
@@ -58,8 +59,7 @@ def _quantile(q: float, buckets: dict[float, float]) -> float:
 def test_seats_on_every_engine_page(promtool, tmp_path):
     """Each engine kind's page through its adapter, held for 10 minutes (request counters growing at the page's
     counts per minute), then the recorded seats against free blocks x block size / (q prompt + q output)."""
-    if not SHARED_PAGES.is_dir():
-        pytest.skip("../shared (developer data) is not present")
+    shared_dir(SHARED_PAGES, "engine sample pages")
     opts = CapacityOptions()
     series, checks = [], []
     for page, kind in SAMPLE_PAGES.items():

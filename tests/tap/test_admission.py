@@ -21,6 +21,7 @@ from exporter.tap.cli import add_arguments
 from exporter.tap.seats import MIN_SAMPLES
 from llmslo import conventions as C
 from llmslo.histograms import histogram_quantile as quantile
+from tests.helpers.needs import shared_dir
 
 BLOCKS, BLOCK_SIZE = 1001, 16  # 16,000 KV tokens: vLLM V1 sets one block aside as its null block
 INTERACTIVE = Objective("interactive", 0.5, 0.05)
@@ -271,8 +272,7 @@ def test_every_engine_kind_with_kv_blocks_is_read_through_its_adapter() -> None:
     blocks and the block size is gated (detected or named); the others are unreadable, and the gate fails open."""
     from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 
-    if not SHARED_PAGES.is_dir():
-        pytest.skip("the engine sample pages (../shared) are not here")
+    shared_dir(SHARED_PAGES, "engine sample pages")
     readable = set()
     for page, kind in SAMPLE_PAGES.items():
         text = (SHARED_PAGES / page).read_text()
