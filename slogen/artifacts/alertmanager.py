@@ -25,15 +25,16 @@ shape (docs/slogen.md, "Alertmanager routing"):
   group's reading falls between the two. Together with the rules holding a short window that sees
   no requests (rules/alerts.py), a low-traffic incident is one page and one all-clear.
 * Health alerts (`llmslo-health`) page when critical, else ticket, grouped per alert and cluster.
-* **An SLO labelled `team: X` pages and tickets receiver X** (`KubeOptions.receivers` configured):
+* **An SLO labelled `team: X` pages and tickets receiver X** once X has a URL (`KubeOptions.receivers`):
   its own page and ticket routes, before the generic ones, with the same grouping and timers; the
   inhibition is the same for every team (it reads severities, services and clusters, not receivers).
 
 Receivers are build settings (`KubeOptions.receivers`: name -> webhook URL). None given, the routing
 is the placeholder one (`llmslo-page`, `llmslo-ticket`, no integrations, no team routes): the header
 says how to fill them in, the demo puts its webhook URLs there, and the build warns
-(`receiver_warnings`). Given, every receiver the routing uses gets its URL, and one without (or a URL
-nothing routes to) is a warning, so `--strict` fails the build.
+(`receiver_warnings`). A team gets its own routes only when its receiver has a URL: until then its
+alerts go to the generic receivers, never to a receiver that notifies no one. A receiver routed to
+without a URL, a team without one, and a URL nothing routes to are warnings, so `--strict` fails the build.
 """
 
 from __future__ import annotations
@@ -128,10 +129,15 @@ def _eq(label: str, value: str) -> str:
     return f"{label}={json.dumps(value, ensure_ascii=False)}"
 
 
+def routed_teams(teams: Iterable[str], receivers: Mapping[str, str] | None) -> list[str]:
+    """The teams with a route of their own: those whose receiver has a URL. A team without one keeps the generic
+    receivers (and the build warns): a route to a receiver with no integration would page no one."""
+    return sorted(t for t in set(teams) if (receivers or {}).get(t))
+
+
 def receivers_used(teams: Iterable[str] = (), receivers: Mapping[str, str] | None = None) -> list[str]:
-    """The receivers the routing sends to, in its order: the generic two, then one per team (team routes exist
-    only once any receiver is configured)."""
-    return list(dict.fromkeys([*RECEIVERS, *(sorted(set(teams)) if receivers else ())]))
+    """The receivers the routing sends to, in its order: the generic two, then one per routed team."""
+    return list(dict.fromkeys([*RECEIVERS, *routed_teams(teams, receivers)]))
 
 
 def _receiver(name: str, receivers: Mapping[str, str]) -> dict:
@@ -152,7 +158,7 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
     page = f'{C.LABEL_SEVERITY}="page"'
     ticket = f'{C.LABEL_SEVERITY}="ticket"'
     routes: list[dict] = []
-    for team in (sorted(set(teams)) if receivers else ()):  # before the generic routes: the first match wins
+    for team in routed_teams(teams, receivers):  # before the generic routes: the first match wins
         routes += [
             {"receiver": team, "matchers": [_eq(TEAM_LABEL, team), page], "group_by": list(PAGE_GROUP_BY),
              **t.page.fields()},
@@ -191,9 +197,9 @@ def alertmanager_config(catalogs: Sequence[AlertWindows], ticket_tiers: Sequence
 def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | None = None,
                       routed: bool = True) -> list[SpecError]:
     """What the build says about the routing's receivers: each one routed to without a URL (Alertmanager accepts
-    it and notifies no one), each URL given for a receiver nothing routes to, and, with no receivers at all,
-    each team whose alerts go to the generic receivers meanwhile. `routed`: whether the build has a routing
-    (it has none without alerts: then only URLs given are worth a word)."""
+    it and notifies no one), each team without a URL (its alerts go to the generic receivers meanwhile), and each
+    URL given for a receiver nothing routes to. `routed`: whether the build has a routing (it has none without
+    alerts: then only URLs given are worth a word)."""
     given = dict(receivers or {})
     used = receivers_used(teams, given) if routed else []
     where = "slogen build"
@@ -201,11 +207,11 @@ def receiver_warnings(teams: Sequence[str] = (), receivers: Mapping[str, str] | 
     out = [SpecError(where, f"{routing} sends alerts to receiver {name}, which has no URL: Alertmanager notifies no "
                             "one of them", fix=RECEIVER_FIX.replace("NAME", name))
            for name in used if not given.get(name)]
-    if not given and routed:
+    if routed:
         out += [SpecError(where, f"{routing} sends the pages and tickets of the SLOs labelled {TEAM_LABEL}={team} to "
-                                 f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: no receivers are configured (with any, they "
-                                 f"go to receiver {team})", fix=RECEIVER_FIX.replace("NAME", team))
-                for team in sorted(set(teams)) if team not in RECEIVERS]
+                                 f"{PAGE_RECEIVER} and {TICKET_RECEIVER}: receiver {team}, which has no URL, would "
+                                 "notify no one", fix=RECEIVER_FIX.replace("NAME", team))
+                for team in sorted(set(teams) - set(RECEIVERS)) if not given.get(team)]
     out += [SpecError(where, f"receiver {name} has a URL, but {routing} sends nothing to it (its receivers: "
                              f"{', '.join(used) or 'none, the build has no alerts'})",
                       fix=f"label the SLOs whose alerts it should get {TEAM_LABEL}: {name}, or drop its URL")
@@ -334,4 +340,4 @@ def alertmanager_config_file(obj: dict, version: str, namespace: str = "") -> st
 
 __all__ = ["ALERTMANAGER_FILE", "PAGE_RECEIVER", "TEAM_LABEL", "TICKET_RECEIVER", "alertmanager_config",
            "alertmanager_config_file", "alertmanager_config_object", "alertmanager_file", "receiver_warnings",
-           "receivers_used", "timers"]
+           "receivers_used", "routed_teams", "timers"]

@@ -305,6 +305,22 @@ def test_a_team_receiver_without_a_url_and_a_url_nobody_uses_are_warnings(built)
     assert any("receiver nobody has a URL, but the routing" in w and "sends nothing to it" in w for w in warnings)
 
 
+def test_a_team_without_a_url_is_paged_through_the_generic_receiver_not_dropped(built, tmp_path):
+    """A team route to a receiver without an integration would page no one: until the team has a URL, its pages
+    and tickets go to llmslo-page and llmslo-ticket (amtool on what the operator makes of the object)."""
+    root, _, _ = built
+    receivers = {k: v for k, v in RECEIVERS.items() if k != "platform"}
+    content = build(_options(root, receivers)).files[ALERTMANAGER_CONFIG_FILE]
+    obj = yaml.safe_load(content if isinstance(content, str) else Path(content).read_text())
+    assert "platform" not in {r["name"] for r in obj["spec"]["receivers"]}
+    config = tmp_path / "alertmanager.yaml"
+    config.write_text(yaml.safe_dump(operator_config(obj), sort_keys=False))
+    base = {"namespace": NAMESPACE, TEAM_LABEL: "platform", C.LABEL_SERVICE: "fleet", "cluster": "a"}
+    assert routed(config, {**base, C.LABEL_SEVERITY: "page"}) == PREFIX + PAGE_RECEIVER
+    assert routed(config, {**base, C.LABEL_SEVERITY: "ticket"}) == PREFIX + TICKET_RECEIVER
+    assert routed(config, {**base, TEAM_LABEL: "inference", C.LABEL_SEVERITY: "page"}) == PREFIX + "inference"
+
+
 def test_without_namespace_or_receivers_the_build_is_as_before_and_only_alerts_change_with_them(built):
     """The namespace changes the alert rules by `scoped` alone (recording rules not at all); no receivers at all
     is the placeholder routing: the generic two without integrations, no team routes, and a warning for each."""
