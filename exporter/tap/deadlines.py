@@ -15,7 +15,9 @@ Deadlines measure progress, not bytes. A keep-alive proves the connection, not t
 sends an SSE comment every 15 s, so an engine hung after its first token would otherwise look
 alive for ever. After the first token only an event that carries output (as exporter.tap.timing
 counts them for TPOT) moves a stream's stall deadline; comments, blank lines, role- or
-finish-only events and an event still arriving byte by byte do not. Output events, rather than any
+finish-only events and an event still arriving byte by byte do not. Once a stream's answer is whole (its
+`[DONE]`, or its final finish_reason, came), no deadline fails it: the request is judged by its answer,
+timed to the answer's end, and a transport held open after it is ended within ANSWERED_GRACE_S. Output events, rather than any
 complete `data:` event: every token the engine makes for the user is one, and an engine that sends
 only empty events for longer than the stall deadline (10x the TPOT objective, 30 s at least) is
 failing its users either way. A non-streamed body has no events, so it must grow by
@@ -45,6 +47,10 @@ STALL_FLOOR_S = 30.0
 RESPONSE_FLOOR_S = 600.0
 # How much a non-streamed body must grow within each stall deadline to count as progress.
 BODY_PROGRESS_BYTES = 4096
+# How long a stream whose answer is whole ([DONE], or the final finish_reason of a one-choice answer) may keep
+# its connection open before the tap ends the response itself (the stall deadline, if shorter). Engines send the
+# end of the body with [DONE], and the usage event and [DONE] just after the last finish_reason.
+ANSWERED_GRACE_S = 2.0
 
 
 class DeadlineError(ValueError):

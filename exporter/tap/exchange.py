@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap import http1
-from exporter.tap.deadlines import BODY_PROGRESS_BYTES
+from exporter.tap.deadlines import ANSWERED_GRACE_S, BODY_PROGRESS_BYTES
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
 from exporter.tap.predict import REFUSAL_TEXT
@@ -159,7 +159,12 @@ class Exchange:
         d = self.proxy.deadlines
         plan = self.plan
         timing = self.timing
-        if plan is not None and plan.streamed and timing.first_token_at is None:
+        if plan is not None and self.streamed and timing.complete:  # the answer is whole: only its transport's end
+            one = timing.delivered or plan.choices == 1  # else other choices may still be streaming
+            limit = min(ANSWERED_GRACE_S, d.stall_s) if one else d.stall_s
+            since = max((timing.answered_at if timing.delivered else timing.answer_end) or now, self.excused_at)
+            what = "end of the response after its answer"
+        elif plan is not None and plan.streamed and timing.first_token_at is None:
             limit, since, what = max(d.first_token_s, plan.objective.ttft or 0.0), timing.arrival, "first token"
         elif self.response is None:
             limit, since, what = d.response_s, timing.arrival, "response"
@@ -181,6 +186,8 @@ class Exchange:
               limit_s=f"{limit:g}", path=field_text(self.head.path))
         if self.response is None or self.prefix:  # the client has had nothing: answer 504
             self._fail(f"the engine sent no {what} within {limit:g} s\n", 504, C.OUTCOME_UPSTREAM_TIMEOUT)
+        elif self.streamed and self.timing.complete:
+            self._end_answered()
         else:  # the response has started: break it off, as for an upstream break
             self.timing.on_end(self.proxy.clock())
             self._finish(C.OUTCOME_UPSTREAM_TIMEOUT, close=True, abort=True)
@@ -326,8 +333,28 @@ class Exchange:
         if finished:
             self._end(t)
 
-    def _end(self, t: float) -> None:
-        """The response body ended normally."""
+    def _end_answered(self) -> None:
+        """The stream's answer is whole (its [DONE], or its final finish_reason, came), but the upstream holds its
+        connection open after it, or breaks it: the request is judged by its answer, timed to the answer's end,
+        not failed by its transport. The client's response is ended where its framing allows (else closed) and
+        the upstream connection closed (it is out of step)."""
+        self.reusable = False
+        timing = self.timing
+        now = self.proxy.clock()
+        end = timing.answer_end
+        timing.on_end(now if end is None else end)
+        decoder, mode = self.decoder, self.mode
+        whole = mode is BodyMode.CHUNKS
+        if mode is BodyMode.RAW and decoder is not None and decoder.at_boundary:
+            self.client.write(self.prefix + http1.LAST_CHUNK)  # the upstream's own chunks end here
+            self.prefix, whole = b"", True
+        conn = self.conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.close()
+        self._end(now, close=not whole)
+
+    def _end(self, t: float, close: bool = False) -> None:
+        """The response body ended normally (`close`: the client's connection must close to end it)."""
         relay = self.relay
         tail = relay.finish(t) if relay is not None else b""
         if self.mode is BodyMode.CHUNKS:
@@ -341,7 +368,7 @@ class Exchange:
             stream=isinstance(relay, SseRelay), complete=self.timing.complete,
             unparsed_close=isinstance(relay, BodyRelay) and self.framing == UNTIL_CLOSE and not relay.parsed,
         )
-        self._finish(outcome, close=self.client_close or self.mode is BodyMode.PLAIN)
+        self._finish(outcome, close=close or self.client_close or self.mode is BodyMode.PLAIN)
 
     def upstream_lost(self) -> None:
         """The upstream connection closed (or was reset)."""
@@ -362,7 +389,10 @@ class Exchange:
     def _broken(self) -> None:
         """The upstream broke off mid-body. Pass the break on: close the client's connection
         without the end of the body, as nginx does, so the client cannot mistake a truncated
-        response for a complete one."""
+        response for a complete one. A stream whose answer was already whole is ended as answered."""
+        if self.streamed and self.timing.complete:
+            self._end_answered()
+            return
         self.reusable = False
         self._finish(C.OUTCOME_ABORTED, close=True, abort=True)
 

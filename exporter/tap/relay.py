@@ -57,10 +57,7 @@ class SseRelay:
     def feed(self, chunk: bytes, t: float) -> bytes | None:
         splitter = self._splitter
         if splitter is None:  # gave up following the stream: relay blindly, watching for its end only
-            if _DONE in chunk:
-                self.timing.delivered = True
-            elif _has_finish(chunk):
-                self.timing.finished = True
+            self._watch_end(chunk, t)
             return None
         timing = self.timing
         held = splitter.pending()  # fed earlier, not let out yet (with strip)
@@ -72,6 +69,7 @@ class SseRelay:
                     timing.on_output_event(t)
                 if _has_finish(data):
                     timing.finished = True
+                    timing.answered_at = t
                 return None
         try:
             events = splitter.feed(chunk)
@@ -83,6 +81,7 @@ class SseRelay:
         out: list[bytes] = []
         changed = False
         done = False
+        was_delivered = timing.delivered
         for ev in events:
             data = ev.data
             done = done or data == _DONE
@@ -119,9 +118,23 @@ class SseRelay:
         if done:
             timing.on_end(t)
             timing.delivered = True
+        if timing.complete and not was_delivered and any(ev.data is not None for ev in events):
+            timing.answered_at = t  # an event of the complete answer; after [DONE] nothing moves it
         if not strip or (whole and not changed and not splitter.pending()):
             return None  # nothing held back or dropped: the read as it came
         return b"".join(out)
+
+    def _watch_end(self, chunk: bytes, t: float) -> None:
+        """A blindly relayed read: only whether it carries the stream's end, and when."""
+        timing = self.timing
+        if timing.delivered:
+            return
+        if _DONE in chunk:
+            timing.delivered = True
+            timing.answered_at = t
+        elif _has_finish(chunk):
+            timing.finished = True
+            timing.answered_at = t
 
     def finish(self, t: float) -> bytes:
         self.timing.on_end(t)

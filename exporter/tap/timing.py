@@ -11,7 +11,8 @@ same code is exercised by unit tests with made-up timestamps. Definitions (docs/
 - TPOT: (t_last_token - t_first_token) / (n_out - 1), 0 when n_out <= 1.
 - n_out: `usage.completion_tokens` when the stream reports it, else the number of output
   events (usage_source "chunks").
-- E2E: arrival -> end of the response body.
+- E2E: arrival -> end of the response body; for a stream whose upstream holds the connection open after
+  its complete answer, arrival -> the answer's last event (`answered_at`).
 - complete: the stream ended with the engine's final event (`[DONE]`, or a `finish_reason`
   for engines that send no `[DONE]`); a stream without it is `truncated`, never `ok`.
 - n_out is checked: a usage count above what the request allowed (max_tokens x n) or above the
@@ -110,11 +111,20 @@ class RequestTiming:
     # view, so a client closing the connection afterwards (as real clients do) is not a disconnect.
     delivered: bool = False
     finished: bool = False  # an event carried a finish_reason (engines that send no `[DONE]` end so)
+    # When the last event of a complete answer arrived (`[DONE]`, or the finish_reason / usage events before
+    # it): the answer's end, should the upstream hold its connection open after it (exporter.tap.exchange).
+    answered_at: float | None = None
 
     @property
     def complete(self) -> bool:
         """The stream carried the engine's final event: nothing the client was owed is missing."""
         return self.delivered or self.finished
+
+    @property
+    def answer_end(self) -> float | None:
+        """The latest of the answer's last event and its last output event (None before either)."""
+        times = [x for x in (self.answered_at, self.last_token_at) if x is not None]
+        return max(times) if times else None
 
     def on_headers(self, t: float) -> None:
         if self.headers_at is None:
