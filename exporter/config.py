@@ -103,8 +103,8 @@ class KubernetesDiscovery:
     refresh_interval_s: float = 30.0
     # Bounds of one listing (all pages, all namespaces); past one, the listing is abandoned and the
     # last good target list stays. A node runs at most a few hundred pods (kubelet's max-pods is 110
-    # by default) and the API server fills each page up to PAGE_LIMIT (500), so a listing is one or
-    # two pages; the bounds leave room for a proxy that ignores the node's field selector.
+    # by default) and the API server fills each page up to PAGE_LIMIT (100), so a listing is one to
+    # three pages; the bounds leave room for a proxy that ignores the node's field selector.
     max_pages: int = 100
     max_items: int = 10_000
     listing_timeout_s: float = 30.0  # the default refresh interval: a longer listing only falls behind

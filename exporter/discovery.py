@@ -15,8 +15,8 @@ rotate), in every namespace or in the configured ones. Pod metadata it reads, al
 Only Running pods with an IP that are not terminating become targets, and only at their own IP
 and declared ports (exporter/podtargets.py says what an annotation may and may not choose).
 
-The API server's answers are input too: one listing is bounded in pages, items, bytes per page
-and time (settings `max_pages`, `max_items`, `listing_timeout`), and pages are turned into
+The API server's answers are input too: one listing is bounded in pages, items, bytes and JSON
+values per page, and time (settings `max_pages`, `max_items`, `listing_timeout`), and pages are turned into
 targets as they arrive, so an endless `continue` token or a flood of items costs a bounded
 amount of memory and time. Past a bound the listing is abandoned: the caller keeps the last
 good list, and the reason is counted.
@@ -44,13 +44,23 @@ from exporter.sources import PAGE_TOO_LARGE, FetchError, http_status_reason
 from exporter.sources.http import fetch_http
 from llmslo import conventions as c
 
-PAGE_LIMIT = 500
+PAGE_LIMIT = 100  # pods asked for per page (`limit=`): a node rarely runs more than 110, so one page as a rule
 REQUEST_TIMEOUT_S = 10.0
-# One page of PAGE_LIMIT pods: about 20 KB of JSON for a pod with a large spec, so 10 MB. The cap is
-# what one hostile answer can cost before it is refused (parsed, pathological JSON such as millions
-# of `{}` can take some 30 times its bytes; a real pod list about 5 times).
-MAX_PAGE_BYTES = 16 * 1024 * 1024
+# What one answer may cost before it is refused, sized for PAGE_LIMIT pods of up to 40 KiB of JSON each
+# (a real pod, managedFields included, is some 5-20 KiB). Parsed JSON costs up to 30 times its bytes
+# (millions of `{}`), so the bytes alone would still allow some 120 MiB; the JSON values are therefore
+# counted on the raw bytes first (every `,` `:` `{` `[`, an upper bound), and a page of more than one
+# value per 4 bytes, denser than any real pod list (managedFields, the densest part, has one per 4-5),
+# is refused before anything is parsed. Parsing what passes costs at most some 40 MiB and 50 ms.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+MAX_PAGE_VALUES = MAX_PAGE_BYTES // 4
 MAX_SKIP_MEMORY = 10_000  # (pod, reason) pairs remembered to log each once; pod churn must not grow it
+
+
+def json_values_at_most(raw: bytes | bytearray) -> int:
+    """An upper bound on the values and keys in a JSON text, counted without parsing it: each but the first
+    of an object or array follows a `,` or `:`, the first an `{` or `[` (strings' own such characters count too)."""
+    return raw.count(b",") + raw.count(b":") + raw.count(b"{") + raw.count(b"[") + 1
 
 
 class DiscoveryError(Exception):
@@ -139,6 +149,8 @@ class KubernetesDiscoverer:
             if exc.reason == PAGE_TOO_LARGE:
                 raise ListingAbandoned(c.ABANDONED_BYTES, f"a page is over {MAX_PAGE_BYTES} bytes") from None
             raise DiscoveryError(f"listing pods failed: {exc}") from None
+        if (values := json_values_at_most(raw)) > MAX_PAGE_VALUES:
+            raise ListingAbandoned(c.ABANDONED_BYTES, f"a page holds up to {values} JSON values, over {MAX_PAGE_VALUES} (no pod list is that dense)")
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):

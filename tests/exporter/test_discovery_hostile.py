@@ -6,17 +6,23 @@ ends within its bounds, the last good target list stays, and the metrics and one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from aiohttp import web
 
+from exporter import discovery
 from exporter.collector import Collector
 from exporter.config import ConfigError, ExporterConfig, KubernetesDiscovery, load_config, merge_cli
 from exporter.discovery import KubernetesDiscoverer
@@ -320,3 +326,93 @@ def test_a_discovered_pod_cannot_redirect_the_exporter_elsewhere(http_server, tm
     assert asked_secret == []
     assert [(t.up, t.reason) for t in snap.targets] == [(False, "http_302")]
     assert not [s for s in snap.samples if s.metric is c.REQUESTS_RUNNING]
+
+
+# ---------------------------------------------------------------------------------------------- one page, memory
+def _manifest_memory_limit() -> int:
+    """The exporter container's `resources.limits.memory` in the shipped DaemonSet, in bytes."""
+    doc = yaml.safe_load((ROOT / "slogen/kustomize/base/daemonset.yaml").read_text())
+    [container] = [k for k in doc["spec"]["template"]["spec"]["containers"] if k["name"] == "exporter"]
+    quantity = container["resources"]["limits"]["memory"]
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def _just_under_the_cap(head: bytes, unit: bytes, tail: bytes) -> bytes:
+    """head + unit*n + tail, as large as the exporter's page cap still accepts."""
+    n = (discovery.MAX_PAGE_BYTES - len(head) - len(tail)) // len(unit)
+    return head + unit * n + tail
+
+
+def _hostile_page(mode: str) -> bytes:
+    if mode == "at_the_value_bound":  # as many `{}` pods as the value count lets through to the parser
+        return b'{"items":[' + b"{}," * (discovery.MAX_PAGE_VALUES // 2 - 8) + b"{}]}"
+    if mode == "tiny_items":  # millions of `{}` pods: each costs some 30 times its 3 bytes once parsed
+        return _just_under_the_cap(b'{"kind":"PodList","metadata":{},"items":[', b"{},", b"{}]}")
+    # three pods, each with a huge annotation object of empty objects: few items, the same parsed weight
+    head, tail = b'{"metadata":{"name":"h","annotations":{"x":[', b"{}]}}}"
+    item = head + b"{}," * ((discovery.MAX_PAGE_BYTES // 3 - 64 - len(head) - len(tail)) // 3) + tail
+    return b'{"kind":"PodList","metadata":{},"items":[' + b",".join([item] * 3) + b"]}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _abandoned(metrics_page: str, reason: str) -> float:
+    for line in metrics_page.splitlines():
+        if line.startswith(f'{c.EXPORTER_DISCOVERY_ABANDONED.name}{{reason="{reason}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize(("mode", "reason", "other"), [
+    ("tiny_items", c.ABANDONED_BYTES, c.ABANDONED_ITEMS), ("huge_items", c.ABANDONED_BYTES, c.ABANDONED_ITEMS),
+    ("at_the_value_bound", c.ABANDONED_ITEMS, c.ABANDONED_BYTES),
+])
+def test_one_hostile_page_under_the_byte_cap_is_refused_and_memory_stays_under_the_manifest_limit(tmp_path, mode, reason,
+                                                                                                   other):
+    """A page under the byte cap whose parse would cost hundreds of MiB (very many tiny items, or few
+    huge ones): the serving exporter refuses it, listing after listing, keeps answering /metrics, and
+    its peak RSS stays under the DaemonSet's memory limit (past it the kubelet OOM-kills the exporter)."""
+    body = _hostile_page(mode)
+    assert len(body) <= discovery.MAX_PAGE_BYTES
+
+    class Hostile(_EndlessPages):
+        served = 0
+        page = body
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = _free_port()
+    cfg = tmp_path / "exporter.yaml"
+    cfg.write_text(f"gpu: off\nnode_name: {NODE}\nkubernetes_discovery:\n  enabled: true\n"
+                   f"  api_server: http://127.0.0.1:{server.server_address[1]}\n  service_account_dir: {tmp_path}\n"
+                   "  refresh_interval: 1s\n")
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg), "--web.listen-address", f"127.0.0.1:{port}"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        page, deadline = "", time.monotonic() + 90
+        while _abandoned(page, reason) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            with contextlib.suppress(OSError):
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        alive = proc.poll() is None
+    finally:
+        proc.terminate()
+        stderr = proc.communicate(timeout=30)[1]
+        server.shutdown()
+        server.server_close()
+    peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
+    limit = _manifest_memory_limit()
+    held = max(float(d.split()[0]) for d in stderr.split("duration_s=")[1:])
+    print(f"{mode}: {len(body) / 2**20:.1f} MiB page, the longest listing {held} s, served {Hostile.served} times, peak RSS {peak / 2**20:.0f} MiB "
+          f"(limit {limit / 2**20:.0f} MiB)")
+    assert alive, stderr[-2000:]
+    assert _abandoned(page, reason) >= 3, stderr[-2000:]  # refused, listing after listing, and /metrics answered
+    assert _abandoned(page, other) == 0
+    assert f"{c.EXPORTER_DISCOVERY_LAST_SUCCESS.name} 0" in page.splitlines()
+    assert peak < limit
