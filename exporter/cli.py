@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pod-resources-socket", metavar="PATH",
                    help="the kubelet's pod-resources socket, read to label GPU series with the pod, namespace and "
                    f"container that hold each GPU (default {DEFAULT_POD_RESOURCES_SOCKET}; off turns it off)")
+    p.add_argument("--pod-resources-url", metavar="URL",
+                   help="the node's `llmslo-exporter podmap` relay, read instead of the socket (what the shipped "
+                        "DaemonSet does: the exporter mounts no host folder)")
     p.add_argument("--log.level", "--log-level", dest="log_level", metavar="LEVEL",
                    help="debug, info (default), warning or error")
     p.add_argument("--log.format", "--log-format", dest="log_format", choices=logs.LOG_FORMATS,
@@ -82,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["podmap"]:
+        from exporter.gpu import podmap_server  # the relay that alone reads the kubelet's socket
+
+        return podmap_server.main(args_list[1:])
     if args_list[:1] == ["tap"]:
         from exporter.tap import cli as tap_cli  # on demand: the exporter's own runs skip the tap's imports
 
@@ -99,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = merge_cli(
             config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
             web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
-            pod_resources_socket=args.pod_resources_socket,
+            pod_resources_socket=args.pod_resources_socket, pod_resources_url=args.pod_resources_url,
             discovery_namespaces=args.discovery_namespaces, source=args.config or "command line",
         )
     except ConfigError as exc:

@@ -135,7 +135,13 @@ class Collector:
         self._last_gpu_up: list[NormSample] = []
         self._cycles = 0
         self.pod_mapper = None  # GPUs -> pods (kubelet pod-resources), when GPUs are read and the mapping is on
-        if gpu_provider is not None and config.pod_resources_socket != "off":
+        if gpu_provider is not None and config.pod_resources_url:
+            from exporter.gpu.podmap import PodMapClient
+            from exporter.gpu.podresources import PodMapper
+
+            client = PodMapClient(config.pod_resources_url, node_name, config.pod_resources_timeout_s)
+            self.pod_mapper = PodMapper(client)
+        elif gpu_provider is not None and config.pod_resources_socket != "off":
             from exporter.gpu.podresources import PodMapper, PodResourcesClient
 
             self.pod_mapper = PodMapper(PodResourcesClient(config.pod_resources_socket, config.pod_resources_timeout_s))

@@ -129,6 +129,9 @@ class ExporterConfig:
     # The kubelet's pod-resources socket GPUs are mapped to pods with; "off" turns the mapping off.
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
     pod_resources_timeout_s: float = DEFAULT_POD_RESOURCES_TIMEOUT_S
+    # The node's podmap relay (exporter/gpu/podmap.py), read instead of the socket when set: what the shipped
+    # DaemonSet uses, since the exporter itself may not mount the kubelet's folder.
+    pod_resources_url: str = ""
 
     def target_timeout(self, target: TargetConfig) -> float:
         """The target's deadline; at most one interval, so a slow target never delays the next cycle."""
@@ -375,7 +378,7 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 _TOP_KEYS = (
     "listen", "interval", "gpu", "gpu_timeout", "node_name", "web_config_file", "log_level",
-    "pod_resources_socket", "pod_resources_timeout",
+    "pod_resources_socket", "pod_resources_timeout", "pod_resources_url",
     "scrape", "limits", "targets", "kubernetes_discovery",
 )
 _TARGET_KEYS = ("kind", "url", "name", "model", "pod", "namespace", "timeout", "max_page_bytes")
@@ -479,6 +482,8 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
         pod_resources_socket=r.get("pod_resources_socket", _socket_path, d.pod_resources_socket,
                                    f"write a path such as {DEFAULT_POD_RESOURCES_SOCKET}, or off"),
+        pod_resources_url=r.get("pod_resources_url", _http_url, d.pod_resources_url,
+                                "write the relay's URL, e.g. http://llmslo-podmap.llmslo-node.svc:9412/v1/owners"),
         pod_resources_timeout_s=r.get("pod_resources_timeout", parse_seconds_or_go_duration, d.pod_resources_timeout_s,
                                       "use a duration such as 1s"),
         timeout_s=scrape.get("timeout", parse_seconds_or_go_duration, d.timeout_s, "use a duration such as 3s"),
@@ -505,6 +510,13 @@ def _socket_path(value: Any) -> str:
         raise ValueError("empty path")
     if text != "off" and not text.startswith("/"):
         raise ValueError(f"{text!r} is not an absolute path")
+    return text
+
+
+def _http_url(value: Any) -> str:
+    text = _str(value).strip()
+    if text and not re.match(r"^http://[^/\s?#]+(/[^\s?#]*)?$", text):
+        raise ValueError(f"{text!r} is not an http:// URL (the relay answers plain HTTP on the pod network)")
     return text
 
 
@@ -549,6 +561,7 @@ def merge_cli(
     node_name: str | None = None,
     log_level: str | None = None,
     pod_resources_socket: str | None = None,
+    pod_resources_url: str | None = None,
     discovery_namespaces: list[str] | tuple[str, ...] = (),
     source: str = "command line",
 ) -> ExporterConfig:
@@ -579,6 +592,9 @@ def merge_cli(
     if pod_resources_socket is not None:
         changes["pod_resources_socket"] = flag("pod-resources-socket", _socket_path, pod_resources_socket,
                                                f"write a path such as {DEFAULT_POD_RESOURCES_SOCKET}, or off")
+    if pod_resources_url is not None:
+        changes["pod_resources_url"] = flag("pod-resources-url", _http_url, pod_resources_url,
+                                            "write http://HOST:PORT/v1/owners")
     if discovery_namespaces:
         namespaces = flag("discovery-namespaces", parse_namespaces, ",".join(discovery_namespaces),
                           "give namespace names, e.g. --discovery-namespaces llm,batch")

@@ -597,6 +597,7 @@ def parser() -> argparse.ArgumentParser:
     _schema_args(sub)
     _init_args(sub)
     _overlay_args(sub)
+    _pod_security_args(sub)
     return ap
 
 
@@ -823,6 +824,40 @@ def cmd_overlay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pod_security_args(sub: Any) -> None:
+    p = sub.add_parser("pod-security", help="check every pod template of rendered manifests (e.g. `kubectl kustomize "
+                                            "deploy | slogen pod-security -`) against its namespace's Pod Security "
+                                            "levels, as the API server's admission will")
+    p.add_argument("files", nargs="+", metavar="FILE", help="multi-document YAML files, `-` for standard input")
+    p.add_argument("--assume", default="restricted", choices=["privileged", "baseline", "restricted"],
+                   help="the level of a namespace the manifests do not hold (default restricted, the strictest)")
+    p.add_argument("--strict", action="store_true", help="fail on warn and audit findings too, not only on enforce")
+
+
+def cmd_pod_security(args: argparse.Namespace) -> int:
+    """Exit 1 when the API server would refuse a pod (or, --strict, warn or audit one); each finding on stderr."""
+    import yaml
+
+    from slogen import podsecurity
+    from slogen.yamlio import load_manifests
+
+    docs: list = []
+    for name in args.files:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+            docs += load_manifests(text)
+        except (OSError, yaml.YAMLError) as e:
+            raise UsageError(f"{name}: cannot read it as YAML: {e}") from None
+    findings = podsecurity.check_manifests(docs, args.assume)
+    for f in findings:
+        print(f.line(), file=sys.stderr)
+    failing = [f for f in findings if args.strict or f.mode == "enforce"]
+    pods = sum(podsecurity.pod_template(d) is not None for d in docs if isinstance(d, dict))
+    print(f"slogen pod-security: {pods} pod templates, {len(failing)} refused"
+          + ("" if args.strict else f", {len(findings) - len(failing)} warned or audited"), file=sys.stderr)
+    return 1 if failing else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -831,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
                 "schema": cmd_schema, "convert": cmd_convert, "init": cmd_init,
-                "overlay": cmd_overlay}[args.command](args)
+                "overlay": cmd_overlay, "pod-security": cmd_pod_security}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)
         return 1

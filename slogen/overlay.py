@@ -9,6 +9,7 @@ ordinary kustomizations over the shipped bases (slogen/kustomize, package data):
 
     OUT/kustomization.yaml          the labels on every object, the image by digest, the floor's mode
     OUT/exporter/                   the exporter in the settings' namespace, discovery narrowed to the engines
+    OUT/podmap/                     the relay that reads the kubelet's socket, in llmslo-node, for that exporter
     OUT/inference/<ns>/             the tap's ConfigMap and the discovery Role (and the Namespace, floor on)
     OUT/floor/                      the admission policy and image-signature policies (floor audit or enforce)
 
@@ -105,7 +106,7 @@ def _json_patch(kind: str, name: str, ops: list[dict]) -> dict:
 
 
 def _top(s: InstallSettings, generated: str, bases: str) -> dict:
-    resources = ["exporter", *(f"inference/{ns}" for ns in s.inference_namespaces), generated]
+    resources = ["exporter", "podmap", *(f"inference/{ns}" for ns in s.inference_namespaces), generated]
     if s.floor != "off":
         resources.append("floor")
     image = {"name": IMAGE_NAME, "digest": s.image_digest}
@@ -140,6 +141,14 @@ def _exporter(s: InstallSettings, bases: str) -> dict:
     ])
 
 
+def _podmap(s: InstallSettings, bases: str) -> dict:
+    """The podmap relay in its own namespace, admitting the exporter from the settings' namespace."""
+    return _kustomization(resources=[f"{bases}/podmap"], patches=[
+        _json_patch("NetworkPolicy", "llmslo-podmap", [
+            {"op": "replace", "path": "/spec/ingress/0/from/0/namespaceSelector",
+             "value": {"matchLabels": {"kubernetes.io/metadata.name": s.namespace}}}])])
+
+
 def _inference(s: InstallSettings, ns: str, generated: str, bases: str) -> dict:
     resources = [f"{bases}/namespaces/discovery", f"{generated}/tap"]
     if s.floor != "off":  # the Namespace only carries the floor's labels; with the floor off it is left alone
@@ -160,7 +169,8 @@ def render(s: InstallSettings, generated: str, bases: str, command: str = "overl
         raise OverlayError("--inference-namespace", "name at least one namespace your engines run in, e.g. llm")
     head = HEADER.format(command=command)
     files = {"kustomization.yaml": _dump(head, _top(s, generated, bases)),
-             "exporter/kustomization.yaml": _dump(head, _exporter(s, f"../{bases}"))}
+             "exporter/kustomization.yaml": _dump(head, _exporter(s, f"../{bases}")),
+             "podmap/kustomization.yaml": _dump(head, _podmap(s, f"../{bases}"))}
     for ns in s.inference_namespaces:
         files[f"inference/{ns}/kustomization.yaml"] = _dump(head, _inference(s, ns, f"../../{generated}", f"../../{bases}"))
     if s.floor != "off":

@@ -18,7 +18,7 @@ import yaml
 from llmslo.specfile import LineDict, LineList
 from slogen import yamlfast
 
-__all__ = ["dump"]
+__all__ = ["ManifestLoader", "dump", "load_manifests"]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -50,3 +50,21 @@ def dump(obj: Any) -> str:
     """
     text = yamlfast.write(obj, _python_dump)
     return text if text is not None else _python_dump(obj)
+
+
+class ManifestLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading a bare `=` as the string it is to Kubernetes. YAML 1.1 types a plain `=`
+    as its `value` tag, which PyYAML cannot construct; the AlertmanagerConfig CRD's matchType enum and
+    kustomize's output of an AlertmanagerConfig (`matchType: =`, unquoted) both have one."""
+
+
+def _bare_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+ManifestLoader.add_constructor("tag:yaml.org,2002:value", _bare_value)
+
+
+def load_manifests(text: str) -> list[Any]:
+    """The documents of a rendered manifest stream (kustomize's output), empty ones dropped."""
+    return [d for d in yaml.load_all(text, Loader=ManifestLoader) if d is not None]

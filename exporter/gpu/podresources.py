@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import Any
+from typing import Any, Protocol
 
 from exporter.gpu.owners import MAX_DEVICES, NVIDIA_ID_PREFIXES, DeviceOwner, DeviceOwners
 from exporter.logs import event
@@ -49,11 +49,21 @@ def owners_from_response(response: Any) -> DeviceOwners:
     return owners
 
 
+class OwnersClient(Protocol):
+    """Where a listing comes from: the kubelet's socket here, or the node's relay (exporter/gpu/podmap.py)."""
+
+    source: str
+
+    def list_owners(self) -> DeviceOwners: ...
+
+    def close(self) -> None: ...
+
+
 class PodResourcesClient:
     """A channel to the kubelet's socket, opened on the first call and kept (gRPC reconnects it)."""
 
     def __init__(self, socket_path: str, timeout_s: float) -> None:
-        self.socket_path = socket_path
+        self.socket_path = self.source = socket_path
         self.timeout_s = timeout_s
         self._channel: Any = None
         self._list: Any = None
@@ -101,7 +111,7 @@ class PodResourcesClient:
 class PodMapper:
     """The mapping for one cycle, the self-metric, and a log line per change of state."""
 
-    def __init__(self, client: PodResourcesClient) -> None:
+    def __init__(self, client: OwnersClient) -> None:
         self.client = client
         self.up: bool | None = None  # None until the first refresh
         self.reason = ""
@@ -116,13 +126,13 @@ class PodMapper:
         except Exception as exc:  # a client bug must not stop GPU metrics
             return self._failed(f"unexpected error: {exc!r}"[:200])
         if self.up is not True:
-            event("gpu_pod_mapping_up", socket=self.client.socket_path, devices=len(owners))
+            event("gpu_pod_mapping_up", source=self.client.source, devices=len(owners))
         self.up, self.reason, self.mapped = True, "", len(owners)
         return owners
 
     def _failed(self, reason: str) -> DeviceOwners:
         if self.up is not False:  # once when it stops working (or never worked), not every cycle
-            event("gpu_pod_mapping_unavailable", logging.WARNING, socket=self.client.socket_path, reason=reason,
+            event("gpu_pod_mapping_unavailable", logging.WARNING, source=self.client.source, reason=reason,
                   note="GPU series carry empty pod, namespace and container labels")
         self.up, self.reason, self.mapped = False, reason, 0
         return {}

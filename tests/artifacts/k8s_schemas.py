@@ -18,6 +18,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from slogen.yamlio import ManifestLoader
+
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 SCHEMAS = SHARED / "schemas"
 
@@ -32,13 +34,7 @@ CRD_FILES = {
 }
 
 
-class Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading a bare `=` as the string it is to Kubernetes. YAML 1.1 types a plain `=`
-    as its `value` tag, which PyYAML cannot construct; the AlertmanagerConfig CRD's matchType enum and
-    kustomize's output of an AlertmanagerConfig (`matchType: =`, unquoted) both have one."""
-
-
-Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+Loader = ManifestLoader  # the loader slogen reads rendered manifests with
 
 
 def load_all(text: str) -> list[Any]:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from exporter.cli import build_parser
+from slogen import podsecurity
 
 from .conftest import DEPLOY, custom_kinds, kustomize, vap
 
@@ -81,12 +82,17 @@ MONITORING_KINDS = {"DaemonSet", "ServiceAccount", "PodMonitor", "NetworkPolicy"
 CLUSTER_KINDS = {"Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterImagePolicy"}
 
 
+PODMAP = "llmslo-node"  # the relay's own namespace (slogen/kustomize/podmap): the install's one Pod Security exception
+
+
 def check_install(objects: list[dict]) -> None:
     for obj in objects:
         meta, kind = obj["metadata"], obj["kind"]
         where = f"{kind}/{meta['name']}"
         assert LABELS.items() <= meta.get("labels", {}).items(), where
-        if kind in CLUSTER_KINDS:
+        if meta.get("namespace") == PODMAP:
+            assert meta["name"] in ("llmslo-podmap", "default-deny-all"), where
+        elif kind in CLUSTER_KINDS:
             assert "namespace" not in meta, where
         elif kind in MONITORING_KINDS:
             assert meta["namespace"] == MONITORING, where
@@ -132,8 +138,25 @@ def test_init_build_kustomize_puts_every_object_in_the_users_namespaces_with_the
 
 
 def test_floor_off_adds_no_policy_and_leaves_the_users_namespaces_alone(rendered):
-    kinds = {o["kind"] for o in rendered["off"]}
-    assert not kinds & CLUSTER_KINDS  # no Namespace (so no Pod Security label), no admission or image policy
+    # no label on a namespace of theirs, no admission or image policy over it: only the relay's own namespace
+    # and the fence around its exception, bound to that namespace alone
+    cluster = {(o["kind"], o["metadata"]["name"]) for o in rendered["off"] if o["kind"] in CLUSTER_KINDS}
+    assert cluster == {("Namespace", PODMAP), ("ValidatingAdmissionPolicy", "llmslo-podmap-exception-fence"),
+                       ("ValidatingAdmissionPolicyBinding", "llmslo-podmap-exception-fence")}
+    fence = one(rendered["off"], "ValidatingAdmissionPolicyBinding", "llmslo-podmap-exception-fence")
+    assert fence["spec"]["matchResources"] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": PODMAP}}}
+
+
+@pytest.mark.parametrize("floor", ["off", "audit", "enforce"])
+def test_every_pod_of_the_install_is_admitted_by_pod_security_and_the_one_exception_is_named(rendered, floor):
+    """What `slogen init` scaffolds, built and rendered: no pod template breaks the level its namespace enforces
+    (a namespace the install does not make, the user's monitoring one, taken to enforce restricted), and
+    the only warned or audited one is the podmap relay's host folder, in its own namespace."""
+    findings = podsecurity.check_manifests(rendered[floor])
+    assert [f.line() for f in findings if f.mode == "enforce"] == []
+    assert {(f.workload, f.mode, tuple(v.control for v in f.violations)) for f in findings} == {
+        (f"DaemonSet {PODMAP}/llmslo-podmap", mode, ("hostPathVolumes",)) for mode in ("warn", "audit")}
 
 
 def test_floor_audit_warns_and_audits_and_enforce_denies(rendered):
@@ -145,10 +168,12 @@ def test_floor_audit_warns_and_audits_and_enforce_denies(rendered):
         assert binding["spec"]["validationActions"] == actions
         assert {p["spec"]["mode"] for p in find(objects, "ClusterImagePolicy")} == {mode}
         for ns in find(objects, "Namespace"):
+            if ns["metadata"]["name"] == PODMAP:
+                continue
             labels = ns["metadata"]["labels"]
             assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
             assert labels.get("pod-security.kubernetes.io/enforce") == ("restricted" if mode == "enforce" else None)
-    assert sorted(n["metadata"]["name"] for n in find(audit, "Namespace")) == sorted(INFERENCE)
+    assert sorted(n["metadata"]["name"] for n in find(audit, "Namespace")) == sorted([*INFERENCE, PODMAP])
 
 
 EXISTING_VLLM = {  # what a user already runs: vLLM by tag, with its own service account, no RuntimeClass

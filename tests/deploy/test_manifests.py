@@ -90,13 +90,9 @@ def test_exporter_daemonset_security_floor(built):
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             assert not spec.get(key), key
-        # The one host path: the kubelet's pod-resources directory (GPUs tied to pods), mounted read-only.
-        host = [v for v in spec.get("volumes", []) if "hostPath" in v]
-        assert host == [{"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}}], host
+        # No host folder: which pod holds which GPU comes from the podmap relay (test_podmap_relay_...).
+        assert [v for v in spec.get("volumes", []) if "hostPath" in v] == []
         (container,) = spec["containers"]
-        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
-        assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
-        assert os.path.dirname(ExporterConfig().pod_resources_socket) == mount["mountPath"]
         sc = container["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
         assert sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"]}
@@ -113,6 +109,37 @@ def test_exporter_daemonset_security_floor(built):
         assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
         assert ports["metrics"] == DEFAULT_PORT
+
+
+def test_podmap_relay_is_the_one_host_folder_read_only_as_the_sockets_owner_without_capabilities(built, tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "gpu-node-1")
+    for objects in built.values():
+        ds = one(objects, "DaemonSet", "llmslo-podmap")
+        assert ds["metadata"]["namespace"] == "llmslo-node"
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsUser"] == 0 and spec["securityContext"]["seccompProfile"] == {
+            "type": "RuntimeDefault"}
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), key
+        (host,) = [v for v in spec["volumes"] if "hostPath" in v]
+        assert host["hostPath"]["path"] == os.path.dirname(ExporterConfig().pod_resources_socket)
+        (container,) = spec["containers"]
+        (mount,) = container["volumeMounts"]
+        assert mount == {"name": host["name"], "mountPath": host["hostPath"]["path"], "readOnly": True}
+        assert container["args"][container["args"].index("--pod-resources-socket") + 1] == \
+            ExporterConfig().pod_resources_socket
+        sc = container["securityContext"]
+        assert sc == {"privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                      "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+        assert DIGEST.match(container["image"]), container["image"]
+        service = one(objects, "Service", "llmslo-podmap")
+        assert service["spec"]["internalTrafficPolicy"] == "Local"
+        # the exporter asks exactly that Service, on its port
+        url = exporter_config(objects, tmp_path / "exporter.yaml").pod_resources_url
+        port = service["spec"]["ports"][0]["port"]
+        assert url == f"http://llmslo-podmap.llmslo-node.svc:{port}/v1/owners"
 
 
 def exporter_config(objects: list[dict], path: Path) -> ExporterConfig:
@@ -174,10 +201,24 @@ def test_network_policy_denies_by_default_and_lets_only_prometheus_scrape(built)
         (source,) = ingress["from"]
         assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
         assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
-        engines, api = exporter["spec"]["egress"]
+        engines, api, podmap, dns = exporter["spec"]["egress"]
         selector = engines["to"][0]["podSelector"]["matchExpressions"][0]
         assert selector == {"key": KubernetesDiscovery().engine_label, "operator": "Exists"}
         assert {p["port"] for p in api["ports"]} == {443, 6443}
+        relay = one(objects, "DaemonSet", "llmslo-podmap")
+        assert podmap["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llmslo-node"}},
+                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "llmslo-podmap"}}}]
+        assert podmap["to"][0]["podSelector"]["matchLabels"].items() <= \
+            relay["spec"]["template"]["metadata"]["labels"].items()
+        assert [p["port"] for p in podmap["ports"]] == [relay["spec"]["template"]["spec"]["containers"][0]["ports"][0][
+            "containerPort"]]
+        assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+        # the relay's namespace: nothing in, but the exporter to the relay's port; nothing out
+        relay_policies = {p["metadata"]["name"]: p for p in find(objects, "NetworkPolicy")
+                          if p["metadata"]["namespace"] == "llmslo-node"}
+        assert relay_policies["default-deny-all"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        (allowed,) = relay_policies["llmslo-podmap"]["spec"]["ingress"]
+        assert allowed["from"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "llmslo-exporter"}}
     for objects in built.values():
         policy = one(objects, "NetworkPolicy", "llmslo-exporter")
         assert policy["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"] == "10.0.0.0/16"  # llmslo.yaml

@@ -29,7 +29,7 @@ def test_every_namespace_used_is_shipped_or_a_parameter(built):
         # the monitoring namespace belongs to the Prometheus stack: used, never shipped (deleting the install
         # must not delete it)
         assert used - shipped == {monitoring_namespace()}, (name, used - shipped)
-        assert shipped == {"llm"}
+        assert shipped == {"llm", "llmslo-node"}  # llmslo-node: the podmap relay's own (slogen/kustomize/podmap)
 
 
 def test_the_monitoring_namespace_parameter_reaches_every_use(built):
@@ -40,12 +40,16 @@ def test_the_monitoring_namespace_parameter_reaches_every_use(built):
         policy = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "llmslo-exporter")
         (source,) = policy["spec"]["ingress"][0]["from"]
         assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": monitoring}
+        relay = next(o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "llmslo-podmap")
+        assert relay["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": monitoring}
 
 
 def test_the_inference_namespace_carries_the_labels_the_policies_select(built):
     for name, objects in built.items():
         ns = next(o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == "llm")
-        binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
+        binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                       and o["metadata"]["name"] == "llmslo-inference-security-floor")
         assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"].items() <= \
             ns["metadata"]["labels"].items()
         assert ns["metadata"]["labels"]["policy.sigstore.dev/include"] == "true"
