@@ -96,6 +96,12 @@ def test_the_entrypoint_prints_a_page_for_one_fake_gpu(config, container):
     print("\n".join([line for line in lines if not line.startswith("#")][:5]))
 
 
+def test_the_podmap_relay_ships_in_the_same_image(config, container):
+    """slogen/kustomize/podmap runs this image with `podmap ...` as its arguments: the subcommand is there."""
+    usage = buildah("run", container, "--", *config["Entrypoint"], "podmap", "--help")
+    assert "--pod-resources-socket" in usage and "--listen" in usage, usage
+
+
 def test_the_build_ca_bundle_is_in_no_layer(container):
     """pip's CA bundle was a build secret: no file of the image is it, and its extra CAs are absent."""
     ca = Path(os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt")
