@@ -151,6 +151,8 @@ jobs:
       - run: pip install llmslo                   # the version you pinned
       - run: slogen build --check --strict
       - run: for f in alerts/*.test.yaml; do promtool test rules "$f"; done
+      # every pod the install makes, against its namespace's Pod Security levels, as the API server will check it
+      - run: kubectl kustomize deploy | slogen pod-security -
 """
 
 

@@ -11,6 +11,7 @@ values named, wherever the two come from.
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -262,3 +263,18 @@ def test_the_repositorys_overlays_are_slogen_overlays_output():
             assert (committed / rel).read_text() == text, \
                 f"{out}/{rel}: run slogen overlay --inference-namespace llm --floor {floor} --bases slogen/kustomize " \
                 f"--out deploy/overlays/{out}"
+
+
+def test_the_scaffolded_ci_check_passes_in_the_scaffolded_repository(repos):
+    """Each step of the CI workflow `slogen init` writes, run in the repository it made (the installs are the
+    machine's: promtool, kubectl, and slogen from this environment), pod-security among them."""
+    root = repos["enforce"]
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "slo-check.yaml").read_text())
+    steps = [s["run"] for s in workflow["jobs"]["slogen"]["steps"] if "run" in s]
+    runnable = [s for s in steps if not s.startswith(("sudo apt-get", "pip install"))]
+    assert any("slogen pod-security" in s for s in runnable), steps
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for step in runnable:
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", step], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, (step, proc.stdout[-2000:], proc.stderr[-2000:])
