@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 
 EXPORTER_LOGGER = "llmslo.exporter"
@@ -19,12 +20,30 @@ LOG_FORMATS = ("logfmt", "json")
 _format = {"name": "logfmt"}  # what setup() chose; one per process
 
 
+# C0 controls, DEL and the C1 controls (as code points): a terminal acts on them (ESC starts a sequence that can
+# rewrite the screen), and a log line must show what a client sent, never let it act.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or f"\\u{ord(char):04x}"
+
+
 def quote(value: object) -> str:
-    """A logfmt value: as it is, or in double quotes with backslash, quote and newline escaped."""
+    """A logfmt value: as it is, or in double quotes with backslash and quote escaped and every control
+    character written as an escape (`\\n`, `\\t`, `\\r`, `\\u001b`)."""
     text = str(value)
-    if text == "" or any(c in text for c in ' "=\n\t'):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if text == "" or any(c in text for c in ' "=') or _CONTROL.search(text):
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + _CONTROL.sub(_escape_control, escaped) + '"'
     return text
+
+
+def _json_line(doc: dict[str, object]) -> str:
+    """One JSON object on one line, non-ASCII text kept, DEL and C1 controls escaped too (json escapes only C0)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(doc, ensure_ascii=False))
 
 
 def _json_value(value: object) -> object:
@@ -34,7 +53,7 @@ def _json_value(value: object) -> object:
 def format_event(name: str, fields: dict[str, object]) -> str:
     """One event's line in the chosen format (without the time and level the handler adds)."""
     if _format["name"] == "json":
-        return json.dumps({"event": name, **{k: _json_value(v) for k, v in fields.items()}}, ensure_ascii=False)
+        return _json_line({"event": name, **{k: _json_value(v) for k, v in fields.items()}})
     return " ".join([f"event={name}", *(f"{k}={quote(v)}" for k, v in fields.items())])
 
 
@@ -58,7 +77,7 @@ class _JsonFormatter(logging.Formatter):
         doc = {**head, **(body if isinstance(body, dict) else {"msg": message})}
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False)
+        return _json_line(doc)
 
 
 def setup(level: str = "info", logger: str = EXPORTER_LOGGER, fmt: str = "logfmt") -> None:

@@ -117,6 +117,12 @@ def _fields(lines: list[bytes]) -> Fields:
     return fields
 
 
+# RFC 9112 3.2 and RFC 3986: a request target is visible ASCII (anything else is percent-encoded), as h11 and
+# uvicorn require. A control character, DEL or a raw non-ASCII byte passed on reaches logs, the engine's router
+# and whatever reads its logs; some servers cut the target at them, which is how paths are smuggled.
+_TARGET_BYTES = bytes(range(0x21, 0x7F))
+
+
 def parse_request_head(head: bytes) -> RequestHead:
     """`head` is everything before the blank line that ends it."""
     lines = _split_lines(head)
@@ -124,6 +130,9 @@ def parse_request_head(head: bytes) -> RequestHead:
     if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
         raise BadMessage(f"malformed request line {lines[0][:60]!r}")
     method, target, proto = parts
+    bad = target.translate(None, _TARGET_BYTES)
+    if bad:
+        raise BadMessage(f"byte {bad[:1]!r} in the request target (only visible ASCII: percent-encode the rest)")
     if proto not in (b"HTTP/1.1", b"HTTP/1.0"):
         raise BadMessage(f"unsupported protocol {proto[:20]!r} (the tap speaks HTTP/1.1 and HTTP/1.0)")
     return RequestHead(method, target, proto[5:], _fields(lines[1:]))

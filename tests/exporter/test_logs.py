@@ -36,3 +36,30 @@ def test_json_formatter_adds_time_and_level() -> None:
     assert doc["level"] == "WARNING" and doc["event"] == "tap_x" and doc["n"] == 1 and "ts" in doc
     plain = logging.LogRecord("x", logging.ERROR, __file__, 1, "not an event", None, None)
     assert json.loads(logs._JsonFormatter().format(plain))["msg"] == "not an event"
+
+
+HOSTILE = "/v1/\x1b[2J\x1b]0;owned\x07\rok\x7f\x9b31m\x00end"  # ESC sequences, BEL, CR, DEL, C1 CSI, NUL
+
+
+def _controls(line: str) -> list[str]:
+    return [c for c in line if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_logfmt_escapes_every_control_character(captured: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(logs._format, "name", "logfmt")
+    logs.event("tap_x", logger=logs.TAP_LOGGER, path=HOSTILE, plain="caf\u00e9", backslash="a\\b")
+    (line,) = captured
+    assert _controls(line) == []
+    assert line == ('event=tap_x path="/v1/\\u001b[2J\\u001b]0;owned\\u0007\\rok\\u007f\\u009b31m\\u0000end" '
+                    "plain=caf\u00e9 backslash=a\\b")
+
+
+def test_json_escapes_del_and_c1_too(captured: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(logs._format, "name", "json")
+    logs.event("tap_x", logger=logs.TAP_LOGGER, path=HOSTILE, plain="caf\u00e9")
+    (line,) = captured
+    assert _controls(line) == [] and "caf\u00e9" in line
+    assert json.loads(line) == {"event": "tap_x", "path": HOSTILE, "plain": "caf\u00e9"}
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "not an event " + HOSTILE, None, None)
+    formatted = logs._JsonFormatter().format(record)
+    assert _controls(formatted) == [] and json.loads(formatted)["msg"] == "not an event " + HOSTILE

@@ -190,6 +190,25 @@ def test_malformed_request_heads_are_refused_with_a_reason(head: bytes, why: str
         parse_request_head(head)
 
 
+@pytest.mark.parametrize("byte", [
+    *(bytes([b]) for b in range(0x00, 0x20) if b not in (0x0A, 0x0D)),  # C0 (CR, LF: a bare CR or LF, refused apart)
+    b"\x7f",  # DEL
+    *(bytes([b]) for b in (0x80, 0x9B, 0x9F, 0xA0, 0xC3, 0xFF)),  # C1 controls and any other non-ASCII byte
+])
+def test_a_request_target_with_a_control_del_or_non_ascii_byte_is_refused(byte: bytes) -> None:
+    with pytest.raises(BadMessage, match="request target|bare CR, LF or NUL"):
+        parse_request_head(b"GET /v1/models" + byte + b"x?q=1 HTTP/1.1\r\nHost: tap")
+
+
+@pytest.mark.parametrize("target", [
+    b"/v1/a%2Fb/x?q=%20y&z=%C3%A9%1B%7F",  # percent-encoded controls, DEL and UTF-8 pass as they were sent
+    b"/v1/models?a=b&c=~-._!$'()*+,;=:@/?",
+    b"*", b"http://engine:8000/v1/models", b"engine:443",
+])
+def test_request_targets_of_visible_ascii_pass_as_sent(target: bytes) -> None:
+    assert parse_request_head(b"GET " + target + b" HTTP/1.1\r\nHost: tap").target == target
+
+
 def test_response_head() -> None:
     head = parse_response_head(b"HTTP/1.1 404 Not Found Here\r\nContent-Length: 3")
     assert (head.version, head.status, head.reason, head.fields) == (b"1.1", 404, b"Not Found Here", [(b"Content-Length", b"3")])

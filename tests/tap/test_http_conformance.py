@@ -303,6 +303,17 @@ def test_malformed_request_line_gets_400_with_a_reason_and_close(stack: Callable
     with_client(stack, test)
 
 
+def test_a_control_character_in_the_target_gets_400_and_never_reaches_the_engine(stack: Callable) -> None:
+    async def test(st: Any, c: Client) -> None:
+        await c.send(b"GET /v1/models\x1b[2J HTTP/1.1\r\nHost: tap\r\n\r\n")
+        r = await c.response()
+        assert r.status == 400 and b"request target" in r.body, r.body
+        await assert_closed(c, r)
+        assert st.upstream.requests_seen == 0
+
+    with_client(stack, test)
+
+
 def test_request_head_over_64k_gets_431_while_it_arrives(stack: Callable) -> None:
     async def test(st: Any, c: Client) -> None:
         await c.send(b"GET /v1/models HTTP/1.1\r\nHost: tap\r\nX-Big: " + b"a" * (http1.MAX_HEAD_BYTES + 1000))
