@@ -19,14 +19,15 @@ detected from the page by default), and keeps a gate:
   MAX_CACHED_SHARE: a prompt takes free KV only for what the prefix cache does not serve (cached blocks nobody
   references already count as free in the engine's own count), in the start condition and the seats.
 
-With `taps` > 1 (`--workers N`: each worker a gate of its own) a gate counts what it admitted since the
-reading, and its in-flight requests, `taps` times: the others are taken to have done as much.
+With `taps` > 1 (`--workers N`: each worker a gate of its own) a gate counts what it admitted that the engine
+does not show yet, and its in-flight requests, `taps` times: the others are taken to have done as much.
 
 The decision is by objective (exporter.tap.predict, a pure function of what is kept here): a request is
 refused only when the engine would not start it within its class's TTFT objective, when the running requests
 miss the TPOT objective because of the load, or when its class is sheddable and past the shed margin. For it
-the gate also keeps the requests it admitted since the last reading (each takes one start seat: a median
-prompt of free KV), the engine's queue as persisted over two readings and whether it keeps growing, and the rates learned from the page's
+the gate also keeps the requests it admitted that the engine's page does not show yet (exporter.tap.reservations:
+each takes one start seat, a median prompt of free KV, and those beyond the p99 seats wait for a finish; a reading
+mid-burst used to forget them), the engine's queue as persisted over two readings and whether it keeps growing, and the rates learned from the page's
 counter deltas (finishes, TTFT less queue time, ITL, service time, the batch sizes served within each ITL).
 The old fixed floors, `min_seats` and `max_queue`, are operator overrides, off unless given (the default
 max_queue of 4 capped an idle engine at 5 requests a poll: in front of a real vLLM it refused 19 of a burst of
@@ -82,6 +83,7 @@ from exporter.tap.predict import (
     rates_between,
 )
 from exporter.tap.predict import refusal as predicted_refusal
+from exporter.tap.reservations import Reservations
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -343,7 +345,9 @@ class Admission:
         # (time, counters, waiting) of the readings within FINISH_WINDOW_S
         self._counted: deque[tuple[float, Counters, float]] = deque()
         self._slo = slo  # the classes the last request was decided under (the gauges' objectives: the tightest)
-        self.admitted_since = 0  # requests admitted since the last reading
+        # the admitted requests the engine does not show yet (exporter.tap.reservations): a lost one for as long
+        # as a reading stays fresh
+        self.reserved = Reservations(STALE_POLLS * poll_s + timeout_s)
         self.last_error = ""
         self.polls = 0
         self.refusals = 0
@@ -359,12 +363,18 @@ class Admission:
         return self.read_at is not None and self.clock() - self.read_at <= STALE_POLLS * self.poll_s + self.timeout_s
 
     @property
+    def admitted_since(self) -> int:
+        """The requests this tap admitted that the engine's page does not show yet (exporter.tap.reservations)."""
+        return self.reserved.count(self.clock())
+
+    @property
     def admitted_all(self) -> int:
-        """The requests all taps admitted since the reading, as this one can tell: its own, taps times."""
+        """The requests all taps admitted that the engine does not show yet, as this one can tell: its own,
+        taps times."""
         return self.admitted_since * self.taps
 
     def outlook(self) -> Outlook:
-        return Outlook(self.start_seats, self.queue, self.admitted_all, self.rates, self.growing)
+        return Outlook(self.start_seats, self.queue, self.admitted_all, self.rates, self.growing, self.seats)
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -394,23 +404,33 @@ class Admission:
 
     def decide(self, objective: Objective | None = None, slo: SloConfig | None = None) -> str:
         """Decide for one new request (its objective, and the classes it was resolved under): "" (admitted,
-        and counted until the next reading) or why it is refused."""
+        and counted until the engine shows it) or why it is refused."""
+        return self.decide_ticket(objective, slo)[0]
+
+    def decide_ticket(self, objective: Objective | None = None, slo: SloConfig | None = None) -> tuple[str, int]:
+        """`decide`, and the admitted request's reservation ticket (0 when refused) for `settle` once it ends."""
         if slo is not None:
             self._slo = slo
         why = self.refusal(objective, slo)
         if why:
             self.refusals += 1
-        else:
-            self.admitted_since += 1
-        return why
+            return why, 0
+        return "", self.reserved.add(self.clock())
+
+    def settle(self, ticket: int) -> None:
+        """An admitted request ended at the tap: it holds no seat any more (exporter.tap.reservations)."""
+        if ticket:
+            self.reserved.settle(ticket)
 
     def admit(self, objective: Objective | None = None) -> bool:
         return not self.decide(objective)
 
     # -- readings ----------------------------------------------------------------------------
-    def update(self, reading: Reading) -> None:
-        """Take a new reading: the footprint over the window, the seats, the queue."""
+    def update(self, reading: Reading, asked_at: float | None = None) -> None:
+        """Take a new reading (its page asked for at `asked_at`, by default now): the footprint over the window,
+        the seats, the queue, and the admitted requests it shows."""
         now = self.clock()
+        restarted = self.reading is not None and reading.counters.finished < self.reading.counters.finished
         history = self._history
         history.append((now, reading.prompt, reading.generation))
         while len(history) > 1 and history[1][0] <= now - self.window_s:
@@ -435,9 +455,11 @@ class Admission:
         event("tap_admission_reading", logging.DEBUG, logger=TAP_LOGGER, running=f"{reading.counters.running:g}",
               waiting=f"{reading.waiting:g}", free_tokens=f"{reading.free_tokens:.0f}", admitted=self.admitted_since,
               refused=self.refusals, itl=f"{self.rates.itl_s or 0:.4f}", drain=f"{self.rates.finish_rate or 0:.2f}")
-        self.admitted_since = 0
         self.read_at = now
         self._learn(now, reading)
+        c = reading.counters
+        self.reserved.seen(c.running + c.finished + self.queue, now if asked_at is None else asked_at, now, self.taps,
+                           restarted)
         self._start_seats(reading, flights)
 
     def _learn_prefix(self, now: float, reading: Reading) -> None:
@@ -503,6 +525,7 @@ class Admission:
         raises (but for cancellation)."""
         self.polls += 1
         was_open = self.is_open()
+        asked_at = self.clock()
         try:
             text = await self._fetch()
         except Exception as e:  # noqa: BLE001  (whatever the engine answers, the tap goes on)
@@ -520,7 +543,7 @@ class Admission:
             self.last_error = ""
         if reading.bad_histogram:
             self.read_errors[C.ADMISSION_READ_BAD_HISTOGRAM] += 1
-        self.update(reading)
+        self.update(reading, asked_at)
         if self.is_open() != was_open:
             event(f"tap_admission_{'open' if not was_open else 'closed'}", logger=TAP_LOGGER,
                   seats=f"{self.seats:.1f}", footprint=f"{self.footprint:.0f}", waiting=f"{self.waiting:.0f}")

@@ -81,12 +81,13 @@ class Exchange:
         self.terminated = False  # the client already got the last-chunk marker
         self.reusable = self.upgrade is None
         self.tunnel = False  # switched protocols (101): bytes pass both ways unparsed
+        self.ticket = 0  # the admission gate's reservation while the engine may not show this request yet
 
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
         admission = self.proxy.admission
-        refusal = (admission.decide(self.plan.objective, self.proxy.slo)
-                   if self.plan is not None and admission is not None else "")
+        refusal, self.ticket = (admission.decide_ticket(self.plan.objective, self.proxy.slo)
+                                if self.plan is not None and admission is not None else ("", 0))
         if refusal:
             # Refused before anything reached the engine; requests already admitted are never touched.
             assert admission is not None
@@ -441,6 +442,8 @@ class Exchange:
             return
         self.done = True
         self._release_body()
+        if self.ticket and self.proxy.admission is not None:
+            self.proxy.admission.settle(self.ticket)
         self.request_head, self.request_body = b"", b""
         conn, self.conn = self.conn, None
         if conn is not None:

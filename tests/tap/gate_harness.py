@@ -9,6 +9,7 @@ readings); the engine is shared.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.promtext import parse_page
@@ -59,8 +60,10 @@ class _Finished:
 
 
 def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True, gates: int = 1, poll_s: float = 0.25,
-              slowdown: float = 1.0, **admission: object) -> GateRun:
-    """Serve `items` (their arrival times) with the gate in front (gate=False: everything admitted)."""
+              slowdown: float = 1.0, watch: Callable[[Admission, str], None] | None = None,
+              **admission: object) -> GateRun:
+    """Serve `items` (their arrival times) with the gate in front (gate=False: everything admitted); `watch` sees
+    each decision (the gate that made it, "" or the refusal)."""
     clock = VirtualClock()
     core = EngineCore(config, clock, None, FaultState(slowdown=slowdown))
     metrics = VllmMetrics(core)
@@ -86,7 +89,10 @@ def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True,
             next_poll = now + poll_s
         while nxt < len(items) and items[nxt].arrival <= now:
             item, g = items[nxt], gates_[nxt % n]
-            if gate and g.decide(CHAT, SLO):
+            why = g.decide(CHAT, SLO) if gate else ""
+            if watch is not None:
+                watch(g, why)
+            if why:
                 refused += 1
             else:
                 req = core.new_request(list(item.prompt_token_ids), item.output_len, output_len=item.output_len)

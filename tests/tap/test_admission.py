@@ -94,12 +94,14 @@ def test_the_gate_refuses_at_the_floor_and_admits_again_when_seats_return() -> N
     assert not gate.is_open() and not gate.admit() and gate.refusals == 1
     gate.update(reading(0.5))
     assert gate.admit(), "seats returned"
-    gate.update(reading(0.0, waiting=5))
+    gate.update(reading(0.0, waiting=5, finished=11))  # the engine shows it (finished): its seat is retired
     assert not gate.admit(), "queue above the ceiling"
-    gate.update(reading(0.84, waiting=2))  # 2,560 free tokens: 4.2 seats of 608, 2 kept free
+    gate.update(reading(0.84, waiting=2, finished=11))  # 2,560 free tokens: 4.2 seats of 608, 2 kept free
     assert gate.admit() and gate.admit() and gate.admit() and not gate.admit(), "admitted since the reading take seats"
-    gate.update(reading(0.84, waiting=2))
-    assert gate.admit(), "a new reading resets the count"
+    gate.update(reading(0.84, waiting=2, finished=11))
+    assert not gate.admit(), "a reading that does not show the admitted keeps counting them (issue 34)"
+    gate.update(reading(0.84, waiting=2, finished=14))
+    assert gate.admit(), "one that shows them (3 more finished) retires them"
 
 
 def test_below_capacity_a_burst_within_one_poll_is_admitted_whole() -> None:
