@@ -161,6 +161,22 @@ def shed_margin(value: str) -> float:
     return x
 
 
+def warn_unguarded(slo: SloConfig) -> bool:
+    """Log a WARNING at start when no class gives the gate a TTFT (or TPOT) objective to decide by: without one
+    it refuses nothing for the wait, and a prefill-bound overload is admitted whole (issue 34: 11 req/s on an
+    engine good for 5, nothing refused, good requests down to 0 within 10 s). True when it warned."""
+    ttft, tpot = slo.tightest
+    missing = [name for name, objective in (("ttft", ttft), ("tpot", tpot)) if objective is None]
+    if not missing:
+        return False
+    guards = {"ttft": "the wait to start (queue, KV, prefill-bound overload)", "tpot": "decode overload"}
+    event("tap_admission_unguarded", logging.WARNING, logger=TAP_LOGGER, missing_objectives=",".join(missing),
+          protects="nothing by wait" if ttft is None else "the wait to start",
+          does_not_protect="; ".join(guards[m] for m in missing),
+          fix="give --slo files whose goodput classes set the ttft (and tpot) objectives the gate admits by")
+    return True
+
+
 class EngineReadError(ValueError):
     """The engine's /metrics lacks what admission needs, or says something impossible (`reason`: one of
     conventions.ADMISSION_READ_REASONS)."""
