@@ -1,12 +1,10 @@
 """The HTTP side: /metrics (cached bytes of the last snapshot), /healthz, /readyz, TLS and auth.
 
 Handlers never compute anything heavy: the exposition was rendered (and gzipped) when the
-snapshot was published. Only bcrypt checks run in a thread: in a pool of their own with
-BCRYPT_WORKERS threads (never the default pool, which parses pages), at most
-BCRYPT_MAX_PENDING checks queued (more are answered 429 at once), at most BCRYPT_MAX_PER_SOURCE of
-them from one source address (so one flooding source cannot fill the queue and lock out clients it
-has never seen), and only for credentials not cached: a client whose credentials worked before is
-answered on the event loop, however many wrong passwords are being checked meanwhile.
+snapshot was published. Only bcrypt checks run in a thread, and only for credentials not cached
+(a client whose credentials worked before is answered on the event loop, however many wrong
+passwords are being checked meanwhile): in the fair check queue of `exporter.checkqueue`, which
+no flood, from however many addresses, can fill for a client it has never seen.
 """
 
 from __future__ import annotations
@@ -16,30 +14,28 @@ import logging
 import os
 import ssl
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from exporter import logs
+from exporter.checkqueue import FairCheckQueue, Refused
 from exporter.config import ConfigError, Listen
 from exporter.exposition import CONTENT_TYPE
 from exporter.snapshot import SnapshotHolder
-from exporter.webconfig import Authenticator, WebConfig, load_certificates, load_web_config, new_ssl_context, peer_sans
+from exporter.webconfig import (
+    PLAIN_HTTP_OPT_IN,
+    Authenticator,
+    WebConfig,
+    load_certificates,
+    load_web_config,
+    new_ssl_context,
+    peer_sans,
+)
 from llmslo.problems import describe
 
 PUBLIC_PATHS = ("/healthz", "/readyz")  # probes carry no credentials and reveal nothing
 WEB_CONFIG_CHECK_S = 10.0
-# bcrypt costs about 60 ms of a core a check. One thread, as exporter-toolkit checks one at a time (a
-# mutex): a flood of wrong passwords then holds one core at most. 16 queued checks are about 1 s of
-# waiting on an idle core (a few seconds on a busy one), within Prometheus' 10 s scrape timeout; beyond
-# them a request is answered 429 unchecked.
-BCRYPT_WORKERS = 1
-BCRYPT_MAX_PENDING = 16
-# Of those, one source address (the TCP peer) may hold this many: a flood from one source waits behind
-# itself (its further requests are answered 429) while a client seen for the first time still finds room
-# and waits at most BCRYPT_MAX_PER_SOURCE checks per other source. Sources behind one proxy share it.
-BCRYPT_MAX_PER_SOURCE = 4
 
 _LANDING = b"""<html><head><title>llmslo-exporter</title></head><body>
 <h1>llmslo-exporter</h1><p><a href="/metrics">/metrics</a> &middot; <a href="/healthz">/healthz</a> &middot;
@@ -84,39 +80,7 @@ class WebStateBox:
 WEB_STATE = web.AppKey("web_state", WebStateBox)
 
 
-class BcryptPool:
-    """The bcrypt checks' own bounded pool: `workers` threads, at most `max_pending` checks queued, at
-    most `max_per_source` of them from one source (fairness: one source cannot take every place)."""
-
-    def __init__(self, workers: int = BCRYPT_WORKERS, max_pending: int = BCRYPT_MAX_PENDING,
-                 max_per_source: int = BCRYPT_MAX_PER_SOURCE):
-        self.max_pending = max_pending
-        self.max_per_source = max_per_source
-        self.pending = 0  # queued or running; touched on the event loop only
-        self.by_source: dict[str, int] = {}  # source -> its pending checks (entries at 0 removed: bounded by pending)
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmslo-bcrypt")
-
-    def full(self, source: str = "") -> bool:
-        return self.pending >= self.max_pending or self.by_source.get(source, 0) >= self.max_per_source
-
-    async def run(self, fn, *args, source: str = ""):
-        self.pending += 1
-        self.by_source[source] = self.by_source.get(source, 0) + 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        finally:
-            self.pending -= 1
-            left = self.by_source[source] - 1
-            if left:
-                self.by_source[source] = left
-            else:
-                del self.by_source[source]
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-BCRYPT_POOL = web.AppKey("bcrypt_pool", BcryptPool)
+BCRYPT_POOL = web.AppKey("bcrypt_pool", FairCheckQueue)
 
 
 def _state_for(web: WebConfig | None, ssl_context: ssl.SSLContext | None) -> WebState:
@@ -124,7 +88,17 @@ def _state_for(web: WebConfig | None, ssl_context: ssl.SSLContext | None) -> Web
     return WebState(web, Authenticator(web) if web else None, ssl_context, bucket)
 
 
-def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: BcryptPool | None = None) -> web.Application:
+@web.middleware
+async def visible_target(request: web.Request, handler):
+    """400 for a request target with anything but visible ASCII (RFC 9112 3.2, RFC 3986: the rest is
+    percent-encoded). aiohttp's C parser refuses such a target itself; its pure-Python parser, used where the
+    C one is not built, lets C1 controls and raw non-ASCII bytes through."""
+    if any(not "!" <= char <= "~" for char in request.raw_path):
+        return web.Response(status=400, text="Bad Request: only visible ASCII in the request target (percent-encode the rest)\n")
+    return await handler(request)
+
+
+def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: FairCheckQueue | None = None) -> web.Application:
     @web.middleware
     async def guard(request: web.Request, handler):
         st = request.app[WEB_STATE].current
@@ -139,12 +113,12 @@ def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: BcryptPool |
                 header = request.headers.get("Authorization")
                 ok = st.auth.cached(header)
                 if ok is None:  # only bcrypt can tell, in its own pool
-                    pool = request.app[BCRYPT_POOL]
-                    source = request.remote or ""
-                    if pool.full(source):
+                    try:
+                        ok = await request.app[BCRYPT_POOL].run(
+                            st.auth.verify, header, source=request.remote or "", user=st.auth.basic_user(header))
+                    except Refused:
                         return _with_headers(st, web.Response(
                             status=429, text="Too Many Requests: credential checks queued\n", headers={"Retry-After": "1"}))
-                    ok = await pool.run(st.auth.verify, header, source=source)
                 if not ok:
                     return _with_headers(st, web.Response(
                         status=401, text="Unauthorized\n", headers={"WWW-Authenticate": st.auth.challenge}))
@@ -169,9 +143,9 @@ def build_app(holder: SnapshotHolder, state: WebState, bcrypt_pool: BcryptPool |
     async def landing(request: web.Request) -> web.Response:
         return web.Response(body=_LANDING, content_type="text/html")
 
-    app = web.Application(middlewares=[guard])
+    app = web.Application(middlewares=[visible_target, guard])
     app[WEB_STATE] = WebStateBox(state)
-    app[BCRYPT_POOL] = pool = bcrypt_pool or BcryptPool()
+    app[BCRYPT_POOL] = pool = bcrypt_pool or FairCheckQueue()
 
     async def close_pool(app: web.Application) -> None:
         pool.close()
@@ -285,6 +259,10 @@ async def start_server(
         raise
     port = runner.addresses[0][1] if runner.addresses else listen.port
     scheme = "https" if ssl_context else "http"
+    if web_cfg is not None and web_cfg.auth_required and ssl_context is None:
+        logs.event("credentials_over_plain_http", logging.WARNING, path=web_cfg.path,
+                   detail=f"passwords and tokens cross the network in clear text ({PLAIN_HTTP_OPT_IN}: true)",
+                   fix="add tls_server_config")
     logs.event("listening", address=f"{listen.host}:{port}", scheme=scheme,
                auth="on" if web_cfg and web_cfg.auth_required else "off")
     return RunningServer(runner, port, scheme)

@@ -1,14 +1,17 @@
 """Prometheus' web-config file (exporter-toolkit format): TLS, basic auth, headers, rate limit.
 
 Operators already have these files for node-exporter and friends, so the exporter reads the same
-keys. One extension, because exporter-toolkit has no bearer tokens:
+keys. Two extensions, because exporter-toolkit has no bearer tokens and serves passwords over
+plain HTTP without a word:
 
     bearer_token_file: /etc/llmslo/tokens   # one accepted token per line; '#' starts a comment
+    allow_credentials_over_plain_http: true # basic auth or tokens without tls_server_config (else refused)
 
 Differences forced by Python's ssl module, each rejected with a clear message rather than
 silently weakened: inline `cert`/`key` (the exporter writes no files; use cert_file/key_file),
 `RequireAnyClientCert` (Python verifies any certificate it requires; use
-RequireAndVerifyClientCert), `cipher_suites` and `curve_preferences` (Go names). `http2` is
+RequireAndVerifyClientCert), `cipher_suites` and `curve_preferences` (Go names), TLS10 and TLS11
+(OpenSSL 3 refuses their handshakes). `http2` is
 accepted and ignored (HTTP/1.1 only). `RequestClientCert` requests nothing, which is equivalent:
 Go does not verify such a certificate either.
 """
@@ -42,17 +45,21 @@ CLIENT_AUTH_TYPES = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
+# TLS 1.0 and 1.1 are not offered: OpenSSL 3 refuses them at its default security level, so a server set to them
+# would start and then reset every handshake.
 TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+_OLD_TLS_VERSIONS = ("TLS10", "TLS11")
 ALLOWED_HEADERS = (
     "Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options", "X-XSS-Protection",
     "Strict-Transport-Security",
 )
-_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit", "bearer_token_file")
+# llmslo's extension: credentials over plain HTTP only when the operator says so (and a WARNING at start).
+PLAIN_HTTP_OPT_IN = "allow_credentials_over_plain_http"
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit", "bearer_token_file",
+             PLAIN_HTTP_OPT_IN)
 _TLS_KEYS = (
     "cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file", "client_allowed_sans",
     "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences",
@@ -86,6 +93,7 @@ class WebConfig:
     bearer_tokens: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)
     rate_limit: RateLimit | None = None
+    credentials_over_plain_http: bool = False  # the operator's explicit opt-in (PLAIN_HTTP_OPT_IN)
 
     @property
     def auth_required(self) -> bool:
@@ -119,9 +127,10 @@ def _load_tls(path: str, base: Path, data: Any) -> TlsServerConfig:
         raise _err(path, f"{where}.cert", "inline certificates and keys are not supported (the exporter writes no files)",
                    "put them in files and use cert_file and key_file")
     for key in ("cipher_suites", "curve_preferences"):
-        if data.get(key):
-            raise _err(path, f"{where}.{key}", "Go cipher and curve names are not supported",
-                       "remove it; Python's OpenSSL defaults (TLS 1.2+ AEAD suites) apply")
+        if data.get(key) is not None:
+            raise _err(path, f"{where}.{key}", f"not supported: Python's ssl cannot apply Go's names ({data[key]!r})",
+                       "remove it; OpenSSL's defaults apply (TLS 1.2+, AEAD suites with forward secrecy, X25519 and "
+                       "the NIST curves)")
     for key in ("cert_file", "key_file"):
         if not data.get(key):
             raise _err(path, f"{where}.{key}", "missing", f"add {key}: with the PEM file's path")
@@ -135,12 +144,7 @@ def _load_tls(path: str, base: Path, data: Any) -> TlsServerConfig:
     ca_inline = str(data.get("client_ca") or "")
     if CLIENT_AUTH_TYPES[auth] != ssl.CERT_NONE and not (ca_file or ca_inline):
         raise _err(path, f"{where}.client_ca_file", f"{auth} needs the CA that signs client certificates", "add client_ca_file:")
-    versions = {}
-    for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-        value = str(data.get(key) or default)
-        if value not in TLS_VERSIONS:
-            raise _err(path, f"{where}.{key}", f"unknown TLS version {value!r}", f"use one of {', '.join(TLS_VERSIONS)}")
-        versions[key] = value
+    versions = _load_versions(path, where, data)
     sans = data.get("client_allowed_sans") or []
     if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
         raise _err(path, f"{where}.client_allowed_sans", "expected a list of strings", "write - name items")
@@ -158,6 +162,23 @@ def _load_tls(path: str, base: Path, data: Any) -> TlsServerConfig:
         max_version=versions["max_version"],
         prefer_server_cipher_suites=prefer,
     )
+
+
+def _load_versions(path: str, where: str, data: dict) -> dict[str, str]:
+    """min_version and max_version, refused here rather than by every handshake."""
+    versions = {}
+    for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
+        value = str(data.get(key) or default)
+        if value in _OLD_TLS_VERSIONS:
+            raise _err(path, f"{where}.{key}", f"{value} is refused by OpenSSL 3 (every handshake would fail)",
+                       f"use one of {', '.join(TLS_VERSIONS)}")
+        if value not in TLS_VERSIONS:
+            raise _err(path, f"{where}.{key}", f"unknown TLS version {value!r}", f"use one of {', '.join(TLS_VERSIONS)}")
+        versions[key] = value
+    if TLS_VERSIONS[versions["max_version"]] < TLS_VERSIONS[versions["min_version"]]:
+        raise _err(path, f"{where}.max_version", f"{versions['max_version']} is below min_version {versions['min_version']} "
+                   "(no version is left to agree on)", "raise max_version or lower min_version")
+    return versions
 
 
 def _load_users(path: str, data: Any) -> dict[str, str]:
@@ -221,14 +242,28 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
             raise _err(path_s, "rate_limit", str(exc), "write interval: 1s and burst: 20") from None
         if rate.interval_s > 0 and rate.burst < 1:
             raise _err(path_s, "rate_limit.burst", "must be at least 1 when interval is set", "set burst: 20 (or interval: 0)")
-    return WebConfig(
+    web = WebConfig(
         path=path_s,
         tls=_load_tls(path_s, base, data["tls_server_config"]) if data.get("tls_server_config") else None,
         basic_auth_users=_load_users(path_s, data.get("basic_auth_users")),
         bearer_tokens=_load_tokens(path_s, base, data.get("bearer_token_file")),
         headers={str(k): str(v) for k, v in headers.items() if v},
         rate_limit=rate if rate and rate.interval_s > 0 else None,
+        credentials_over_plain_http=_plain_http_opt_in(path_s, data),
     )
+    if web.auth_required and web.tls is None and not web.credentials_over_plain_http:
+        where = "basic_auth_users" if web.basic_auth_users else "bearer_token_file"
+        raise _err(path_s, where, "credentials without tls_server_config would cross the network in clear text",
+                   f"add tls_server_config with cert_file and key_file, or, where a trusted network carries the scrapes, "
+                   f"set {PLAIN_HTTP_OPT_IN}: true (logged at WARNING on every start)")
+    return web
+
+
+def _plain_http_opt_in(path: str, data: dict) -> bool:
+    value = data.get(PLAIN_HTTP_OPT_IN, False)
+    if not isinstance(value, bool):
+        raise _err(path, PLAIN_HTTP_OPT_IN, f"expected true or false, not {value!r}", f"write {PLAIN_HTTP_OPT_IN}: true")
+    return value
 
 
 # --------------------------------------------------------------------------------------
@@ -344,6 +379,11 @@ class Authenticator:
             while len(cache) > limit:
                 cache.popitem(last=False)
         return ok
+
+    def basic_user(self, authorization: str | None) -> str:
+        """The user a basic-auth header names ("" for anything else): the check queue remembers who succeeded."""
+        parsed = self._parse(authorization)
+        return "" if isinstance(parsed, bool) else parsed[0][0]
 
     def _parse(self, authorization: str | None) -> bool | tuple[tuple[str, str, bytes], str, str | None]:
         """A final answer (bearer tokens, malformed headers), or the basic credentials' cache key,

@@ -10,7 +10,10 @@ answered 429 at once. How long a real scrape takes under a real flood is a bench
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,11 +22,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from exporter import checkqueue, webconfig
 from exporter import server as server_module
-from exporter import webconfig
-from exporter.server import BCRYPT_POOL, BCRYPT_WORKERS, start_server
+from exporter.server import BCRYPT_POOL, start_server
 from exporter.webconfig import Authenticator, WebConfig
-from tests.exporter.test_server import LOOPBACK, basic, get, hashed, ready_holder, write
+from tests.exporter.test_server import LOOPBACK, PLAIN_HTTP, basic, get, hashed, ready_holder, write
 
 PASSWORD = "s3cret"
 
@@ -84,7 +87,7 @@ async def _serving(cfg: Path, fake_bcrypt) -> AsyncIterator[tuple[str, Any]]:
 
 
 def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tmp_path, fake_bcrypt):
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
 
     async def go():
         async with _serving(cfg, fake_bcrypt) as (url, pool):
@@ -105,16 +108,16 @@ def test_a_cached_credential_is_answered_while_every_bcrypt_thread_is_blocked(tm
     assert during == 200 and still_blocked  # answered while all four checks were still waiting
     assert checks_during == 0  # from the cache: no bcrypt
     assert flooded == [401] * 4
-    assert fake_bcrypt.most_running == BCRYPT_WORKERS  # bounded
+    assert fake_bcrypt.most_running == checkqueue.WORKERS  # bounded
     assert fake_bcrypt.threads and all(name.startswith("llmslo-bcrypt") for name in fake_bcrypt.threads)
 
 
 def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
 
     async def go():
         async with _serving(cfg, fake_bcrypt) as (url, pool):
-            pool.max_pending = 3
+            pool.max_per_source = 3
             assert (await get(url, basic("alice", PASSWORD)))[0] == 200
             flood = [asyncio.create_task(get(url, basic("alice", f"wrong-{i}"))) for i in range(3)]
             await wait_for(lambda: pool.pending == 3, "the wrong passwords never queued")
@@ -138,9 +141,9 @@ def test_a_full_queue_is_answered_429_without_a_check(tmp_path, fake_bcrypt):
 
 
 def test_a_flood_from_one_source_leaves_room_for_a_client_seen_for_the_first_time(tmp_path, fake_bcrypt):
-    """20 wrong passwords at once from 127.0.0.1 hold at most BCRYPT_MAX_PER_SOURCE places (the rest get 429);
+    """20 wrong passwords at once from 127.0.0.1 hold at most MAX_PER_SOURCE places (the rest get 429);
     a user no check has seen yet, from 127.0.0.2, is queued and checked, not refused."""
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n  bob: '{hashed(PASSWORD)}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n  bob: '{hashed(PASSWORD)}'\n")
 
     async def go():
         async with _serving(cfg, fake_bcrypt) as (url, pool):
@@ -156,7 +159,7 @@ def test_a_flood_from_one_source_leaves_room_for_a_client_seen_for_the_first_tim
 
     held, newcomer, flooded = asyncio.run(go())
     assert newcomer == 200
-    assert held == server_module.BCRYPT_MAX_PER_SOURCE < server_module.BCRYPT_MAX_PENDING
+    assert held == checkqueue.MAX_PER_SOURCE
     assert flooded == [401] * held + [429] * (20 - held)
 
 
@@ -169,7 +172,7 @@ def test_the_default_thread_pool_is_never_used_for_bcrypt(tmp_path, fake_bcrypt,
         return await real_to_thread(fn, *args, **kwargs)
 
     monkeypatch.setattr(server_module.asyncio, "to_thread", recording_to_thread)
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n")
 
     async def go():
         server = await start_server(ready_holder(), LOOPBACK, str(cfg))
@@ -207,3 +210,156 @@ def test_a_changed_password_is_checked_again(fake_bcrypt):
     # The cache key holds the stored hash: the same header against another hash is a new check.
     auth.web.basic_auth_users["alice"] = hashed("other")
     assert auth.cached(right) is None
+
+
+# ------------------------------------------------------------------------------------------------------
+# A flood of wrong passwords from many source addresses while a client with uncached credentials scrapes
+# ------------------------------------------------------------------------------------------------------
+CHECK_S = 0.02  # added to each real check (cost-4 hashes): a cost-10 check's time, without taking a core
+FLOOD_CONNECTIONS_PER_SOURCE = 6  # more than one source may queue: some of each source's requests are refused
+LEGIT_SCRAPES = 8
+PROMETHEUS_TIMEOUT_S = 10.0  # Prometheus' default scrape_timeout
+
+
+class SlowCheck:
+    """The real bcrypt check plus CHECK_S of sleep, counted."""
+
+    def __init__(self) -> None:
+        self.real = webconfig._checkpw
+        self.checks = 0
+
+    def __call__(self, password: str, hashed_password: bytes) -> bool:
+        self.checks += 1
+        ok = self.real(password, hashed_password)
+        time.sleep(CHECK_S)
+        return ok
+
+
+async def _flood_connection(session: aiohttp.ClientSession, url: str, stop: asyncio.Event, statuses: Counter) -> None:
+    """Request after request with a fresh wrong password (nothing to cache); a refusal is retried 20 ms later."""
+    while not stop.is_set():
+        status = 0
+        try:
+            async with session.get(url, headers=basic("alice", secrets.token_hex(8))) as r:
+                await r.read()
+                status = r.status
+        except aiohttp.ClientError:
+            pass
+        statuses[status] += 1
+        if status != 401:
+            await asyncio.sleep(0.02)
+
+
+async def _flood_from(address: str, url: str, stop: asyncio.Event, statuses: Counter) -> None:
+    connector = aiohttp.TCPConnector(local_addr=(address, 0), limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(_flood_connection(session, url, stop, statuses)
+                               for _ in range(FLOOD_CONNECTIONS_PER_SOURCE)))
+
+
+async def _legit_scrape(url: str, user: str) -> tuple[int, float]:
+    """One scrape from 127.0.0.2 with credentials no check has seen: its status (0 when it outlasts Prometheus'
+    timeout) and seconds."""
+    session_kw = {"connector": aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)),
+                  "timeout": aiohttp.ClientTimeout(total=PROMETHEUS_TIMEOUT_S)}
+    started = time.monotonic()
+    try:
+        status = (await get(url, basic(user, PASSWORD), **session_kw))[0]
+    except asyncio.TimeoutError:
+        status = 0
+    return status, time.monotonic() - started
+
+
+@pytest.mark.parametrize("flood_sources", [4, 16, 64])
+def test_uncached_credentials_get_through_a_flood_from_many_addresses(tmp_path, monkeypatch, flood_sources):
+    """Each of LEGIT_SCRAPES scrapes uses a user no check has seen yet (as after an exporter restart, a web-config
+    reload or for a new replica) while every flooding address keeps more checks waiting than it may queue."""
+    slow = SlowCheck()
+    monkeypatch.setattr(webconfig, "_checkpw", slow)
+    users = "".join(f"  prom-{i}: '{hashed(PASSWORD)}'\n" for i in range(LEGIT_SCRAPES))
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed(PASSWORD)}'\n{users}")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        stop, flood_statuses = asyncio.Event(), Counter()
+        flood = [asyncio.create_task(_flood_from(f"127.0.0.{10 + i}", url, stop, flood_statuses))
+                 for i in range(flood_sources)]
+        try:
+            await wait_for(lambda: flood_statuses[429] > 0 and slow.checks > flood_sources, "the flood never filled up")
+            scrapes = [await _legit_scrape(url, f"prom-{i}") for i in range(LEGIT_SCRAPES)]
+            return scrapes, dict(flood_statuses)
+        finally:
+            stop.set()
+            await asyncio.gather(*flood)
+            await server.stop()
+
+    scrapes, flood_statuses = asyncio.run(go())
+    print(f"{flood_sources} flooding addresses: legitimate scrapes {[s for s, _ in scrapes]}, slowest "
+          f"{max(t for _, t in scrapes):.2f} s; the flood's answers {flood_statuses}")
+    assert [status for status, _ in scrapes] == [200] * LEGIT_SCRAPES
+    assert flood_statuses.get(401, 0) > 0 and flood_statuses.get(429, 0) > 0  # the flood was checked, and refused
+
+
+def test_checks_go_round_robin_by_source_and_a_source_that_succeeded_goes_first():
+    async def go():
+        queue, gate, order = checkqueue.FairCheckQueue(max_sources=8, max_per_source=4), threading.Event(), []
+
+        def check(name: str, ok: bool) -> bool:
+            assert gate.wait(10)
+            order.append(name)
+            return ok
+
+        gate.set()
+        assert await queue.run(check, "c0", True, source="c", user="carol")  # (c, carol) succeeded once
+        gate.clear()
+        tasks = [asyncio.create_task(queue.run(check, f"a{i}", False, source="a")) for i in range(4)]
+        tasks += [asyncio.create_task(queue.run(check, f"b{i}", False, source="b")) for i in range(4)]
+        tasks.append(asyncio.create_task(queue.run(check, "c1", True, source="c", user="carol")))
+        gone = asyncio.create_task(queue.run(check, "d0", False, source="d"))  # its client goes away while it waits
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(*tasks)
+        pending_after = queue.pending
+        queue.close()
+        return order, pending_after
+
+    order, pending_after = asyncio.run(go())
+    assert order == ["c0", "a0", "c1", "a1", "b0", "a2", "b1", "a3", "b2", "b3"]  # d0 never ran
+    assert pending_after == 0
+
+
+def test_a_new_source_takes_the_place_of_the_one_that_asked_for_the_most_checks():
+    async def go():
+        queue, gate = checkqueue.FairCheckQueue(max_sources=2, max_per_source=2), threading.Event()
+
+        def check() -> bool:
+            assert gate.wait(10)
+            return False
+
+        async def attempt(source: str) -> str:
+            try:
+                return str(await queue.run(check, source=source))
+            except checkqueue.Refused:
+                return "refused"
+
+        running = asyncio.create_task(attempt("x"))  # holds the thread
+        heavy = [asyncio.create_task(attempt("heavy")) for _ in range(6)]  # 2 wait, 4 refused: demand 7
+        light = asyncio.create_task(attempt("light"))
+        await asyncio.sleep(0.05)
+        newcomer = asyncio.create_task(attempt("new"))  # both places taken: "heavy" asked for the most
+        another = asyncio.create_task(attempt("another"))  # "light" and "new" asked for no more than it
+        await asyncio.sleep(0.05)
+        sources_while_waiting = queue.waiting_sources
+        gate.set()
+        results = await asyncio.gather(running, *heavy, light, newcomer, another)
+        pending_after = queue.pending
+        queue.close()
+        return results, sources_while_waiting, pending_after
+
+    results, sources_while_waiting, pending_after = asyncio.run(go())
+    assert results[:8] == ["False"] + ["refused"] * 6 + ["False"]
+    assert results[8:10] == ["False", "refused"]
+    assert sources_while_waiting == 2 and pending_after == 0

@@ -20,10 +20,11 @@ from exporter.config import ConfigError, Listen
 from exporter.model import NormSample
 from exporter.server import start_server
 from exporter.snapshot import SnapshotHolder, publishable
-from exporter.webconfig import load_web_config
+from exporter.webconfig import PLAIN_HTTP_OPT_IN, load_web_config
 from llmslo import conventions as c
 
 LOOPBACK = Listen("127.0.0.1", 0)
+PLAIN_HTTP = f"{PLAIN_HTTP_OPT_IN}: true\n"  # these servers take credentials over loopback
 
 
 def hashed(password: str) -> str:
@@ -77,7 +78,7 @@ def test_endpoints_without_web_config():
 
 
 def test_basic_auth_from_a_web_config(tmp_path):
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed('s3cret')}'\n"
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('s3cret')}'\n"
                                       "http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
 
     async def go():
@@ -107,7 +108,7 @@ def test_basic_auth_from_a_web_config(tmp_path):
 
 def test_bearer_token_extension(tmp_path):
     write(tmp_path / "tokens", "# scrape tokens\nfirst-token\n\nsecond-token  # rotated in\n")
-    cfg = write(tmp_path / "web.yml", "bearer_token_file: tokens\n")  # relative to the web-config file
+    cfg = write(tmp_path / "web.yml", PLAIN_HTTP + "bearer_token_file: tokens\n")  # relative to the web-config file
 
     async def go():
         server = await start_server(ready_holder(), LOOPBACK, str(cfg))
@@ -223,14 +224,14 @@ def test_rate_limit(tmp_path):
 
 
 def test_web_config_changes_apply_without_a_restart(tmp_path):
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed('old')}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('old')}'\n")
 
     async def go():
         server = await start_server(ready_holder(), LOOPBACK, str(cfg), watch_interval_s=0.05)
         url = f"http://127.0.0.1:{server.port}/metrics"
         try:
             before = (await get(url, basic("alice", "old")))[0]
-            write(cfg, f"basic_auth_users:\n  alice: '{hashed('new')}'\n")
+            write(cfg, f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('new')}'\n")
             for _ in range(100):
                 await asyncio.sleep(0.05)
                 if (await get(url, basic("alice", "new")))[0] == 200:
@@ -248,7 +249,7 @@ def test_web_config_changes_apply_without_a_restart(tmp_path):
 def test_an_unexpected_reload_error_does_not_stop_the_watcher(tmp_path, monkeypatch, caplog):
     import exporter.server as server_module
 
-    cfg = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{hashed('old')}'\n")
+    cfg = write(tmp_path / "web.yml", f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('old')}'\n")
     real_load = server_module.load_web_config
     calls = []
 
@@ -267,13 +268,13 @@ def test_an_unexpected_reload_error_does_not_stop_the_watcher(tmp_path, monkeypa
         monkeypatch.setattr(server_module, "load_web_config", load_failing_once)
         url = f"http://127.0.0.1:{server.port}/metrics"
         try:
-            edit(f"basic_auth_users:\n  alice: '{hashed('new')}'\n", 1_000_000)
+            edit(f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('new')}'\n", 1_000_000)
             for _ in range(250):
                 if calls:
                     break
                 await asyncio.sleep(0.02)
             after_failure = (await get(url, basic("alice", "old")))[0]  # the previous settings stay
-            edit(f"basic_auth_users:\n  alice: '{hashed('newer')}'\n", 2_000_000)
+            edit(f"{PLAIN_HTTP}basic_auth_users:\n  alice: '{hashed('newer')}'\n", 2_000_000)
             for _ in range(100):
                 if (await get(url, basic("alice", "newer")))[0] == 200:
                     break
@@ -301,6 +302,25 @@ def test_an_unexpected_reload_error_does_not_stop_the_watcher(tmp_path, monkeypa
     ("bearer_token_file: /nonexistent/tokens\n", "bearer_token_file: cannot read"),
     ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "header not allowed"),
     ("rate_limit:\n  interval: soon\n  burst: 2\n", "rate_limit"),
+    # passwords over plain HTTP only on the operator's explicit word
+    (f"basic_auth_users:\n  alice: '{'$2b$04$' + 'a' * 53}'\n",
+     f"basic_auth_users: credentials without tls_server_config would cross the network in clear text (fix: add "
+     f"tls_server_config with cert_file and key_file, or, where a trusted network carries the scrapes, set "
+     f"{PLAIN_HTTP_OPT_IN}: true"),
+    (f"{PLAIN_HTTP_OPT_IN}: sure\n", f"{PLAIN_HTTP_OPT_IN}: expected true or false"),
+    # TLS settings every handshake would refuse are refused at load
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  min_version: TLS10\n",
+     "tls_server_config.min_version: TLS10 is refused by OpenSSL 3 (every handshake would fail) (fix: use one of TLS12, TLS13)"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  min_version: TLS11\n  max_version: TLS12\n",
+     "tls_server_config.min_version: TLS11 is refused"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  max_version: TLS11\n", "tls_server_config.max_version: TLS11 is refused"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  min_version: TLS13\n  max_version: TLS12\n",
+     "tls_server_config.max_version: TLS12 is below min_version TLS13"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  cipher_suites: [TLS_NO_SUCH_SUITE]\n",
+     "tls_server_config.cipher_suites: not supported"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  curve_preferences: [CurveP256]\n",
+     "tls_server_config.curve_preferences: not supported"),
+    ("tls_server_config:\n  cert_file: c\n  key_file: k\n  curve_preferences: []\n", "tls_server_config.curve_preferences"),
 ])
 def test_bad_web_configs_name_the_field_and_the_fix(tmp_path, text, expected):
     cfg = write(tmp_path / "web.yml", text)
@@ -319,3 +339,73 @@ def test_a_key_that_does_not_match_its_certificate_is_reported(tmp_path, certs):
 
     with pytest.raises(ConfigError, match="cannot load the certificate"):
         asyncio.run(go())
+
+
+@pytest.mark.parametrize("parser", ["c", "python"])
+def test_a_request_target_with_a_control_del_or_non_ascii_byte_gets_400(monkeypatch, parser):
+    """With aiohttp's C parser and with its pure-Python one (used where the C one is not built)."""
+    if parser == "python":
+        import aiohttp.http_parser
+        import aiohttp.web_protocol
+
+        monkeypatch.setattr(aiohttp.web_protocol, "HttpRequestParser", aiohttp.http_parser.HttpRequestParserPy)
+
+    async def status_of(port: int, target: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        status = (await reader.read()).split(b"\r\n", 1)[0].split(b" ")[1]
+        writer.close()
+        return status
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK)
+        try:
+            bad = [await status_of(server.port, b"/metrics" + byte) for byte in
+                   (b"\x1b[2J", b"\x01", b"\t", b"\x7f", b"\x80", b"\x9b", b"\xc3\xa9", b"\xff")]
+            good = [await status_of(server.port, t) for t in (b"/metrics", b"/metrics?x=%1B%7F%C3%A9", b"/%C3%A9")]
+            return bad, good
+        finally:
+            await server.stop()
+
+    bad, good = asyncio.run(go())
+    assert bad == [b"400"] * 8
+    assert good == [b"200", b"200", b"404"]
+
+
+def test_credentials_over_plain_http_start_only_when_opted_in_and_with_a_warning(tmp_path, caplog):
+    write(tmp_path / "tokens", "a-token\n")
+    refused = write(tmp_path / "refused.yml", "bearer_token_file: tokens\n")
+    with pytest.raises(ConfigError, match="bearer_token_file: credentials without tls_server_config"):
+        load_web_config(refused)
+    cfg = write(tmp_path / "web.yml", PLAIN_HTTP + "bearer_token_file: tokens\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        try:
+            return (await get(f"http://127.0.0.1:{server.port}/metrics", {"Authorization": "Bearer a-token"}))[0]
+        finally:
+            await server.stop()
+
+    with caplog.at_level("WARNING", logger="llmslo.exporter"):
+        assert asyncio.run(go()) == 200
+    (warning,) = [r for r in caplog.records if "credentials_over_plain_http" in r.getMessage()]
+    assert warning.levelname == "WARNING" and str(cfg) in warning.getMessage()
+
+
+def test_basic_auth_over_tls_starts_without_an_opt_in_or_a_warning(tmp_path, certs, caplog):
+    cfg = write(tmp_path / "web.yml", f"tls_server_config:\n  cert_file: {certs['server_crt']}\n"
+                                      f"  key_file: {certs['server_key']}\n  min_version: TLS12\n  max_version: TLS12\n"
+                                      f"basic_auth_users:\n  alice: '{hashed('s3cret')}'\n")
+
+    async def go():
+        server = await start_server(ready_holder(), LOOPBACK, str(cfg))
+        trusting = ssl.create_default_context(cafile=str(certs["ca_crt"]))
+        try:
+            url = f"https://127.0.0.1:{server.port}/metrics"
+            return (await get(url, basic("alice", "s3cret"), ssl_ctx=trusting))[0], (await get(url, ssl_ctx=trusting))[0]
+        finally:
+            await server.stop()
+
+    with caplog.at_level("WARNING", logger="llmslo.exporter"):
+        assert asyncio.run(go()) == (200, 401)
+    assert "credentials_over_plain_http" not in caplog.text
