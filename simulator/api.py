@@ -12,12 +12,14 @@ import asyncio
 import json
 import time
 import uuid
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from simulator.admission import RETRY_AFTER_S, Admission, PrefillTicket, QueueLimits
 from simulator.clock import RealClock
 from simulator.config import EngineConfig
 from simulator.costmodel import CostParams
@@ -28,7 +30,9 @@ from simulator.request import FINISH_ABORT, FINISH_ERROR, Request
 from simulator.tokens import PromptTooLong, output_word, tokenize, tokenize_chat
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for the legacy completions API
-MAX_BODY_BYTES = 64 * 1024 * 1024
+# A prompt of the longest context (128 Ki tokens) is about 1.4 MB as JSON token ids; 8 MiB leaves room for chat
+# overhead. Bodies are read by requests already counted in flight, so all of them together stay bounded too.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 # JSON nesting a body may have: a chat request with content parts nests 4 deep, a tool's JSON schema a few more.
 # Deeper bodies get a 400 (Python's parser would otherwise end in RecursionError, a 500).
 MAX_JSON_DEPTH = 16
@@ -43,9 +47,22 @@ class BadBody(ValueError):
         self.field = field
 
 
+async def read_body(request: web.Request) -> bytearray:
+    """The body, at most MAX_BODY_BYTES (else 413), read without aiohttp keeping a copy for the handler's life
+    (`request.read()` caches it: a queued request would hold its body until it finishes)."""
+    if (request.content_length or 0) > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=request.content_length or 0)
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
+    return body
+
+
 async def read_json(request: web.Request) -> Any:
     """The request's JSON body, or BadBody: not JSON, not UTF-8, or nested deeper than MAX_JSON_DEPTH."""
-    raw = await request.read()
+    raw = await read_body(request)
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -82,10 +99,11 @@ def _flag(body: dict, name: str, default: bool = False) -> bool:
     return value
 
 
-def _error(status: int, message: str, param: str | None = None) -> web.Response:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}.get(status, "Error")
+def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError",
+            503: "ServiceUnavailableError"}.get(status, "Error")
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return web.json_response(body, status=status)
+    return web.json_response(body, status=status, headers=headers)
 
 
 @dataclass(slots=True)
@@ -95,7 +113,7 @@ class _Call:
     chat: bool
     model: str
     lora: str | None
-    prompt_ids: list[int]
+    prompt_ids: array[int]  # typecode "I": 4 bytes a token, where a list of ints costs 8 to 36
     max_tokens: int | None
     ignore_eos: bool
     stream: bool
@@ -105,8 +123,10 @@ class _Call:
 class SimulatorServer:
     """One simulated engine behind an aiohttp application."""
 
-    def __init__(self, config: EngineConfig, cost_params: CostParams | None = None, faults: FaultState | None = None):
+    def __init__(self, config: EngineConfig, cost_params: CostParams | None = None, faults: FaultState | None = None,
+                 queue_limits: QueueLimits | None = None):
         self.config = config
+        self.admission = Admission(queue_limits or QueueLimits())
         self.core = EngineCore(config, RealClock(), cost_params, faults)
         self.metrics = VllmMetrics(self.core)
         self.loop = RealtimeLoop(self.core)
@@ -177,6 +197,9 @@ class SimulatorServer:
             "kv_blocks_used": core.kv.num_used_blocks,
             "preemptions": core.scheduler.num_preemptions,
             "running_loras": sorted(core.scheduler.running_loras()),
+            "in_flight": self.admission.in_flight,  # requests the API holds, counted against --max-num-queued-reqs
+            "prefill_tokens": self.admission.prefill_tokens,  # against --max-num-queued-tokens
+            "refused": self.admission.refused,
         })
 
     # ------------------------------------------------------------------ generation
@@ -227,7 +250,7 @@ class SimulatorServer:
         except RequestError:
             raise RequestError("stream_options.include_usage must be true or false",
                                param="stream_options.include_usage") from None
-        return _Call(chat, model, lora, prompt_ids, max_tokens, _flag(body, "ignore_eos"), stream, include_usage)
+        return _Call(chat, model, lora, array("I", prompt_ids), max_tokens, _flag(body, "ignore_eos"), stream, include_usage)
 
     @property
     def _prompt_limit(self) -> int:
@@ -251,20 +274,44 @@ class SimulatorServer:
                            "one of those", param="prompt")
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        """Admission first (before the body is read), then the request; counted in flight until it ends."""
+        refusal = self.admission.refusal()
+        if refusal is not None:
+            return _error(503, refusal, headers={"Retry-After": str(RETRY_AFTER_S)})
+        self.admission.in_flight += 1
+        try:
+            return await self._serve_admitted(request, chat)
+        finally:
+            self.admission.in_flight -= 1
+
+    async def _accept(self, request: web.Request, chat: bool) -> tuple[_Call, Request] | web.Response:
+        """The parsed call and its engine request, or the error answer; the body is gone when this returns."""
         try:
             body = await read_json(request)
         except BadBody as e:
             return _error(400, str(e), e.field)
         try:
             call = self._parse(body, chat)
-            req = self.core.new_request(
+            return call, self.core.new_request(
                 call.prompt_ids, call.max_tokens, ignore_eos=call.ignore_eos, lora=call.lora,
                 request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
             )
         except RequestError as e:
             return _error(e.status, str(e), e.param)
+
+    async def _serve_admitted(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        accepted = await self._accept(request, chat)
+        if isinstance(accepted, web.Response):
+            return accepted
+        call, req = accepted
         events: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
-        req.listener = lambda r: events.put_nowait((r.num_output_tokens, r.finish_reason))
+        ticket = PrefillTicket(self.admission, req.num_prompt_tokens)
+
+        def listener(r: Request) -> None:
+            ticket.release()  # its first token (or its end): no longer waiting for prefill
+            events.put_nowait((r.num_output_tokens, r.finish_reason))
+
+        req.listener = listener
         self.core.add_request(req)
         self.loop.notify()
         try:
@@ -274,6 +321,7 @@ class SimulatorServer:
                 return await self._stream(request, call, req, events)
             return await self._complete(request, call, req, events)
         finally:
+            ticket.release()
             if not req.finished:  # the client went away (handler cancelled or write failed)
                 self.core.abort(req.request_id)
                 self.loop.notify()

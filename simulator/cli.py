@@ -13,6 +13,7 @@ import sys
 from llmslo.files import write_atomic
 from simulator import cliargs, plan
 from simulator import limits as L
+from simulator.admission import QueueLimits
 from simulator.api import SimulatorServer, start
 from simulator.clock import RealClock
 from simulator.costmodel import CostModel, CostParams
@@ -30,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=L.PORT, default=8000,
                        help=L.PORT.help("0: let the OS pick (the chosen port is printed)"))
+    serve.add_argument("--max-num-queued-reqs", type=L.MAX_NUM_QUEUED_REQS, default=L.DEFAULT_MAX_NUM_QUEUED_REQS,
+                       help=L.MAX_NUM_QUEUED_REQS.help("as vLLM's, answered 503 with Retry-After (default %(default)s)"))
+    serve.add_argument("--max-num-queued-tokens", type=L.MAX_NUM_QUEUED_TOKENS, default=L.DEFAULT_MAX_NUM_QUEUED_TOKENS,
+                       help=L.MAX_NUM_QUEUED_TOKENS.help("as vLLM's (default %(default)s)"))
     cliargs.add_engine_arguments(serve)
     cliargs.add_fault_arguments(serve)
 
@@ -75,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(args: argparse.Namespace) -> int:
     config = cliargs.engine_config(args)
-    server = SimulatorServer(config, faults=cliargs.fault_state(args, RealClock().now()))
+    server = SimulatorServer(config, faults=cliargs.fault_state(args, RealClock().now()),
+                             queue_limits=QueueLimits(args.max_num_queued_reqs, args.max_num_queued_tokens))
     runner, url = await start(server, args.host, args.port)
     print(f"llmslo-sim: serving {config.model_name} ({config.deployment.name}, {config.num_gpu_blocks} KV blocks) "
           f"on {url}", flush=True)

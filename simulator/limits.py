@@ -49,6 +49,16 @@ MAX_MODEL_LEN = Bound(0, MAX_CONTEXT, "0: the model's; no preset's model takes a
 NUM_SCHEDULER_STEPS = Bound(1, 64, "vLLM V0's multi-step scheduling used 8 to 16", integer=True)
 OUTPUT_LEN_MEDIAN = Bound(1, MAX_CONTEXT, "no preset's model takes a longer context", integer=True)
 
+# Admission to the HTTP API (`serve`): vLLM's flags, bounded by default (simulator/admission.py). A queued
+# request costs about 17 KiB (its handler, connection and state) plus 4 bytes a prompt token, so the defaults
+# hold at most some 170 MiB of requests plus 32 MiB of prompt ids waiting for prefill.
+DEFAULT_MAX_NUM_QUEUED_REQS = 10_000
+DEFAULT_MAX_NUM_QUEUED_TOKENS = 8 * 1024 * 1024
+MAX_NUM_QUEUED_REQS = Bound(1, 1_000_000, "requests in flight (waiting or running) before new ones get 503; each "
+                            "costs about 17 KiB plus its prompt", integer=True)
+MAX_NUM_QUEUED_TOKENS = Bound(1, 1 << 30, "prompt tokens waiting for prefill before new requests get 503; 4 bytes "
+                              "each", integer=True)
+
 # Faults (flags and POST /admin/faults).
 SLOWDOWN = Bound(0.01, 1000.0, "a factor on every step's time; 1000x already turns a 10 ms step into 10 s")
 ERROR_RATE = Bound(0.0, 1.0, "a share of requests")
