@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.tap.slofiles import MAX_NODES, SloSourceError, check_directory, count_nodes, read_sources
 from llmslo import sli_plugins
 from llmslo.confighash import config_hash
 from llmslo.globs import matches
 from llmslo.ranges import ALLOW_KEY
-from llmslo.specfile import SpecFileError, discover, load_documents
+from llmslo.specfile import SpecFileError, decode, discover, load_documents
 
 TAP_LATENCY_METRICS = sli_plugins.TAP_LATENCY_METRICS  # the tap's histograms a latency SLI may read
 
@@ -49,7 +50,12 @@ _MODEL_CACHE_MAX_CHARS = 200
 
 
 class SloConfigError(ValueError):
-    """An SLO file the tap cannot use; the message names the file, the SLO, the field and the fix."""
+    """An SLO file the tap cannot use; the message names the file, the SLO, the field and the fix. `reason`: a
+    short word for the log line (exporter.tap.slofiles' reasons, "empty", or "invalid")."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -182,46 +188,82 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return [f for p in paths for f in discover(p)]
 
 
-def load_slo_config(paths: Sequence[str | Path]) -> SloConfig:
-    """Read goodput classes and tap latency thresholds from SLO YAML files (or directories)."""
+def read_slo_files(paths: Sequence[str | Path], pipe_ok: bool = False) -> list[tuple[Path, bytes]]:
+    """The bytes of every SLO file under `paths`, read as exporter.tap.slofiles allows (bounded, regular files;
+    pipes too when `pipe_ok`, at start); SloConfigError naming the file otherwise."""
+    try:
+        for p in paths:
+            if Path(p).is_dir():
+                check_directory(Path(p))
+        return read_sources(expand_paths(paths), pipe_ok)
+    except SloSourceError as e:
+        raise SloConfigError(str(e), e.reason) from None
+    except OSError as e:
+        raise SloConfigError(f"{e.filename}: cannot read the SLO file ({e.strerror}); check the --slo path",
+                             "unreadable") from None
+
+
+def _documents(path: Path, data: bytes, budget: int, allow_empty: bool) -> tuple[list[Any], int]:
+    """The YAML documents of one file (slogen's strict reader) and the node budget left after it."""
+    try:
+        text = decode(data, str(path))
+        budget -= count_nodes(text, str(path), budget)
+        docs = load_documents(text, str(path))  # slogen's reader: strict UTF-8, no duplicate keys, bounded nesting
+    except SloSourceError as e:
+        raise SloConfigError(str(e), e.reason) from None
+    except SpecFileError as e:
+        raise SloConfigError(str(e)) from None
+    if not docs and not allow_empty:
+        raise SloConfigError(
+            f"{path}: empty ({len(data)} bytes, no YAML document): a file rewritten in place is read while it is "
+            "written, so the tap keeps the configuration in force (fix: write the new file beside the old one and "
+            "rename it over it, as a ConfigMap update does)", "empty")
+    return docs, budget
+
+
+def _read_slos(path: Path, docs: list[Any], classes: list[tuple[SloClass, sli_plugins.GoodputParams]],
+               thresholds: dict[str, set[float]]) -> None:
+    """Add the goodput classes and tap latency thresholds of one file's documents."""
+    for doc_index, doc in enumerate(docs):
+        slos = _slo_lists(doc)
+        if slos is None:
+            continue
+        if not isinstance(slos, list):
+            raise SloConfigError(f"{path}: document {doc_index + 1}: slos must be a list of SLOs")
+        for i, slo in enumerate(slos):
+            if not isinstance(slo, dict):
+                raise SloConfigError(f"{path}: slos[{i}] must be a mapping with name, objective and sli")
+            origin = f"{path}: SLO {slo.get('name', f'#{i + 1}')!r}"
+            plugin_id, options = _plugin(slo)
+            if not sli_plugins.is_llmslo(plugin_id):
+                continue  # Sloth events/raw SLIs and other plugins: nothing for the tap
+            allow = slo.get(ALLOW_KEY) is True or slo.get("allowOutOfRange") is True  # the CRD's spelling
+            params = _params(plugin_id, options, origin, allow)
+            if isinstance(params, sli_plugins.GoodputParams):
+                _merge(classes, SloClass(params.slo_class, params.ttft, params.tpot, params.selection.models,
+                                         origin), params)
+                if params.ttft is not None:
+                    thresholds["ttft"].add(params.ttft)
+                if params.tpot is not None:
+                    thresholds["tpot"].add(params.tpot)
+            elif isinstance(params, sli_plugins.LatencyParams) and params.source == sli_plugins.SOURCE_TAP:
+                thresholds[params.metric].add(params.threshold)
+
+
+def load_slo_config(paths: Sequence[str | Path], pipe_ok: bool = False, allow_empty: bool = True) -> SloConfig:
+    """Read goodput classes and tap latency thresholds from SLO YAML files (or directories).
+
+    `pipe_ok`: a pipe may stand for a file (at start: it is read once); `allow_empty`: a file with no YAML
+    document is read as no SLOs (at start), else refused as a file caught half-written (a reload)."""
     classes: list[tuple[SloClass, sli_plugins.GoodputParams]] = []
     thresholds: dict[str, set[float]] = {m: set() for m in TAP_LATENCY_METRICS}
-    contents: list[bytes] = []
-    for path in expand_paths(paths):
-        try:
-            data = path.read_bytes()  # once: the bytes hashed are the bytes parsed
-            contents.append(data)
-            docs = load_documents(data, str(path))  # slogen's reader: strict UTF-8, no duplicate keys, bounded nesting
-        except OSError as e:
-            raise SloConfigError(f"{path}: cannot read the SLO file ({e.strerror}); check the --slo path") from None
-        except SpecFileError as e:
-            raise SloConfigError(str(e)) from None
-        for doc_index, doc in enumerate(docs):
-            slos = _slo_lists(doc)
-            if slos is None:
-                continue
-            if not isinstance(slos, list):
-                raise SloConfigError(f"{path}: document {doc_index + 1}: slos must be a list of SLOs")
-            for i, slo in enumerate(slos):
-                if not isinstance(slo, dict):
-                    raise SloConfigError(f"{path}: slos[{i}] must be a mapping with name, objective and sli")
-                origin = f"{path}: SLO {slo.get('name', f'#{i + 1}')!r}"
-                plugin_id, options = _plugin(slo)
-                if not sli_plugins.is_llmslo(plugin_id):
-                    continue  # Sloth events/raw SLIs and other plugins: nothing for the tap
-                allow = slo.get(ALLOW_KEY) is True or slo.get("allowOutOfRange") is True  # the CRD's spelling
-                params = _params(plugin_id, options, origin, allow)
-                if isinstance(params, sli_plugins.GoodputParams):
-                    _merge(classes, SloClass(params.slo_class, params.ttft, params.tpot, params.selection.models,
-                                             origin), params)
-                    if params.ttft is not None:
-                        thresholds["ttft"].add(params.ttft)
-                    if params.tpot is not None:
-                        thresholds["tpot"].add(params.tpot)
-                elif isinstance(params, sli_plugins.LatencyParams) and params.source == sli_plugins.SOURCE_TAP:
-                    thresholds[params.metric].add(params.threshold)
+    files = read_slo_files(paths, pipe_ok)  # once: the bytes hashed are the bytes parsed
+    budget = MAX_NODES
+    for path, data in files:
+        docs, budget = _documents(path, data, budget, allow_empty)
+        _read_slos(path, docs, classes, thresholds)
     return SloConfig(tuple(cls for cls, _ in classes), {m: tuple(sorted(v)) for m, v in thresholds.items()},
-                     config_hash(contents) if contents else "")
+                     config_hash([data for _, data in files]) if files else "")
 
 
 def _objectives(cls: SloClass) -> str:

@@ -21,12 +21,13 @@ import sys
 from collections.abc import Sequence
 
 from exporter.logs import TAP_LOGGER, event, setup
-from exporter.tap.admission import Admission, warn_unguarded
-from exporter.tap.classes import SloConfigError, load_slo_config
+from exporter.tap.admission import Admission
+from exporter.tap.classes import SloConfig, SloConfigError, load_slo_config
 from exporter.tap.deadlines import DeadlineError, derive_deadlines, log_derived
 from exporter.tap.options import add_arguments
 from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
+from exporter.tap.slofiles import one_shot_sources
 
 DESCRIPTION = (
     "Relay an OpenAI-compatible engine unchanged while timing every completion (TTFT, TPOT, E2E) "
@@ -124,14 +125,33 @@ def _runner(choice: str) -> asyncio.Runner:
     return asyncio.Runner()
 
 
+def _read_slo(args: argparse.Namespace) -> tuple[SloConfig, list[str]] | None:
+    """--slo, read at start, and the paths to reload later (None: the error is printed). A pipe (`--slo <(...)`)
+    is a one-shot source: read once here and never reloaded; refused with --workers, whose N processes would
+    each read it (only the first would get its contents)."""
+    pipes = one_shot_sources(args.slo)
+    if pipes and args.workers > 1:
+        print(f"llmslo-exporter tap: --slo {pipes[0]} is a pipe, which only one process can read, once; with "
+              f"--workers {args.workers} every worker reads --slo (fix: give a file or a directory)", file=sys.stderr)
+        return None
+    try:
+        slo = load_slo_config(args.slo, pipe_ok=True)
+    except SloConfigError as e:
+        print(f"llmslo-exporter tap: {e}", file=sys.stderr)
+        return None
+    if pipes:
+        event("tap_slo_not_reloaded", logging.WARNING, logger=TAP_LOGGER, paths=",".join(pipes),
+              reason="a pipe is read once, at start", fix="give --slo a file or a directory to have changes reloaded")
+    return slo, [] if pipes else list(args.slo)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT. Exit status 2 for unusable configuration."""
     setup(args.log_level, TAP_LOGGER, args.log_format)
-    try:
-        slo = load_slo_config(args.slo)
-    except SloConfigError as e:
-        print(f"llmslo-exporter tap: {e}", file=sys.stderr)
+    read = _read_slo(args)
+    if read is None:
         return 2
+    slo, reload_paths = read
     if not args.upstream.startswith(("http://", "https://")):
         print(f"llmslo-exporter tap: --upstream {args.upstream!r} must be an http:// or https:// URL", file=sys.stderr)
         return 2
@@ -175,8 +195,6 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
         max_buffered_body_bytes=args.max_buffered_body_bytes,
     )
-    if args.admission:
-        warn_unguarded(slo)
     admission = Admission(
         args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
         poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,
@@ -184,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         taps=args.admission_taps,
     ) if args.admission else None
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
-                       admission=admission, slo_paths=args.slo, reload_interval_s=args.slo_reload_interval)
+                       admission=admission, slo_paths=reload_paths, reload_interval_s=args.slo_reload_interval)
     try:
         with _runner(args.event_loop) as runner:
             runner.run(_serve(args, server))

@@ -82,11 +82,11 @@ class ConfigMapDir:
 class Tap:
     """`python -m exporter.tap` with its log lines collected as they come."""
 
-    def __init__(self, upstream: str, slo: Path, *extra: str) -> None:
+    def __init__(self, upstream: str, slo: Path, *extra: str, pass_fds: tuple[int, ...] = ()) -> None:
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
              "--upstream", upstream, "--slo", str(slo), "--models-refresh", "0", *extra],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=pass_fds)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
