@@ -120,20 +120,29 @@ def _plan(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     if seeds[-1] > L.SEED.high:
         raise ValueError(f"--seed {args.seed} with --seeds {args.seeds} runs past the highest seed, {L.SEED.high}")
+    presets = args.preset or [DEFAULT_DEPLOYMENT]
+    plan.check_work(spec, args.start_rate, args.tolerance, len(seeds), len(presets))
     progress = Progress("llmslo-sim plan")
+    probe_start = [progress.clock()]
 
     def told(preset: str, p: plan.Probe) -> None:
+        probe_start[0] = progress.clock()
         progress.say(f"{preset} seed {p.seed}: {p.rate:.2f} req/s {'meets' if p.passed else 'misses'} the "
                      f"objective ({p.attainment * 100:.1f}% of {p.requests} good)")
 
+    def running(preset: str, seed: int, rate: float, finished: int, expected: int) -> None:
+        per_s = finished / max(progress.clock() - probe_start[0], 1e-9)
+        progress.say(f"{preset} seed {seed}: probing {rate:.2f} req/s, {finished:,} of ~{expected:,} requests "
+                     f"simulated, ~{max(expected - finished, 0) / per_s:.0f} s left in this probe", step=False)
+
     results = []
-    for preset in args.preset or [DEFAULT_DEPLOYMENT]:
+    for preset in presets:
         preset_args = _with(args, preset=preset)
         config = cliargs.engine_config(preset_args, lora_fallback=tuple(name for name, _ in spec.lora_mix))
         cliargs.fault_state(preset_args, 0.0)  # refuse bad fault flags before the first probe
         results.append(plan.find_max_rate_all_seeds(
             config, spec, cls, seeds, start_rate=args.start_rate, tolerance=args.tolerance,
-            faults=functools.partial(cliargs.fault_state, preset_args, 0.0), on_probe=told))
+            faults=functools.partial(cliargs.fault_state, preset_args, 0.0), on_probe=told, on_running=running))
     if args.json:
         print(json.dumps({
             "slo_class": dataclasses.asdict(cls),

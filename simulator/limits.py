@@ -69,6 +69,7 @@ STALL = Bound(0.0, 86_400.0, "seconds from now, up to a day; inf (or true in JSO
 SLO_SECONDS = Bound(0.0, 3600.0, "seconds; no interactive objective is longer than an hour", low_open=True)
 
 # The planner.
+MAX_PLAN_REQUESTS = 10_000_000  # simulated requests in one plan, all presets, seeds and probes: about an hour
 PLAN_DURATION = Bound(1.0, 3600.0, "virtual seconds per probe; each probe simulates rate x duration requests, "
                       f"at most {MAX_REQUESTS:,}")
 START_RATE = Bound(0.01, 10_000.0, "the search's own floor and ceiling, req/s per replica")

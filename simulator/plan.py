@@ -42,7 +42,7 @@ from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
 from llmslo.specfile import SpecFileError, discover, read_documents
 from simulator.config import EngineConfig
 from simulator.faults import FaultState
-from simulator.limits import MAX_REQUESTS, START_RATE
+from simulator.limits import MAX_PLAN_REQUESTS, MAX_REQUESTS, START_RATE
 from simulator.request import FINISH_LENGTH, FINISH_STOP, Request
 from simulator.virtual import simulate
 from simulator.workload import WorkloadSpec
@@ -142,11 +142,15 @@ def request_timings(req: Request) -> tuple[float | None, float | None]:
     return ttft, tpot
 
 
-class _GoodCounter:
-    """Observer counting finished requests and the good ones."""
+RUNNING_EVERY = 2_000  # finished requests between two calls of a probe's `on_running`: a few a second
 
-    def __init__(self, cls: GoodputClass) -> None:
+
+class _GoodCounter:
+    """Observer counting finished requests and the good ones; tells `on_running(finished)` every RUNNING_EVERY."""
+
+    def __init__(self, cls: GoodputClass, on_running: Callable[[int], None] | None = None) -> None:
         self.cls = cls
+        self.on_running = on_running
         self.finished = 0
         self.good = 0
 
@@ -155,6 +159,8 @@ class _GoodCounter:
 
     def on_finished(self, req: Request) -> None:
         self.finished += 1
+        if self.on_running is not None and self.finished % RUNNING_EVERY == 0:
+            self.on_running(self.finished)
         if req.finish_reason in (FINISH_STOP, FINISH_LENGTH) and within_objectives(
             *request_timings(req), self.cls.ttft, self.cls.tpot
         ):
@@ -177,10 +183,11 @@ class Probe:
 
 
 def probe(config: EngineConfig, spec: WorkloadSpec, cls: GoodputClass, rate: float,
-          faults: Callable[[], FaultState] | None = None) -> Probe:
-    """Run `spec` at `rate` through one replica; pass when good / all >= the objective."""
+          faults: Callable[[], FaultState] | None = None, on_running: Callable[[int], None] | None = None) -> Probe:
+    """Run `spec` at `rate` through one replica; pass when good / all >= the objective. A long probe calls
+    `on_running(finished requests)` as it goes."""
     run_spec = dataclasses.replace(spec, rate=rate)
-    counter = _GoodCounter(cls)
+    counter = _GoodCounter(cls, on_running)
     run = simulate(config, run_spec, ttft_slo=cls.ttft or math.inf, tpot_slo=cls.tpot or math.inf,
                    faults=faults() if faults else None, observers=(counter,))
     total = counter.finished + run.summary["unfinished"]  # an unfinished request is not good
@@ -262,18 +269,61 @@ def search_rate(passes: Callable[[float], bool], start_rate: float, tolerance: f
     return lo, hi
 
 
+def expected_requests(spec: WorkloadSpec, rate: float) -> int:
+    """A probe's requests: the workload's count, else rate x duration (the Poisson mean)."""
+    return spec.num_requests or max(1, round(rate * spec.duration))
+
+
+def probes_per_search(tolerance: float) -> int:
+    """About the probes one seed's search runs: a step or two of doubling or halving, then bisection from a
+    factor of 2 down to `tolerance`."""
+    return 2 + math.ceil(math.log2(1 / tolerance))
+
+
+def check_work(spec: WorkloadSpec, start_rate: float, tolerance: float, seeds: int, presets: int) -> None:
+    """Refuse a plan whose probes at the start rate alone would pass MAX_PLAN_REQUESTS simulated requests (after
+    the checks of one search, whose errors are more specific)."""
+    _check_search(spec, start_rate, tolerance, rate_cap(spec))
+    per_probe, probes = expected_requests(spec, start_rate), probes_per_search(tolerance)
+    work = presets * seeds * probes * per_probe
+    if work > MAX_PLAN_REQUESTS:
+        raise ValueError(
+            f"{presets} preset(s) x --seeds {seeds} x ~{probes} probes each (--tolerance {tolerance:g}) x {per_probe:,} "
+            f"requests a probe (--start-rate {start_rate:g} x --duration {spec.duration:g} s) is ~{work:,} simulated "
+            f"requests, over the {MAX_PLAN_REQUESTS:,} a plan may take (about an hour at ~3,000 a second): lower "
+            "--seeds, --start-rate or --duration, raise --tolerance, or plan one --preset at a time")
+
+
+OnRunning = Callable[[str, int, float, int, int], None]  # (preset, seed, rate, finished, expected) during a probe
+
+
 class _Prober:
-    """Runs probes once each: the per-seed searches and the all-seeds check share them."""
+    """Runs probes once each: the per-seed searches and the all-seeds check share them. Stops the plan (ValueError)
+    before a probe that would take its simulated requests past MAX_PLAN_REQUESTS."""
 
     def __init__(self, config: EngineConfig, cls: GoodputClass, faults: Callable[[], FaultState] | None,
-                 on_probe: OnProbe | None) -> None:
+                 on_probe: OnProbe | None, on_running: OnRunning | None = None) -> None:
         self.config, self.cls, self.faults, self.on_probe = config, cls, faults, on_probe
+        self.on_running = on_running
         self.done: dict[tuple[int, float], Probe] = {}
+        self.simulated = 0
+
+    def _budget(self, spec: WorkloadSpec, rate: float) -> Callable[[int], None] | None:
+        expected = expected_requests(spec, rate)
+        if self.simulated + expected > MAX_PLAN_REQUESTS:
+            raise ValueError(f"the search has simulated {self.simulated:,} requests and its next probe ({rate:g} req/s x "
+                             f"--duration {spec.duration:g} s) would pass the {MAX_PLAN_REQUESTS:,} a plan may take: "
+                             "shorten --duration, or lower --seeds")
+        self.simulated += expected
+        if self.on_running is None:
+            return None
+        tell, name = self.on_running, self.config.deployment.name
+        return lambda finished: tell(name, spec.seed, rate, finished, expected)
 
     def __call__(self, spec: WorkloadSpec, rate: float) -> Probe:
         key = (spec.seed, rate)
         if key not in self.done:
-            self.done[key] = probe(self.config, spec, self.cls, rate, self.faults)
+            self.done[key] = probe(self.config, spec, self.cls, rate, self.faults, self._budget(spec, rate))
             if self.on_probe is not None:
                 self.on_probe(self.config.deployment.name, self.done[key])
         return self.done[key]
@@ -353,11 +403,12 @@ def find_max_rate_all_seeds(
     tolerance: float = 0.02,
     faults: Callable[[], FaultState] | None = None,
     on_probe: OnProbe | None = None,
+    on_running: OnRunning | None = None,
 ) -> SeedsResult:
     """Search each seed's workload, then the highest rate every one of them passes (see the module's docstring)."""
     if not seeds:
         raise ValueError("--seeds: at least one seed")
-    prober = _Prober(config, cls, faults, on_probe)
+    prober = _Prober(config, cls, faults, on_probe, on_running)
     specs = [dataclasses.replace(spec, seed=s) for s in seeds]
     per_seed = [find_max_rate(config, s, cls, start_rate=start_rate, tolerance=tolerance, _prober=prober)
                 for s in specs]

@@ -23,10 +23,10 @@ class Progress:
         self.last: float | None = None
         self.count = 0
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, step: bool = True) -> None:
         """Print `text` (with the elapsed time and how many steps so far) unless the run is young or a line
-        went out less than `every_s` ago."""
-        self.count += 1
+        went out less than `every_s` ago. `step=False`: news from within a step (a long probe under way)."""
+        self.count += step
         now = self.clock()
         if now - self.start < self.quiet_s or (self.last is not None and now - self.last < self.every_s):
             return

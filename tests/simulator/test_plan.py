@@ -14,6 +14,7 @@ from exporter.tap.timing import Timings
 from exporter.tap.timing import within_objectives as tap_within_objectives
 from simulator import cli, plan
 from simulator.config import EngineConfig
+from simulator.progress import Progress
 from simulator.request import Request
 from simulator.workload import LengthDist, WorkloadSpec
 
@@ -190,7 +191,7 @@ def test_plan_text_shows_the_seeds_and_the_spread(capsys):
 def test_the_all_seeds_search_goes_below_a_seed_that_passed_higher(monkeypatch, interactive):
     """Attainment is not monotone in the rate for every seed: seed 0 passes up to 20 req/s but misses in a dip
     around 10, where seed 1's own edge is. The answer must be below the dip, not seed 1's 10."""
-    def fake_probe(config, spec, cls, rate, faults=None):
+    def fake_probe(config, spec, cls, rate, faults=None, on_running=None):
         passed = rate <= 10 if spec.seed == 1 else rate <= 20 and not 9.5 <= rate <= 10.5
         return plan.Probe(rate, 100, 100 if passed else 0, passed, spec.seed)
 
@@ -215,3 +216,37 @@ def test_progress_is_quiet_at_first_then_at_most_once_a_second():
         progress.say(f"at {t}")
     assert out.getvalue().splitlines() == ["plan: at 3.1 [3 so far, 3 s]", "plan: at 4.2 [5 so far, 4 s]",
                                            "plan: at 9.0 [7 so far, 9 s]"]
+
+
+# ---------------------------------------------------------------------------- long plans (issue 34)
+def test_a_plan_too_large_to_finish_in_reasonable_time_is_refused_naming_the_flags(capsys):
+    """The top of every range at once: 20 seeds x ~12 probes x 1,000,000 requests, days of CPU. Refused at once."""
+    argv = ["plan", "--slo", str(CHAT), "--duration", "3600", "--start-rate", "277", "--seeds", "20",
+            "--tolerance", "0.001"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    for words in ("--seeds 20", "--tolerance 0.001", "--start-rate 277", "--duration 3600", "997,200 requests a probe",
+                  f"{plan.MAX_PLAN_REQUESTS:,}", "lower --seeds, --start-rate or --duration"):
+        assert words in err, err
+
+
+def test_a_search_stops_before_a_probe_would_pass_the_plans_budget(monkeypatch, interactive):
+    monkeypatch.setattr(plan, "MAX_PLAN_REQUESTS", 3_000)
+    spec = _cli_spec(0, 100.0)
+    with pytest.raises(ValueError, match=r"simulated 2,000 requests and its next probe \(40 req/s x --duration 100 s\)"):
+        plan.find_max_rate_all_seeds(EngineConfig(max_model_len=4096), spec, interactive, [0], start_rate=20)
+
+
+def test_a_long_probe_reports_progress_while_it_runs(monkeypatch, capsys):
+    """Progress comes from within a probe (every RUNNING_EVERY finished requests), not only between probes, with
+    what is left of it; the clock is not asserted, only that the lines come (the quiet start is set to 0)."""
+    monkeypatch.setattr(plan, "RUNNING_EVERY", 100)
+    monkeypatch.setattr(cli, "Progress", lambda prog: Progress(prog, quiet_s=0.0, every_s=0.0))
+    assert cli.main(["plan", "--slo", str(CHAT), "--duration", "60", "--start-rate", "8", "--seeds", "1",
+                     "--tolerance", "0.5"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    running = [line for line in lines if "probing 8.00 req/s" in line]
+    assert running and "100 of ~480 requests simulated" in running[0] and "s left in this probe" in running[0]
+    assert running[0].startswith("llmslo-sim plan: llama3-8b-h100 seed 0: ") and "[0 so far, " in running[0]
+    done = [line for line in lines if "8.00 req/s meets" in line or "8.00 req/s misses" in line]
+    assert done and lines.index(running[-1]) < lines.index(done[0])  # during the probe, then its verdict
