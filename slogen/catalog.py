@@ -30,7 +30,7 @@ from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
 from slogen.rules.scope import scoped
-from slogen.rules.tiers import override_error
+from slogen.rules.tiers import override_error, unreachable_warnings
 from slogen.settings import InstallSettings
 from slogen.views import SLOView, from_context
 
@@ -208,7 +208,7 @@ def compile_catalog(options: BuildOptions) -> Catalog:
     scope = scope_alerts(results, health + kv, options.kube.namespace)
     health, kv = scope[:len(health)], scope[len(health):]
     routed, routing_warnings = routing(options, results, health + kv)
-    warnings = list(loaded.warnings) + placeholder_warnings(gen) + routing_warnings
+    warnings = list(loaded.warnings) + unreachable_warnings(loaded.slos, gen) + placeholder_warnings(gen) + routing_warnings
     return Catalog(options, loaded.slos, results, windows, warnings, pools=pools,
                    spec_files=files, views=views, health_alerts=health, capacity_alerts=kv,
                    tap_config_hash=tap_hash, routing=routed)

@@ -49,6 +49,7 @@ from slogen.rules.options import (
     UNREACHABLE_RESCALE,
     GenOptions,
 )
+from slogen.rules.tiers import unreachable_warnings
 from slogen.settings import InstallSettings
 from slogen.writers import rule_file
 
@@ -462,6 +463,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecErrors as e:
             errors += e.errors
             results = []
+        loaded.warnings += unreachable_warnings(loaded.slos, opts)
         if results and args.promtool:
             errors += _promtool_check(results)
         if args.autoscaling and not errors:
@@ -553,6 +555,7 @@ def _selected(path: Path, args: argparse.Namespace) -> bool:
 
 def _generate_one(path: Path, opts: GenOptions, strict: bool = False) -> str:
     loaded = load_paths([path])
+    loaded.warnings += unreachable_warnings(loaded.slos, opts)
     if strict and loaded.warnings:
         raise SpecErrors(loaded.warnings)
     _report([], loaded.warnings)

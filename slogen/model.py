@@ -138,6 +138,11 @@ class Origin:
     k8s_namespace: str = ""
     k8s_labels: dict[str, str] = field(default_factory=dict)
     k8s_annotations: dict[str, str] = field(default_factory=dict)
+    # The tool whose format the file is ("Pyrra", "Sloth", "OpenSLO"), which slogen loads as that tool does (a
+    # tier that can never fire is a warning); "" for slogen's own specs (an llmslo/* SLI only slogen reads).
+    tool: str = ""
+    objective_field: str = ""  # the objective's field path in the file, e.g. "spec.target"
+    objective_line: int | None = None
 
 
 @dataclass(frozen=True)

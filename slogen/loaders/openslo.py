@@ -114,7 +114,8 @@ def load_v1alpha(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
             id=slo_id, service=service, name=slo_name, objective=objective,
             sli=RatioSLI(queries["good"], queries["total"]),
             description=f.string(r, spec, "description", "spec"), period=period,
-            origin=Origin(file=r.file, doc=doc_index, path=op, line=f.line_of(obj), spec=V1ALPHA, mode="cli-gen-openslo"),
+            origin=Origin(file=r.file, doc=doc_index, path=op, line=f.line_of(obj), spec=V1ALPHA, mode="cli-gen-openslo",
+                          tool="OpenSLO", objective_field=f"{op}.target", objective_line=f.line_of(obj, "target")),
         ))
     return out
 
@@ -188,11 +189,13 @@ def load_v1(doc: dict, r: Reporter, doc_index: int, refs: V1Refs) -> list[SLO]:
                           given=obj.get("target") is not None or obj.get("targetPercent") is not None)
         if sli is None or objective is None:
             continue
+        key = "targetPercent" if obj.get("targetPercent") is not None else "target"
         out.append(SLO(
             id=slo_id, service=service, name=slo_name, objective=objective, sli=sli,
             description=f.string(r, spec, "description", "spec"), period=period, labels=labels,
             alerting=_alerting(slo_id, *policies),
-            origin=Origin(file=r.file, doc=doc_index, path=op, line=f.line_of(obj), spec=V1, mode="cli-gen-openslo"),
+            origin=Origin(file=r.file, doc=doc_index, path=op, line=f.line_of(obj), spec=V1, mode="cli-gen-openslo",
+                          tool="OpenSLO", objective_field=f"{op}.{key}", objective_line=f.line_of(obj, key)),
         ))
     return out
 

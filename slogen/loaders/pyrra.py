@@ -70,6 +70,7 @@ def load(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
     if not name or objective is None or period is None or windows is None or sli is None:
         return []
     origin = Origin(file=r.file, doc=doc_index, path="spec", line=f.line_of(doc), spec=API_VERSION, mode="cli-gen-pyrra",
+                    tool="Pyrra", objective_field="spec.target", objective_line=f.line_of(spec, "target"),
                     k8s_name=name, k8s_namespace=namespace,
                     k8s_labels={k: v for k, v in all_labels.items() if not k.startswith(PREFIX)},
                     k8s_annotations={k: v for k, v in all_ann.items() if not k.startswith(PREFIX)})

@@ -166,6 +166,8 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
     alerting = _load_alerting(r, node, p, who, d)
     if sli is None or objective is None:
         return None
+    origin = replace(origin, tool=_tool(node), objective_field=f"{p}.objective",
+                     objective_line=f.line_of(node, "objective"))
     return SLO(
         id=slo_id, service=service, name=name, objective=objective, sli=sli,
         description=f.string(r, node, "description", p, slo=who),
@@ -173,6 +175,14 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         labels={**spec_labels, **slo_labels}, alerting=alerting, plugins=tuple(chain),
         override_plugins=override or group_override, page_min_bad_events=min_bad, origin=origin,
     )
+
+
+def _tool(node: dict) -> str:
+    """"Sloth" for an SLO Sloth itself loads; "" for slogen's own (an llmslo/* SLI plugin, which only slogen reads)."""
+    sli = node.get("sli")
+    plugin = sli.get("plugin") if isinstance(sli, dict) else None
+    pid = plugin.get("id") if isinstance(plugin, dict) else None
+    return "" if isinstance(pid, str) and pid in PLUGIN_OPTIONS else "Sloth"
 
 
 _ALL_OPTIONS = tuple(dict.fromkeys(o for opts in PLUGIN_OPTIONS.values() for o in opts))

@@ -16,6 +16,7 @@ SLIs sample every evaluation, so neither is guarded; nor is `--sloth-compat` out
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 
 from llmslo.durations import DAY, format_prometheus_duration
 from slogen.errors import SpecError
@@ -73,24 +74,52 @@ def override_error(opts: GenOptions) -> SpecError | None:
 
 def _reachable(slo: SLO, tier: Tier, opts: GenOptions) -> Tier:
     budget = 1 - slo.objective / 100
-    if tier.factor * budget < 1:
-        return tier
-    severity_off = (slo.alerting.page if tier.severity == "page" else slo.alerting.ticket).disable
-    if severity_off or opts.disable_alerts:
+    if tier.factor * budget < 1 or not _emitted(slo, tier, opts):
         return tier  # not emitted, so not dead
     if opts.unreachable_tiers == UNREACHABLE_RESCALE:
         return replace(tier, factor=RESCALE_CEILING / budget, rescaled_from=tier.factor)
-    max_factor = 1 / budget if budget else float("inf")
-    raise SpecError(
-        slo.origin.file,
+    if slo.origin.tool:
+        return tier  # another tool's file loads as that tool loads it: kept, and a warning (unreachable_warnings)
+    raise unreachable(slo, tier)
+
+
+def _emitted(slo: SLO, tier: Tier, opts: GenOptions) -> bool:
+    return not (opts.disable_alerts or (slo.alerting.page if tier.severity == "page" else slo.alerting.ticket).disable)
+
+
+def unreachable(slo: SLO, tier: Tier) -> SpecError:
+    """A tier that can never fire, reported at the objective's own field and line."""
+    budget = 1 - Decimal(repr(slo.objective)) / 100
+    need = Decimal(repr(tier.factor)) * budget
+    o = slo.origin
+    kept = (f"; {o.tool} emits it anyway, and so does slogen for a {o.tool} file (--strict makes this an error)"
+            if o.tool else "")
+    return SpecError(
+        o.file,
         f"the {tier.name} alert tier can never fire: it needs an error ratio above {dec(tier.factor)} x "
-        f"{dec(budget)} = {tier.factor * budget:.3g}, but an error ratio cannot exceed 1 "
-        f"(at a {dec(slo.objective)}% objective the burn rate tops out at {max_factor:.3g}x)",
-        f"{slo.origin.path}.objective" if slo.origin.path else "objective", slo.id,
+        f"{dec(budget)} = {float(need):.3g}, but an error ratio cannot exceed 1 "
+        f"(at a {dec(slo.objective)}% objective the burn rate tops out at {float(1 / budget) if budget else float('inf'):.3g}x)"
+        + kept,
+        o.objective_field or (f"{o.path}.objective" if o.path else "objective"), slo.id,
         "raise the objective, disable that severity, use an AlertWindows catalog whose tiers fit, "
         "or pass --unreachable-tiers rescale to cap the tier at a 90% error ratio",
-        slo.origin.line,
+        o.objective_line or o.line,
     )
+
+
+def unreachable_warnings(slos: list[SLO], opts: GenOptions) -> list[SpecError]:
+    """The tiers that can never fire in other tools' files, kept as those tools keep them: one warning each."""
+    out = []
+    for slo in slos:
+        if not slo.origin.tool or opts.unreachable_tiers == UNREACHABLE_RESCALE:
+            continue
+        try:
+            ctx = resolve(slo, opts)
+        except SpecError:
+            continue  # generating it reports the problem
+        budget = 1 - slo.objective / 100
+        out += [unreachable(slo, t) for t in ctx.tiers if t.factor * budget >= 1 and _emitted(slo, t, opts)]
+    return out
 
 
 def page_min_bad_events(ctx: SLOContext) -> int:

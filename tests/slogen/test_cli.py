@@ -46,7 +46,7 @@ def test_console_script_reports_errors_with_exit_1(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(bad), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "page-quick alert tier can never fire" in proc.stderr and "bad.yaml:4" in proc.stderr
+    assert "page-quick alert tier can never fire" in proc.stderr and "bad.yaml:5" in proc.stderr  # objective: 90
     proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(bad), "--out", str(tmp_path / "o"),
                            "--unreachable-tiers", "rescale"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

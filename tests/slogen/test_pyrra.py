@@ -86,17 +86,34 @@ def test_every_example_loads(pyrra_dir: Path) -> None:
             assert slo.origin.spec == "pyrra.dev/v1alpha1"
 
 
-def test_examples_validate_and_a_target_of_90_names_the_dead_tier(pyrra_dir: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """A 90% target makes Pyrra's 14x tier unreachable (14 x 10% > 100%): slogen refuses it with the fix, as for
-    any spec, and with --unreachable-tiers rescale every example builds."""
-    ex = pyrra_dir / "examples"
-    assert main(["validate", "--no-autoscaling", str(ex / "caddy-response-latency.yaml")]) == 1
+def _line_of(path: Path, prefix: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith(prefix))
+
+
+def test_examples_load_as_pyrra_loads_them_and_a_target_of_90_warns(pyrra_dir: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A 90% target makes Pyrra's 14x tier unreachable (14 x 10% > 100%); Pyrra accepts the file and emits the
+    alert, so slogen does too, with a warning at the target's own line; --strict makes it an error."""
+    caddy = pyrra_dir / "examples" / "caddy-response-latency.yaml"
+    assert main(["validate", "--no-autoscaling", str(caddy)]) == 0
     err = capsys.readouterr().err
-    assert "caddy-response-latency.yaml:1" in err and "page-quick alert tier can never fire" in err
-    assert "--unreachable-tiers rescale" in err
+    line = _line_of(caddy, "target:")
+    assert line > 1
+    assert f"warning: {caddy}:{line}:" in err and "field spec.target" in err
+    assert "page-quick alert tier can never fire" in err and "14 x 0.1 = 1.4" in err and "--strict" in err
+    assert main(["validate", "--strict", "--no-autoscaling", str(caddy)]) == 1
+    assert f"error: {caddy}:{line}:" in capsys.readouterr().err
     for path in _examples():
-        assert main(["validate", "--no-autoscaling", "--unreachable-tiers", "rescale", str(path)]) == 0, path
+        assert main(["validate", "--no-autoscaling", str(path)]) == 0, path
+        capsys.readouterr()
+
+
+def test_a_dead_tier_of_a_pyrra_file_is_emitted_as_pyrra_emits_it(pyrra_dir: Path) -> None:
+    """Not rescaled, not dropped: the 14x page alert of a 90% target is there, as in Pyrra's rules."""
+    text = generate_file(str(pyrra_dir / "examples" / "caddy-response-latency.yaml"), GenOptions())
+    alerts = [r for d in yaml.safe_load_all(text) if d for g in d["groups"] for r in g["rules"] if "alert" in r]
+    [quick] = [a for a in alerts if a["labels"]["slo_tier"] == "page-quick"]
+    assert "> (14 * 0.1)" in quick["expr"] and quick["labels"]["severity"] == "critical"
 
 
 def test_errors_name_file_line_field_and_fix_all_at_once(tmp_path: Path) -> None:
