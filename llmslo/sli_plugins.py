@@ -247,7 +247,14 @@ class _Reader:
             raise PluginOptionError(f"unknown option(s) {', '.join(unknown)} for plugin {plugin}", unknown[0], fix)
 
     def get(self, name: str, default: str = "") -> str:
-        return self.raw.get(name, default).strip()
+        """The option, stripped; a control character in it (a newline in a class, a label value) is refused, as
+        the rules would hold it where PromQL and promtool cannot parse it. A PromQL selector may span lines."""
+        value = self.raw.get(name, default).strip()
+        bad = next((ch for ch in value if ord(ch) < 32 or ord(ch) == 127), None) if name != "selector" else None
+        if bad is not None:
+            raise PluginOptionError(f"option {name!r} holds a control character ({bad!r}): it ends up in a label value",
+                                    name, f"write {name} on one line, without control characters")
+        return value
 
     def required(self, name: str, fix: str) -> str:
         value = self.get(name)

@@ -9,6 +9,7 @@ ConfigMaps, the AlertmanagerConfig), so no kind is forgotten.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,13 +34,26 @@ def _pattern_problem(text: str, limit: int, pattern: re.Pattern[str], rule: str)
     """Why `text` is longer than `limit` or does not match `pattern` (`rule` says what it must be), or None."""
     if len(text) > limit:
         return f"is {len(text)} characters, more than {limit}"
-    return None if pattern.match(text) else rule
+    return None if pattern.fullmatch(text) else rule  # fullmatch: `$` alone lets a trailing newline through
 
 
 def subdomain_problem(name: str) -> str | None:
     """Why `name` is not a DNS-1123 subdomain (object names, label-key prefixes), or None."""
     return _pattern_problem(name, MAX_SUBDOMAIN, _DNS1123_SUBDOMAIN,
                             "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
+
+
+def object_name(name: str) -> str:
+    """`name` when it is a valid object name (a DNS-1123 subdomain), else one derived from it: lowercase, each run
+    of other characters as '-', no '-' or '.' next to a '.', plus '-' and 8 hex digits of the name's sha256, so
+    names differing only in case or punctuation (`Pay_API`, `pay-api`) still get distinct objects. The
+    derivation is deterministic: a rebuild names the object the same."""
+    if subdomain_problem(name) is None:
+        return name
+    base = re.sub(r"[^a-z0-9.]+", "-", name.lower())
+    base = re.sub(r"[-.]*\.[-.]*", ".", base).strip("-.")[: MAX_SUBDOMAIN - 9].strip("-.")
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{base}-{digest}" if base else digest
 
 
 def namespace_problem(name: str) -> str | None:
@@ -121,7 +135,7 @@ class ObjectMeta:
                  annotations: Mapping[str, str] | None = None, managed: Mapping[str, str] | None = None) -> dict:
         """An object's metadata: `labels`/`annotations` (the object's own, e.g. from its spec) under the
         build's, under the `managed` labels slogen sets; keys sorted, so output is deterministic."""
-        meta: dict = {"name": name}
+        meta: dict = {"name": object_name(name)}
         if namespace:
             meta["namespace"] = namespace
         merged = {**(labels or {}), **self.labels, **(managed or {})}

@@ -168,7 +168,7 @@ def check_reserved(r: Reporter, values: dict[str, str], prefix: str, *, slo: str
 def check_name(r: Reporter, value: str, what: str, field: str, *, slo: str = "", line: int | None = None) -> None:
     if not value:
         r.error(f"{what} is required", field, slo=slo, line=line, fix=f"set {field.rsplit('.', 1)[-1]}")
-    elif not NAME_RE.match(value):
+    elif not NAME_RE.fullmatch(value):
         r.error(f"{what} {value!r} is not a valid name", field, slo=slo, line=line,
                 fix="start and end with a letter or digit; use only letters, digits, '.', '_' and '-'")
 
