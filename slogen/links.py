@@ -27,6 +27,7 @@ def slo_dashboard_uid(slo_id: str) -> str:
 
 
 FLEET_DASHBOARD_UID = dashboard_uid("llmslo", "fleet")  # the fleet serving dashboard
+OVERVIEW_DASHBOARD_UID = dashboard_uid("llmslo", "slo-overview")  # every SLO of the build, one row each
 
 
 def dashboard_url(grafana_url: str, uid: str) -> str:

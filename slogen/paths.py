@@ -27,6 +27,7 @@ def prometheus_rule_path(service: str) -> str:
 
 DASHBOARD_DIR = "dashboards"
 FLEET_DASHBOARD_FILE = f"{DASHBOARD_DIR}/llm-serving-fleet.json"
+OVERVIEW_DASHBOARD_FILE = f"{DASHBOARD_DIR}/llm-slo-overview.json"  # every SLO of the build, one row each
 DASHBOARD_TESTS_FILE = f"{DASHBOARD_DIR}/dashboards.test.yaml"
 
 

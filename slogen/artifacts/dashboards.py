@@ -17,9 +17,10 @@ from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from slogen import promql as q
 from slogen.artifacts import grafana as gf
-from slogen.links import FLEET_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
+from slogen.artifacts import overview as ov
+from slogen.links import FLEET_DASHBOARD_UID, OVERVIEW_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
 from slogen.panels import ENGINE_BY, LATE_TITLE, POOL_BY, QUANTILES
-from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
+from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from slogen.views import (
     SLI_AVAILABILITY,
     SLI_GOODPUT,
@@ -585,16 +586,28 @@ def fleet_dashboard(slos: Sequence[SLOView] = ()) -> g.Dashboard:
                       p, _fleet_variables(), "now-6h", ["fleet"])
 
 
+def overview_dashboard(slos: Sequence[SLOView]) -> g.Dashboard:
+    """Every SLO of the build in one table (Pyrra's list view), each row opening the SLO's dashboard
+    (slogen/artifacts/overview.py)."""
+    grid = _Grid()
+    panel = grid.place(ov.overview_table(slos), 24, max(8, 3 + len(slos)))
+    return _dashboard("SLO overview", OVERVIEW_DASHBOARD_UID,
+                      "Every SLO of the build: objective, SLI, error budget left, burn rate and alerts per tier.",
+                      [panel], [ov.cluster_variable(slos)], "now-1h", ["slo", "overview"])
+
+
 # --------------------------------------------------------------------------------------
 # Generator entry point
 # --------------------------------------------------------------------------------------
 def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
-    """Relative path -> JSON text for the fleet dashboard and one dashboard per SLO."""
+    """Relative path -> JSON text for the fleet dashboard, the SLO overview and one dashboard per SLO."""
     return dict(iter_dashboard_files(slos))
 
 
 def iter_dashboard_files(slos: Sequence[SLOView]) -> Iterator[tuple[str, str]]:
     """The same, one (path, JSON text) at a time in path order, rendered as they are taken."""
     yield FLEET_DASHBOARD_FILE, gf.render(fleet_dashboard(slos))
+    if slos:
+        yield OVERVIEW_DASHBOARD_FILE, gf.render(overview_dashboard(slos))
     for slo in sorted(slos, key=lambda s: slo_dashboard_path(s.slo_id)):
         yield slo_dashboard_path(slo.slo_id), gf.render(slo_dashboard(slo))

@@ -115,6 +115,41 @@ class BarGauge(g.Panel):
         })
 
 
+@attr.s
+class Table(g.Panel):
+    """Grafana 8+ table (fieldConfig-based). Every setting is a default for all columns: the dashboard schema
+    allows field overrides only with object values, so a unit or a link per column cannot be written."""
+
+    decimals = attr.ib(default=None)
+    mappings: list[dict[str, Any]] = attr.ib(factory=list)
+    dataLinks: list[dict[str, Any]] = attr.ib(factory=list)
+    noValue = attr.ib(default="")
+
+    def to_json_data(self):
+        defaults: dict[str, Any] = {
+            "unit": "none", "color": {"mode": "thresholds"}, "mappings": self.mappings, "links": self.dataLinks,
+            "thresholds": {"mode": "absolute", "steps": self.thresholds},
+            "custom": {"align": "auto", "cellOptions": {"type": "color-text"}, "filterable": True, "inspect": False},
+        }
+        if self.decimals is not None:
+            defaults["decimals"] = self.decimals
+        if self.noValue:
+            defaults["noValue"] = self.noValue
+        return self.panel_json({
+            "type": "table",
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": {"showHeader": True, "cellHeight": "sm",
+                        "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""}},
+        })
+
+
+def data_link(title: str, url: str) -> dict[str, Any]:
+    """A field's data link; the dashboard schema types field links as dashboard links, hence their extra keys
+    (Grafana reads title and url and ignores the rest)."""
+    return {"title": title, "url": url, "type": "link", "icon": "dashboard", "tooltip": title, "tags": [],
+            "asDropdown": False, "targetBlank": False, "includeVars": False, "keepTime": False}
+
+
 def query_variable(name: str, label: str, query: str) -> g.Template:
     """A multi-select label_values() variable whose "All" matches series without the label too."""
     return g.Template(

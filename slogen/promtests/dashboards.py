@@ -22,8 +22,9 @@ from llmslo.gofloat import client_float
 from slogen import panels as d
 from slogen.errors import SpecError, SpecErrors
 from slogen.gofmt import label_filter
-from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, slo_dashboard_path
+from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from slogen.promtests import fleet_scenario as fs
+from slogen.rules.alerts import LOW_TRAFFIC_SUFFIX
 from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 
 TEST_FILE = DASHBOARD_TESTS_FILE
@@ -160,18 +161,40 @@ def budget_left(slo: SLOView) -> float:
     return 1 - error_ratio(slo, slo.period) / slo.error_budget
 
 
+SCOPED_NAMESPACE = "monitoring"  # a namespace-scoped build's static alert label (slogen/rules/scope.py)
+
+
+def staged_alerts(slo: SLOView) -> list[tuple[str, str]]:
+    """(slo_tier, sloth_severity) of the alerts firing for `slo` in the fleet test: its first tier by name, and
+    the low-traffic twin (a ticket) of its second page tier, so the overview shows page, ticket and none."""
+    if not (slo.alert_name and slo.tiers):
+        return []
+    first = sorted(slo.tiers, key=lambda t: t.name)[0]
+    pages = sorted({t.name for t in slo.tiers if t.severity == "page"} - {first.name})
+    return [(first.name, first.severity)] + [(name + LOW_TRAFFIC_SUFFIX, "ticket") for name in pages[:1]]
+
+
+def _alert_labels(slo: SLOView, tier: str, severity: str) -> dict[str, str]:
+    """An SLO alert's labels as the rules write them: the SLO's identity and cluster (`max without
+    (sloth_window)`), the tier's static labels, and the namespace of a scoped build."""
+    return {**_slo_labels(slo), c.LABEL_ALERTNAME: slo.alert_name, c.LABEL_ALERTSTATE: c.ALERTSTATE_FIRING,
+            c.SLO.LABEL_TIER: tier, c.SLO.LABEL_SEVERITY: severity, c.LABEL_NAMESPACE: SCOPED_NAMESPACE}
+
+
+def period_burn(slo: SLOView) -> float:
+    return error_ratio(slo, slo.period) / slo.error_budget
+
+
 def slo_series(slo: SLOView) -> list[tuple[str, dict[str, str], str]]:
-    """The SLO rules' recorded series at the fleet test's evaluation time, and one firing alert (the first tier)."""
+    """The SLO rules' recorded series at the fleet test's evaluation time, and the alerts `staged_alerts` fires."""
     out = [(c.SLO.sli_error_ratio(w), _slo_labels(slo, w), fs.gauge(error_ratio(slo, w))) for w in _windows(slo)]
     ident = {k: v for k, v in _slo_labels(slo).items() if k != c.LABEL_CLUSTER}
     out += [(c.SLO.OBJECTIVE, ident, fs.gauge(_objective(slo))),  # a central ruler records it without cluster
+            (c.SLO.ERROR_BUDGET, ident, fs.gauge(slo.error_budget)),
+            (c.SLO.PERIOD_BURN_RATE, _slo_labels(slo), fs.gauge(period_burn(slo))),
             (c.SLO.PERIOD_ERROR_BUDGET_REMAINING, _slo_labels(slo), fs.gauge(budget_left(slo))),
             (c.SLO.CURRENT_BURN_RATE, _slo_labels(slo), fs.gauge(error_ratio(slo, slo.base_window) / slo.error_budget))]
-    if slo.alert_name and slo.tiers:
-        tier = sorted(slo.tiers, key=lambda t: t.name)[0]
-        out.append((c.PROM_ALERTS, {c.LABEL_ALERTNAME: slo.alert_name, c.LABEL_ALERTSTATE: c.ALERTSTATE_FIRING,
-                                    c.SLO.LABEL_ID: slo.slo_id, c.SLO.LABEL_TIER: tier.name,
-                                    c.LABEL_CLUSTER: fs.CLUSTER}, fs.gauge(1)))
+    out += [(c.PROM_ALERTS, _alert_labels(slo, tier, severity), fs.gauge(1)) for tier, severity in staged_alerts(slo)]
     return out
 
 
@@ -264,6 +287,31 @@ def _source_answers(slo: SLOView, f: fs.Fleet) -> Answers:
 
 
 # --------------------------------------------------------------------------------------
+# The SLO overview
+# --------------------------------------------------------------------------------------
+def _firing_state(slo: SLOView, tier: str) -> str:
+    """What the overview shows for `tier` of `slo`: page beats ticket beats none (the twin counts as its tier)."""
+    severities = {sev for name, sev in staged_alerts(slo) if name in (tier, tier + LOW_TRAFFIC_SUFFIX)}
+    return d.FIRING_PAGE if "page" in severities else d.FIRING_TICKET if severities else d.FIRING_NONE
+
+
+def overview_answers(slos: Sequence[SLOView]) -> Answers:
+    """Every column of the overview, a row per SLO in the fleet's one cluster, from the recorded inputs above:
+    percentages of the objective, the period's SLI and the budget left, each tier's burn over its long window
+    (every SLO records those windows), each tier's firing state as a label."""
+    columns = [[(_slo_labels(s), 100 * _objective(s)) for s in slos],
+               [(_slo_labels(s), 100 * (1 - period_burn(s) * s.error_budget)) for s in slos],
+               [(_slo_labels(s), 100 * budget_left(s)) for s in slos]]
+    columns += [[(_slo_labels(s), error_ratio(s, window) / s.error_budget) for s in slos if window in _windows(s)]
+                for _tier, window in d.overview_burn_columns(slos)]
+    for tier in d.overview_tiers(slos):
+        states = [(s, _firing_state(s, tier)) for s in slos]
+        columns.append([({**_slo_labels(s), d.firing_label(tier): state}, float(state != d.FIRING_NONE))
+                        for s, state in states])
+    return {(d.OVERVIEW_TITLE, d.overview_ref(i)): samples for i, samples in enumerate(columns)}
+
+
+# --------------------------------------------------------------------------------------
 # The test file
 # --------------------------------------------------------------------------------------
 def grafana_expr(expr: str, range_: str = "1h") -> str:
@@ -306,6 +354,7 @@ class DashboardTests:
         self.slos = slos
         self.fleet = fs.fleet_for({s.slo_class for s in slos if s.slo_class})
         self.by_path = {FLEET_DASHBOARD_FILE: fleet_answers(slos, self.fleet),
+                        **({OVERVIEW_DASHBOARD_FILE: overview_answers(slos)} if slos else {}),
                         **{slo_dashboard_path(s.slo_id): slo_answers(s, self.fleet) for s in slos}}
         self.errors: list[SpecError] = []
         self.main: list[dict] = []

@@ -10,7 +10,7 @@ import pytest
 
 from llmslo import conventions as c
 from slogen.artifacts import dashboards as d
-from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
+from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from tests.helpers.dashboards import iter_queries, variable_series
 from tests.helpers.promql_names import metric_names
 
@@ -58,8 +58,10 @@ def all_panels(dashboard: dict) -> list[dict]:
     return out
 
 
-def test_one_dashboard_per_slo_plus_the_fleet(files, sample_slos):
-    assert set(files) == {FLEET_DASHBOARD_FILE} | {slo_dashboard_path(s.slo_id) for s in sample_slos}
+def test_one_dashboard_per_slo_plus_the_fleet_and_the_overview(files, sample_slos):
+    expected = {FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE} | {slo_dashboard_path(s.slo_id) for s in sample_slos}
+    assert set(files) == expected
+    assert set(d.dashboard_files([])) == {FLEET_DASHBOARD_FILE}  # no SLOs, no overview
 
 
 def test_every_dashboard_validates_against_grafanas_schema(dashboards, grafana_validator):
@@ -76,8 +78,8 @@ def test_schema_rejects_what_grafanalib_writes_unmodernised(grafana_validator):
 
 def test_modern_panel_types_only(dashboards):
     types = Counter(p["type"] for dash in dashboards.values() for p in all_panels(dash))
-    assert set(types) <= {"timeseries", "stat", "heatmap", "bargauge", "row"}
-    assert {"timeseries", "stat", "heatmap", "bargauge"} <= set(types)
+    assert set(types) <= {"timeseries", "stat", "heatmap", "bargauge", "table", "row"}
+    assert {"timeseries", "stat", "heatmap", "bargauge", "table"} <= set(types)
     for dash in dashboards.values():
         for panel in all_panels(dash):
             if panel["type"] == "heatmap":

@@ -174,7 +174,7 @@ def test_dashboard_configmaps_hold_exactly_the_dashboards(labelled):
     dashboards = {p.name: p.read_text() for p in (labelled / "dashboards").glob("*.json")}
     maps = [o for _, o in _objects(labelled) if o["kind"] == "ConfigMap"
             and o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboard"]
-    assert len(maps) == len(dashboards) == 11
+    assert len(maps) == len(dashboards) == 12  # the fleet, the SLO overview and one per SLO
     seen = {}
     for cm in maps:
         meta = cm["metadata"]

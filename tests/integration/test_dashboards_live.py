@@ -51,7 +51,7 @@ def test_every_dashboard_panel_and_keda_query_returns_data(tmp_path):
     pools = load_autoscaling([REPO / "autoscaling"]).pools
     keda_queries = [t["metadata"]["query"] for text in keda_files(pools, views).values()
                     for obj in yaml.safe_load_all(text) if obj for t in obj["spec"]["triggers"]]
-    assert len(dashboards) == len(views) + 1 and keda_queries
+    assert len(dashboards) == len(views) + 2 and keda_queries  # the fleet and the overview
     # The health alerts' operands, thresholds relaxed: each must match the real exporter's series
     # (the KV alert's `and` only works if usage and queue carry the same labels).
     health_rules = REPO / "alerts" / f"{c.HEALTH.GROUP}.rules.yaml"
