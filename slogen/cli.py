@@ -555,6 +555,8 @@ def _selected(path: Path, args: argparse.Namespace) -> bool:
 
 def _generate_one(path: Path, opts: GenOptions, strict: bool = False) -> str:
     loaded = load_paths([path])
+    if loaded.windows:  # the file's own catalogs, as build and validate read them
+        opts = replace(opts, windows=merge(loaded.windows, dict(opts.windows)))
     loaded.warnings += unreachable_warnings(loaded.slos, opts)
     if strict and loaded.warnings:
         raise SpecErrors(loaded.warnings)

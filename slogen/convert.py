@@ -9,6 +9,8 @@ low-traffic guard off with `page_min_bad_events: 0`. One `prometheus/v1` documen
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from llmslo.durations import format_prometheus_duration as dur
@@ -17,7 +19,10 @@ from slogen.loaders import load_paths
 from slogen.loaders.pyrra import API_VERSION
 from slogen.loaders.windows import API_VERSION as WINDOWS_API
 from slogen.loaders.windows import KIND as WINDOWS_KIND
-from slogen.model import SLO, AlertMeta, AlertWindow, AlertWindows, EventsSLI
+from slogen.loaders.windows import merge
+from slogen.model import SLO, AlertMeta, AlertWindow, AlertWindows, EventsSLI, Rule
+from slogen.rules import SLOResult, generate
+from slogen.rules.options import GenOptions
 from slogen.yamlio import dump
 
 
@@ -39,7 +44,50 @@ def convert_paths(paths: list[str]) -> tuple[str, list[SpecError]]:
     if not loaded.slos:
         raise SpecErrors([SpecError(", ".join(map(str, paths)), "no Pyrra ServiceLevelObjective found",
                                     fix="pass files with apiVersion: pyrra.dev/v1alpha1, kind: ServiceLevelObjective")])
-    return render(loaded.slos, loaded.files), loaded.warnings
+    text = render(loaded.slos, loaded.files)
+    problems = lint_problems(text)
+    if problems:
+        raise SpecErrors(problems)
+    return text, loaded.warnings
+
+
+def lint_problems(text: str) -> list[SpecError]:
+    """What `promtool check rules --lint=all` would report of the rules the converted `text` generates, in
+    `slogen build`'s mode and in Sloth's: two rules of one output file (one per service) with the same name and
+    labels. convert writes nothing when there is one."""
+    with tempfile.TemporaryDirectory(prefix="slogen-convert-") as tmp:
+        path = Path(tmp) / "converted.yaml"
+        path.write_text(text, encoding="utf-8")
+        loaded = load_paths([path])
+    out = []
+    for compat in (False, True):
+        opts = GenOptions(sloth_compat=compat, windows=merge(loaded.windows))
+        out += duplicate_rules(generate(loaded.slos, opts), "Sloth's" if compat else "slogen's")
+    return out
+
+
+def duplicate_rules(results: list[SLOResult], mode: str = "slogen's") -> list[SpecError]:
+    """Rules of one service's file that share their name and labels (promtool's duplicate-rules lint): one
+    error per pair of SLOs, naming the first such rule."""
+    seen: dict[tuple, SLOResult] = {}
+    pairs: dict[tuple[str, str], SpecError] = {}
+    for r in results:
+        for rule in (rule for group in r.rules.groups() for rule in group.rules):
+            key = (r.slo.service, rule.record or rule.alert, tuple(sorted(rule.labels.items())))
+            first = seen.setdefault(key, r)
+            if first is r and rule is _first_rule(r, key):
+                continue
+            pairs.setdefault((first.slo.id, r.slo.id), SpecError(
+                r.slo.origin.file, f"{mode} rules of SLO {r.slo.id!r} and SLO {first.slo.id!r} both have a rule "
+                f"{key[1]} with labels {dict(key[2])}: promtool check rules --lint=all reports them as duplicates",
+                "", r.slo.id, "give the SLOs different alert names or labels (Pyrra's own alerts carry slo: "
+                "<metadata.name>)", r.slo.origin.line))
+    return list(pairs.values())
+
+
+def _first_rule(r: SLOResult, key: tuple) -> Rule:
+    return next(rule for group in r.rules.groups() for rule in group.rules
+                if (r.slo.service, rule.record or rule.alert, tuple(sorted(rule.labels.items()))) == key)
 
 
 def render(slos: list[SLO], sources: list[str]) -> str:

@@ -8,7 +8,7 @@ with all of them at once. Duplicate SLO ids across the whole load are errors too
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmslo.sli_plugins import GoodputParams, same_class
@@ -71,6 +71,7 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
     for r in reporters.values():
         result.errors += r.errors
         result.warnings += r.warnings
+    result.slos = own_windows(result.slos, result.windows)
     if not windows_only and not allow_duplicates:
         result.errors += duplicate_errors(result.slos)
     if not windows_only:
@@ -78,6 +79,15 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
     if raise_errors and result.errors:
         raise SpecErrors(result.errors)
     return result
+
+
+def own_windows(slos: list[SLO], catalogs: list[AlertWindows]) -> list[SLO]:
+    """Each SLO with its file's own catalog for its period: what it uses wherever it loads (build, validate,
+    generate), whatever other catalogs are loaded for that period (a Pyrra file `slogen convert` wrote keeps
+    Pyrra's windows beside a 28d SLO on the built-in ones)."""
+    by_file: dict[tuple[str, int | None], AlertWindows] = {(w.source, w.period): w for w in catalogs}
+    return [replace(slo, windows=by_file[slo.origin.file, slo.period])
+            if slo.windows is None and (slo.origin.file, slo.period) in by_file else slo for slo in slos]
 
 
 def _load_doc(doc: object, r: Reporter, i: int, refs: openslo.V1Refs) -> list[SLO]:

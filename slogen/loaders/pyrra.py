@@ -31,6 +31,7 @@ KIND = "ServiceLevelObjective"
 PREFIX = "pyrra.dev/"  # Pyrra's PropagationLabelsPrefix
 DEFAULT_SERVICE = "pyrra"  # an SLO without metadata.namespace
 DEFAULT_ALERT = "ErrorBudgetBurn"  # Pyrra's default alert name
+SLO_LABEL = "slo"  # the label naming the SLO on each of Pyrra's alerts
 W = "{{.window}}"
 
 SPEC_KEYS = ("description", "target", "window", "indicator", "alerting", "partial_response_strategy",
@@ -65,7 +66,7 @@ def load(doc: dict, r: Reporter, doc_index: int) -> list[SLO]:
     objective = _target(r, spec, who)
     period, windows = _window(r, spec, who)
     sli = _indicator(r, spec, who)
-    alerting = _alerting(r, spec, who, annotations)
+    alerting = _alerting(r, spec, who, annotations, {SLO_LABEL: name})
     _ignored(r, spec, who)
     if not name or objective is None or period is None or windows is None or sli is None:
         return []
@@ -257,7 +258,9 @@ def _latency(r: Reporter, node: dict, p: str, who: str) -> float | None:
     return ms / 1000
 
 
-def _alerting(r: Reporter, spec: dict, who: str, annotations: dict[str, str]) -> Alerting:
+def _alerting(r: Reporter, spec: dict, who: str, annotations: dict[str, str], own: dict[str, str]) -> Alerting:
+    """The burn alerts; `own`: the label Pyrra puts on each (slo: <metadata.name>), which tells apart the alerts
+    of several SLOs sharing one alert name (promtool's duplicate-rules lint, Alertmanager's grouping)."""
     al = f.mapping(r, spec, "alerting", "spec", slo=who)
     ap = "spec.alerting"
     f.unknown_keys(r, al, ALERTING_KEYS, ap, slo=who)
@@ -279,8 +282,9 @@ def _alerting(r: Reporter, spec: dict, who: str, annotations: dict[str, str]) ->
     if disabled or not burnrates:
         return Alerting(name=name)  # both severities disabled
     return Alerting(name=name,
-                    page=AlertMeta(name=name, labels=page_labels, annotations=dict(annotations), disable=False),
-                    ticket=AlertMeta(name=name, labels=ticket_labels, annotations=dict(annotations), disable=False))
+                    page=AlertMeta(name=name, labels={**own, **page_labels}, annotations=dict(annotations), disable=False),
+                    ticket=AlertMeta(name=name, labels={**own, **ticket_labels}, annotations=dict(annotations),
+                                     disable=False))
 
 
 def _severities(r: Reporter, al: dict, ap: str, who: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -143,24 +143,28 @@ def load_catalog_path(path: str | Path) -> list[AlertWindows]:
 
 
 def merge(catalogs: list[AlertWindows], base: dict[int, AlertWindows] | None = None) -> dict[int, AlertWindows]:
-    """Catalogs by period; a second, different catalog for the same period is an error (as in Sloth)."""
+    """Catalogs by period. A loaded catalog replaces the built-in one for its period, whatever `base` holds; an
+    identical one is no conflict; two different loaded catalogs for one period are an error (as in Sloth)."""
     from slogen.errors import SpecError, SpecErrors
 
     out = dict(BUILTIN if base is None else base)
-    builtin_periods = set(BUILTIN) if base is None else set()
     errors = []
     for w in catalogs:
         old = out.get(w.period)
-        if old is not None and w.period not in builtin_periods and _same(old, w) is False:
+        if old is not None and not is_builtin(old) and not _same(old, w):
             errors.append(SpecError(w.source, f"a catalog for period {format_prometheus_duration(w.period)} is already loaded "
-                                    f"from {old.source}", "spec.sloPeriod",
+                                    f"from {old.source}, with other windows", "spec.sloPeriod",
                                     fix="keep one AlertWindows document per sloPeriod"))
             continue
-        out[w.period] = w
-        builtin_periods.discard(w.period)
+        if old is None or is_builtin(old):
+            out[w.period] = w
     if errors:
         raise SpecErrors(errors)
     return out
+
+
+def is_builtin(w: AlertWindows) -> bool:
+    return BUILTIN.get(w.period) is w
 
 
 def _same(a: AlertWindows, b: AlertWindows) -> bool:

@@ -253,3 +253,98 @@ def test_converted_slo_pages_where_pyrra_pages(case_name: str, golden: dict, pro
         assert tier in got, (tier, got)
         slack = STEP if tier[1] <= raw_up_to else STEP + base
         assert abs(got[tier] - expected[tier]) <= slack, (tier, got, expected)
+
+
+def _page_quick(rules: dict, slo: str) -> dict:
+    return next(r for g in rules["groups"] for r in g["rules"]
+                if r.get("alert") and r["labels"].get("slo_tier") == "page-quick" and r["labels"].get("slo") == slo)
+
+
+def _lint(promtool: str, path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([promtool, "check", "rules", "--lint=all", "--lint-fatal", str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_converted_examples_build_validate_and_generate_with_pyrras_windows_lint_clean(
+        pyrra_dir: Path, promtool: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every example, converted into one file (4w, 2w, 1w catalogs: 4w is the built-in 28d's period): build,
+    validate and generate all use Pyrra's windows (14x page tier, `for: 2m` at 4w; the built-in 28d would be
+    13.44x without `for:`), and every rule file they write passes promtool's duplicate-rules lint."""
+    converted = tmp_path / "converted.yaml"
+    assert main(["convert", str(pyrra_dir / "examples"), "-o", str(converted)]) == 0
+    assert "sloPeriod: 4w" in converted.read_text()
+    assert main(["validate", "--no-autoscaling", str(converted)]) == 0
+    out = tmp_path / "out"
+    assert main(["build", "--no-autoscaling", "--out", str(out), str(converted)]) == 0, capsys.readouterr().err
+    files = sorted((out / "alerts").glob("*.rules.yaml"))
+    assert len(files) >= 4
+    for path in files:
+        lint = _lint(promtool, path)
+        assert lint.returncode == 0, (path, lint.stdout + lint.stderr)
+    built = yaml.safe_load((out / "alerts" / "pyrra.rules.yaml").read_text())
+    caddy = _page_quick(built, "caddy-response-latency")  # window: 4w
+    assert (caddy["for"], caddy["labels"]["long_window"]) == ("2m", "1h") and "> (14 * 0.1)" in caddy["expr"]
+    capsys.readouterr()
+    assert main(["generate", "--llm-extras", "-i", str(converted), "-o", str(tmp_path / "gen.yaml")]) == 0
+    docs = [d for d in yaml.safe_load_all((tmp_path / "gen.yaml").read_text()) if d]
+    assert len(docs) >= 4
+    for i, doc in enumerate(docs):
+        one = tmp_path / f"gen-{i}.yaml"
+        one.write_text(yaml.safe_dump(doc))
+        lint = _lint(promtool, one)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+    caddy = _page_quick(next(d for d in docs if "caddy" in yaml.safe_dump(d)), "caddy-response-latency")
+    assert caddy["for"] == "2m" and "> (14 * 0.1)" in caddy["expr"]
+
+
+def test_a_converted_catalog_equal_to_another_is_no_conflict_and_a_different_one_is(tmp_path: Path) -> None:
+    """Built-in entries give way to a loaded catalog in build (a base is passed) as in validate (none is)."""
+    four_weeks = pyrra(parse_prometheus_duration("4w"))
+    assert four_weeks is not None
+    assert merge([four_weeks], None)[four_weeks.period] is four_weeks
+    from slogen.loaders.windows import BUILTIN
+
+    assert merge([four_weeks, four_weeks], dict(BUILTIN))[four_weeks.period] is four_weeks
+    other = pyrra(parse_prometheus_duration("4w") + 60_000)
+    assert other is not None
+    from dataclasses import replace
+
+    with pytest.raises(SpecErrors, match="already loaded"):
+        merge([four_weeks, replace(other, period=four_weeks.period, source="b.yaml")], dict(BUILTIN))
+
+
+DUPLICATES = """\
+version: prometheus/v1
+service: s1
+slos:
+- name: alpha
+  objective: 99
+  sli: {events: {error_query: 'sum(rate(x{c="5"}[{{.window}}]))', total_query: 'sum(rate(x[{{.window}}]))'}}
+  alerting: {name: Burn}
+- name: beta
+  objective: 99
+  sli: {events: {error_query: 'sum(rate(y{c="5"}[{{.window}}]))', total_query: 'sum(rate(y[{{.window}}]))'}}
+  alerting: {name: Burn}
+"""
+
+
+def test_converts_lint_check_reports_what_promtool_reports(promtool: str, tmp_path: Path) -> None:
+    """The check convert runs on what it writes (slogen.convert.lint_problems) finds the duplicates promtool's
+    lint finds: two SLOs of a service sharing an alert name and labels."""
+    from slogen.convert import lint_problems
+
+    problems = lint_problems(DUPLICATES)
+    assert problems and all("duplicates" in p.message and "Burn" in p.message for p in problems)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(generate_file(str(_write(tmp_path / "in.yaml", DUPLICATES)), GenOptions()))
+    assert _lint(promtool, rules).returncode == 3
+    fixed = DUPLICATES.replace("{name: Burn}", "{name: Burn, labels: {slo: alpha}}", 1)
+    fixed = fixed.replace("{name: Burn}", "{name: Burn, labels: {slo: beta}}")
+    assert lint_problems(fixed) == []
+    rules.write_text(generate_file(str(_write(tmp_path / "in2.yaml", fixed)), GenOptions()))
+    assert _lint(promtool, rules).returncode == 0
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
