@@ -44,6 +44,10 @@ LABEL_OUTCOME = "outcome"
 LABEL_USAGE_SOURCE = "usage_source"  # "usage" (engine-reported) | "chunks" (counted by the tap)
 LABEL_LE = "le"
 LABEL_CONFIG_HASH = "hash"  # TAP_CONFIG_INFO: llmslo.confighash of the SLO files a tap has loaded
+# The tap's latency histograms: a short hash of the series' bucket edges. A reload that changes the edges
+# (a threshold changed) starts a new set of series, count and buckets together, so no SLI reads a `_count`
+# that holds requests measured before its threshold's bucket existed (exporter/tap/metrics.py).
+LABEL_BUCKETS = "buckets"
 LABEL_CLUSTER = "cluster"  # added by federation / remote-write external labels, not by the exporter
 
 # Labels every normalized engine series carries (target identity).
@@ -268,13 +272,14 @@ ENGINE_METRICS: tuple[MetricDef, ...] = (
 )
 
 # --------------------------------------------------------------------------------------
-# Goodput tap metrics (labels: model, slo_class [, outcome | usage_source])
+# Goodput tap metrics (labels: model, slo_class [, outcome | usage_source | buckets on the histograms])
 # --------------------------------------------------------------------------------------
 TAP_LABELS = (LABEL_MODEL, LABEL_SLO_CLASS)
-TAP_TTFT = _m("tap_time_to_first_token_seconds", "histogram", "Client-observed time to first content token.", TAP_LABELS, "seconds")
-TAP_TPOT = _m("tap_time_per_output_token_seconds", "histogram", "Client-observed time per output token after the first.", TAP_LABELS, "seconds")
-TAP_E2E = _m("tap_e2e_request_latency_seconds", "histogram", "Client-observed end-to-end latency.", TAP_LABELS, "seconds")
-TAP_TTFB = _m("tap_time_to_first_byte_seconds", "histogram", "Time to the first response byte from upstream.", TAP_LABELS, "seconds")
+TAP_HISTOGRAM_LABELS = TAP_LABELS + (LABEL_BUCKETS,)
+TAP_TTFT = _m("tap_time_to_first_token_seconds", "histogram", "Client-observed time to first content token.", TAP_HISTOGRAM_LABELS, "seconds")
+TAP_TPOT = _m("tap_time_per_output_token_seconds", "histogram", "Client-observed time per output token after the first.", TAP_HISTOGRAM_LABELS, "seconds")
+TAP_E2E = _m("tap_e2e_request_latency_seconds", "histogram", "Client-observed end-to-end latency.", TAP_HISTOGRAM_LABELS, "seconds")
+TAP_TTFB = _m("tap_time_to_first_byte_seconds", "histogram", "Time to the first response byte from upstream.", TAP_HISTOGRAM_LABELS, "seconds")
 TAP_REQUESTS = _m("tap_requests_total", "counter", "Requests seen by the tap, by outcome.", TAP_LABELS + (LABEL_OUTCOME,))
 GOODPUT_REQUESTS = _m(
     "goodput_requests_total", "counter", "Requests delivered within both the TTFT and the TPOT objective.", TAP_LABELS

@@ -67,6 +67,7 @@ class PageRenderer:
         self._config_headers = (_header(C.TAP_CONFIG_INFO), _header(C.TAP_CONFIG_RELOAD_FAILURES))
         self._tails_for: dict[str, tuple[float, ...]] | None = None
         self._bucket_tails: list[list[str]] = []
+        self._edge_labels: list[str] = []
         self._labels: dict[tuple[str, str], str] = {}
         self.extra: Callable[[], bytes] | None = None  # more lines for the page's end (the admission gate's)
 
@@ -75,19 +76,23 @@ class PageRenderer:
         labels = self._labels.get((s.model, s.slo_class)) or self._label_text(s)
         if self._tails_for is not self.metrics.edges:  # first page, or a reload changed the edges
             self._tails_for = self.metrics.edges
-            # Per histogram family: each bucket line's tail after the series' labels: `,le="0.5"} `.
+            # Per histogram family: its edges' LABEL_BUCKETS label, and each bucket line's tail after the
+            # series' labels: `,buckets="1a2b3c4d",le="0.5"} `.
+            self._edge_labels = [f',{C.LABEL_BUCKETS}="{i}"' for i in self.metrics.bucket_ids]
             self._bucket_tails = [
-                [f',le="{le_label(e)}"}} ' for e in self._tails_for[key]] + [',le="+Inf"} '] for _, key in HISTOGRAMS
+                [f'{ids},le="{le_label(e)}"}} ' for e in self._tails_for[key]] + [f'{ids},le="+Inf"}} ']
+                for (_, key), ids in zip(HISTOGRAMS, self._edge_labels, strict=True)
             ]
         parts: list[bytes] = []
         if s.histograms:
-            for (d, _), h, tails in zip(HISTOGRAMS, s.histograms, self._bucket_tails, strict=True):
+            for (d, _), h, tails, ids in zip(HISTOGRAMS, s.histograms, self._bucket_tails, self._edge_labels, strict=True):
                 bucket = f"{d.name}_bucket{{{labels}"
                 lines, total = [], 0
                 for tail, n in zip(tails, h.counts, strict=True):
                     total += n
                     lines.append(f"{bucket}{tail}{total}\n")
-                lines.append(f"{d.name}_sum{{{labels}}} {client_float(h.sum)}\n{d.name}_count{{{labels}}} {h.count}\n")
+                lines.append(f"{d.name}_sum{{{labels}{ids}}} {client_float(h.sum)}\n"
+                             f"{d.name}_count{{{labels}{ids}}} {h.count}\n")
                 parts.append("".join(lines).encode())
         else:
             parts += [b""] * len(HISTOGRAMS)

@@ -6,6 +6,12 @@ configured for it (goodput classes and `llmslo/latency` SLIs with `source: tap`)
 exact floats parsed from the SLO files. Latency histograms describe requests that completed
 (`outcome="ok"`); the outcome counter covers every request.
 
+Each histogram series carries its edges' short hash (conventions.LABEL_BUCKETS). A reload that changes
+a threshold changes the edges, so a new set of series starts, `_count` and every `_bucket` at 0 together,
+and the old set leaves the page (Prometheus keeps its history). Without it the new threshold's bucket
+would be born at the reload while `_count` went on counting the requests before it, and the SLI's
+`count - bucket{le=threshold}` would take every one of them for a slow request.
+
 The values live in plain Python objects, one `Series` per (model, slo_class), rather than in
 prometheus_client's metric objects: recording is a few list and dict updates with no locks,
 and the page is rendered by exporter.tap.exposition in slices that never hold the event loop
@@ -16,6 +22,7 @@ prometheus_client (tests, tools) through a collector over these values.
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -70,6 +77,13 @@ def histogram_edges(slo: SloConfig) -> dict[str, tuple[float, ...]]:
 def le_label(seconds: float) -> str:
     """How a bucket edge appears in the `le` label (Go float formatting: 0.5 -> "0.5", 1 -> "1.0")."""
     return client_float(seconds)
+
+
+def edges_id(edges: Iterable[float]) -> str:
+    """The LABEL_BUCKETS value of a histogram with these edges: 8 hex digits of a SHA-256 of their `le`
+    spellings. Equal edges give equal values (a reload that keeps them keeps the series); 32 bits keep
+    the label short while two configurations a tap runs one after the other almost never collide."""
+    return hashlib.sha256(",".join(le_label(e) for e in edges).encode()).hexdigest()[:8]
 
 
 class Histogram:
@@ -139,6 +153,7 @@ class TapMetrics:
         self.names = names if names is not None else ModelNames(slo)
         self.edges = histogram_edges(slo)
         self._hist_edges = tuple(self.edges[key] for _, key in HISTOGRAMS)
+        self.bucket_ids = tuple(edges_id(e) for e in self._hist_edges)  # LABEL_BUCKETS, in HISTOGRAMS order
         self.series: dict[tuple[str, str], Series] = {}
         self.slo = slo
         self.config_reload_failures = 0  # conventions.TAP_CONFIG_RELOAD_FAILURES
@@ -154,14 +169,15 @@ class TapMetrics:
 
     def set_slo(self, slo: SloConfig) -> list[str]:
         """Count by a reloaded configuration from now on; returns the histogram families whose bucket
-        edges changed. Those start again, empty, with the new edges in every series (a counter reset,
-        which rate() and increase() handle: the old edges' series end, the new ones start at 0); the
-        other histograms and every counter go on. Classes the new files add get their series at the
-        next page; a removed class's series stay, no longer counting."""
+        edges changed. In those, every series is replaced by a new one at 0 with the new edges and their
+        LABEL_BUCKETS value, so the page shows the new set (its first request an increase) and no longer
+        the old one; the other histograms and every counter go on. Classes the new files add get their
+        series at the next page; a removed class's series stay, no longer counting."""
         edges = histogram_edges(slo)
         changed = [key for _, key in HISTOGRAMS if edges[key] != self.edges[key]]
         self.edges, self.slo = edges, slo
         self._hist_edges = tuple(edges[key] for _, key in HISTOGRAMS)
+        self.bucket_ids = tuple(edges_id(e) for e in self._hist_edges)
         self.names.set_classes(slo)
         self._primed_from = None  # prime() again: the new classes' series
         if changed:
@@ -283,7 +299,8 @@ class _Collector:
                 if s.histograms:
                     h = s.histograms[i]
                     les = [le_label(e) for e in h.edges] + ["+Inf"]
-                    fam.add_metric([s.model, s.slo_class], list(zip(les, h.cumulative(), strict=True)), h.sum)
+                    fam.add_metric([s.model, s.slo_class, self.m.bucket_ids[i]], list(zip(les, h.cumulative(), strict=True)),
+                                   h.sum)
             yield fam
         yield self._counter(C.TAP_REQUESTS, ((s, (o,), n) for s in series for o, n in s.requests.items()))
         yield self._counter(C.GOODPUT_REQUESTS, ((s, (), s.goodput) for s in series if s.histograms))

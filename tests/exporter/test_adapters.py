@@ -479,7 +479,7 @@ def _tap_page() -> str:
     requests = Counter(tap_adapter.family_name(c.TAP_REQUESTS), c.TAP_REQUESTS.help, list(c.TAP_REQUESTS.labels),
                        registry=registry)
     for value in (0.05, 0.3, 0.4, 2.0):
-        ttft.labels(model="llama-3-8b", slo_class="interactive").observe(value)
+        ttft.labels(model="llama-3-8b", slo_class="interactive", buckets="1a2b3c4d").observe(value)
     requests.labels(model="llama-3-8b", slo_class="interactive", outcome="ok").inc(3)
     requests.labels(model="llama-3-8b", slo_class="interactive", outcome="aborted").inc(1)
     return generate_latest(registry).decode()
@@ -491,7 +491,7 @@ def test_tap_passes_its_families_through_with_identity():
     assert adapters.detect(parse(text, adapters.WANT_ALL)) == "tap"
     s = run_text(text, "tap")
     m = {"model": "llama-3-8b", "slo_class": "interactive", "engine": "tap", "pod": "pod-a", "node": "gpu-node-1"}
-    assert bucket(s, c.TAP_TTFT, 0.1, **m) == 1 and bucket(s, c.TAP_TTFT, 0.5, **m) == 3
+    assert bucket(s, c.TAP_TTFT, 0.1, **m) == 1 and bucket(s, c.TAP_TTFT, 0.5, **m, buckets="1a2b3c4d") == 3
     assert one(s, c.TAP_TTFT, "_count", **m) == 4 and one(s, c.TAP_TTFT, "_sum") == pytest.approx(2.75)
     assert one(s, c.TAP_REQUESTS, outcome="ok", **m) == 3 and one(s, c.TAP_REQUESTS, outcome="aborted") == 1
     for x in s:

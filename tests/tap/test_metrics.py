@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.tap.classes import SloClass, SloConfig
-from exporter.tap.metrics import LATENCY_LADDER, OVERFLOW_MODEL, TapMetrics, le_label
+from exporter.tap.metrics import HISTOGRAMS, LATENCY_LADDER, OVERFLOW_MODEL, TapMetrics, le_label
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames, ServedModels
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
@@ -42,10 +42,12 @@ def test_every_threshold_is_a_bucket_edge() -> None:
     assert set(LATENCY_LADDER) <= set(m.edges["ttft"])
     m.record("chat-a", "interactive", C.OUTCOME_OK, ok(0.2, 0.01), True)
     s = samples(m)
-    key = lambda name, le: (name, (("le", le), ("model", "chat-a"), ("slo_class", "interactive")))  # noqa: E731
-    assert key(C.TAP_TTFT.bucket(), le_label(0.333)) in s
-    assert key(C.TAP_TPOT.bucket(), "0.047") in s
-    assert key(C.TAP_E2E.bucket(), "12.3") in s
+    ids = dict(zip((d.name for d, _ in HISTOGRAMS), m.bucket_ids, strict=True))
+    key = lambda d, le: (d.bucket(), (("buckets", ids[d.name]), ("le", le), ("model", "chat-a"),  # noqa: E731
+                                      ("slo_class", "interactive")))
+    assert key(C.TAP_TTFT, le_label(0.333)) in s
+    assert key(C.TAP_TPOT, "0.047") in s
+    assert key(C.TAP_E2E, "12.3") in s
 
 
 def test_bucket_at_threshold_over_count_is_the_exact_sli() -> None:
@@ -55,8 +57,8 @@ def test_bucket_at_threshold_over_count_is_the_exact_sli() -> None:
     for v in values:
         m.record("chat-a", "interactive", C.OUTCOME_OK, ok(v, 0.01), False)
     s = samples(m)
-    labels = (("model", "chat-a"), ("slo_class", "interactive"))
-    within = s[(C.TAP_TTFT.bucket(), (("le", "0.333"),) + labels)]
+    labels = (("buckets", m.bucket_ids[0]), ("model", "chat-a"), ("slo_class", "interactive"))
+    within = s[(C.TAP_TTFT.bucket(), labels[:1] + (("le", "0.333"),) + labels[1:])]
     count = s[(C.TAP_TTFT.count(), labels)]
     assert count == 500
     assert within == sum(1 for v in values if v <= 0.333)
@@ -78,7 +80,7 @@ def test_counters_by_outcome_goodput_and_tokens() -> None:
     assert tokens(C.OUTPUT_TOKENS.name, "chunks") == 2  # delivered before the abort
     assert tokens(C.GOODPUT_TOKENS.name, "usage") == 7
     # Latency histograms describe completed requests only.
-    assert s[(C.TAP_TTFT.count(), base)] == 2
+    assert s[(C.TAP_TTFT.count(), (("buckets", m.bucket_ids[0]),) + base)] == 2
 
 
 def _served(*names: str) -> ServedModels:
