@@ -7,7 +7,7 @@ equivalents of Sloth's integration-test plugins). The contract is in `slogen/plu
 
 from __future__ import annotations
 
-from slogen.plugins import llm, sloth_contrib
+from slogen.plugins import llm, sloth_contrib, sloth_core
 from slogen.plugins.contract import SLIPlugin, SLOPluginFactory
 
 SLI_PLUGINS: dict[str, SLIPlugin] = {
@@ -16,7 +16,8 @@ SLI_PLUGINS: dict[str, SLIPlugin] = {
     llm.AVAILABILITY: llm.availability,
     llm.KV_HEADROOM: llm.kv_headroom,
 }
-SLO_PLUGINS: dict[str, SLOPluginFactory] = dict(sloth_contrib.PLUGINS)  # Sloth's sloth.dev/contrib/* ones
+# Sloth's sloth.dev/contrib/* ones and its sloth.dev/core/* ones
+SLO_PLUGINS: dict[str, SLOPluginFactory] = {**sloth_contrib.PLUGINS, **sloth_core.PLUGINS}
 
 
 def register_sli_plugin(plugin_id: str, plugin: SLIPlugin) -> None:

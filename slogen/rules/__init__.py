@@ -40,14 +40,13 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
     pre = [_plugin(p, slo) for p in chain if p.priority < 0]
     post = [_plugin(p, slo) for p in chain if p.priority >= 0]
     for plugin in pre:
-        plugin(slo, rules)
+        _run(plugin, ctx, rules)
     if not slo.override_plugins:
-        rules.sli.rules = sli_rules(ctx).rules
-        rules.meta.rules = meta_rules(ctx).rules
-        rules.alerts.rules = alert_rules(ctx).rules
+        for part in ("sli", "meta", "alerts"):
+            _default(part, ctx, rules)
         rules.extra += bucket_edge_groups(ctx)  # engine latency SLIs: series lacking the threshold's bucket
     for plugin in post:
-        plugin(slo, rules)
+        _run(plugin, ctx, rules)
     rules.sli.name = rules.sli.name or f"sloth-slo-sli-recordings-{slo.id}"
     rules.meta.name = rules.meta.name or f"sloth-slo-meta-recordings-{slo.id}"
     rules.alerts.name = rules.alerts.name or f"sloth-slo-alerts-{slo.id}"
@@ -58,6 +57,24 @@ def generate_slo(slo: SLO, opts: GenOptions) -> SLOResult:
     if opts.disable_recordings:
         rules.sli.rules, rules.meta.rules = [], []
     return SLOResult(ctx, rules)
+
+
+def _run(plugin: SLOPlugin, ctx: SLOContext, rules: SLORules) -> None:
+    """A plugin of the chain; Sloth's core rule generators (slogen.plugins.sloth_core) run the default one."""
+    part = getattr(plugin, "generates", "")
+    if part:
+        _default(part, ctx, rules)
+    else:
+        plugin(ctx.slo, rules)
+
+
+def _default(part: str, ctx: SLOContext, rules: SLORules) -> None:
+    if part == "sli":
+        rules.sli.rules = sli_rules(ctx).rules
+    elif part == "meta":
+        rules.meta.rules = meta_rules(ctx).rules
+    else:
+        rules.alerts.rules = alert_rules(ctx).rules
 
 
 def _plugin(ref, slo: SLO) -> SLOPlugin:

@@ -89,3 +89,51 @@ def test_sloth_common_plugin_gets_its_inline_events_equivalent(tmp_path, capsys)
     spec.write_text(spec.read_text().split("    sli:")[0] + "    sli:\n      events:\n"
                     + "".join(f"        {k}: '{v}'\n" for k, v in inline.items()) + "    alerting: {name: K8sApiserverAvailability}\n")
     assert main(["generate", "-i", str(spec)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["slo-plugin-getting-started.yml", "slo-plugin-k8s-getting-started.yml"])
+def test_sloths_core_debug_plugin_is_accepted_and_output_matches_sloths(sloth_dir, capsys, name):
+    """Sloth's examples chain sloth.dev/core/debug/v1 at several priorities: slogen loads them (the plugin only
+    logs at Sloth's debug level) and writes Sloth's own output (examples/_gen, made with -l cmd=examplesgen.sh)."""
+    examples = sloth_dir / "examples"
+    assert main(["generate", "-l", "cmd=examplesgen.sh", "-i", str(examples / name)]) == 0
+    got = capsys.readouterr().out.replace(VERSION_LABEL, "dev")
+    assert list(yaml.safe_load_all(got)) == list(yaml.safe_load_all((examples / "_gen" / name).read_text()))
+
+
+CORE_CHAIN = ("  overridePrevious: true\n  chain:\n    - id: sloth.dev/core/validate/v1\n"
+              "    - id: sloth.dev/core/sli_rules/v1\n    - id: sloth.dev/core/metadata_rules/v1\n"
+              "    - id: sloth.dev/core/alert_rules/v1\n    - id: sloth.dev/core/noop/v1\n")
+
+
+@pytest.mark.parametrize("extras", [[], ["--llm-extras"]])
+def test_sloths_default_chain_written_out_gives_the_default_rules(sloth_dir, tmp_path, capsys, extras):
+    """overridePrevious drops the defaults; naming the core generators (as Sloth's victoria-metrics example
+    does) brings them back, so the rules equal those of the spec without a chain."""
+    src = (sloth_dir / "examples" / "getting-started.yml").read_text()
+    assert "slo_plugins" not in src
+    chained = tmp_path / "chained.yml"
+    chained.write_text(src.replace("\nslos:\n", "\nslo_plugins:\n" + CORE_CHAIN + "slos:\n", 1))
+    assert main(["generate", *extras, "-i", str(sloth_dir / "examples" / "getting-started.yml")]) == 0
+    want = capsys.readouterr().out
+    assert main(["generate", *extras, "-i", str(chained)]) == 0
+    got = capsys.readouterr().out
+    assert list(yaml.safe_load_all(got)) == list(yaml.safe_load_all(want)) and _alerts(got)
+    empty = tmp_path / "empty.yml"  # without the generators, overridePrevious leaves nothing
+    empty.write_text(src.replace("\nslos:\n", "\nslo_plugins:\n  overridePrevious: true\n  chain:\n"
+                                 "    - id: sloth.dev/core/noop/v1\nslos:\n", 1))
+    assert main(["generate", *extras, "-i", str(empty)]) == 0
+    assert not _alerts(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("config, why", [("{disableOptimized: true}", "disableOptimized: true is not supported"),
+                                         ("{msg: 3}", "config.msg must be a str")])
+def test_core_plugin_configs_slogen_cannot_follow_are_refused(tmp_path, capsys, config, why):
+    plugin = "sli_rules" if "disable" in config else "debug"
+    spec = tmp_path / "s.yml"
+    spec.write_text(f'version: "prometheus/v1"\nservice: s1\nslo_plugins:\n  chain:\n'
+                    f"    - id: sloth.dev/core/{plugin}/v1\n      config: {config}\nslos:\n  - name: a1\n"
+                    "    objective: 99.9\n    sli: {events: {error_query: 'sum(rate(x{c=\"5\"}[{{.window}}]))', "
+                    "total_query: 'sum(rate(x[{{.window}}]))'}}\n    alerting: {name: A}\n")
+    assert main(["validate", "--no-autoscaling", str(spec)]) == 1
+    assert why in capsys.readouterr().err
