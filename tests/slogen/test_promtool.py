@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,9 @@ def test_generated_unit_tests_pass(promtool):
     names = [g["name"] for g in doc["tests"]]
     assert any("full outage" in n and "slow burn" in n for n in names)  # both scenarios, one cluster each
     assert any("no source series" in n for n in names)
+    # A threshold changed on running taps: healthy and hurt, per tap-sourced latency SLO (issue 35).
+    changed = [n.split(":")[0] for n in names if "threshold changed on running taps" in n]
+    assert sorted(changed) == ["chat-tpot", "chat-tpot", "chat-ttft", "chat-ttft"]
 
 
 def test_every_tap_slo_has_a_generated_hang_scenario_that_fires():
@@ -228,3 +232,46 @@ def test_hang_test_fails_against_latency_rules_that_ignore_late_requests(promtoo
     (tmp_path / "svc.rules.yaml").write_text(rule_file([g for r in old for g in r.rules.groups()]))
     proc = run([promtool, "test", "rules", "svc.test.yaml"], cwd=tmp_path)
     assert proc.returncode != 0 and "SvcTTFT" in proc.stdout + proc.stderr
+
+
+def _one_series_set(group: dict) -> dict:
+    """The same staged traffic as the tap exposed it before issue 35: no `buckets` label, so the old and the new
+    configuration's series are one: `_count` goes on through the reload (a counter reset) and the new threshold's
+    bucket is born at it."""
+    merged: dict[str, str] = {}
+    for s in group["input_series"]:
+        key = re.sub(rf'{c.LABEL_BUCKETS}="[^"]*",?', "", s["series"]).replace(",}", "}")
+        old = merged.get(key)
+        merged[key] = s["values"] if old is None else old.removesuffix(" stale") + " " + s["values"].split(" ", 1)[1]
+    return {**group, "input_series": [{"series": k, "values": v} for k, v in merged.items()]}
+
+
+def test_a_threshold_change_on_running_taps_pages_nothing_and_keeps_the_budget(promtool, tmp_path):
+    """Issue 35, on the example SLOs: per tap-sourced latency SLO, a threshold change on a healthy service (the old
+    configuration's series until the change, then the new ones) fires nothing and keeps the period budget; on a
+    hurt one (every request slower than the new threshold after it) the tiers fire when simulate() says. The same
+    healthy traffic exposed as one series set across the reload pages and burns the budget: the tests see it."""
+    results = generate(load_path(REPO / "slos" / "chat.yaml"), GenOptions())
+    (tmp_path / "chat.rules.yaml").write_text(rule_file([g for r in results for g in r.rules.groups()]))
+    doc, _ = service_tests(results, "chat.rules.yaml")
+    groups = [g for g in doc["tests"] if "threshold changed on running taps" in g["name"]]
+    healthy = [g for g in groups if "every request fast" in g["name"]]
+    hurt = [g for g in groups if "slower than" in g["name"]]
+    assert sorted(g["name"].split(":")[0] for g in healthy) == sorted(g["name"].split(":")[0] for g in hurt) == [
+        "chat-tpot", "chat-ttft"]
+    for g in hurt:  # the pages fire, one evaluation after the new series' first sample
+        assert "page-quick fires 5m after the change" in g["name"]
+        fired = {a["exp_labels"]["slo_tier"] for check in g["alert_rule_test"] for a in check["exp_alerts"]}
+        assert {"page-quick", "page-slow"} <= fired
+    doc["tests"] = groups
+    (tmp_path / "chat.test.yaml").write_text(dump(doc))
+    proc = run([promtool, "test", "rules", "chat.test.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc["tests"] = [_one_series_set(g) for g in healthy]
+    (tmp_path / "chat.test.yaml").write_text(dump(doc))
+    proc = run([promtool, "test", "rules", "chat.test.yaml"], cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for alert in ("ChatTTFTBudgetBurn", "ChatTPOTBudgetBurn"):
+        assert f'ALERTS{{alertname=\\"{alert}\\",alertstate=\\"firing\\"}}' in out, out  # it paged ...
+    assert out.count("period_error_budget_remaining") >= 2 and out.count("got: {} 0E+00") == 2, out  # ... and burnt
