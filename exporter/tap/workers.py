@@ -11,7 +11,9 @@ kept with a `worker` label, so N workers' seats do not read N times the engine's
 decides on its own, so it is told it is one of N (`--admission-taps`): it counts what it admitted since
 its last reading, and its requests in flight, N times, and N workers admit what one process would. A worker that
 dies is started again, and what it had counted when last scraped stays in the sum, so the
-counters never go down (what it counted after that scrape is lost); its gauges go with it.
+counters never go down (what it counted after that scrape is lost); its gauges go with it, and so do
+its histogram series of an earlier configuration (a `buckets` value no live worker shows: the reload
+that changed the edges ended them, as it does in one process).
 SIGTERM is passed on and each worker drains its own streams; SIGHUP is passed on and each worker
 checks its SLO files (exporter.tap.reload), as each also does every --slo-reload-interval.
 """
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -122,6 +125,15 @@ def with_worker_label(key: str, worker: str) -> str:
     return f'{key}{{{LABEL_WORKER}="{worker}"}}'
 
 
+_BUCKETS = re.compile(rf'^([a-zA-Z_:][a-zA-Z0-9_:]*?)(?:_bucket|_sum|_count)\{{(?:.*,)?{C.LABEL_BUCKETS}="([^"]*)"', re.M)
+
+
+def _live_bucket_sets(texts: list[str], workers: list[str | None] | None) -> frozenset[tuple[str, str]] | None:
+    """(histogram, LABEL_BUCKETS value) on the live workers' pages; None when no page is a live worker's."""
+    live = [t for i, t in enumerate(texts) if workers is None or workers[i] is not None]
+    return frozenset(m for t in live for m in _BUCKETS.findall(t)) if live else None
+
+
 def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None = None) -> str:
     """The workers' expositions merged: counters and histograms summed series by series, gauges kept
     per worker with a `worker` label (`workers[i]` names the worker of `texts[i]`, by default its
@@ -133,8 +145,10 @@ def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None
     timestamp per series that sums to nonsense, are left out (the tap disables them anyway).
     """
     blocks: dict[str, _Block] = {}
-    names = iter(workers) if workers is not None else None
-    for position, text in enumerate(texts):
+    pages, owners = list(texts), (list(workers) if workers is not None else None)
+    live_sets = _live_bucket_sets(pages, owners)
+    names = iter(owners) if owners is not None else None
+    for position, text in enumerate(pages):
         worker = next(names) if names is not None else str(position)
         block: _Block | None = None
         for line in text.splitlines():
@@ -156,6 +170,8 @@ def merge_expositions(texts: Iterable[str], workers: Iterable[str | None] | None
             key, _, value = line.rpartition(" ")
             if (block.live_only or block.union) and worker is None:
                 continue
+            if worker is None and live_sets is not None and (m := _BUCKETS.match(key)) and m.groups() not in live_sets:
+                continue  # a dead worker's series of an earlier configuration's edges
             if block.union:
                 block.kept[key] = value
                 continue

@@ -20,6 +20,7 @@ from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.exposition import PageRenderer
 from exporter.tap.metrics import HISTOGRAMS, TapMetrics, edges_id
 from exporter.tap.timing import Timings
+from exporter.tap.workers import merge_expositions
 from llmslo import conventions as C
 
 
@@ -121,3 +122,27 @@ def test_the_node_exporter_carries_the_buckets_label_so_old_and_new_sets_stay_ap
     at_edge = [s.value for s in after if s.metric == C.TAP_TTFT and s.suffix == "_bucket"
                and s.labels[C.LABEL_MODEL] == "chat-a" and float(s.labels[C.LABEL_LE]) == 0.4]
     assert at_edge == [1]
+
+
+def test_with_workers_a_dead_workers_series_of_the_old_configuration_leave_the_merged_page() -> None:
+    """`--workers`: what a worker that died had counted stays in the sum (exporter.tap.workers), but not its
+    histogram series of the configuration before a reload: no live worker shows their `buckets`, so they
+    end, as they do in one process; its counters still count."""
+    dead, live = TapMetrics(OLD), TapMetrics(OLD)
+    for m in (dead, live):
+        m.record("chat-a", "interactive", C.OUTCOME_OK, FAST, True)
+    retired = PageRenderer(dead).render_now().decode()
+    old_id = live.bucket_ids[0]
+    live.set_slo(NEW)
+    live.record("chat-a", "interactive", C.OUTCOME_OK, FAST, True)
+    merged = merge_expositions([retired, PageRenderer(live).render_now().decode()], [None, "0"])
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for fam in text_string_to_metric_families(merged) for s in fam.samples}
+    # (the old TTFT edges are E2E's ladder, so its id stays on the page there: the check is per histogram)
+    assert buckets_values(samples, C.TAP_TTFT) == {live.bucket_ids[0]}
+    assert buckets_values(samples, C.TAP_E2E) == {old_id} == {live.bucket_ids[2]}
+    assert ttft(samples, "_count", model="chat-a").popitem()[1] == 1
+    assert sum(v for (n, ls), v in samples.items() if n == C.TAP_REQUESTS.name) == 3  # 1 retired + 2 live
+    # Before the reload (the same edges on both pages) the dead worker's histogram stays in the sum.
+    both = merge_expositions([retired, PageRenderer(dead).render_now().decode()], [None, "0"])
+    assert f'{C.LABEL_BUCKETS}="{old_id}"' in both
