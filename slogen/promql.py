@@ -76,9 +76,10 @@ def ignoring(labels: Sequence[str]) -> str:
     return f"ignoring ({', '.join(labels)})"
 
 
-def over_time(fn: str, sel: str, window: str) -> str:
-    """`fn(sel[window])` for the `*_over_time` functions: `over_time("sum", sel, "5m")` is `sum_over_time(sel[5m])`."""
-    return f"{fn}_over_time({sel}[{window}])"
+def over_time(fn: str, sel: str, window: str, offset: str = "") -> str:
+    """`fn(sel[window])` for the `*_over_time` functions: `over_time("sum", sel, "5m")` is `sum_over_time(sel[5m])`;
+    with `offset`, the window ends that much earlier."""
+    return f"{fn}_over_time({sel}[{window}]{f' offset {offset}' if offset else ''})"
 
 
 def scaled(factor: str, value: str) -> str:

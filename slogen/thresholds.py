@@ -162,4 +162,7 @@ CAPACITY_FLAGS = (  # flags --capacity-<field>
     ("exhaustion_minutes", "MINUTES", "LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue "
                                       "growing (default {})"),
     ("exhaustion_for", "DURATION", "LLMKVSeatsExhaustion: how long before it fires (default {})"),
+    ("wave_period", "WINDOW", "LLMKVSeatsExhaustion: the forecast holds only under the pool's lowest free tokens "
+                              "over this long before the trend window, so a load wave up to this period does not "
+                              "page (default {})"),
 )

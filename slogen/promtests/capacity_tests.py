@@ -76,6 +76,12 @@ def _sample(name: str, labels: dict[str, str], minute: int, value: float) -> dic
             "exp_samples": [{"labels": label_filter({"__name__": name, **labels}), "value": value}]}
 
 
+def _near(name: str, labels: dict[str, str], minute: int, value: float) -> dict:
+    """`name` is `value` at `minute`, to 1e-6 (a value recorded through a histogram quantile is not exact)."""
+    return {"expr": f"count(abs({name}{label_filter(labels)} - {value!r}) < 1e-6)", "eval_time": f"{minute}m",
+            "exp_samples": [{"labels": "{}", "value": 1}]}
+
+
 def capacity_tests(alerts: list[HealthAlert], opts: CapacityOptions, rule_file: str) -> dict:
     low, page = (next(a for a in alerts if a.rule.alert == name) for name in (K.SEATS_LOW, K.SEATS_EXHAUSTION))
     low_for, trend, page_for = _m(opts.seats_low_for), _m(opts.trend_window), _m(opts.exhaustion_for)
@@ -127,6 +133,9 @@ def capacity_tests(alerts: list[HealthAlert], opts: CapacityOptions, rule_file: 
         doc("full but healthy pool: seats low and stable, queue steady: ticket, never a page", stable, stable_checks),
         doc(*_vllm_order(page, opts)),
         doc(*_fluctuating(page, opts)),
+        doc(*_hourly_wave(page, opts)),
+        doc(*_long_fill(page, opts)),
+        doc(*_wave_on_trend(page, opts)),
     ]}
 
 
@@ -207,4 +216,90 @@ def _fluctuating(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, l
     samples.append(_sample(K.POOL_FREE_TOKENS, pool, period, 2 * lo * BLOCK))  # the bottom of the first fall
     title = (f"healthy pool: free tokens swing between {lo} and {lo + period * s} blocks a replica, the queue grows on "
              "every fall: the forecast stays over the horizon, never a page")
+    return title, series, checks, samples
+
+
+def _wave_values(bottoms: list[float], fall: float, drift: float, period: int, length: int) -> str:
+    """A replica's free blocks a minute under load that comes in waves: bottoms[i] seats at minute i x period,
+    reached by a fall of `fall` seats a minute over the wave's last `length` minutes and left by a jump back up
+    in one minute; in between, free seats drift down by `drift` a minute (0: no trend under the waves)."""
+    seats = [bottoms[0]]
+    for bottom in bottoms[1:]:
+        for before in range(period - 1, -1, -1):  # minutes before this wave's bottom
+            fell = min(before, length)
+            seats.append(bottom + fall * fell + drift * (before - fell))
+    return " ".join(_num(s * SEAT_BLOCKS) for s in seats)
+
+
+def _wave_shape(opts: CapacityOptions) -> tuple[int, int, float]:
+    """(wave period, fall minutes, fall in seats a minute a replica) of the staged waves: a fall long enough to
+    put the trend window on it for `for` and two steps more, at a rate that brings a bottom of 8 seats a replica
+    within the horizon (the forecast alone paged on it) while the window is on the fall, and that takes a bottom
+    half a seat under the last one in under `for` (what `for` is there to absorb)."""
+    period, page_for = _m(opts.wave_period), _m(opts.exhaustion_for)
+    return period, _m(opts.trend_window) + page_for + 1, max(16 / (opts.exhaustion_minutes - page_for - 1), 1 / page_for)
+
+
+def _hourly_wave(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
+    """Waves that come back to about where the last one went (14-16 pool seats at each bottom): never a page."""
+    period, length, fall = _wave_shape(opts)
+    bottoms = [7.5, 7.0, 8.0, 7.5, 7.0]  # seats a replica at each wave's bottom: the pool's 15, 14, 16, 15, 14
+    end = period * (len(bottoms) - 1) + 2
+    values = _wave_values(bottoms, fall, 0.0, period, length) + f" {_num((bottoms[-1] + fall * length) * SEAT_BLOCKS)}x2"
+    a, b = _engine("batch", "llama-3-70b", "vllm-0"), _engine("batch", "llama-3-70b", "vllm-1")
+    series = [*_engine_series(a, values, f"0x{end}", end), *_engine_series(b, values, f"0x{end}", end)]
+    pool = _pool(a)
+    checks = [_check(page, m, None) for m in range(0, end + 1)]
+    samples = [_near(K.POOL_SEATS_P99, pool, i * period, 2 * s) for i, s in enumerate(bottoms) if i]
+    title = (f"load waves every {period}m (a batch job): each replica falls {go_g(round(fall, 2))} seats a minute for "
+             f"{length}m to a bottom of 14-16 pool seats and jumps back; no wave goes under the last one's bottom for "
+             "long, so no page (the forecast alone paged on every wave)")
+    return title, series, checks, samples
+
+
+def _wave_on_trend(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
+    """The same waves on a downward trend: each bottom lower than the last by F + 1.5 minutes of the fall, so the
+    third wave stays under the second's bottom for `for` and pages; the second (higher) does not."""
+    period, length, fall = _wave_shape(opts)
+    page_for, horizon = _m(opts.exhaustion_for), opts.exhaustion_minutes
+    under = page_for + 1.5  # minutes each wave's fall spends under the last one's bottom
+    step = under * fall  # seats a replica each bottom is lower than the last
+    # The third wave pages iff its forecast is under M for all of its F + 2 evaluations under the second's bottom
+    # (bottom < (M - F - 1) x fall); the second does not iff it has at most F (bottom >= (M - F) x fall).
+    lo, hi = max(0.0, (horizon - page_for) * fall - step), (horizon - page_for - 1) * fall
+    bottom = (lo + hi) / 2
+    bottoms = [bottom + 2 * step, bottom + step, bottom]
+    end = 2 * period + 2
+    values = _wave_values(bottoms, fall, step / period, period, length) + f" {_num((bottom + fall * length) * SEAT_BLOCKS)}x2"
+    a, b = _engine("batch", "mixtral-8x7b", "vllm-0"), _engine("batch", "mixtral-8x7b", "vllm-1")
+    series = [*_engine_series(a, values, f"0x{end}", end), *_engine_series(b, values, f"0x{end}", end)]
+    pool = _pool(a)
+    checks = [_check(page, m, None) for m in range(0, 2 * period - 1)]
+    checks += [_check(page, m, pool) for m in (2 * period - 1, 2 * period)]
+    samples = [_near(K.POOL_SEATS_P99, pool, i * period, 2 * s) for i, s in enumerate(bottoms) if i]
+    title = (f"load waves on a downward trend: each bottom {go_g(round(2 * step, 2))} pool seats under the last "
+             f"({go_g(round(2 * bottoms[0], 1))}, {go_g(round(2 * bottoms[1], 1))}, {go_g(round(2 * bottom, 1))}); the "
+             f"third wave stays under the second's bottom for {go_g(under)}m and pages at its bottom, the trend would "
+             f"run the pool out {go_g(round(bottom / step * period))}m later")
+    return title, series, checks, samples
+
+
+def _long_fill(page: HealthAlert, opts: CapacityOptions) -> tuple[str, list, list, list]:
+    """A steady fill longer than a wave period and the trend window: on time, as the forecast alone would page."""
+    trend, page_for, horizon = _m(opts.trend_window), _m(opts.exhaustion_for), math.ceil(opts.exhaustion_minutes)
+    d, rate = 5, SEAT_BLOCKS // 4  # a quarter of a p99 seat a minute a replica
+    x = _m(opts.wave_period) + trend + horizon  # minutes of fall: the forecast is under M with a wave period of it behind
+    t_x, t_p = d + x, d + x - horizon + 1  # empty; first forecast under M (ceil(M) - 1 minutes left)
+    fire, end = t_p + page_for, d + x + 2
+    assert t_x - fire >= _m(EXHAUSTION_LEAD), (t_x, fire)
+    values = f"{x * rate}x{d} {(x - 1) * rate}-{rate}x{x - 1} 0x2"
+    a, b = _engine("rag", "llama-3-8b", "vllm-0"), _engine("rag", "llama-3-8b", "vllm-1")
+    series = [*_engine_series(a, values, f"0x{end}", end), *_engine_series(b, values, f"0x{end}", end)]
+    pool = _pool(a)
+    checks = [_check(page, m, None) for m in (d, t_p, fire - 1)]
+    checks += [_check(page, m, pool) for m in (fire, t_x - _m(EXHAUSTION_LEAD), t_x - 1)]
+    samples = [_sample(K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, pool, t_p, horizon - 1)]
+    title = (f"steady fill for {x}m (longer than the wave period): a quarter seat a minute a replica from {d}m, "
+             f"empty at {t_x}m; the forecast is under {go_g(opts.exhaustion_minutes)} at {t_p}m and the page fires at "
+             f"{fire}m, {t_x - fire} minutes ahead")
     return title, series, checks, samples

@@ -27,6 +27,21 @@ keeps falling while the queue grows, since each waiting request commits a p50 re
 seat left and the queue growing" (it holds the page however the trend looks). The forecast uses tokens,
 not seats, so that a change in the request-size footprint does not read as a trend.
 
+Why the forecast tells a wave from a trend: load that comes in waves (an hourly batch job) makes free tokens
+fall steeply on every wave and come back after it. A 10-minute trend reads each fall as a run to exhaustion:
+it paged every hour while the wave's bottom still held 14-16 p99 seats. A pool that runs out goes lower than
+it has been; a wave goes back to about where the last one went. So the forecast exists only while the pool's
+net free tokens are under their lowest over the last wave period (`wave_period`, 1h) as of a trend window
+ago: while the pool still holds the p99 seats it held at the bottom of the last wave (and got back), a fall is
+a wave; under that, it is a trend. A steady fill is under everything before it, so it pages as early as
+before; the window ends T ago, so T minutes of the fall are the margin a noisy fill has to stay under it.
+Rejected: a longer deriv window (or one that must agree with the short one) lags a fill that began less
+than a window ago, so the page comes late; "lower than at the same point an hour ago" pages on a wave that
+comes a few minutes early; a floor of seats cannot tell a fast fill 9 minutes from empty (18 seats) from a
+wave's bottom (15 seats). Limits: in a pool's first wave period there is no earlier bottom, and it pages as
+before; a fill that retraces the last wave is a trend only once under that wave's bottom; and a trend that
+deepens each wave's bottom by less than `for` minutes of the wave's fall pages only once a wave runs out.
+
 Own rule group and file (`llmslo-capacity`), the same labels and annotations as the health alerts
 (`severity`, `summary`, `description`, `runbook_url`, `dashboard`). Plain PromQL only.
 """
@@ -59,6 +74,7 @@ class CapacityOptions:
     seats_low_for: int = 15 * MINUTE  # ... for this long
     exhaustion_minutes: float = 15.0  # LLMKVSeatsExhaustion: free tokens forecast to run out within this many minutes ...
     exhaustion_for: int = 5 * MINUTE  # ... (or run out with the queue growing), for this long
+    wave_period: int = 60 * MINUTE  # ... and fallen under their lowest over this long, as of a trend window ago
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
@@ -67,7 +83,7 @@ class CapacityOptions:
         if not self.exhaustion_minutes > 0:
             out.append(("capacity_exhaustion_minutes",
                         f"is {self.exhaustion_minutes:g}; write a positive number of minutes, e.g. 15"))
-        for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for"):
+        for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for", "wave_period"):
             ms = getattr(self, name)
             if ms <= 0 or ms % MINUTE:
                 out.append((f"capacity_{name}", f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
@@ -79,7 +95,19 @@ class CapacityOptions:
                         f"is {format_prometheus_duration(self.exhaustion_for)}, not 6m shorter than the forecast horizon "
                         f"({self.exhaustion_minutes:g} minutes), so the page would fire less than 5 minutes before the "
                         "pool runs out; write a shorter duration or a longer --capacity-exhaustion-minutes"))
+        out += self._wave_problems()
         return out
+
+    def _wave_problems(self) -> list[tuple[str, str]]:
+        """A wave the forecast could page on falls for the trend window and `for` (and the step between), and
+        the last one's bottom must lie in the wave period that ends a trend window ago: shorter guards nothing."""
+        least = 2 * self.trend_window + self.exhaustion_for + MINUTE
+        if self.wave_period <= 0 or self.wave_period % MINUTE or self.wave_period >= least:
+            return []
+        return [("capacity_wave_period",
+                 f"is {format_prometheus_duration(self.wave_period)}, shorter than twice the trend window + "
+                 f"--capacity-exhaustion-for + 1m ({format_prometheus_duration(least)}): no wave the forecast could "
+                 "page on is that short; write the period of the pool's load waves, e.g. 1h")]
 
 
 def footprint_expr(q: float, window: str) -> str:
@@ -103,7 +131,7 @@ def committed_expr(window: str) -> str:
 
 def recording_rules(opts: CapacityOptions) -> list[Rule]:
     engine, pool = K.ENGINE_LABELS, K.POOL_LABELS
-    window, trend = format_prometheus_duration(opts.footprint_window), format_prometheus_duration(opts.trend_window)
+    window = format_prometheus_duration(opts.footprint_window)
     net = f"clamp_min({K.FREE_TOKENS_NET}, 0)"  # seats are never negative; the net itself is, once overcommitted
     return [
         Rule(record=K.FREE_TOKENS,
@@ -121,11 +149,17 @@ def recording_rules(opts: CapacityOptions) -> list[Rule]:
         Rule(record=K.POOL_WAITING, expr=promql.agg("sum", c.REQUESTS_WAITING.name, pool) + "\n"),
         Rule(record=K.POOL_FREE_TOKENS, expr=promql.agg("sum", K.FREE_TOKENS, pool) + "\n"),
         Rule(record=K.POOL_FREE_TOKENS_NET, expr=promql.agg("sum", K.FREE_TOKENS_NET, pool) + "\n"),
-        # net free tokens / (tokens lost per minute), only where they fall: absent when flat or rising; 0 once out.
-        Rule(record=K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION,
-             expr=f"clamp_min({K.POOL_FREE_TOKENS_NET}, 0)\n/\n"
-                  f"({promql.deriv(K.POOL_FREE_TOKENS_NET, trend)} * -60 > 0)\n"),
+        Rule(record=K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION, expr=forecast_expr(opts)),
     ]
+
+
+def forecast_expr(opts: CapacityOptions) -> str:
+    """Net free tokens / (tokens lost per minute), only where they fall (absent when flat or rising; 0 once out)
+    and are under their lowest over the wave period before the trend window (absent in a wave: module docstring)."""
+    net, trend = K.POOL_FREE_TOKENS_NET, format_prometheus_duration(opts.trend_window)
+    lowest = promql.over_time("min", net, format_prometheus_duration(opts.wave_period), offset=trend)
+    return (f"(\n  clamp_min({net}, 0)\n/\n  ({promql.deriv(net, trend)} * -60 > 0)\n)\n"
+            f"unless {promql.on(K.POOL_LABELS)}\n(\n  {net} >= {promql.on(K.POOL_LABELS)} {lowest}\n)\n")
 
 
 def page_expr(opts: CapacityOptions) -> str:
@@ -146,6 +180,7 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
     pool = f"Pool {_l(c.LABEL_NAMESPACE)}/{_l(c.LABEL_MODEL)}"
     n, m = go_g(opts.seats_low), go_g(opts.exhaustion_minutes)
     low_for, trend = format_prometheus_duration(opts.seats_low_for), format_prometheus_duration(opts.trend_window)
+    wave = format_prometheus_duration(opts.wave_period)
     return [
         _alert(K.SEATS_LOW, f"{K.POOL_SEATS_P99} < {n}\n", opts.seats_low_for, WARNING,
                f"{pool} has fewer than {n} KV seats at p99 context.",
@@ -158,7 +193,8 @@ def capacity_alerts(opts: CapacityOptions, base_url: str, extra_labels: dict[str
         _alert(K.SEATS_EXHAUSTION, page_expr(opts), opts.exhaustion_for, CRITICAL,
                f"{pool} runs out of KV cache within {m} minutes, or has run out while its queue grows.",
                f"At the trend of the last {trend}, the pool's free KV tokens net of what its requests will still take "
-               f"reach zero within {m} minutes ({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}), or fewer than one p99-sized request fits "
+               f"reach zero within {m} minutes ({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}), having fallen under their lowest "
+               f"of the {wave} before (a load wave that stays above the last one's bottom does not page), or fewer than one p99-sized request fits "
                f"({K.POOL_SEATS_P99} < 1) while the requests waiting in the pool are rising. New requests "
                "queue and running ones are preempted: add replicas now, or shed batch traffic.",
                TOPIC_KV_SATURATION,

@@ -1,5 +1,6 @@
 """KV seats (alerts/llmslo-capacity.rules.yaml): the recorded seats on every engine kind's page, the options,
-and the generated promtool tests (a pool filling up pages; a full but stable one does not)."""
+the generated promtool tests (a pool filling up pages; a full but stable one does not; load waves do not, unless
+on a downward trend), and the issue-35 wave staged against the page."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def test_seats_on_every_engine_page(promtool, tmp_path):
 
 def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, tmp_path):
     opts = CapacityOptions(footprint_window=1 * 60 * MINUTE, trend_window=20 * MINUTE, seats_low=10, seats_low_for=5 * MINUTE,
-                           exhaustion_minutes=30, exhaustion_for=10 * MINUTE)
+                           exhaustion_minutes=30, exhaustion_for=10 * MINUTE, wave_period=90 * MINUTE)
     files = capacity_rules(compile_catalog(BuildOptions(inputs=(), capacity=opts, autoscaling=False))).files
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(files[RULES])["groups"] for r in g["rules"]}
     assert list(rules) == [K.FREE_TOKENS, K.FOOTPRINT_P99, K.FOOTPRINT_P50, K.COMMITTED_TOKENS, K.FREE_TOKENS_NET,
@@ -109,6 +110,10 @@ def test_options_reach_the_rules_and_the_generated_tests_follow_them(promtool, t
                            *K.ALERTS]
     assert "[1h]" in rules[K.FOOTPRINT_P99]["expr"] and "[1h]" in rules[K.COMMITTED_TOKENS]["expr"]
     assert "[20m]" in rules[K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION]["expr"]
+    assert "[1h30m] offset 20m" in rules[K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION]["expr"]
+    names = [t["name"] for t in yaml.safe_load(files[TESTS])["tests"]]
+    assert [n.split(":")[0] for n in names[-3:]] == ["load waves every 90m (a batch job)", "steady fill for 140m (longer than "
+                                                     "the wave period)", "load waves on a downward trend"]
     assert rules[K.SEATS_LOW]["expr"].startswith(f"{K.POOL_SEATS_P99} < 10") and rules[K.SEATS_LOW]["for"] == "5m"
     assert rules[K.SEATS_EXHAUSTION]["expr"].startswith(f"{K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION} < 30")
     assert rules[K.SEATS_EXHAUSTION]["for"] == "10m" and rules[K.SEATS_EXHAUSTION]["labels"]["severity"] == "critical"
@@ -124,6 +129,15 @@ def test_bad_options_are_reported_with_the_option_and_the_fix():
     text = str(err.value)
     for name in ("capacity_seats_low", "capacity_exhaustion_for", "capacity_trend_window"):
         assert f"--{name.replace('_', '-')}" in text, name
+
+
+def test_a_wave_period_too_short_to_hold_a_paging_wave_is_refused():
+    # A wave the 10m forecast pages on (`for` 5m) falls for 16m, and its last bottom must lie a trend window back.
+    short = CapacityOptions(wave_period=25 * MINUTE)
+    assert [name for name, _ in short.problems()] == ["capacity_wave_period"]
+    assert "(26m)" in short.problems()[0][1] and "e.g. 1h" in short.problems()[0][1]
+    assert CapacityOptions(wave_period=26 * MINUTE).problems() == []
+    assert [n for n, _ in CapacityOptions(wave_period=90_000).problems()] == ["capacity_wave_period"]
 
 
 def test_a_page_that_would_warn_under_5_minutes_is_refused():
@@ -182,5 +196,60 @@ def test_two_static_targets_of_one_model_on_two_nodes_keep_their_own_seats(promt
     group = capacity_group(opts, capacity_alerts(opts, "https://runbooks.example.com"))
     doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}]}
+    done = _promtool_test(promtool, {"rules.yaml": rule_file([group], "# test\n"), "test.yaml": yaml.safe_dump(doc)}, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _wave_pool_series(minutes: int) -> list[dict]:
+    """Issue 35's pool: two vLLM replicas, 25 p99 seats free on each between waves; every hour from minute 42 a
+    batch wave takes them down steadily for 15 minutes to the hour's bottom (8, 7, then 7.5 seats a replica: the
+    pool's 16, 14, 15; the bottoms differ by a seat), then leaves in 3 minutes. 99 of 100 requests are within
+    1024 prompt and 1024 output tokens: a p99 seat is 2048 tokens, 128 blocks of 16."""
+    top, bottoms = 25, (8, 7, 7.5)
+    seats = []
+    for m in range(minutes + 1):
+        hour, at = divmod(m, 60)
+        bottom, into = bottoms[min(hour, len(bottoms) - 1)], at - 42  # minutes into this hour's wave
+        fall, rise = top - (top - bottom) * into / 15, bottom + (top - bottom) * (into - 15) / 3
+        seats.append(top if into < 0 else fall if into <= 15 else rise)
+    series = []
+    for pod in ("vllm-0", "vllm-1"):
+        labels = {c.LABEL_ENGINE: "vllm", c.LABEL_MODEL: "m", c.LABEL_NAMESPACE: "batch", c.LABEL_POD: pod,
+                  c.LABEL_NODE: "n", c.LABEL_CLUSTER: "east"}
+        series += [{"series": c.KV_BLOCKS_FREE.name + label_filter(labels), "values": " ".join(f"{s * 128:g}" for s in seats)},
+                   {"series": c.KV_BLOCK_SIZE.name + label_filter(labels), "values": f"16x{minutes}"},
+                   {"series": c.REQUESTS_WAITING.name + label_filter(labels), "values": f"0x{minutes}"}]
+        for metric, edges in ((c.REQUEST_PROMPT_TOKENS, ("1024", "2048", "+Inf")), (c.REQUEST_GENERATION_TOKENS, ("1024", "+Inf"))):
+            for le in edges:
+                series.append({"series": f"{metric.name}_bucket" + label_filter({**labels, c.LABEL_LE: le}),
+                               "values": f"0+{99 if le == '1024' else 100}x{minutes}"})
+    return series
+
+
+def test_hourly_batch_waves_with_seats_left_do_not_page_though_the_10m_trend_reads_them_as_exhaustion(promtool, tmp_path):
+    """Issue 35's attack, staged by hand rather than by the generator: at each wave's bottom the 10m trend alone
+    forecasts exhaustion within 15 minutes for 7+ minutes running (the old page fired for 3 minutes every hour),
+    while 14-16 p99 seats are free; after the first hour (the first wave has no earlier bottom to compare with,
+    and pages as before) the page stays silent: no wave stays under the last one's bottom for long."""
+    opts = CapacityOptions()
+    minutes = 3 * 60 + 10
+    pool = {c.LABEL_CLUSTER: "east", c.LABEL_MODEL: "m", c.LABEL_NAMESPACE: "batch"}
+    net = K.POOL_FREE_TOKENS_NET + label_filter(pool)
+    short_trend_alone = f"clamp_min({net}, 0) / (deriv({net}[10m]) * -60 > 0) < 15"
+    checks = []
+    for hour in (1, 2):
+        bottom = 60 * hour + 57
+        for m in range(bottom - 6, bottom + 1):  # the attack: the forecast without the wave test is under 15 minutes
+            checks.append({"expr": f"count({short_trend_alone})", "eval_time": f"{m}m", "exp_samples": [{"labels": "{}", "value": 1}]})
+        seats = f"abs({K.POOL_SEATS_P99}{label_filter(pool)} - {({1: 14, 2: 15}[hour])}) < 1e-6"  # the pool's seats at the bottom
+        checks.append({"expr": f"count({seats})", "eval_time": f"{bottom}m", "exp_samples": [{"labels": "{}", "value": 1}]})
+    # the first wave (no bottom before it) still pages: a pool's first wave period is as before
+    checks.append({"expr": f"count({K.POOL_FREE_TOKENS_MINUTES_TO_EXHAUSTION}{label_filter(pool)} < 15)", "eval_time": "57m",
+                   "exp_samples": [{"labels": "{}", "value": 1}]})
+    alerts = [{"eval_time": f"{m}m", "alertname": K.SEATS_EXHAUSTION, "exp_alerts": []} for m in range(61, minutes + 1)]
+    group = capacity_group(opts, capacity_alerts(opts, "https://runbooks.example.com"))
+    doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+           "tests": [{"interval": "1m", "input_series": _wave_pool_series(minutes), "promql_expr_test": checks,
+                      "alert_rule_test": alerts}]}
     done = _promtool_test(promtool, {"rules.yaml": rule_file([group], "# test\n"), "test.yaml": yaml.safe_dump(doc)}, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
