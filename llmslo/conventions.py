@@ -114,9 +114,11 @@ REFUSED_ADMISSION_TPOT = "admission_tpot"  # running requests miss the TPOT obje
 REFUSED_ADMISSION_SHED = "admission_shed"  # a sheddable class shed early; its own objective would still be met
 REFUSED_ADMISSION_KV = "admission_kv_full"  # fewer free KV seats than --admission-min-seats (a floor, opt-in)
 REFUSED_ADMISSION_QUEUE = "admission_queue"  # the queue would pass --admission-max-queue (a floor, opt-in)
+# a refused client came back before the Retry-After it was given (exporter.tap.turns): refused again, time left
+REFUSED_ADMISSION_EARLY = "admission_retry_early"
 REFUSED_ADMISSION_REASONS = (
     REFUSED_ADMISSION_TTFT, REFUSED_ADMISSION_TPOT, REFUSED_ADMISSION_SHED, REFUSED_ADMISSION_KV,
-    REFUSED_ADMISSION_QUEUE,
+    REFUSED_ADMISSION_QUEUE, REFUSED_ADMISSION_EARLY,
 )
 REFUSED_REASONS = (
     REFUSED_CONNECTION_LIMIT, REFUSED_HEAD_TIMEOUT, REFUSED_HEAD_TOO_LARGE, REFUSED_BODY_TOO_LARGE,

@@ -81,9 +81,11 @@ from exporter.tap.predict import (
     predicted_wait,
     queue_growing,
     rates_between,
+    seconds_to_seat,
 )
 from exporter.tap.predict import refusal as predicted_refusal
 from exporter.tap.reservations import Reservations
+from exporter.tap.turns import ClientKeys, Turns
 from llmslo import conventions as C
 from llmslo.gofloat import go_g
 from llmslo.histograms import Buckets, histogram_quantile
@@ -103,7 +105,10 @@ STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeo
 FETCH_TIMEOUT_S = 2.0
 MAX_PAGE_BYTES = 8 << 20
 FAMILY_LIMIT = 10_000  # samples of one family read from a page (the exporter's max_samples_per_family default)
+# Retry-After (whole seconds, RFC 9110) is when a seat is expected (exporter.tap.predict.seconds_to_seat), at least
+# a second (and a poll: the gate changes its mind only at a reading) and at most MAX_RETRY_AFTER_S.
 RETRY_AFTER_S = 1
+MAX_RETRY_AFTER_S = 30
 # The most of a prompt the prefix cache is taken to serve (the engine's hit ratio over the window, capped): a page
 # that claims every token is cached still charges each request a tenth of its prompt, never nothing.
 MAX_CACHED_SHARE = 0.9
@@ -303,6 +308,15 @@ def _delta(now: Buckets, then: Buckets) -> Buckets:
 quantile = histogram_quantile  # the admission tests' name for it
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's decision for one request: admitted with a reservation ticket, or refused and told when to retry."""
+
+    refusal: str  # "" (admitted) or a conventions.REFUSED_ADMISSION_* reason
+    ticket: int  # the admitted request's reservation (Admission.settle), 0 when refused
+    retry_after_s: int  # the refused request's Retry-After (whole seconds), 0 when admitted
+
+
 class Admission:
     """The gate and its poller (see the module's docstring)."""
 
@@ -312,7 +326,7 @@ class Admission:
         fallback_footprint: int = DEFAULT_FALLBACK_FOOTPRINT, timeout_s: float = FETCH_TIMEOUT_S,
         metrics_path: str = "/metrics", clock: Callable[[], float] = time.monotonic, engine: str = AUTO,
         sheddable: frozenset[str] = frozenset(), shed_margin: float = DEFAULT_SHED_MARGIN, slo: SloConfig | None = None,
-        taps: int = 1,
+        taps: int = 1, client_header: str = "",
     ) -> None:
         self.url = upstream.rstrip("/") + metrics_path
         self.engine = engine  # the engine kind whose adapter reads the page, or AUTO
@@ -328,7 +342,10 @@ class Admission:
         self.fallback_footprint = float(fallback_footprint)
         self.timeout_s = timeout_s
         self.clock = clock
-        self.retry_after_s = max(RETRY_AFTER_S, math.ceil(poll_s))
+        self.retry_after_s = max(RETRY_AFTER_S, math.ceil(poll_s))  # the least Retry-After, the most below
+        self.max_retry_after_s = max(MAX_RETRY_AFTER_S, self.retry_after_s)
+        # the refused clients in line and when each may come back (exporter.tap.turns)
+        self.clients, self.turns = ClientKeys(client_header), Turns()
         # The tap processes gating this engine (--workers N x --admission-taps): each sees only what it admitted
         # since the reading and its own in-flight requests, and takes the others to have done as much.
         self.taps = max(1, taps)
@@ -389,8 +406,10 @@ class Admission:
         taps times."""
         return self.admitted_since * self.taps
 
-    def outlook(self) -> Outlook:
-        return Outlook(self.start_seats, self.queue, self.admitted_all, self.rates, self.growing, self.seats)
+    def outlook(self, held: int = 0) -> Outlook:
+        """What the gate knows now; `held`: refused clients' turns counted as admitted (exporter.tap.turns)."""
+        return Outlook(self.start_seats, self.queue, self.admitted_all + held, self.rates, self.growing, self.seats)
+
 
     def policy(self, objective: Objective | None = None, slo: SloConfig | None = None) -> Policy:
         """A request's objectives and priority; with no objective given, the tightest class's (the gauges')."""
@@ -401,18 +420,19 @@ class Admission:
         return Policy(objective.ttft, objective.tpot, objective.slo_class in self.sheddable, tight_ttft, tight_tpot,
                       self.shed_margin)
 
-    def refusal(self, objective: Objective | None = None, slo: SloConfig | None = None) -> str:
-        """Why a request arriving now would be refused (a conventions.REFUSED_ADMISSION_* reason), or ""."""
+    def refusal(self, objective: Objective | None = None, slo: SloConfig | None = None, held: int = 0) -> str:
+        """Why a request arriving now would be refused (a conventions.REFUSED_ADMISSION_* reason), or ""; `held`:
+        the turns ahead of its client that hold a seat (exporter.tap.turns)."""
         if not self.readable:
             return ""
-        n = self.admitted_all
+        n = self.admitted_all + held
         if self.min_seats is not None and self.seats - n < self.min_seats:
             return C.REFUSED_ADMISSION_KV
         # this request's place in the queue: the engine's, and those beyond the free seats, itself included
         queued = self.waiting + max(0.0, n + 1 - self.seats)
         if self.max_queue is not None and queued > self.max_queue:
             return C.REFUSED_ADMISSION_QUEUE
-        return predicted_refusal(self.outlook(), self.policy(objective, slo))
+        return predicted_refusal(self.outlook(held), self.policy(objective, slo))
 
     def is_open(self) -> bool:
         """Would a request of the tightest class arriving now be admitted (without counting it)?"""
@@ -421,17 +441,38 @@ class Admission:
     def decide(self, objective: Objective | None = None, slo: SloConfig | None = None) -> str:
         """Decide for one new request (its objective, and the classes it was resolved under): "" (admitted,
         and counted until the engine shows it) or why it is refused."""
-        return self.decide_ticket(objective, slo)[0]
+        return self.decide_ticket(objective, slo).refusal
 
-    def decide_ticket(self, objective: Objective | None = None, slo: SloConfig | None = None) -> tuple[str, int]:
-        """`decide`, and the admitted request's reservation ticket (0 when refused) for `settle` once it ends."""
+    def decide_ticket(self, objective: Objective | None = None, slo: SloConfig | None = None,
+                      client: str = "") -> Verdict:
+        """`decide` for a request from `client` (ClientKeys.key; "": no turn), with the admitted request's
+        reservation ticket for `settle` once it ends, or the refused one's Retry-After. A client back before its
+        time is refused again (unless the engine has seats for every client in line and it); the others wait for
+        the turns ahead of them that hold a seat (exporter.tap.turns)."""
         if slo is not None:
             self._slo = slo
-        why = self.refusal(objective, slo)
-        if why:
+        now = self.clock()
+        holding, waiting = self.turns.ahead(client, now)
+        early = self.turns.early(client, now) if client and self.readable else 0.0
+        if early:
             self.refusals += 1
-            return why, 0
-        return "", self.reserved.add(self.clock())
+            return Verdict(C.REFUSED_ADMISSION_EARLY, 0, self._whole_seconds(early))
+        why = self.refusal(objective, slo, holding)
+        if not why:
+            self.turns.admitted(client, now)
+            return Verdict("", self.reserved.add(now), 0)
+        self.refusals += 1
+        expected = seconds_to_seat(self.outlook(waiting), self.policy(objective, slo))
+        seconds = self._whole_seconds(max(expected, self.turns.pace(waiting, now)))
+        if client:
+            self.turns.refused(client, now, seconds)
+        return Verdict(why, 0, seconds)
+
+    def _whole_seconds(self, seconds: float) -> int:
+        """Retry-After: whole seconds, rounded up, between retry_after_s and max_retry_after_s."""
+        if not seconds < self.max_retry_after_s:  # inf and NaN too
+            return self.max_retry_after_s
+        return max(self.retry_after_s, math.ceil(seconds))
 
     def settle(self, ticket: int) -> None:
         """An admitted request ended at the tap: it holds no seat any more (exporter.tap.reservations)."""

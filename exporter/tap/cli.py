@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
         poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,
         sheddable=frozenset(args.admission_sheddable), shed_margin=args.admission_shed_margin, slo=slo,
-        taps=args.admission_taps,
+        taps=args.admission_taps, client_header=args.admission_client_header or "",
     ) if args.admission else None
     server = TapServer(settings, slo, shutdown_timeout_s=args.shutdown_grace, models_refresh_s=args.models_refresh,
                        admission=admission, slo_paths=reload_paths, reload_interval_s=args.slo_reload_interval)

@@ -27,6 +27,7 @@ from exporter.tap.upstream import UpstreamConnection
 from llmslo import conventions as C
 
 if TYPE_CHECKING:
+    from exporter.tap.admission import Admission
     from exporter.tap.connection import ClientConnection
     from exporter.tap.proxy import TapProxy
 
@@ -86,22 +87,28 @@ class Exchange:
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
         admission = self.proxy.admission
-        refusal, self.ticket = (admission.decide_ticket(self.plan.objective, self.proxy.slo)
-                                if self.plan is not None and admission is not None else ("", 0))
-        if refusal:
-            # Refused before anything reached the engine; requests already admitted are never touched.
-            assert admission is not None
-            if self.proxy.metrics is not None:
-                self.proxy.metrics.refused(refusal)
-            why = REFUSAL_TEXT[refusal]
-            self._fail(f"The engine is at capacity ({why}); retry after {admission.retry_after_s} s.", 429,
-                       C.OUTCOME_REFUSED, retry_after=admission.retry_after_s, code=refusal)
-            return
+        if self.plan is not None and admission is not None:
+            verdict = admission.decide_ticket(self.plan.objective, self.proxy.slo, self._client_key(admission))
+            self.ticket = verdict.ticket
+            if verdict.refusal:  # refused before anything reached the engine; admitted requests are never touched
+                if self.proxy.metrics is not None:
+                    self.proxy.metrics.refused(verdict.refusal)
+                why, seconds = REFUSAL_TEXT[verdict.refusal], verdict.retry_after_s
+                self._fail(f"The engine is at capacity ({why}); retry after {seconds} s.", 429,
+                           C.OUTCOME_REFUSED, retry_after=seconds, code=verdict.refusal)
+                return
         conn = self.proxy.pool.take_idle()
         if conn is not None:
             self._send(conn)
         else:
             self.task = asyncio.get_running_loop().create_task(self._connect())
+
+    def _client_key(self, admission: Admission) -> str:
+        """Who the request is from, as the gate's turns count clients (exporter.tap.turns)."""
+        keys = admission.clients
+        transport = self.client.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        return keys.key(peer, self.head.get(keys.header) if keys.header else None)
 
     async def _connect(self) -> None:
         try:

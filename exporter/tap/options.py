@@ -29,6 +29,7 @@ from exporter.tap.predict import DEFAULT_SHED_MARGIN
 from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
 from exporter.tap.reload import DEFAULT_INTERVAL_S as DEFAULT_RELOAD_S
 from exporter.tap.reload import reload_interval
+from exporter.tap.turns import header_name
 from llmslo.argtypes import number_arg
 
 positive_int = number_arg(int, lambda n: n > 0, "a positive whole number")
@@ -184,6 +185,12 @@ def _admission_arguments(p: argparse.ArgumentParser) -> None:
         "--admission-footprint", type=positive_int, default=DEFAULT_FALLBACK_FOOTPRINT, metavar="TOKENS",
         help="the p99 request footprint (prompt + output tokens) to assume until the engine's request token "
              f"histograms have a finished request (default {DEFAULT_FALLBACK_FOOTPRINT})",
+    )
+    p.add_argument(
+        "--admission-client-header", type=header_name, default=None, metavar="NAME",
+        help="tell refused clients apart by this request header (e.g. authorization, or a user header your ingress "
+             "sets), hashed, instead of by their address; off by default: any client can send any value, so name "
+             "one only when a proxy in front sets or checks it (docs/capacity.md, \"Retry-After and turns\")",
     )
     p.add_argument(
         "--admission-taps", type=positive_int, default=1, metavar="N",

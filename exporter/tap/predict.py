@@ -69,6 +69,7 @@ REFUSAL_TEXT = {
     C.REFUSED_ADMISSION_SHED: "this request's class is shed first while the engine is near its limit",
     C.REFUSED_ADMISSION_KV: "too few free KV-cache seats",
     C.REFUSED_ADMISSION_QUEUE: "too many requests queued at the engine",
+    C.REFUSED_ADMISSION_EARLY: "this client was refused and came back before the time it was given",
 }
 
 
@@ -284,3 +285,21 @@ def refusal(o: Outlook, p: Policy) -> str:
         if wait > ttft:
             return _why(p, wait, p.ttft, p.tightest_ttft, C.REFUSED_ADMISSION_TTFT)
     return ""
+
+
+def seconds_to_seat(o: Outlook, p: Policy) -> float:
+    """When a request refused now is expected to be admitted (its Retry-After): the predicted wait's excess over
+    its TTFT budget (the wait falls by a second a second as the engine drains what is ahead), or, in decode
+    overload, the finishes that bring the batch back to the largest served within the TPOT objective, at the
+    drain rate; inf when nothing drains. `o` counts the refused clients ahead of this one as admitted."""
+    seconds = 0.0
+    tpot = _budget(p.tpot, p.tightest_tpot, p)
+    if tpot is not None and decode_overloaded(o.rates, o.rates.itl_s, tpot, o.admitted_since + 1):
+        batch = max((n for n, itl in o.rates.served if itl <= tpot), default=0.0)
+        rate = o.rates.finish_rate
+        excess = o.rates.running + o.admitted_since + 1 - batch
+        seconds = excess / rate if rate else math.inf
+    ttft = _budget(p.ttft, p.tightest_ttft, p)
+    if ttft is not None:
+        seconds = max(seconds, predicted_wait(o) - ttft)
+    return seconds

@@ -4,18 +4,21 @@ The gate reads the engine's own vLLM page (simulator.metrics.VllmMetrics, parsed
 does) every `poll_s` virtual seconds, learns exact sizes from the finished requests, sees the engine's running
 requests as its in-flight ones, and decides for each arrival; admitted requests go to the engine. `gates` gates
 stand for the workers of `--workers N` (each with its own share of the arrivals, round robin, and its own
-readings); the engine is shared.
+readings); the engine is shared. `run_clients` serves closed-loop clients instead (each keeps its requests going
+and retries a refusal as it is told, or faster), each known to the gate by its name.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.promtext import parse_page
 from exporter.tap.admission import AUTO, Admission, read_engine, wanted
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.seats import InFlight
+from llmslo import conventions as C
 from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
 from simulator.engine import EngineCore
@@ -112,3 +115,104 @@ def run_gated(config: EngineConfig, items: list[WorkItem], *, gate: bool = True,
         clock.advance(planned.duration)
         core.finish_step(planned)
     return GateRun(len(items), refused, recorder.records, core.scheduler.num_preemptions, gates_)
+
+
+@dataclass(frozen=True)
+class Client:
+    """A closed-loop client: `streams` requests kept going (each sends its next when the last ends); a refused
+    one tries again after `retry_s`, or after the Retry-After it was given when `retry_s` is None."""
+
+    name: str
+    streams: int
+    prompt: int
+    output: int
+    retry_s: float | None = None
+
+
+@dataclass
+class Tally:
+    """One client's run: its decisions, and per request admitted the refusals it took and the seconds it waited."""
+
+    admitted: int = 0
+    refused: int = 0
+    early: int = 0  # refused as admission_retry_early
+    refusals: list[int] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    retry_after: list[int] = field(default_factory=list)  # every Retry-After it was given
+
+
+@dataclass
+class _Stream:
+    client: Client
+    next_try: float
+    first_try: float
+    refused: int = 0
+
+
+def run_clients(config: EngineConfig, clients: list[Client], seconds: float, *, poll_s: float = 0.25,
+                slowdown: float = 1.0) -> dict[str, Tally]:
+    """Serve the clients' closed loops for `seconds` of virtual time behind one gate (the client's name is its
+    key, as exporter.tap.turns.ClientKeys would give); a refused request waits as its client does."""
+    clock = VirtualClock()
+    core = EngineCore(config, clock, None, FaultState(slowdown=slowdown))
+    metrics, gate = VllmMetrics(core), Admission("http://127.0.0.1:1", clock=clock.now, slo=SLO)
+    tallies = {c.name: Tally() for c in clients}
+    streams = [_Stream(c, 0.01 * i, 0.01 * i) for i, c in enumerate(clients) for _ in range(c.streams)]
+    serving: dict[str, _Stream] = {}
+    core.observers.append(_Ended(gate, serving, clock))
+    gate.in_flight = lambda: [InFlight(r.num_output_tokens, r.max_tokens) for r in core._live.values()]
+    next_poll, seq = 0.0, 0
+    while clock.now() < seconds:
+        now = clock.now()
+        if now >= next_poll:
+            gate.update(read_engine(parse_page(metrics.render().decode(), wanted(AUTO), checked=True).families))
+            next_poll = now + poll_s
+        for s in sorted((s for s in streams if s.next_try <= now), key=lambda s: s.next_try):
+            seq += 1
+            _try(gate, core, s, tallies[s.client.name], serving, seq)
+        planned = core.begin_step()
+        if planned is None:
+            wake = [x for x in (core.next_wakeup(), next_poll, *(s.next_try for s in streams)) if x is not None]
+            clock.set(max(now, min(wake)))
+            continue
+        clock.advance(planned.duration)
+        core.finish_step(planned)
+    return tallies
+
+
+def _try(gate: Admission, core: EngineCore, s: _Stream, tally: Tally, serving: dict[str, _Stream], seq: int) -> None:
+    """One try of a stream's request: admitted to the engine, or refused and due again as its client retries."""
+    now = core.clock.now()
+    verdict = gate.decide_ticket(CHAT, SLO, s.client.name)
+    if verdict.refusal:
+        tally.refused += 1
+        tally.early += verdict.refusal == C.REFUSED_ADMISSION_EARLY
+        tally.retry_after.append(verdict.retry_after_s)
+        s.refused += 1
+        s.next_try = now + (s.client.retry_s if s.client.retry_s is not None else verdict.retry_after_s)
+        return
+    tally.admitted += 1
+    tally.refusals.append(s.refused)
+    tally.waits.append(now - s.first_try)
+    prompt = [(seq * 7919 + i) % 32000 for i in range(s.client.prompt)]  # no prefix shared between requests
+    req = core.new_request(prompt, s.client.output, output_len=s.client.output)
+    core.add_request(req)
+    serving[req.request_id] = s
+    s.next_try = math.inf
+
+
+class _Ended:
+    """A finished request's stream sends its next request at once; the gate learns its exact sizes."""
+
+    def __init__(self, gate: Admission, serving: dict[str, _Stream], clock: VirtualClock) -> None:
+        self.gate, self.serving, self.clock = gate, serving, clock
+
+    def on_step(self, core: EngineCore, stats: object) -> None:
+        pass
+
+    def on_finished(self, req: Request) -> None:
+        self.gate.sizes.add(req.num_prompt_tokens, req.num_output_tokens)
+        s = self.serving.pop(req.request_id, None)
+        if s is not None:
+            s.next_try = s.first_try = self.clock.now()
+            s.refused = 0

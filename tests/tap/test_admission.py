@@ -249,6 +249,7 @@ def test_refused_with_429_and_retry_after_counted_and_admitted_streams_are_never
             status, body, _ = await slow
             assert status == 200 and body.endswith(b"data: [DONE]\n\n"), "the admitted stream ran to its end"
             gate.update(reading(0.2))  # seats return
+            await asyncio.sleep(1.0)  # the client honours its Retry-After (before it, it is refused as early)
             status, _, _ = await _post(url, _chat(), **{"x-request-id": "again"})
             assert status == 200
             outcomes = sorted(r.outcome for r in st.records)
