@@ -9,5 +9,6 @@ the tap reads), metrics (the counters and histograms),
 exposition (the /metrics page, rendered in slices between relayed chunks), models (which model
 names may be label values: the upstream's /v1/models and the class globs), server
 (listeners), workers (`--workers N`: several processes, one summed /metrics), cli
-(`llmslo-exporter tap`).
+(`llmslo-exporter tap`), admission (`--admission`: refuse what the engine would not serve in time) with
+page_reader and page_child (the engine's page fetched and parsed in a child process).
 """

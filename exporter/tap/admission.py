@@ -41,9 +41,9 @@ llm_tap_admission_engine_readable 0. A gate that refused on a blind tap would tu
 metrics endpoint into an outage; admitting leaves the engine's own limits (and the SLOs that
 watch them) in charge, as without admission.
 
-The poll runs on the tap's event loop as one small HTTP request with a timeout; the page is parsed
-(exporter.promtext, only the families the adapters read) and adapted in a worker thread, so relaying
-never waits on it.
+The page is fetched (with a timeout, at most MAX_PAGE_BYTES) and parsed (exporter.promtext, only the families the
+adapters read) and adapted in a child process (exporter.tap.page_reader), which gives the poll only the small
+reading: the event loop relaying streams never holds the page, nor shares the GIL with its parse (issue 34).
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-
-import aiohttp
+from typing import Any
 
 from exporter import adapters
 from exporter.logs import TAP_LOGGER, event
@@ -67,6 +66,7 @@ from exporter.promtext import parse_page
 from exporter.tap import seats
 from exporter.tap.background import cancel_and_wait
 from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.page_reader import STAGE_FETCH, EngineUnreachable, PageReader, PageSource
 from exporter.tap.predict import (
     DECODE_MEMORY_S,
     DEFAULT_SHED_MARGIN,
@@ -103,6 +103,7 @@ DEFAULT_WINDOW_S = 60.0  # the recent window of finished requests the p99 footpr
 DEFAULT_FALLBACK_FOOTPRINT = 4096  # tokens, until the engine's histograms have a finished request
 STALE_POLLS = 4  # a reading older than this many poll intervals (plus the timeout) no longer counts
 FETCH_TIMEOUT_S = 2.0
+PARSE_DEADLINE_S = 10.0  # beyond the fetch's timeout, for the page reader's answer (a MAX_PAGE_BYTES page: 0.3 s CPU)
 MAX_PAGE_BYTES = 8 << 20
 FAMILY_LIMIT = 10_000  # samples of one family read from a page (the exporter's max_samples_per_family default)
 # Retry-After (whole seconds, RFC 9110) is when a seat is expected (exporter.tap.predict.seconds_to_seat), at least
@@ -287,6 +288,22 @@ def read_engine(families: Mapping[str, MetricFamily], kind: str = AUTO) -> Readi
                    prefix[C.PREFIX_CACHE_HITS.name], prefix[C.PREFIX_CACHE_QUERIES.name], total)
 
 
+def read_text(text: str, engine: str = AUTO) -> Reading:
+    """Parse (checked, as the exporter does: a duplicate series keeps its first value; at most FAMILY_LIMIT samples
+    of a family, so a page of made-up series costs a bounded time) and read (in the page reader's child process)."""
+    page = parse_page(text, wanted(engine), checked=True, family_limit=FAMILY_LIMIT)
+    if page.nonfinite:
+        raise EngineReadError(f"{page.nonfinite} NaN or infinite values in the families admission reads",
+                              C.ADMISSION_READ_NON_FINITE)
+    return read_engine(page.families, engine)
+
+
+def reading_of(fields: Mapping[str, Any]) -> Reading:
+    """A Reading from its fields as the page reader sends them (dataclasses.asdict, through JSON)."""
+    buckets = {k: tuple((float(le), float(n)) for le, n in fields[k]) for k in ("prompt", "generation")}
+    return Reading(**{**fields, **buckets, "counters": Counters(**fields["counters"])})
+
+
 def cached_share(history: Sequence[tuple[float, float, float]], last: float) -> float:
     """The prefix-cache hit ratio between the oldest and the newest (time, hits, queries) reading, capped at
     MAX_CACHED_SHARE; `last` when no prompt token was looked up meanwhile or a counter went back (a restart)."""
@@ -387,7 +404,8 @@ class Admission:
         self.read_errors = dict.fromkeys(C.ADMISSION_READ_REASONS, 0)  # every reason's series from the start
         self._history: deque[tuple[float, Buckets, Buckets]] = deque()
         self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._page = PageReader(PageSource(self.url, ca_file, timeout_s, engine, MAX_PAGE_BYTES),
+                                timeout_s + PARSE_DEADLINE_S)
 
     # -- the gate ----------------------------------------------------------------------------
     @property
@@ -584,16 +602,14 @@ class Admission:
         was_open = self.is_open()
         asked_at = self.clock()
         try:
-            text = await self._fetch()
+            reading = await self._ask()
+        except EngineReadError as e:
+            # a page that says something impossible is not believed at all: the gate fails open now
+            self._unreadable(e.reason, e)
+            self.read_at = None
+            return False
         except Exception as e:  # noqa: BLE001  (whatever the engine answers, the tap goes on)
             self._unreadable(C.ADMISSION_READ_UNREACHABLE, e)  # the last reading stays until it is stale
-            return False
-        try:
-            reading = await asyncio.to_thread(self._read, text)
-        except Exception as e:  # noqa: BLE001
-            # a page that says something impossible is not believed at all: the gate fails open now
-            self._unreadable(e.reason if isinstance(e, EngineReadError) else C.ADMISSION_READ_NOT_ENGINE, e)
-            self.read_at = None
             return False
         if self.last_error:
             event("tap_admission_engine_readable", logger=TAP_LOGGER, url=self.url)
@@ -615,35 +631,26 @@ class Admission:
         self.last_error = error
 
     def _read(self, text: str) -> Reading:
-        """Parse (checked, as the exporter does: a duplicate series keeps its first value; at most
-        FAMILY_LIMIT samples of a family, so a page of made-up series costs a bounded time) and read."""
-        page = parse_page(text, wanted(self.engine), checked=True, family_limit=FAMILY_LIMIT)
-        if page.nonfinite:
-            raise EngineReadError(f"{page.nonfinite} NaN or infinite values in the families admission reads",
-                                  C.ADMISSION_READ_NON_FINITE)
-        return read_engine(page.families, self.engine)
+        return read_text(text, self.engine)
 
-    async def _fetch(self) -> str:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self.ssl or True, limit=1)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s), auto_decompress=True,
-            )
-        async with self._session.get(self.url, allow_redirects=False) as resp:
-            if resp.status != 200:
-                raise EngineReadError(f"HTTP status {resp.status}")
-            body = bytearray()
-            async for piece in resp.content.iter_chunked(64 * 1024):
-                body += piece
-                if len(body) > MAX_PAGE_BYTES:
-                    raise EngineReadError(f"the page is larger than {MAX_PAGE_BYTES} bytes")
-        return body.decode("utf-8", "replace")
+    async def _ask(self) -> Reading:
+        """One reading from the page reader (exporter.tap.page_reader): EngineReadError when the page was read but
+        is not believed, another error when it could not be fetched (or the reader failed)."""
+        answer = await self._page.ask()
+        if "reading" in answer:
+            return reading_of(answer["reading"])
+        error = str(answer.get("error", ""))
+        if answer.get("stage") == STAGE_FETCH:
+            raise EngineUnreachable(error)
+        raise EngineReadError(error, str(answer.get("reason") or C.ADMISSION_READ_NOT_ENGINE))
 
     async def _run(self) -> None:
         while True:
             started = self.clock()
             await self.poll()
-            await asyncio.sleep(max(0.0, self.poll_s - (self.clock() - started)))
+            # a page that costs the reader much CPU is read less often (page_reader.MAX_CPU_SHARE), never stale for it
+            rest = min(self._page.rest_s, STALE_POLLS * self.poll_s)
+            await asyncio.sleep(max(0.0, self.poll_s - (self.clock() - started), rest))
 
     def start(self) -> None:
         if self._task is None:
@@ -652,9 +659,7 @@ class Admission:
     async def stop(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        await self._page.close()
 
     # -- self-metrics ------------------------------------------------------------------------
     def render(self) -> bytes:

@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from exporter.promtext import parse
-from exporter.tap.admission import WANTED, Admission, EngineReadError, read_engine
+from exporter.tap.admission import MAX_PAGE_BYTES, WANTED, Admission, EngineReadError, read_engine
+from exporter.tap.page_reader import MAX_CPU_SHARE
 from llmslo import conventions as C
+from tests.tap.conftest import spawn_cli_tap
 from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, SLO, reading, vllm_page
+from tests.tap.test_reload_hostile import _peak_rss, _tap_memory_limit
 
 FULL = 1.0  # the engine these pages describe is full: no free block, and a backlog
 BACKLOG = 5
@@ -154,3 +164,154 @@ def test_infinite_seats_are_never_shown() -> None:
     gate = Admission("http://127.0.0.1:1")
     gate.update(reading(0.0))
     assert math.isfinite(gate.seats)
+
+
+# -- a page as large as the gate reads (issue 34) ------------------------------------------------------------------
+JUNK = 'vllm:num_requests_running{{engine="0",model_name="j-{:07d}"}} 1\n'
+
+
+def big_page(size: int = MAX_PAGE_BYTES) -> bytes:
+    """An honest page (half the cache free, 3 waiting) padded to `size` bytes with made-up models' series of a
+    family the gate reads (every line to be looked at: the parser's most expensive page)."""
+    head = (page(usage=0.5, waiting=3) + "# TYPE vllm:num_requests_running gauge\n").encode()
+    lines = (size - len(head)) // len(JUNK.format(0))
+    body = head + "".join(JUNK.format(i) for i in range(lines)).encode()
+    return body + b"#" * (size - len(body) - 1) + b"\n"
+
+
+class PageServer:
+    """A threaded HTTP server (off the test's event loop) serving `body` at /metrics; records each fetch's
+    client port and time."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body, self.fetches = body, []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                server.fetches.append((self.client_address[1], time.monotonic()))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(server.body)))
+                self.end_headers()
+                self.wfile.write(server.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@contextmanager
+def serving(body: bytes) -> Iterator[PageServer]:
+    server = PageServer(body)
+    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+def socket_owner(client_port: int, pids: list[int]) -> list[int]:
+    """Which of `pids` holds the loopback TCP socket whose local port is `client_port`."""
+    inodes = {line.split()[9] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+              if line.split()[1].endswith(f":{client_port:04X}")}
+    owners = []
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                owners.append(pid)
+                break
+    return owners
+
+
+def test_an_8_mib_page_never_enters_the_taps_process() -> None:
+    """The page is fetched and parsed by the gate's page reader, a child process: the connection that fetched it
+    is the child's, not the tap's (parsed in a thread of the tap, the page held the GIL against the loop relaying
+    streams: issue 34), and the reading it gives back is the honest part of the page."""
+    body = big_page()
+    assert len(body) == MAX_PAGE_BYTES
+
+    async def poll(server: PageServer) -> tuple[float, float, list[int]]:
+        gate = Admission(server.url, poll_s=30, slo=SLO)
+        try:
+            assert await gate.poll() and gate.reading is not None, gate.last_error
+            # looked at while the fetching connection is still open (kept alive)
+            return gate.reading.free_tokens, gate.reading.waiting, socket_owner(server.fetches[-1][0], [
+                os.getpid(), *children(os.getpid())])
+        finally:
+            await gate.stop()
+
+    with serving(body) as server:
+        free, waiting, owners = asyncio.run(poll(server))
+    assert free == 500 * BLOCK_SIZE and waiting == 3
+    assert len(owners) == 1 and owners[0] != os.getpid(), f"the page was fetched by {owners} (this process: {os.getpid()})"
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_costly_page_is_read_for_at_most_a_fifth_of_a_core() -> None:
+    """An 8 MiB page costs the reader about 0.3 s of CPU: read every 0.25 s it kept a core busy, and in the tap's pod
+    (one CPU limit for the tap and its reader) the relay was throttled with it. The poller rests in proportion to
+    what a reading cost (page_reader.MAX_CPU_SHARE); the gate stays readable all along."""
+    window_s = 5.0
+
+    async def go(server: PageServer) -> tuple[float, float, bool, int]:
+        gate = Admission(server.url, poll_s=0.25, slo=SLO)
+        try:
+            assert await gate.poll(), gate.last_error
+            cost, child = gate._page.cpu_s, gate._page.pid
+            assert child is not None and cost > 0
+            before, fetched = _cpu_s(child), len(server.fetches)
+            gate.start()
+            await asyncio.sleep(window_s)
+            return _cpu_s(child) - before, cost, gate.readable, len(server.fetches) - fetched
+        finally:
+            await gate.stop()
+
+    with serving(big_page()) as server:
+        used, cost, readable, readings = asyncio.run(go(server))
+    assert readable and readings >= 2, (readable, readings)
+    # a reading begun within the window may end beyond it: one reading's cost (twice, for the variation) of slack
+    assert used <= MAX_CPU_SHARE * window_s + 2 * cost + 0.1, (used, cost, readings)
+
+
+def test_an_8_mib_page_polled_keeps_the_tap_and_its_reader_under_the_pods_memory_limit() -> None:
+    """The real tap (`--admission`) polling an 8 MiB page: its peak RSS and its page reader's, together (one pod),
+    stay under the shipped manifest's memory limit for the tap container."""
+    with serving(big_page()) as server:
+        tap = spawn_cli_tap(server.url, "--admission")
+        try:
+            deadline = time.monotonic() + 60
+            while len(server.fetches) < 4 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert len(server.fetches) >= 4, server.fetches
+            [reader] = children(tap.popen.pid)
+            peak = _peak_rss(tap.popen.pid) + _peak_rss(reader)
+            limit = _tap_memory_limit()
+            assert peak < limit, (_peak_rss(tap.popen.pid), _peak_rss(reader), limit)
+        finally:
+            tap.stop()
