@@ -153,8 +153,8 @@ def tap(upstream_port: int, tree: Path) -> Iterator[tuple[int, str, int]]:
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            HUNG.append(" ".join(proc.args))
-            print(f"  the tap did not exit 15 s after SIGTERM: {proc.args}", file=sys.stderr, flush=True)
+            HUNG.append(str(tree))
+            print(f"  the tap of {tree} did not exit 15 s after SIGTERM (killed)", file=sys.stderr, flush=True)
             proc.kill()
             proc.wait()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from aiohttp import web
 
 from exporter.promtext import parse
 from exporter.tap.admission import MAX_PAGE_BYTES, WANTED, Admission, EngineReadError, read_engine
-from exporter.tap.page_reader import MAX_CPU_SHARE
+from exporter.tap.page_reader import MAX_CPU_SHARE, RESTART_S
 from llmslo import conventions as C
 from tests.tap.conftest import spawn_cli_tap
 from tests.tap.test_admission import BLOCK_SIZE, BLOCKS, SLO, reading, vllm_page
@@ -315,3 +316,29 @@ def test_an_8_mib_page_polled_keeps_the_tap_and_its_reader_under_the_pods_memory
             assert peak < limit, (_peak_rss(tap.popen.pid), _peak_rss(reader), limit)
         finally:
             tap.stop()
+
+
+def test_a_page_past_the_cap_is_not_read_and_a_dead_reader_is_started_again() -> None:
+    """One byte past MAX_PAGE_BYTES is refused as unreachable (the cap holds in the reader); a reader that dies
+    (here SIGKILL, as the OOM killer would) costs a poll, and is started again RESTART_S after its start."""
+
+    async def go(server: PageServer) -> None:
+        gate = Admission(server.url, poll_s=30, slo=SLO)
+        try:
+            server.body = big_page(MAX_PAGE_BYTES + 1)
+            assert not await gate.poll() and "larger than" in gate.last_error
+            assert gate.read_errors[C.ADMISSION_READ_UNREACHABLE] == 1
+            server.body = page(usage=0.5, waiting=3).encode()
+            assert await gate.poll() and gate.readable
+            first = gate._page.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+            assert not await gate.poll() and gate.read_errors[C.ADMISSION_READ_UNREACHABLE] == 2, gate.last_error
+            await asyncio.sleep(RESTART_S)
+            assert await gate.poll() and gate.readable, gate.last_error
+            assert gate._page.pid not in (None, first)
+        finally:
+            await gate.stop()
+
+    with serving(b"") as server:
+        asyncio.run(go(server))
