@@ -82,7 +82,10 @@ class PageReader:
             assert proc.stdin is not None
             proc.stdin.write(b"%d\n" % self._asked)
             await proc.stdin.drain()
-            return await asyncio.wait_for(self._answer(proc, self._asked), self.deadline_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that comes as the answer
+            # does, and the poller's task then never ended (the tap hung on SIGTERM)
+            async with asyncio.timeout(self.deadline_s):
+                return await self._answer(proc, self._asked)
         except Exception as e:  # late, exited, or an answer that is no answer (cancelled: the next ask skips it)
             self._kill()
             await proc.wait()
@@ -131,12 +134,14 @@ class PageReader:
         if proc.stdin is not None:
             proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), STOP_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(STOP_S):
+                await proc.wait()
+        except TimeoutError:
             self._proc = proc
             self._kill()
-            with contextlib.suppress(asyncio.TimeoutError):  # a tap that stops never waits on its child for long
-                await asyncio.wait_for(proc.wait(), STOP_S)
+            with contextlib.suppress(TimeoutError):  # a tap that stops never waits on its child for long
+                async with asyncio.timeout(STOP_S):
+                    await proc.wait()
         except asyncio.CancelledError:
             self._proc = proc
             self._kill()

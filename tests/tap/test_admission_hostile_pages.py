@@ -342,3 +342,34 @@ def test_a_page_past_the_cap_is_not_read_and_a_dead_reader_is_started_again() ->
 
     with serving(b"") as server:
         asyncio.run(go(server))
+
+
+def test_a_poll_cancelled_as_its_answer_arrives_ends_and_the_gate_stops() -> None:
+    """The tap stopping (SIGTERM) cancels the poller; a cancellation that came just as the reader's answer did was
+    swallowed (Python 3.11's asyncio.wait_for returns the answer instead), the poller went on polling and the tap
+    never exited (seen once in bench tap-admission-page). Staged: the poll's task is cancelled from the moment the
+    real answer is in hand; the poll must end cancelled, and stop() must return."""
+
+    async def go(server: PageServer) -> bool:
+        gate = Admission(server.url, poll_s=30, slo=SLO)
+        try:
+            assert await gate.poll(), gate.last_error  # the reader is running
+            answer = gate._page._answer
+            task: asyncio.Task[bool] | None = None
+
+            async def answer_then_cancelled(*args: object) -> dict:
+                got = await answer(*args)  # type: ignore[arg-type]
+                assert task is not None
+                task.cancel()  # the cancellation arrives with the answer
+                return got
+
+            gate._page._answer = answer_then_cancelled  # type: ignore[method-assign]
+            task = asyncio.ensure_future(gate.poll())
+            await asyncio.wait([task], timeout=20)
+            return task.cancelled()
+        finally:
+            async with asyncio.timeout(10):
+                await gate.stop()
+
+    with serving(page(usage=0.5, waiting=3).encode()) as server:
+        assert asyncio.run(go(server)), "the cancelled poll went on as if never cancelled"
