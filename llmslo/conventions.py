@@ -579,6 +579,10 @@ class SLO:
     SLI_ERRORS_RATE = "slo:sli_errors:rate{window}"
     # the short window's ratio where it had traffic (0/0 dropped): the held short condition of a page tier
     SLI_ERROR_MEASURED = "slo:sli_error_measured:ratio_rate{window}"
+    # ... and when it was last measured (the evaluation's time): how long the hold has lasted
+    SLI_ERROR_MEASURED_AT = "slo:sli_error_measured:timestamp{window}"
+    # ... and the verdict a page tier's short condition reads: the last measured ratio, while the silence lasts
+    SLI_ERROR_HELD = "slo:sli_error_held:ratio_rate{window}"
     SLI_TOTAL_RATE = "slo:sli_total:rate{window}"
     # llmslo/kv-headroom's per-engine sample: 1 while KV-cache usage is above the SLO's threshold, else 0.
     KV_SATURATED = "slo:kv_cache_saturated:bool"
@@ -608,6 +612,8 @@ class SLO:
     sli_error_ratio = staticmethod(_per_window(SLI_ERROR_RATIO))
     sli_errors_rate = staticmethod(_per_window(SLI_ERRORS_RATE))
     sli_error_measured = staticmethod(_per_window(SLI_ERROR_MEASURED))
+    sli_error_measured_at = staticmethod(_per_window(SLI_ERROR_MEASURED_AT))
+    sli_error_held = staticmethod(_per_window(SLI_ERROR_HELD))
     sli_total_rate = staticmethod(_per_window(SLI_TOTAL_RATE))
 
 

@@ -22,7 +22,7 @@ from slogen.model import Tier
 from slogen.rules.alerts import low_traffic_tier
 from slogen.rules.options import SLOContext
 from slogen.rules.sli import windows as sli_windows
-from slogen.rules.tiers import held_windows, page_min_bad_events
+from slogen.rules.tiers import HOLD_EXPECTED_EVENTS, held_windows, page_min_bad_events
 
 ROBUST_MARGIN = 0.05  # a checkpoint is robust when no deciding ratio is within 5% of its threshold
 ROBUST_EVENTS = 0.25  # ... and no guard's count of bad events within a quarter event of its N - 0.5
@@ -86,66 +86,99 @@ def simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, ga
     return found
 
 
-def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool,
-              traffic: list[float] | None, units: float, need: int) -> Simulation:
-    n = len(bad)
-    base = ctx.base_window
-    derive_above = ctx.derive_above  # a property: read once, not per step and window
-    sloth_compat = ctx.opts.sloth_compat
-    m = base // step
-    window = _window_counts(bad, gauge, traffic)
+class _Recorded:
+    """The recorded series the alerts read, at each step of one scenario: window ratios, the guard's bad events,
+    the hold's request rate and last measured step."""
 
-    # Base-window rates at every step, and their prefix sums for derived windows.
-    base_e, base_t = zip(*(window(k, m) for k in range(n)), strict=True) if n else ((), ())
-    PE, PT = _cumsum(list(base_e)), _cumsum(list(base_t))
+    def __init__(self, ctx: SLOContext, bad: list[float], step: int, gauge: bool, traffic: list[float] | None,
+                 units: float) -> None:
+        self.n, self.step, self.units = len(bad), step, units
+        self.base = ctx.base_window
+        self.derive_above = ctx.derive_above  # a property: read once, not per step and window
+        self.sloth_compat = ctx.opts.sloth_compat
+        self.window = _window_counts(bad, gauge, traffic)
+        # Base-window rates at every step, and their prefix sums for derived windows.
+        m = self.base // step
+        base_e, base_t = zip(*(self.window(k, m) for k in range(self.n)), strict=True) if self.n else ((), ())
+        self.PE, self.PT = _cumsum(list(base_e)), _cumsum(list(base_t))
+        self._measured: dict[int, list[int]] = {}
 
-    def ratio(k: int, w: int) -> float | None:
-        steps = w // step
-        if w == base or w <= derive_above or sloth_compat:
-            e, t = window(k, steps)
+    def _raw(self, w: int) -> bool:
+        return w == self.base or w <= self.derive_above
+
+    def ratio(self, k: int, w: int) -> float | None:
+        steps = w // self.step
+        if self._raw(w) or self.sloth_compat:
+            e, t = self.window(k, steps)
         else:
             lo = max(0, k - steps)
-            e = PE[k] - (PE[lo - 1] if lo > 0 else 0.0)
-            t = PT[k] - (PT[lo - 1] if lo > 0 else 0.0)
+            e = self.PE[k] - (self.PE[lo - 1] if lo > 0 else 0.0)
+            t = self.PT[k] - (self.PT[lo - 1] if lo > 0 else 0.0)
         return e / t if t > 0 else None
 
-    def bad_events(k: int, w: int) -> float | None:
+    def _derived(self, prefix: list[float], k: int, w: int) -> float | None:
+        """avg_over_time of a base-window rate's samples in [t - w, t] (from step 1 on), as a count over base."""
+        first = max(1, k - w // self.step)
+        return None if k < first else (prefix[k] - prefix[first - 1]) / (k - first + 1)
+
+    def events_rate(self, k: int, w: int) -> float | None:
+        """What the hold reads: the recorded request rate over w (per second)."""
+        if self._raw(w):
+            return self.window(k, w // self.step)[1] * self.units / (w / 1000) if k >= 1 else None
+        count = self._derived(self.PT, k, w)
+        return None if count is None else count * self.units / (self.base / 1000)
+
+    def bad_events(self, k: int, w: int) -> float | None:
         """What the guard reads: the recorded bad-event rate over w, times w in seconds."""
-        steps = w // step
-        if w == base or w <= derive_above:
-            e, t = window(k, steps)
-            return e * units if k >= 1 else None
-        first = max(1, k - steps)  # avg_over_time over the base rate's samples in [t - w, t] (from step 1 on)
-        if k < first:
-            return None
-        return (PE[k] - PE[first - 1]) * (w / base) / (k - first + 1) * units
+        if self._raw(w):
+            return self.window(k, w // self.step)[0] * self.units if k >= 1 else None
+        count = self._derived(self.PE, k, w)
+        return None if count is None else count * (w / self.base) * self.units
 
-    thresholds = {t.name: t.factor * float(ctx.error_budget) for t in tiers}
-    hold = bool(held_windows(ctx)) and not gauge
-    measured: dict[int, list[int]] = {}
-
-    def last_measured(w: int) -> list[int]:
+    def last_measured(self, w: int) -> list[int]:
         """For each step, the last step at or before it whose w-window ratio had traffic (-1: none)."""
-        found = measured.get(w)
+        found = self._measured.get(w)
         if found is None:
             found, last = [], -1
-            for k in range(n):
-                if ratio(k, w) is not None:
+            for k in range(self.n):
+                if self.ratio(k, w) is not None:
                     last = k
                 found.append(last)
-            measured[w] = found
+            self._measured[w] = found
         return found
+
+    def held(self, k: int, t: Tier, thr: float) -> tuple[float | None, float]:
+        """alerts._burn's held short ratio and its margin: the last measured one within the long window, while
+        the silence since expected fewer than HOLD_EXPECTED_EVENTS requests at the long window's rate."""
+        j = self.last_measured(t.window.short_window)[k]
+        if j < max(1, k - t.window.long_window // self.step):
+            return None, 1.0
+        expected = (k - j) * self.step / 1000 * (self.events_rate(k, t.window.long_window) or 0.0)
+        off = abs(expected - HOLD_EXPECTED_EVENTS) / HOLD_EXPECTED_EVENTS
+        if expected >= HOLD_EXPECTED_EVENTS:
+            return None, off
+        r = self.ratio(j, t.window.short_window)
+        return r, min(_margin(r, thr), off)
+
+
+def _margin(r: float | None, thr: float) -> float:
+    return abs(r - thr) / thr if (r is not None and thr > 0) else (1.0 if r is None else abs(r))
+
+
+def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, gauge: bool,
+              traffic: list[float] | None, units: float, need: int) -> Simulation:
+    rec = _Recorded(ctx, bad, step, gauge, traffic, units)
+    thresholds = {t.name: t.factor * float(ctx.error_budget) for t in tiers}
+    hold = bool(held_windows(ctx)) and not gauge
     states: dict[str, list[TierState]] = {t.name: [] for t in tiers}
     states.update({low_traffic_tier(t.name): [] for t in tiers if need and t.severity == "page"})
-    for k in range(n):
+    for k in range(rec.n):
         for t in tiers:
             thr = thresholds[t.name]
-            rs = [ratio(k, t.window.short_window), ratio(k, t.window.long_window)]
-            margins = [abs(r - thr) / thr if (r is not None and thr > 0) else (1.0 if r is None else abs(r)) for r in rs]
-            if hold and t.severity == "page":  # alerts._burn: the short window's last ratio with traffic, within the long window
-                j = last_measured(t.window.short_window)[k]
-                rs[0] = ratio(j, t.window.short_window) if j >= max(1, k - t.window.long_window // step) else None
-                margins[0] = abs(rs[0] - thr) / thr if (rs[0] is not None and thr > 0) else 1.0 if rs[0] is None else abs(rs[0])
+            rs = [rec.ratio(k, t.window.short_window), rec.ratio(k, t.window.long_window)]
+            margins = [_margin(r, thr) for r in rs]
+            if hold and t.severity == "page":  # alerts._burn: the short window's last ratio with traffic, held
+                rs[0], margins[0] = rec.held(k, t, thr)
             firing = all(r is not None and r > thr for r in rs)
             if firing:
                 robust = all(mg >= ROBUST_MARGIN for mg in margins)
@@ -154,7 +187,7 @@ def _simulate(ctx: SLOContext, tiers: list[Tier], bad: list[float], step: int, g
             if not (need and t.severity == "page"):
                 states[t.name].append(TierState(firing, robust))
                 continue
-            page, ticket = _guarded(firing, robust, bad_events(k, t.window.long_window), need)
+            page, ticket = _guarded(firing, robust, rec.bad_events(k, t.window.long_window), need)
             states[t.name].append(page)
             states[low_traffic_tier(t.name)].append(ticket)
     return Simulation(step, bad, states)

@@ -58,7 +58,8 @@ from slogen.rules.alerts import (
 )
 from slogen.rules.bucket_alerts import bucket_edge_tests
 from slogen.rules.scope import fired_labels
-from slogen.rules.tiers import page_min_bad_events
+from slogen.rules.sli import user_written
+from slogen.rules.tiers import held_windows, page_min_bad_events
 
 UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 LOW_TRAFFIC_PER_HOUR = 6  # requests an hour in the low-traffic scenarios: one every 10 minutes
@@ -250,6 +251,7 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
     groups += [hangs] if split and len(hangs) > 1 else [[s] for s in hangs]
     quiet = _low_traffic_scenarios(ctx, tiers, step, gauge, history, recovery=longest_short * 2 + 10)
     groups += [quiet] if split and len(quiet) > 1 else [[s] for s in quiet]
+    groups += [[s] for s in _drained_scenario(ctx, tiers, step, gauge, history)]
     out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
     out += _threshold_change_groups(r, fixtures, step, history, tiers, split)
     out.append(_no_data_group(r, step))
@@ -268,6 +270,15 @@ class Scenario:
     sim: Simulation
     incident: str = ""
     per_hour: int = 0  # requests an hour, one at a time; 0: UNITS_PER_STEP events every step
+    drained_at: int = 0  # from this step on no request arrives (the traffic moved to another cluster); 0: never
+
+    def traffic(self, step: int) -> list[float] | None:
+        """Events per step, where they are not UNITS_PER_STEP every step."""
+        if self.per_hour:
+            return _requests(len(self.bad), step, self.per_hour)
+        if self.drained_at:
+            return [UNITS_PER_STEP if k < self.drained_at else 0.0 for k in range(len(self.bad))]
+        return None
 
 
 def _named_page_quick(name: str, sim: Simulation, tiers: list[Tier], ctx, history: int, step: int, gauge: bool) -> str:
@@ -327,6 +338,29 @@ def _requests(n: int, step: int, per_hour: int) -> list[float]:
     """Requests in each step when one arrives every hour / per_hour (the first at that time, none at 0)."""
     every = 3_600_000 // per_hour
     return [0.0] + [float(k * step // every - (k - 1) * step // every) for k in range(1, n)]
+
+
+def _drained_scenario(ctx, tiers: list[Tier], step: int, gauge: bool, history: int) -> list[Scenario]:
+    """A full outage until every page tier fires, then the traffic drained away (moved to a healthy cluster):
+    no request is evidence of nothing, so the pages clear as their short windows empty, not when the traffic
+    comes back (alerts._burn's hold ends when the silence is one the long window's traffic makes unusual)."""
+    pages = [t for t in tiers if t.severity == "page"]
+    if gauge or not held_windows(ctx) or not pages:
+        return []
+    longest = max(t.window.long_window for t in pages) // step
+    outage = _simulate(ctx, tiers, _profile(history, 1.0, longest, 0, gauge), step, gauge)
+    fired = [outage.fire_steps(t.name)[0] for t in pages if outage.fire_steps(t.name)]
+    if len(fired) < len(pages):
+        return []
+    drained_at = max(fired) + 3
+    tail = 2 * max(t.window.short_window for t in pages) // step + 5
+    bad = [0.0] * history + [1.0] * (drained_at - history) + [0.0] * tail
+    traffic = [UNITS_PER_STEP if k < drained_at else 0.0 for k in range(len(bad))]
+    sim = simulate(ctx, tiers, bad, step, gauge, traffic=traffic)
+    cleared = {t.name: (sim.resolve_steps(t.name) or [len(bad)])[-1] - (drained_at - 1) for t in pages}
+    name = ("a full outage until every page tier fires, then its traffic drained away: "
+            + ", ".join(f"{n} clears {format_prometheus_duration(k * step)} after the last request" for n, k in cleared.items()))
+    return [Scenario("drained", name, bad, sim, drained_at=drained_at)]
 
 
 def _low_traffic_scenarios(ctx, tiers: list[Tier], step: int, gauge: bool, history: int,
@@ -412,17 +446,19 @@ def _checkpoints(sims: list[Simulation], n: int) -> list[int]:
 
 def _test_group(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], tiers: list[Tier], split: str) -> dict:
     n = max(len(s.bad) for s in scenarios)
-    for s in scenarios:  # pad the shorter scenarios with clean traffic
+    for s in scenarios:  # pad the shorter scenarios with clean traffic (a drained one stays drained)
         if len(s.bad) < n:
             s.bad = s.bad + [0.0] * (n - len(s.bad))
-            s.sim = _simulate(r.ctx, tiers, s.bad, step, any(f.role == "gauge" for f in fixtures), s.per_hour)
+            gauge = any(f.role == "gauge" for f in fixtures)
+            s.sim = (simulate(r.ctx, tiers, s.bad, step, gauge, traffic=s.traffic(step)) if s.drained_at
+                     else _simulate(r.ctx, tiers, s.bad, step, gauge, s.per_hour))
     checks = _alert_checks(r, fixtures, step, scenarios, split, n)
     series = []
     for s in scenarios:
         for f in _staged(fixtures, s.incident):
             fx = replace(f, labels={**f.labels, split: s.key}) if split else f
-            series.append(_series(fx, s.bad, hang=bool(s.incident),
-                                  traffic=_requests(len(s.bad), step, s.per_hour) if s.per_hour else None))
+            series.append(_series(fx, s.bad, hang=bool(s.incident), traffic=s.traffic(step),
+                                  born=user_written(r.ctx)))
     name = "; ".join(s.name for s in scenarios) + (f" (one {split} each)" if split and len(scenarios) > 1 else "")
     return {"name": f"{r.slo.id}: {name}", "interval": format_prometheus_duration(step), "input_series": series,
             "alert_rule_test": checks}
@@ -571,7 +607,10 @@ _GROWTH = {
 }
 
 
-def _series(f: SeriesFixture, bad: list[float], hang: bool = False, traffic: list[float] | None = None) -> dict:
+def _series(f: SeriesFixture, bad: list[float], hang: bool = False, traffic: list[float] | None = None,
+            born: bool = False) -> dict:
+    """A fixture's samples. `born`: the user's own counters, which a client library creates at their first
+    increase (a `code="500"` series at the first 5xx), so it is absent until then and first reads that 1."""
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(f.labels.items()))
     name = f"{f.name}{{{labels}}}"
     if f.role == "gauge":
@@ -584,7 +623,17 @@ def _series(f: SeriesFixture, bad: list[float], hang: bool = False, traffic: lis
         values.append(round(acc, 6))
     if f.role == "late":
         return {"series": name, "values": _from_first_use(values)}
+    if born:
+        return {"series": name, "values": _born_at_first_use(values)}
     return {"series": name, "values": encode(values)}
+
+
+def _born_at_first_use(values: list[float]) -> str:
+    """A counter created at its first increase: absent (`_`) until that step, where it reads its first value
+    (rate() alone would not see that increase: first_sample.py counts it)."""
+    first = next((k for k in range(len(values)) if values[k] > 0), len(values))
+    blanks = f"_x{first}" if first else ""
+    return " ".join(x for x in (blanks, encode(values[first:])) if x)
 
 
 def _from_first_use(values: list[float]) -> str:
@@ -616,6 +665,7 @@ def encode(values: list[float]) -> str:
 
 def _num(x: float) -> str:
     return go_g(round(x, 6)) if x else "0"
+
 
 # ------------------------------------------------------------------------------ a threshold change (issue 35)
 

@@ -148,18 +148,24 @@ def threshold(ctx: SLOContext, tier: Tier) -> str:
 
 
 def _burn(ctx: SLOContext, tier: Tier) -> str:
-    """Both windows' error ratios above the tier's threshold, per series (e.g. cluster). The short window
-    reads its last ratio that had traffic: while it sees no requests, its verdict holds.
+    """Both windows' error ratios above the tier's threshold, per series (e.g. cluster). A page tier's short
+    window holds its last measured verdict through a silence that its traffic makes ordinary.
 
     The short window is there to end an alert soon after recovery; a window without requests (0/0, NaN)
     says nothing either way. At 6 requests an hour the 5m window of page-quick is empty every other
     evaluation: read as "not burning", page-quick and its ticket twin fired and resolved every 5 minutes
     through an outage (14 times in 3 hours), and a receiver that does not deduplicate (webhook, chat) was
-    notified again and again. So a page tier's short condition reads the recorded
-    `slo:sli_error_measured:ratio_rate<short>` (the ratio where it had traffic, NaN dropped) with
-    `last_over_time(...[long])`: the last measured verdict, failing or recovered, holds until the next
-    request (older than the long window, the long window is empty too). A window with traffic reads as
-    before, so nothing changes at high traffic. Ticket tiers (short windows of hours) read their ratio as is."""
+    notified again and again. So a page tier's short condition reads the recorded verdict
+    `slo:sli_error_held:ratio_rate<short>` (sli._held): the last ratio its window measured, within the long
+    window, held through the silence since.
+
+    But no request is no evidence in either direction: a cluster whose traffic was drained away while it
+    failed must not page on until its traffic returns. So the hold lasts only while the silence is one in
+    which the long window's traffic expected fewer than HOLD_EXPECTED_EVENTS requests (the time since the
+    short window was last measured x the long window's request rate): at 6 requests an hour, half an hour; at
+    a drained cluster's rate, not one evaluation, and the page clears as its short window empties. A window
+    with traffic reads as before, so nothing changes at high traffic. Ticket tiers (short windows of hours)
+    read their ratio as is."""
     flt = label_filter(ctx.slo.id_labels)
     thr = threshold(ctx, tier)
 
@@ -168,9 +174,8 @@ def _burn(ctx: SLOContext, tier: Tier) -> str:
                                   (C.LABEL_WINDOW,))
 
     short, long = tier.window.short_window, tier.window.long_window
-    if tier.severity == "page" and short in held_windows(ctx):
-        measured = C.sli_error_measured(format_prometheus_duration(short))
-        held = promql.over_time("last", f"{measured}{flt}", format_prometheus_duration(long))
+    if tier.severity == "page" and short in held_windows(ctx):  # recorded by sli._held
+        held = f"{C.sli_error_held(format_prometheus_duration(short))}{flt}"
         first = promql.agg_without("max", f"{held} > {thr}", (C.LABEL_WINDOW,))
     else:
         first = cond(short)

@@ -26,8 +26,9 @@ from slogen import promql
 from slogen.gofmt import label_filter
 from slogen.loaders.common import WINDOW_TPL_RE
 from slogen.model import EventsSLI, RatioSLI, RawSLI, Rule, RuleGroup
+from slogen.rules.first_sample import count_first_samples
 from slogen.rules.options import SLOContext
-from slogen.rules.tiers import guard_windows, held_windows
+from slogen.rules.tiers import HOLD_EXPECTED_EVENTS, guard_windows, held_windows, hold_horizon
 
 GROUP_PREFIX = "sloth-slo-sli-recordings-"
 OPENSLO_RATIO_TPL = "\n  1 - (\n    (\n      {good}\n    )\n    /\n    (\n      {total}\n    )\n  )\n"
@@ -71,6 +72,18 @@ def _error_total(ctx: SLOContext) -> tuple[str, str]:
     return sli.error_query, sli.total_query
 
 
+def user_written(ctx: SLOContext) -> bool:
+    """Queries over the user's own counters (no plugin made them): their series may be born at a first error,
+    so their first samples are counted (first_sample.py). slogen's plugins read series created at 0."""
+    sli = ctx.slo.sli
+    return isinstance(sli, RatioSLI) or (isinstance(sli, EventsSLI) and not sli.plugin)
+
+
+def render_events(ctx: SLOContext, query: str, window: int) -> str:
+    """An event query over `window`, a user-written one counting series born within it."""
+    return render(count_first_samples(query, window) if user_written(ctx) else query, window)
+
+
 # ---------------------------------------------------------------------------------- Sloth
 
 
@@ -104,7 +117,7 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
     b = format_prometheus_duration(base)
     flt = label_filter(ctx.slo.id_labels)
     err_q, tot_q = _error_total(ctx)
-    err_b, tot_b = render(err_q, base), render(tot_q, base)
+    err_b, tot_b = render_events(ctx, err_q, base), render_events(ctx, tot_q, base)
     sli = ctx.slo.sli
     complete = isinstance(sli, EventsSLI) and sli.plugin in _COMPLETE_ERROR_PLUGINS
     # A missing error series means no errors, so record 0 rather than nothing (the ratios stay defined).
@@ -125,17 +138,20 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
             # A guarded page window records its event rates as the base window does: the low-traffic
             # guard counts the errors (rate x seconds), the ratio divides the two (no query runs twice).
             errors_w, total_w = C.sli_errors_rate(w), C.sli_total_rate(w)
-            rules += [Rule(expr=render(f"{err_q}\n" if complete else f"({err_q})\nor\n0 * ({tot_q})\n", window),
-                           record=errors_w, labels=labels),
-                      Rule(expr=render(f"{tot_q}\n", window), record=total_w, labels=dict(labels))]
+            rules += [Rule(expr=render_events(ctx, f"{err_q}\n" if complete else f"({err_q})\nor\n0 * ({tot_q})\n",
+                                              window), record=errors_w, labels=labels),
+                      Rule(expr=render_events(ctx, f"{tot_q}\n", window), record=total_w, labels=dict(labels))]
             expr = f"{errors_w}{flt}\n/\n{total_w}{flt}\n"
         elif window <= ctx.derive_above:
             err_w = err_q if complete else f"({err_q})\nor\n0 * ({tot_q})"  # as the base window: no errors is 0
-            expr = render(f"({err_w})\n/\n({tot_q})\n", window)
+            expr = render_events(ctx, f"({err_w})\n/\n({tot_q})\n", window)
         else:
             if window in guarded:  # the guard's count from the base rate: avg over the window, x its seconds
                 rules.append(Rule(expr=f"{promql.over_time('avg', errors + flt, w)}\n", record=C.sli_errors_rate(w),
                                   labels=labels))
+                # and its traffic, which the short window's hold reads (alerts._burn)
+                rules.append(Rule(expr=f"{promql.over_time('avg', total + flt, w)}\n", record=C.sli_total_rate(w),
+                                  labels=dict(labels)))
             expr = f"{promql.over_time('sum', errors + flt, w)}\n/\n{promql.over_time('sum', total + flt, w)}\n"
         rules.append(Rule(expr=expr, record=C.sli_error_ratio(w), labels=dict(labels)))
     # A page tier's short window, where it had traffic: NaN (0/0, no requests) is dropped, so that
@@ -144,4 +160,24 @@ def _traffic_weighted(ctx: SLOContext) -> list[Rule]:
         w = format_prometheus_duration(window)
         rules.append(Rule(expr=f"{C.sli_error_ratio(w)}{flt} >= 0\n", record=C.sli_error_measured(w),
                           labels=_labels(ctx, window)))
+        rules.append(Rule(expr=f"timestamp({C.sli_error_ratio(w)}{flt} >= 0)\n", record=C.sli_error_measured_at(w),
+                          labels=_labels(ctx, window)))
+        rules.append(_held(ctx, window))
     return rules
+
+
+def _held(ctx: SLOContext, short: int) -> Rule:
+    """The short window's verdict a page tier reads (alerts._burn): the last measured ratio within the long window,
+    while the window is measured now or the silence since is one in which the long window's traffic expected fewer
+    than HOLD_EXPECTED_EVENTS requests. Recorded here, after the series it reads, because rules of one group are
+    evaluated in order at one time (the alert group may run before this one: its `time()` would see a silence of
+    one evaluation, which at high traffic ends every hold)."""
+    flt = label_filter(ctx.slo.id_labels)
+    s, lw = format_prometheus_duration(short), format_prometheus_duration(hold_horizon(ctx, short))
+    measured = f"{C.sli_error_measured(s)}{flt}"
+    since = f"time() - {promql.over_time('last', C.sli_error_measured_at(s) + flt, lw)}"
+    # `* ignoring (sloth_window)` drops that label from its result, so the `and` ignores it too
+    expr = (f"{promql.over_time('last', measured, lw)}\nand {promql.ignoring((C.LABEL_WINDOW,))}\n({measured}\nor\n"
+            f"({since}) * {promql.ignoring((C.LABEL_WINDOW,))} {C.sli_total_rate(lw)}{flt} < {HOLD_EXPECTED_EVENTS})\n")
+    return Rule(expr=expr, record=C.sli_error_held(s), labels=_labels(ctx, short))
+

@@ -140,13 +140,22 @@ def guard_windows(ctx: SLOContext) -> list[int]:
     return sorted({t.window.long_window for t in ctx.tiers if t.severity == "page"})
 
 
+# The short-window hold lasts while the silence is one in which fewer than this many requests were expected at
+# the long window's traffic: at 6 requests an hour, half an hour; at a drained cluster's, no time at all.
+HOLD_EXPECTED_EVENTS = 3
+
+
+def hold_horizon(ctx: SLOContext, short: int) -> int:
+    """The long window a held short window reads back over (its page tier's; the longest, should two share it)."""
+    return max(t.window.long_window for t in ctx.tiers if t.severity == "page" and t.window.short_window == short)
+
+
 def held_windows(ctx: SLOContext) -> list[int]:
-    """The short windows of the page tiers, whose condition holds while they see no traffic (alerts._burn):
-    each gets a recorded `slo:sli_error_measured:ratio_rate<W>`. None in `--sloth-compat`, without
-    recordings or alerts, for a raw-ratio SLI (no traffic to see) or a time-based one (never without samples)."""
-    sli = ctx.slo.sli
-    if (ctx.opts.sloth_compat or ctx.opts.disable_recordings or ctx.opts.disable_alerts or ctx.slo.alerting.page.disable
-            or isinstance(sli, RawSLI) or (isinstance(sli, EventsSLI) and sli.time_based)):
+    """The short windows of the page tiers, whose verdict holds through a silence that traffic this low makes
+    ordinary (alerts._burn): each gets a recorded `slo:sli_error_measured:ratio_rate<W>` and the time it was last
+    measured. Only where the low-traffic guard records the long windows' traffic (guard_windows), which the hold
+    reads: not in `--sloth-compat`, without recordings or alerts, for a raw-ratio or a time-based SLI."""
+    if not guard_windows(ctx):
         return []
     return sorted({t.window.short_window for t in ctx.tiers if t.severity == "page"})
 

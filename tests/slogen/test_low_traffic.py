@@ -61,8 +61,8 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
     assert list(alerts) == ["page-quick", "page-quick-low-traffic", "page-slow", "page-slow-low-traffic",
                             "ticket-quick", "ticket-slow", "no-data"]
     # the short window's last measured ratio (held while it sees no requests), within the long window
-    burn = (f"max without (sloth_window) (last_over_time(slo:sli_error_measured:ratio_rate5m{{{FLT}}}[1h]) "
-            f"> (14.4 * 0.001))\nand\n"
+    # (recorded: slo:sli_error_held, while the 1h window's traffic expected fewer than 3 requests in the silence)
+    burn = (f"max without (sloth_window) (slo:sli_error_held:ratio_rate5m{{{FLT}}} > (14.4 * 0.001))\nand\n"
             f"max without (sloth_window) (slo:sli_error:ratio_rate1h{{{FLT}}} > (14.4 * 0.001))\n")
     guard = f"max without (sloth_window) (slo:sli_errors:rate1h{{{FLT}}} * 3600 > 2.5)\n"
     assert alerts["page-quick"].expr == burn + "and\n" + guard
@@ -86,6 +86,13 @@ def test_page_tiers_need_three_bad_events_in_their_long_window_and_tickets_below
     assert records["slo:sli_error_measured:ratio_rate5m"].expr == f"slo:sli_error:ratio_rate5m{{{FLT}}} >= 0\n"
     assert records["slo:sli_error_measured:ratio_rate30m"].expr == f"slo:sli_error:ratio_rate30m{{{FLT}}} >= 0\n"
     assert "slo:sli_error_measured:ratio_rate2h" not in records  # ticket tiers read their ratio as is
+    # the held verdict: the last measured ratio within 1h, while measured now or the silence since the last
+    # measurement expected fewer than 3 requests at the 1h window's rate (a drained cluster's: no time at all)
+    assert records["slo:sli_error_held:ratio_rate5m"].expr == (
+        f"last_over_time(slo:sli_error_measured:ratio_rate5m{{{FLT}}}[1h])\nand ignoring (sloth_window)\n"
+        f"(slo:sli_error_measured:ratio_rate5m{{{FLT}}}\nor\n"
+        f"(time() - last_over_time(slo:sli_error_measured:timestamp5m{{{FLT}}}[1h])) * ignoring (sloth_window) "
+        f"slo:sli_total:rate1h{{{FLT}}} < 3)\n")
     assert "slo:sli_error:ratio_rate2h" in alerts["ticket-quick"].expr
 
 
@@ -334,9 +341,8 @@ def test_without_the_hold_the_low_traffic_outage_flaps_and_the_tests_fail(promto
 
     results = _results(tmp_path)
     rules = rule_file([g for r in results for g in r.rules.groups()])
-    unheld = re.sub(r"last_over_time\(slo:sli_error_measured:ratio_rate(\w+)(\{[^}]*\})\[\w+\]\)",
-                    r"slo:sli_error:ratio_rate\1\2", rules)
-    assert unheld != rules and "last_over_time" not in unheld
+    unheld = re.sub(r"slo:sli_error_held:ratio_rate(\w+)\{", r"slo:sli_error:ratio_rate\1{", rules)  # read, not recorded
+    assert unheld != rules
     (tmp_path / "svc.test.yaml").write_text(dump(_low_traffic_doc(results)))
     (tmp_path / "svc.rules.yaml").write_text(rules)
     proc = _promtool(promtool, tmp_path)
