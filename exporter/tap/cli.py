@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from exporter.logs import TAP_LOGGER, event, setup
-from exporter.tap.admission import Admission
+from exporter.tap.admission import Admission, warn_unguarded
 from exporter.tap.classes import SloConfig, SloConfigError, load_slo_config
 from exporter.tap.deadlines import DeadlineError, derive_deadlines, log_derived
 from exporter.tap.options import add_arguments
@@ -195,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
         max_buffered_body_bytes=args.max_buffered_body_bytes,
     )
+    if args.admission:
+        warn_unguarded(slo)
     admission = Admission(
         args.upstream, args.upstream_ca, min_seats=args.admission_min_seats, max_queue=args.admission_max_queue,
         poll_s=args.admission_poll_interval, fallback_footprint=args.admission_footprint, engine=args.admission_engine,

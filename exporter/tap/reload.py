@@ -107,10 +107,11 @@ class SloReloader:
     async def _run(self) -> None:
         while True:
             forced = False
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s or None)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that meets the wake
+                async with asyncio.timeout(self.interval_s or None):
+                    await self._wake.wait()
                 forced = True
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:
