@@ -528,7 +528,8 @@ def _capacity_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> l
         unit="m", steps=((None, "red"), (15, "orange"), (60, "green")), threshold_style="line",
         description="What the LLMKVSeatsExhaustion page forecasts: minutes until the pool's free KV tokens, net of "
                     "what its requests will still take, reach 0 at the trend of the last minutes. No data: they are "
-                    "not falling; 0: out, and still falling. " + seats_note), 8, 8))
+                    "not falling, or falling no lower than the last load wave's bottom (a wave, not a trend); 0: "
+                    "out, and still falling. " + seats_note), 8, 8))
     # Seats are recorded per conventions.CAPACITY.ENGINE_LABELS (an engine's identity).
     p.append(grid.place(_timeseries("KV seats per engine (p99)", [
         gf.prom_target(q.agg("sum", q.selector(K.SEATS_P99, m), K.ENGINE_LABELS),

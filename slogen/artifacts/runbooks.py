@@ -20,7 +20,7 @@ from slogen import promql as q
 from slogen.artifacts.dashboards import goodput_ratio
 from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
-from slogen.plugins.llm import le_regex
+from slogen.plugins.llm import le_regex, measurable
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.rules.scope import EXPORTED_NAMESPACE
 from slogen.settings import DEFAULT_NAMESPACE
@@ -183,8 +183,12 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         if slo.source != "tap":
             hist = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E}[slo.latency_metric]
         matchers = tap if slo.source == "tap" else []
-        within = q.sum_rate(hist.bucket(), [*matchers, le_matcher(threshold)], WINDOW, (c.LABEL_MODEL,))
-        total = q.sum_rate(hist.count(), matchers, WINDOW, (c.LABEL_MODEL,))
+        bucket = q.selector(hist.bucket(), [*matchers, le_matcher(threshold)])
+        within = q.agg("sum", q.rate(bucket, WINDOW), (c.LABEL_MODEL,))
+        # the count of the series that have the bucket, as the SLI counts (a tap's series of an earlier
+        # configuration, whose edges differ, would read every one of its requests as over the threshold)
+        total = q.agg("sum", measurable(q.selector(hist.count(), matchers), bucket).replace(q.WINDOW, WINDOW),
+                      (c.LABEL_MODEL,))
         out["share_over_threshold"] = f"1 - ({within}) / ({total})"
     return out
 
