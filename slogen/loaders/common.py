@@ -165,6 +165,27 @@ def check_reserved(r: Reporter, values: dict[str, str], prefix: str, *, slo: str
                 slo=slo, line=line, fix=f"rename the label (e.g. user_{k}) or remove it")
 
 
+def grouped_label(key: str, grouped: tuple[str, ...], *, alert: bool) -> tuple[str, str]:
+    """(problem, fix) for a fixed label the SLI's rules group by: on the rules it overwrites each series' own value
+    (two clusters' series collide); on an alert it overwrites each alert's, and Prometheus fails the rule."""
+    by = f"label {key!r} is one the SLI's rules group by (sum by ({', '.join(grouped)}))"
+    if alert:
+        why = (f"on an alert it would overwrite each alert's own {key}, and when two burn at once Prometheus fails "
+               "the rule (vector contains metrics with the same labelset after applying alert labels): neither pages")
+    else:
+        why = f"a fixed value would overwrite each series' own {key}, and a ruler that sees two would fail every recording rule"
+    keep = f"each alert keeps its series' own {key}" if alert else f"the series keep their own {key}"
+    return f"{by}: {why}", f"remove the label ({keep}) or rename it (e.g. slo_{key})"
+
+
+def check_grouped(r: Reporter, grouped: tuple[str, ...], values: Any, prefix: str, *, slo: str, alert: bool) -> None:
+    """Refuse each label of `values` (a labels mapping as written) that the SLI's rules group by, at its own line."""
+    for key in values if isinstance(values, dict) else ():
+        if key in grouped:
+            problem, fix = grouped_label(str(key), grouped, alert=alert)
+            r.error(problem, f"{prefix}.{key}", slo=slo, line=line_of(values, key), fix=fix)
+
+
 def check_name(r: Reporter, value: str, what: str, field: str, *, slo: str = "", line: int | None = None) -> None:
     if not value:
         r.error(f"{what} is required", field, slo=slo, line=line, fix=f"set {field.rsplit('.', 1)[-1]}")

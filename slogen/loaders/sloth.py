@@ -121,6 +121,7 @@ def load(doc: dict, r: Reporter, doc_index: int, dialect: Dialect = PROMETHEUS_V
             if slo.page_min_bad_events is None and spec_min_bad is not None:
                 slo = replace(slo, page_min_bad_events=spec_min_bad)
             out.append(slo)
+    _check_spec_grouped(r, root, prefix, out)
     return out
 
 
@@ -164,6 +165,8 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
                f.join(p, d.page_min_bad_events), slo=who, line=f.line_of(node, d.page_min_bad_events),
                fix="use an events SLI (error and total queries) to guard its pages, or remove the key")
     alerting = _load_alerting(r, node, p, who, d)
+    if sli is not None:
+        _check_grouped(r, sli, node, p, who, d)
     if sli is None or objective is None:
         return None
     origin = replace(origin, tool=_tool(node), objective_field=f"{p}.objective",
@@ -175,6 +178,37 @@ def _load_slo(r: Reporter, node: dict, p: str, service: str, spec_labels: dict[s
         labels={**spec_labels, **slo_labels}, alerting=alerting, plugins=tuple(chain),
         override_plugins=override or group_override, page_min_bad_events=min_bad, origin=origin,
     )
+
+
+def _grouped(sli: SLI) -> tuple[str, ...]:
+    """The labels an SLI's rules keep through `sum by` (a built-in plugin's `by`, cluster by default)."""
+    return tuple(sli.by) if isinstance(sli, EventsSLI) else ()
+
+
+def _check_grouped(r: Reporter, sli: SLI, node: dict, p: str, who: str, d: Dialect) -> None:
+    """Refuse a label the SLI's rules group by wherever the SLO writes one: its labels, alerting.labels and each
+    alert's labels (on the recording rules it collides two clusters' series; on an alert, two clusters' alerts)."""
+    grouped = _grouped(sli)
+    if not grouped:
+        return
+    f.check_grouped(r, grouped, f.mapping_or_empty(node, "labels"), f"{p}.labels", slo=who, alert=False)
+    al = f.mapping_or_empty(node, "alerting")
+    f.check_grouped(r, grouped, f.mapping_or_empty(al, "labels"), f"{p}.alerting.labels", slo=who, alert=True)
+    for key in (d.page_alert, d.ticket_alert):
+        block = f.mapping_or_empty(al, key)
+        f.check_grouped(r, grouped, f.mapping_or_empty(block, "labels"), f"{p}.alerting.{key}.labels", slo=who,
+                        alert=True)
+
+
+def _check_spec_grouped(r: Reporter, root: dict, prefix: str, slos: list[SLO]) -> None:
+    """The spec's own `labels:` go onto every SLO: refuse each one that some SLO's rules group by, once, naming the
+    first such SLO."""
+    raw = f.mapping_or_empty(root, "labels")
+    for key in raw:
+        slo = next((s for s in slos if key in _grouped(s.sli)), None)
+        if slo is not None:
+            problem, fix = f.grouped_label(str(key), _grouped(slo.sli), alert=False)
+            r.error(problem, f"{f.join(prefix, 'labels')}.{key}", slo=slo.id, line=f.line_of(raw, key), fix=fix)
 
 
 def _tool(node: dict) -> str:

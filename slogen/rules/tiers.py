@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from llmslo.durations import DAY, format_prometheus_duration
 from slogen.errors import SpecError
+from slogen.loaders.common import grouped_label
 from slogen.model import SLO, EventsSLI, RawSLI, Tier
 from slogen.rules.options import RESCALE_CEILING, UNREACHABLE_RESCALE, GenOptions, SLOContext, dec
 
@@ -163,17 +164,16 @@ def held_windows(ctx: SLOContext) -> list[int]:
 def _check_grouped(slo: SLO, opts: GenOptions) -> None:
     """Refuse a spec (or -l) label that the SLI's rules group by (its `by`, cluster by default): stamped onto
     `sum by (cluster)` rules, it overwrites the label they keep, so a ruler that sees two clusters fails every
-    recording rule (duplicate series) and one cluster's burn pages nothing, not even no-data."""
+    recording rule (duplicate series) and one cluster's burn pages nothing, not even no-data. The Sloth loader
+    already refuses such a label at its own line, in labels and alert labels alike (loaders/common.check_grouped);
+    this covers every loader's SLO labels and -l."""
     sli = slo.sli
     grouped = tuple(sli.by) if isinstance(sli, EventsSLI) else ()
     for key in grouped:
         if key in slo.labels:
             field = f"{slo.origin.path}.labels.{key}" if slo.origin.path else f"labels.{key}"
-            raise SpecError(slo.origin.file, f"label {key!r} is one the SLI's rules group by (sum by ({', '.join(grouped)})): "
-                            f"a fixed value would overwrite each series' own {key}, and a ruler that sees two would "
-                            f"fail every recording rule", field, slo.id,
-                            f"remove the label (the series keep their own {key}) or rename it (e.g. slo_{key})",
-                            slo.origin.line)
+            problem, fix = grouped_label(key, grouped, alert=False)
+            raise SpecError(slo.origin.file, problem, field, slo.id, fix, slo.origin.line)
         if key in opts.extra_labels:
             raise SpecError(f"-l {key}={opts.extra_labels[key]}", f"label {key!r} is one the SLI's rules of "
                             f"SLO {slo.id} group by (sum by ({', '.join(grouped)})): a fixed value would overwrite "
