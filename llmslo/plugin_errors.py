@@ -12,3 +12,13 @@ class PluginOptionError(ValueError):
         super().__init__(message)
         self.option = option
         self.fix = fix
+
+
+class PluginOptionErrors(PluginOptionError):
+    """Several options wrong at once, each a PluginOptionError in `errors`, so a spec is fixed in one pass. Read as
+    one PluginOptionError it is the first of them, for a caller that reports one."""
+
+    def __init__(self, errors: list[PluginOptionError]):
+        first = errors[0]
+        super().__init__(str(first), first.option, first.fix)
+        self.errors = list(errors)

@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from llmslo import conventions as c
+from llmslo.durations import parse_go_duration
 from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, measurable_threshold
 from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared
-from llmslo.plugin_errors import PluginOptionError
+from llmslo.plugin_errors import PluginOptionError, PluginOptionErrors
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
 from llmslo.selectors import LABEL_NAME_RE, Matcher, parse_selector
@@ -80,8 +81,8 @@ OPTIONS: dict[str, tuple[str, ...]] = {
 __all__ = [
     "AVAILABILITY", "GOODPUT", "KV_HEADROOM", "LATENCY", "PLUGIN_IDS", "SOURCE_TAP", "SOURCE_ENGINE", "SOURCES",
     "OPTIONS", "LATENCY_METRICS", "TAP_LATENCY_METRICS", "TAP_OUTCOMES", "ROUND_DOWN", "ROUND_UP", "ROUNDINGS",
-    "Matcher", "PluginOptionError", "UnknownPluginError", "LatencyParams", "GoodputParams", "AvailabilityParams",
-    "KvHeadroomParams", "PluginParams", "read_options", "same_class", "is_llmslo",
+    "Matcher", "PluginOptionError", "PluginOptionErrors", "UnknownPluginError", "LatencyParams", "GoodputParams",
+    "AvailabilityParams", "KvHeadroomParams", "PluginParams", "read_options", "same_class", "is_llmslo",
 ]
 
 
@@ -230,6 +231,17 @@ def _text(options: Any) -> dict[str, str]:
     return out
 
 
+def _duration_seconds(text: str) -> float | None:
+    """The seconds a duration with its unit means (`800ms`, `1.2s`, `1m30s`: Go's grammar), or None for text that
+    is none. Options in seconds take the plain number, the histogram's `le` bound as written, so a duration is
+    refused and its fix says the number it meant."""
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 and math.isfinite(seconds) else None
+
+
 class _Reader:
     """One plugin's options as strings: typed getters, each error naming the option and the fix."""
 
@@ -285,6 +297,10 @@ class _Reader:
             if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
                 raise PluginOptionError(f"option {name!r} is not a finite number: {text!r}", name,
                                         f'write {name}: "0.5" (a finite decimal; nan and inf cannot be a threshold)')
+            seconds = _duration_seconds(text) if unit == "seconds" else None
+            if seconds is not None:
+                raise PluginOptionError(f"option {name!r} is {text!r}, a duration: it takes plain seconds", name,
+                                        f'write {name}: "{seconds:.12g}"')
             plain = " (plain seconds, not 500ms)" if unit == "seconds" else ""
             raise PluginOptionError(f"option {name!r} is {text!r}, not a number", name,
                                     f'write {name}: "{example}"{plain}')
@@ -306,6 +322,20 @@ class _Reader:
             raise PluginOptionError(f"option {name!r} is {text!r}: it must be a positive number of {unit}", name,
                                     f'write {name}: "{example}"')
         return value
+
+    def each(self, *reads: Callable[[], Any]) -> list[Any]:
+        """Every read's value; where some fail, every failure at once (PluginOptionErrors), not only the first."""
+        values, errors = [], []
+        for read in reads:
+            try:
+                values.append(read())
+            except PluginOptionError as e:
+                errors.append(e)
+        if len(errors) > 1:
+            raise PluginOptionErrors(errors)
+        if errors:
+            raise errors[0]
+        return values
 
     def selection(self, *, models: bool = True) -> Selection:
         by: tuple[str, ...] = DEFAULT_BY
@@ -359,9 +389,10 @@ def _plain_bound(threshold: float) -> None:
 
 
 def _goodput(r: _Reader) -> GoodputParams:
-    slo_class = r.required("slo_class", 'set slo_class: "<the tap class name>", e.g. "interactive"')
-    ttft = r.number("ttft", plausible="ttft") if r.get("ttft") else None
-    tpot = r.number("tpot", plausible="tpot") if r.get("tpot") else None
+    slo_class, ttft, tpot = r.each(
+        lambda: r.required("slo_class", 'set slo_class: "<the tap class name>", e.g. "interactive"'),
+        lambda: r.number("ttft", plausible="ttft") if r.get("ttft") else None,
+        lambda: r.number("tpot", plausible="tpot") if r.get("tpot") else None)
     if ttft is None and tpot is None:
         raise PluginOptionError(f"plugin {GOODPUT} needs ttft and/or tpot: a class without objectives has no goodput",
                                 "ttft", 'give ttft and/or tpot in seconds, e.g. ttft: "0.5", tpot: "0.05"')

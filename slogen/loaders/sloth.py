@@ -353,12 +353,18 @@ def _load_sli(r: Reporter, node: dict, p: str, who: str, service: str, name: str
         return fn(SLIPluginRequest(service=service, slo=name, slo_id=slo_id, objective=objective,
                                    labels=spec_labels, options=options, allow_out_of_range=allow_out_of_range))
     except PluginError as e:
-        field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
-        raw_options = plug.get("options")
-        line = (f.line_of(raw_options, e.option) if e.option and isinstance(raw_options, dict) and e.option in raw_options
-                else f.line_of(plug, "options"))
-        r.error(f"plugin {pid}: {e}", field, slo=who, line=line, fix=e.fix)
+        for one in getattr(e, "errors", [e]):  # PluginOptionErrors: every option a plugin refused
+            _plugin_error(r, one, plug, pid, sp, who)
         return None
+
+
+def _plugin_error(r: Reporter, e: PluginError, plug: dict, pid: str, sp: str, who: str) -> None:
+    """One option a plugin refused, at the option's own field and line."""
+    field = f"{sp}.plugin.options" + (f".{e.option}" if e.option else "")
+    raw_options = plug.get("options")
+    line = (f.line_of(raw_options, e.option) if e.option and isinstance(raw_options, dict) and e.option in raw_options
+            else f.line_of(plug, "options"))
+    r.error(f"plugin {pid}: {e}", field, slo=who, line=line, fix=e.fix)
 
 
 def _load_alerting(r: Reporter, node: dict, p: str, who: str, d: Dialect) -> Alerting:

@@ -13,6 +13,7 @@ import pytest
 from slogen.cli import main
 
 LATENCY = '{plugin: {id: llmslo/latency, options: {metric: ttft, threshold: "0.5"}}}'
+GOODPUT = "{plugin: {id: llmslo/goodput, options: {%s}}}"
 
 
 def spec(sli: str = LATENCY, *, labels: str = "", alerting: str = "alerting: {name: ChatTtft}", head: str = "") -> str:
@@ -70,6 +71,28 @@ HOLES = {
          + GROUPED_ALERT.format(key="region", by=BY),
          "error: chat.yaml:8: SLO 'chat-ttft': field slos[0].alerting.page_alert.labels.cluster: "
          + GROUPED_ALERT.format(key="cluster", by=BY)]),
+    "a TTFT threshold written as milliseconds": (
+        spec(LATENCY.replace('"0.5"', '"800ms"')),
+        ["error: chat.yaml:6: SLO 'chat-ttft': field slos[0].sli.plugin.options.threshold: plugin llmslo/latency: "
+         "option 'threshold' is '800ms', a duration: it takes plain seconds (fix: write threshold: \"0.8\")"]),
+    "an e2e threshold written as seconds with a unit": (
+        spec(LATENCY.replace("ttft", "e2e").replace('"0.5"', '"1.2s"')),
+        ["error: chat.yaml:6: SLO 'chat-ttft': field slos[0].sli.plugin.options.threshold: plugin llmslo/latency: "
+         "option 'threshold' is '1.2s', a duration: it takes plain seconds (fix: write threshold: \"1.2\")"]),
+    "goodput's ttft and tpot both in milliseconds: both, in one run": (
+        spec(GOODPUT % 'slo_class: interactive, ttft: "800ms", tpot: "50ms"'),
+        ["error: chat.yaml:6: SLO 'chat-ttft': field slos[0].sli.plugin.options.ttft: plugin llmslo/goodput: "
+         "option 'ttft' is '800ms', a duration: it takes plain seconds (fix: write ttft: \"0.8\")",
+         "error: chat.yaml:6: SLO 'chat-ttft': field slos[0].sli.plugin.options.tpot: plugin llmslo/goodput: "
+         "option 'tpot' is '50ms', a duration: it takes plain seconds (fix: write tpot: \"0.05\")"]),
+    "goodput without a class and with a tpot out of range: both, each at its own line": (
+        spec("\n  plugin:\n    id: llmslo/goodput\n    options:\n      ttft: \"0.5\"\n      tpot: \"50\""),
+        ["error: chat.yaml:9: SLO 'chat-ttft': field slos[0].sli.plugin.options.slo_class: plugin llmslo/goodput: "
+         "option 'slo_class' is missing: plugin llmslo/goodput needs it (fix: set slo_class: \"<the tap class "
+         "name>\", e.g. \"interactive\")",
+         "error: chat.yaml:11: SLO 'chat-ttft': field slos[0].sli.plugin.options.tpot: plugin llmslo/goodput: "
+         "option 'tpot': 50 looks like milliseconds: write 0.05 (a TPOT threshold is in seconds, plausibly 0.001 "
+         "to 2) (fix: write tpot: \"0.05\", or set allow_out_of_range: true on the SLO to keep 50)"]),
 }
 
 
