@@ -4,7 +4,7 @@ against the levels of the namespace it lands in.
 Why here: the API server's Pod Security admission refuses a pod whose namespace `enforce`s a level the pod
 breaks, and only when the pod is created, so a DaemonSet that cannot run applies cleanly and then never
 starts a pod. This module evaluates the same controls offline, on kustomize's output, at the newest policy
-version (POLICY_VERSION); it is proved on Kubernetes' own admission fixtures (tests/deploy/test_pod_security.py).
+version (POLICY_RELEASE); it is proved on Kubernetes' own admission fixtures (tests/deploy/test_pod_security.py).
 
 A namespace's levels come from its `pod-security.kubernetes.io/{enforce,warn,audit}` labels when the
 manifests hold the Namespace; a namespace they do not hold (yours: `monitoring`, say) is assumed to enforce
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-POLICY_VERSION = "v1.37"  # the controls below are those of this version (k8s.io/pod-security-admission/policy)
+POLICY_RELEASE = "v1.37"  # the controls below are those of this version (k8s.io/pod-security-admission/policy)
 LEVELS = ("privileged", "baseline", "restricted")
 MODES = ("enforce", "warn", "audit")
 LABEL_PREFIX = "pod-security.kubernetes.io/"
@@ -60,7 +60,7 @@ class Finding:
     def line(self) -> str:
         outcome = {"enforce": "refused", "warn": "warned", "audit": "audited"}[self.mode]
         reasons = "; ".join(f"{v.control}: {v.detail}" for v in self.violations)
-        return f"{outcome}: {self.workload} breaks {self.level}:{POLICY_VERSION} ({self.mode}): {reasons}"
+        return f"{outcome}: {self.workload} breaks {self.level}:{POLICY_RELEASE} ({self.mode}): {reasons}"
 
 
 Pod = tuple[dict, dict]  # (metadata, spec)
@@ -299,5 +299,5 @@ def check_manifests(docs: Iterable[dict], assume: str = "restricted") -> list[Fi
     return findings
 
 
-__all__ = ["LEVELS", "POLICY_VERSION", "Finding", "Violation", "check_manifests", "check_pod",
+__all__ = ["LEVELS", "POLICY_RELEASE", "Finding", "Violation", "check_manifests", "check_pod",
            "namespace_levels", "pod_template"]

@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "peers" / "pod-secur
 
 
 def fixtures(level: str, outcome: str) -> list[Path]:
-    folder = shared_dir(FIXTURES, "Kubernetes' Pod Security admission fixtures") / level / ps.POLICY_VERSION / outcome
+    folder = shared_dir(FIXTURES, "Kubernetes' Pod Security admission fixtures") / level / ps.POLICY_RELEASE / outcome
     files = sorted(folder.glob("*.yaml"))
     assert files, f"no fixtures in {folder}"
     return files
