@@ -100,8 +100,12 @@ class TTFTBurnTrigger:
     line: int | None = None
     window_line: int | None = None
 
+    @property
+    def window_field(self) -> str:
+        return self.field.rsplit(".", 1)[0] + ".window"
+
     def error(self, problem: str, fix: str, key: str = "slo") -> SpecError:
-        field = self.field if key == "slo" else self.field.rsplit(".", 1)[0] + f".{key}"
+        field = self.field if key == "slo" else self.window_field
         return SpecError(self.file, problem, field, "", fix, self.line if key == "slo" else self.window_line)
 
 
@@ -169,6 +173,9 @@ class Pool:
 @dataclass(frozen=True)
 class AutoscalingSpec:
     pools: tuple[Pool, ...] = field(default_factory=tuple)
+    # every pool read to its end, those with problems too, in file order: what each says about the SLOs (its
+    # burn trigger's `slo:`) is checked beside its other problems, all in one run (slogen.pools)
+    read: tuple[Pool, ...] = field(default_factory=tuple)
 
 
 def _yaml_float(value: float) -> str:
@@ -326,6 +333,49 @@ def _wake(node: _Node) -> WakeSignal:
                       per_replica=per_replica)
 
 
+def _match(node: _Node) -> tuple[_Node, dict[str, str]]:
+    """The pool's `match` labels. A namespace there must be the pool's own: KEDA scales the target in the pool's
+    namespace, so engines matched in another would size it on someone else's load."""
+    match = node.child("match")
+    if not match.data and "match" in node.data:
+        match.note("", "empty", "name at least the pool's namespace and model, e.g. {namespace: llm, model: m}")
+    match.keys(MATCH_LABELS)
+    labels = {k: match.string(k) for k in match.data}
+    own, theirs = node.data.get("namespace"), labels.get(c.LABEL_NAMESPACE)
+    if isinstance(own, str) and own and theirs is not None and theirs != own:
+        match.note(c.LABEL_NAMESPACE, f"{theirs!r} is not the pool's namespace {own!r}: the pool would scale its "
+                                      f"target in {own} on the load of the engines in {theirs}",
+                   f"write namespace: {own} here (the namespace the target's engine pods run in), or move the pool "
+                   f"to namespace: {theirs}")
+    return match, labels
+
+
+def _wake_of(node: _Node, replicas: _Node, lo: int) -> WakeSignal | None:
+    """The pool's wake signal; a pool at min 0 needs one. A wake mapping that cannot be read is recorded and the
+    rest of the pool read on (its burn trigger's SLO is still checked: slogen.pools)."""
+    if "wake" in node.data:
+        try:
+            return _wake(node.child("wake"))
+        except _PoolRefused:
+            return None
+    if lo == 0:
+        replicas.note(
+            "min", "0 replicas, but every trigger reads series the pool's own engine pods write (queue depth, KV "
+                   "cache, seats, the tap's TTFT), and at zero replicas there are none: the pool could never wake",
+            f"set min: 1, or {WAKE_FIX}")
+    return None
+
+
+def _policy_at(node: _Node, key: str, default: ScalePolicy) -> ScalePolicy:
+    """The scale_up or scale_down policy (`default` when absent, or when it is not a mapping: recorded)."""
+    if key not in node.data:
+        return default
+    try:
+        return _policy(node.child(key), default)
+    except _PoolRefused:
+        return default
+
+
 def _pool(node: _Node) -> Pool:
     node.keys(*KEYS["pool"])
     dns = "use lowercase letters, digits and '-' (a Kubernetes name)"
@@ -340,11 +390,7 @@ def _pool(node: _Node) -> Pool:
     replicas.keys(*KEYS["replicas"])
     lo = int(replicas.number("min", 0, default=1, integer=True))
     hi = int(replicas.number("max", max(lo, 1), integer=True))
-    match = node.child("match")
-    if not match.data and "match" in node.data:
-        match.note("", "empty", "name at least the pool's namespace and model, e.g. {namespace: llm, model: m}")
-    match.keys(MATCH_LABELS)
-    labels = {k: match.string(k) for k in match.data}
+    match, labels = _match(node)
     triggers = node.child("triggers")
     triggers.keys(*KEYS["triggers"])
     if not triggers.data and "triggers" in node.data:
@@ -375,14 +421,8 @@ def _pool(node: _Node) -> Pool:
                              "scale back down in time", f"use one of {', '.join(SHORT_WINDOWS)}")
         burn = TTFTBurnTrigger(slo, t.number("above", 0.1), window, file=t.file, field=t.field("slo"),
                                line=t.line_of("slo"), window_line=t.line_of("window"))
-    wake = _wake(node.child("wake")) if "wake" in node.data else None
-    if lo == 0 and wake is None:
-        raise replicas.error(
-            "min", "0 replicas, but every trigger reads series the pool's own engine pods write (queue depth, KV "
-                   "cache, seats, the tap's TTFT), and at zero replicas there are none: the pool could never wake",
-            f"set min: 1, or {WAKE_FIX}")
-    up = _policy(node.child("scale_up"), Pool.scale_up) if "scale_up" in node.data else Pool.scale_up
-    down = _policy(node.child("scale_down"), Pool.scale_down) if "scale_down" in node.data else Pool.scale_down
+    wake = _wake_of(node, replicas, lo)
+    up, down = _policy_at(node, "scale_up", Pool.scale_up), _policy_at(node, "scale_down", Pool.scale_down)
     return Pool(
         name=name, namespace=node.string("namespace", pattern=_NAME, fix=dns), target_kind=kind,
         target_name=target.string("name", pattern=_NAME, fix=dns), min_replicas=lo, max_replicas=hi, match=labels,
@@ -400,15 +440,16 @@ def _pool(node: _Node) -> Pool:
 def load_text(text: str | bytes, file: str) -> AutoscalingSpec:
     """The pools of one file; AutoscalingError lists every problem in it."""
     errors: list[SpecError] = []
-    pools = _read(text, file, errors)
+    pools = tuple(pool for pool, clean in _read(text, file, errors) if clean)
     if errors:
         raise AutoscalingError(errors)
-    return AutoscalingSpec(tuple(pools))
+    return AutoscalingSpec(pools, pools)
 
 
-def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[Pool]:
-    """The pools of one file that read without a problem; every problem appended to `errors`."""
-    pools: list[Pool] = []
+def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[tuple[Pool, bool]]:
+    """The pools of one file read to their end, each with whether it read without a problem; every problem
+    appended to `errors`."""
+    pools: list[tuple[Pool, bool]] = []
     try:
         docs = load_documents(text, file)
     except SpecFileError as exc:  # not UTF-8, not YAML, a duplicate key, nesting too deep
@@ -436,8 +477,7 @@ def _read(text: str | bytes, file: str, errors: list[SpecError]) -> list[Pool]:
                 pool = _pool(_Node(file, where, item, getattr(pools_node, "line", None), errors))
             except _PoolRefused:
                 continue
-            if len(errors) == first:
-                pools.append(pool)
+            pools.append((pool, len(errors) == first))
     return pools
 
 
@@ -464,6 +504,7 @@ def read_paths(paths: list[Path]) -> tuple[AutoscalingSpec, list[SpecError]]:
     namespace); the one reading `slogen validate` and `slogen build` share."""
     errors: list[SpecError] = []
     pools: list[Pool] = []
+    read: list[Pool] = []
     seen: dict[tuple[str, str], str] = {}
     for file in spec_files(paths):
         try:
@@ -471,7 +512,10 @@ def read_paths(paths: list[Path]) -> tuple[AutoscalingSpec, list[SpecError]]:
         except OSError as exc:
             errors.append(SpecError(str(file), f"cannot read ({exc.strerror or exc})", fix="check the path"))
             continue
-        for pool in _read(data, str(file), errors):
+        for pool, clean in _read(data, str(file), errors):
+            read.append(pool)
+            if not clean:
+                continue
             key = (pool.namespace, pool.name)
             if key in seen:
                 errors.append(SpecError(pool.file, f"pool {pool.name!r} in namespace {pool.namespace!r} is already "
@@ -480,7 +524,7 @@ def read_paths(paths: list[Path]) -> tuple[AutoscalingSpec, list[SpecError]]:
                 continue
             seen[key] = pool.origin
             pools.append(pool)
-    return AutoscalingSpec(tuple(pools)), errors
+    return AutoscalingSpec(tuple(pools), tuple(read)), errors
 
 
 def load_paths(paths: list[Path]) -> AutoscalingSpec:

@@ -3,7 +3,8 @@
 The directory is `--autoscaling DIR`, by default `autoscaling/` beside the first input directory (the
 repository root's `autoscaling/` for `slogen build slos/`); both commands say which one they read, or that
 there is none (then no KEDA or HPA objects are made). Every problem, in the files or in what a pool says
-about the SLOs (a burn-rate trigger naming an SLO that does not exist), comes back at once, as SpecErrors.
+about the SLOs (a burn-rate trigger naming an SLO that does not exist, checked for a pool with other problems too),
+comes back at once, as SpecErrors.
 """
 
 from __future__ import annotations
@@ -44,10 +45,13 @@ def note(path: Path, given: bool) -> str:
 def read_pools(path: Path, views: Sequence[SLOView]) -> tuple[tuple[Pool, ...], list[SpecError]]:
     """The pools under `path` and every problem in them, those found against the SLOs' views included."""
     spec, errors = read_paths([path]) if path.exists() else (None, [])
-    pools = spec.pools if spec is not None else ()
-    for pool in pools:
-        if pool.ttft_burn_rate is not None:
+    if spec is None:
+        return (), errors
+    refused = {(e.file, e.field) for e in errors}
+    for pool in spec.read:  # a pool with other problems too: all of them in one run
+        burn = pool.ttft_burn_rate
+        if burn is not None and (burn.file, burn.field) not in refused:
             _, problem = slo_problem(pool, views)
-            if problem is not None:
+            if problem is not None and (problem.file, problem.field) not in refused:  # a refused window: said once
                 errors.append(problem)
-    return pools, errors
+    return spec.pools, errors

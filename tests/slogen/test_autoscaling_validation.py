@@ -78,7 +78,9 @@ def test_every_autoscaling_mistake_in_one_run_at_its_own_line(tmp_path, capsys):
         "whole number at least 1)",
         f"error: {path}:9: field pools[0].triggers.queue_dept: unknown key (fix: remove it or correct the name "
         "(did you mean 'queue_depth'?))",
-    ], "the SLO a pool names is checked once its file reads cleanly"
+        f"error: {path}:10: field pools[0].triggers.ttft_burn_rate.slo: no SLO 'chat/nope' (fix: use "
+        "service/slo-name of a defined SLO (defined: chat/tpot, chat/ttft))",
+    ], "the SLO a pool names is checked beside the pool's other problems (issue 35)"
     pools = one_pool("queue_depth: {per_replica: 4}\n      ttft_burn_rate: {slo: chat/nope, above: 2}")
     path.write_text(pools)
     assert main(["validate", str(slos)]) == 1

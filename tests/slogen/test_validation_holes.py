@@ -115,3 +115,61 @@ def test_the_flag_l_is_refused_per_slo(tmp_path, capsys):
         "error: -l cluster=prod-a: SLO 'chat-ttft': field -l: label 'cluster' is one the SLI's rules of SLO chat-ttft "
         "group by (sum by (cluster)): a fixed value would overwrite each series' own cluster (fix: drop -l "
         "cluster=... or rename it (e.g. slo_cluster))"])
+
+
+POOL = """version: "llmslo/autoscaling/v1"
+pools:
+  - name: p
+    namespace: llm
+    target: {name: d}
+    replicas: {max: 4}
+    match: {namespace: %s, model: m}
+    triggers:
+      %s
+"""
+NO_SLO = ("field pools[0].triggers.ttft_burn_rate.slo: no SLO 'chat/nope' (fix: use service/slo-name of a defined "
+          "SLO (defined: chat/ttft))")
+OTHER_NAMESPACE = ("field pools[0].match.namespace: 'llm-b' is not the pool's namespace 'llm': the pool would scale "
+                   "its target in llm on the load of the engines in llm-b (fix: write namespace: llm here (the "
+                   "namespace the target's engine pods run in), or move the pool to namespace: llm-b)")
+
+# case -> (autoscaling spec text, the exact error lines of `slogen validate`, the file written as pools.yaml)
+POOL_HOLES = {
+    "a pool matching engines in another namespace": (
+        POOL % ("llm-b", "queue_depth: {per_replica: 4}"),
+        [f"error: pools.yaml:7: {OTHER_NAMESPACE}"]),
+    "the SLO a pool names, behind the pool's other problems": (
+        (POOL % ("llm-b", "ttft_burn_rate: {slo: chat/nope, above: 2}")).replace("max: 4", "max: 0"),
+        ["error: pools.yaml:6: field pools[0].replicas.max: expected a whole number at least 1, got 0 (fix: write a "
+         "whole number at least 1)",
+         f"error: pools.yaml:7: {OTHER_NAMESPACE}",
+         f"error: pools.yaml:9: {NO_SLO}"]),
+    "the SLO a pool names, behind a wake that cannot be read": (
+        POOL % ("llm", "ttft_burn_rate: {slo: chat/nope, above: 2}") + "    wake: {}\n",
+        ["error: pools.yaml:10: field pools[0].wake: needs exactly one of query and metric (fix: name a request "
+         "metric of the gateway or ingress in front of the pool, which exists at zero replicas: `wake: {metric: "
+         "<its request counter>, selector: {<label>: <value>}}` or `wake: {query: <PromQL giving requests per "
+         "second>}` (docs/autoscaling.md, \"Scale to zero\"))",
+         f"error: pools.yaml:9: {NO_SLO}"]),
+}
+
+
+@pytest.mark.parametrize("case", list(POOL_HOLES))
+def test_each_pool_hole_is_refused_with_its_exact_messages(tmp_path, capsys, case):
+    text, expected = POOL_HOLES[case]
+    (tmp_path / "slos").mkdir()
+    (tmp_path / "slos" / "chat.yaml").write_text(spec())
+    (tmp_path / "autoscaling").mkdir()
+    path = tmp_path / "autoscaling" / "pools.yaml"
+    path.write_text(text)
+    code = main(["validate", str(tmp_path / "slos")])
+    err = capsys.readouterr().err.replace(str(path), "pools.yaml")
+    assert (code, [line for line in err.splitlines() if line.startswith("error: ")]) == (1, expected)
+
+
+def test_a_pool_matching_its_own_namespace_passes(tmp_path, capsys):
+    (tmp_path / "slos").mkdir()
+    (tmp_path / "slos" / "chat.yaml").write_text(spec())
+    (tmp_path / "autoscaling").mkdir()
+    (tmp_path / "autoscaling" / "pools.yaml").write_text(POOL % ("llm", "ttft_burn_rate: {slo: chat/ttft, above: 2}"))
+    assert main(["validate", str(tmp_path / "slos")]) == 0
