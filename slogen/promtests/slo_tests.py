@@ -242,6 +242,7 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
             scenarios.append(Scenario("slow-burn", f"slow burn at {go_g(round(level / float(ctx.error_budget), 3))}x "
                                       f"the budget rate: tickets, no page", bad2, sim2))
 
+    scenarios += _drained_scenario(ctx, tiers, step, gauge, history)
     sli = ctx.slo.sli
     by = sli_by(sli)
     split = by[0] if by and all(by[0] in f.labels for f in fixtures) else ""
@@ -251,7 +252,6 @@ def _slo_tests(r: SLOResult, fixtures: tuple[SeriesFixture, ...], step: int, his
     groups += [hangs] if split and len(hangs) > 1 else [[s] for s in hangs]
     quiet = _low_traffic_scenarios(ctx, tiers, step, gauge, history, recovery=longest_short * 2 + 10)
     groups += [quiet] if split and len(quiet) > 1 else [[s] for s in quiet]
-    groups += [[s] for s in _drained_scenario(ctx, tiers, step, gauge, history)]
     out = [_test_group(r, fixtures, step, group, tiers, split) for group in groups]
     out += _threshold_change_groups(r, fixtures, step, history, tiers, split)
     out.append(_no_data_group(r, step))
