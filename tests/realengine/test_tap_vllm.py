@@ -674,8 +674,8 @@ def test_under_overload_the_gate_admits_what_the_kv_cache_holds(vllm, tap_factor
     assert share["preemptions_with_gate"] == 0, share
     # at least the six whole requests that fit in 127 blocks of 32 besides the seventh's rounding, at most seven
     assert 6 <= len(admitted) <= 7, share
-    for r in refused:  # the tap's own answer: 429 with Retry-After, nothing forwarded
-        assert r.headers.get("Retry-After") == "1", r.headers
+    for r in refused:  # the tap's own answer: 429 with Retry-After (when a seat is expected: 1-30 s), nothing forwarded
+        assert 1 <= int(r.headers.get("Retry-After", "0")) <= 30, r.headers
     warm_refused = sum(r.status == 429 for r in warm)
     assert gated.outcomes() == {"ok": 2 - warm_refused + len(admitted), "refused": warm_refused + len(refused)}, share
 
