@@ -192,6 +192,19 @@ def _tap(upstream_port: int, event_loop: str = "auto", tree: Path = ROOT) -> Ite
         proc.wait(timeout=15)
 
 
+LISTENING = re.compile(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)")
+
+
+def listening(proc: subprocess.Popen, what: str) -> re.Match:
+    """The tap's `event=tap_listening` line, read from its stderr (its proxy port and metrics URL)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        m = LISTENING.search(line)
+        if m:
+            return m
+    raise RuntimeError(f"{what} exited before listening")
+
+
 @contextmanager
 def _tap_process(upstream_port: int, render: str) -> Iterator[tuple[int, list[int], str]]:
     """bench.tap_process: the tap with SCRAPED_MODELS models' series; (proxy port, [pid], metrics URL)."""
@@ -201,13 +214,7 @@ def _tap_process(upstream_port: int, render: str) -> Iterator[tuple[int, list[in
         cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)", line)
-            if m:
-                break
-        else:
-            raise RuntimeError("bench.tap_process exited before listening")
+        m = listening(proc, "bench.tap_process")
         yield int(m.group(1)), [proc.pid], m.group(2)
     finally:
         proc.terminate()

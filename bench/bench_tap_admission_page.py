@@ -30,14 +30,14 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import bench_tap as bt
 from bench.scheduling import ahead_of_neighbours
 from bench.stream_client import KeepAliveStream
-from bench.tap_stream_server import StreamProtocol, serve
+from bench.tap_stream_server import StreamProtocol, serve, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Goodput tap: relaying while the admission gate reads an 8 MiB engine page"
@@ -119,16 +119,9 @@ def pages(tmp: Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------------------------ the processes
-@contextmanager
-def upstream(page: Path) -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_tap_admission_page", str(page)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline()), proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def upstream(page: Path) -> AbstractContextManager[tuple[int, int]]:
+    """This module as the engine, serving `page` as its /metrics: (port, pid)."""
+    return spawn("bench.bench_tap_admission_page", str(page))
 
 
 @contextmanager
@@ -139,13 +132,7 @@ def tap(upstream_port: int, tree: Path) -> Iterator[tuple[int, str, int]]:
          "--upstream", f"http://127.0.0.1:{upstream_port}", "--admission"],
         cwd=tree, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            m = re.search(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)", line)
-            if m:
-                break
-        else:
-            raise RuntimeError("the tap exited before listening")
+        m = bt.listening(proc, "the tap")
         threading_drain(proc)
         yield int(m.group(1)), m.group(2), proc.pid
     finally:
