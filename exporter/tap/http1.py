@@ -121,6 +121,11 @@ def _fields(lines: list[bytes]) -> Fields:
 # uvicorn require. A control character, DEL or a raw non-ASCII byte passed on reaches logs, the engine's router
 # and whatever reads its logs; some servers cut the target at them, which is how paths are smuggled.
 _TARGET_BYTES = bytes(range(0x21, 0x7F))
+# RFC 9110 5.1 and 5.5: a request's field names are tokens, its values visible ASCII, space, tab and obs-text
+# (0x80-0xFF); a control character or DEL in a value is refused as h11 refuses it (it would reach the engine's
+# logs and the tap's own).
+_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789" + bytes(range(0x41, 0x5B)) + bytes(range(0x61, 0x7B))
+_VALUE_BYTES = b" \t" + bytes(range(0x21, 0x7F)) + bytes(range(0x80, 0x100))
 
 
 def parse_request_head(head: bytes) -> RequestHead:
@@ -135,7 +140,13 @@ def parse_request_head(head: bytes) -> RequestHead:
         raise BadMessage(f"byte {bad[:1]!r} in the request target (only visible ASCII: percent-encode the rest)")
     if proto not in (b"HTTP/1.1", b"HTTP/1.0"):
         raise BadMessage(f"unsupported protocol {proto[:20]!r} (the tap speaks HTTP/1.1 and HTTP/1.0)")
-    return RequestHead(method, target, proto[5:], _fields(lines[1:]))
+    fields = _fields(lines[1:])
+    for name, value in fields:
+        bad = value.translate(None, _VALUE_BYTES)
+        if bad or name.translate(None, _TOKEN_BYTES):
+            raise BadMessage(f"byte {(bad or name.translate(None, _TOKEN_BYTES))[:1]!r} in header field "
+                             f"{name[:40]!r} (names are tokens; values visible ASCII, space, tab or obs-text)")
+    return RequestHead(method, target, proto[5:], fields)
 
 
 def parse_response_head(head: bytes) -> ResponseHead:

@@ -344,3 +344,16 @@ def test_simple_response() -> None:
     )
     assert simple_response(418, "", close=True).startswith(b"HTTP/1.1 418 Error\r\n")
     assert b"Connection: close\r\n\r\n" in simple_response(418, "", close=True)
+
+
+@pytest.mark.parametrize("line", [
+    b"X-Note: a\x1b[31mred", b"X-Note: del\x7f", b"X-Note: bell\x07", b"X(Note): v", b"X-N\xc3\xa9: v",
+])
+def test_a_request_header_with_a_control_byte_or_a_name_outside_tokens_is_refused(line: bytes) -> None:
+    with pytest.raises(BadMessage, match="in header field"):
+        parse_request_head(b"GET / HTTP/1.1\r\nHost: a\r\n" + line)
+
+
+def test_header_values_with_tabs_spaces_and_obs_text_pass() -> None:
+    head = parse_request_head(b"GET / HTTP/1.1\r\nHost: a\r\nX-Note: a\tb c \xc3\xa9!~\r\nX-Y_z.1: v")
+    assert head.fields[1] == (b"X-Note", b"a\tb c \xc3\xa9!~")
