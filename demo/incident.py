@@ -255,7 +255,7 @@ async def run_incident(stack: LocalStack, scenario: Scenario,
 
 def page_tiers(settings) -> list:
     """The page tiers (slogen.model.Tier) of the demo's alert-window catalog: what the rules were built with."""
-    from slogen.loaders.windows import load_catalog_path
+    from slogen.loaders import load_catalog_path
 
     catalogs = load_catalog_path(settings.windows)
     if len(catalogs) != 1:

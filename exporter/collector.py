@@ -45,9 +45,9 @@ from exporter.sources import (
     TRUNCATED,
     UNKNOWN_ENGINE,
     FetchError,
-    fetch_page,
     is_file_url,
 )
+from exporter.sources.fetch import fetch_page
 from exporter.sources.file import FileReader
 from llmslo import conventions as c
 

@@ -229,7 +229,7 @@ def parse_listen(value: str) -> Listen:
 def parse_gpu_spec(value: str | bool) -> str:
     if value is False:  # YAML 1.1 reads a bare `off` as false
         return "off"
-    from exporter.gpu import parse_spec  # the GPU package owns what a spec may say (e.g. the fake's GPU cap)
+    from exporter.gpu.spec import parse_spec  # the GPU package owns what a spec may say (e.g. the fake's GPU cap)
 
     text = str(value).strip()
     try:

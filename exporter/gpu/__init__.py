@@ -10,15 +10,11 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from exporter.gpu.spec import parse_spec
 from exporter.logs import event
 
 if TYPE_CHECKING:
     from exporter.gpu.provider import GpuProvider
-
-# The fake's cap, here rather than in gpu/fake.py: parsing `--gpu` must not import the providers
-# (start-up time; `--gpu off` imports nothing of them at all).
-MAX_FAKE_GPUS = 64
-SPEC_HELP = f"use nvml, fake:N (N = 0..{MAX_FAKE_GPUS}) or off"
 
 # Everything else is imported on first use (PEP 562).
 _LAZY = {
@@ -34,7 +30,7 @@ _LAZY = {
 __all__ = [
     "EmptyProvider", "FakeProvider", "GpuCollector", "GpuError", "GpuInfo", "GpuLost", "GpuProvider", "GpuReading",
     "GpuUnavailable", "MemoryReading", "MigInfo", "MigReading", "NvmlProvider", "ProcessMemory", "XidEvent",
-    "collect_gpus", "open_provider", "parse_spec",
+    "collect_gpus", "open_provider",
 ]
 
 
@@ -49,18 +45,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-def parse_spec(spec: str) -> tuple[str, int]:
-    """'nvml' -> ('nvml', 0); 'fake:4' -> ('fake', 4); 'off' -> ('off', 0). ValueError says what to write."""
-    text = spec.strip().lower()
-    if text in ("nvml", "off"):
-        return text, 0
-    if text.startswith("fake:"):
-        count = text.removeprefix("fake:")
-        if count.isdigit() and int(count) <= MAX_FAKE_GPUS:
-            return "fake", int(count)
-    raise ValueError(f"GPU provider {spec!r} not understood: {SPEC_HELP}")
 
 
 def open_provider(spec: str) -> GpuProvider:

@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from exporter.gpu import MAX_FAKE_GPUS  # the package owns the cap: parsing `--gpu` reads it
 from exporter.gpu.provider import (
     GpuInfo,
     GpuLost,
@@ -28,6 +27,7 @@ from exporter.gpu.provider import (
     ProcessMemory,
     XidEvent,
 )
+from exporter.gpu.spec import MAX_FAKE_GPUS
 
 MODEL_NAME = "NVIDIA H100 80GB HBM3"
 TOTAL_BYTES = 85_899_345_920  # 80 GiB

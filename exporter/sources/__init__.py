@@ -1,18 +1,13 @@
 """Sources fetch a page's bytes and nothing else; failures become short, stable reason strings.
 
 The reasons are label values of `llm_exporter_target_last_error{reason}` and appear in logs, so
-they must stay few and stable: dashboards and alerts match on them.
+they must stay few and stable: dashboards and alerts match on them. `exporter.sources.fetch` picks the source
+for a URL; the sources import these reasons from here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:  # aiohttp is imported only when an http(s) target is fetched (start-up time)
-    import aiohttp
-
-    from exporter.sources.file import FileReader
 
 TIMEOUT = "timeout"
 CONNECTION_REFUSED = "connection_refused"
@@ -44,23 +39,3 @@ class FetchError(Exception):
 
 def is_file_url(url: str) -> bool:
     return urlsplit(url).scheme == "file"
-
-
-async def fetch_page(
-    session: aiohttp.ClientSession | None, url: str, *, timeout_s: float, max_bytes: int,
-    files: FileReader | None = None, key: str = "",
-) -> bytes | bytearray:
-    """The page at an http(s):// or file:// URL, at most `max_bytes` long, within `timeout_s`.
-
-    `session` is needed for http(s) only. `files` (with the target as `key`) is the caller's
-    long-lived file reader, which keeps a hung file read from being started again every cycle.
-    """
-    if is_file_url(url):
-        from exporter.sources import file as file_source
-
-        return await file_source.fetch_file(url, timeout_s=timeout_s, max_bytes=max_bytes, reader=files, key=key)
-    from exporter.sources import http as http_source
-
-    if session is None:
-        raise ValueError(f"{url}: an http(s) page needs a client session")
-    return await http_source.fetch_http(session, url, timeout_s=timeout_s, max_bytes=max_bytes)

@@ -81,6 +81,11 @@ def load_paths(paths: list[str | Path], *, allow_duplicates: bool = False, windo
     return result
 
 
+def load_catalog_path(path: str | Path) -> list[AlertWindows]:
+    """Every AlertWindows document in a file or (recursively) a directory; SpecErrors on problems."""
+    return load_paths([path], windows_only=True).windows
+
+
 def own_windows(slos: list[SLO], catalogs: list[AlertWindows]) -> list[SLO]:
     """Each SLO with its file's own catalog for its period: what it uses wherever it loads (build, validate,
     generate), whatever other catalogs are loaded for that period (a Pyrra file `slogen convert` wrote keeps

@@ -12,7 +12,6 @@ fixed burn factors 14, 7, 2, 1 and a `for:` per tier. A catalog document may pin
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TypeGuard
 
 from llmslo.durations import DAY, HOUR, MINUTE, format_prometheus_duration, parse_prometheus_duration
@@ -133,13 +132,6 @@ def _duration(r: Reporter, node: dict, key: str, prefix: str, zero_ok: bool = Fa
         r.error(f"{key} must be positive", f.join(prefix, key), line=f.line_of(node, key), fix="write e.g. 1h")
         return None
     return ms
-
-
-def load_catalog_path(path: str | Path) -> list[AlertWindows]:
-    """Every AlertWindows document in a file or (recursively) a directory; SpecErrors on problems."""
-    from slogen.loaders import load_paths  # one reader for all YAML inputs
-
-    return load_paths([path], windows_only=True).windows
 
 
 def merge(catalogs: list[AlertWindows], base: dict[int, AlertWindows] | None = None) -> dict[int, AlertWindows]:

@@ -26,7 +26,8 @@ from exporter.config import ExporterConfig, Limits, TargetConfig
 from exporter.gpu import FakeProvider, open_provider
 from exporter.server import start_server
 from exporter.snapshot import CollectionLoop, SnapshotHolder
-from exporter.sources import FetchError, fetch_page
+from exporter.sources import FetchError
+from exporter.sources.fetch import fetch_page
 from exporter.sources.http import new_session
 from exporter.targets import TargetSet
 from llmslo import conventions as c

@@ -26,9 +26,9 @@ from exporter.gpu import (
     NvmlProvider,
     collect_gpus,
     open_provider,
-    parse_spec,
 )
 from exporter.gpu.nvml import MAX_XID_EVENTS_PER_POLL, mig_profile_from_name
+from exporter.gpu.spec import parse_spec
 from exporter.model import NormSample
 from llmslo import conventions as c
 from tests.helpers.needs import shared_dir

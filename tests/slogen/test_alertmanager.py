@@ -17,7 +17,8 @@ from llmslo.durations import DAY, format_prometheus_duration
 from slogen.artifacts.alertmanager import ALERTMANAGER_FILE, PAGE_RECEIVER, TICKET_RECEIVER, alertmanager_config, timers
 from slogen.build import BuildOptions, build
 from slogen.cli import main
-from slogen.loaders.windows import BUILTIN, load_catalog_path
+from slogen.loaders import load_catalog_path
+from slogen.loaders.windows import BUILTIN
 from slogen.rules.options import GenOptions
 from tests.helpers.needs import command
 
