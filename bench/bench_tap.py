@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
 import pwd
 import re
@@ -47,7 +48,7 @@ from pathlib import Path
 from bench.report import Row
 from bench.scheduling import ahead_of_neighbours
 from bench.stream_client import KeepAliveStream
-from bench.tap_stream_server import spawn
+from bench.tap_stream_server import STOP_S, spawn, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Goodput tap: latency added to a stream, vs nginx"
@@ -159,6 +160,11 @@ async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples,
 # ----------------------------------------------------------------------------------------
 # Processes: upstream, tap, nginx
 # ----------------------------------------------------------------------------------------
+class TurnFailed(Exception):
+    """One turn of one path went wrong (a child that would not stop, a proxy that died): the turn is
+    reported as a row saying so, and the other turns still run."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,8 +194,7 @@ def _tap(upstream_port: int, event_loop: str = "auto", tree: Path = ROOT) -> Ite
             raise RuntimeError("the tap exited before listening")
         yield int(m.group(1)), [proc.pid]
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        stop(proc)
 
 
 LISTENING = re.compile(r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=(\S+)")
@@ -217,8 +222,7 @@ def _tap_process(upstream_port: int, render: str) -> Iterator[tuple[int, list[in
         m = listening(proc, "bench.tap_process")
         yield int(m.group(1)), [proc.pid], m.group(2)
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        stop(proc)
 
 
 @contextmanager
@@ -234,8 +238,15 @@ def _scraping(url: str | None) -> Iterator[tuple[list[int], dict[str, float]]]:
     try:
         yield [proc.pid], figures
     finally:
-        out, _ = proc.communicate(input="", timeout=30)  # closing its stdin stops it
-        figures.update(json.loads(out.strip().splitlines()[-1]))
+        try:
+            out, _ = proc.communicate(input="", timeout=STOP_S)  # closing its stdin stops it
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            raise TurnFailed(f"bench.scraper did not stop within {STOP_S:g} s of its stdin closing") from None
+        try:
+            figures.update(json.loads(out.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            raise TurnFailed(f"bench.scraper exited {proc.returncode} without its figures") from None
 
 
 NGINX_CONF = """\
@@ -292,8 +303,7 @@ def _nginx(upstream_port: int) -> Iterator[tuple[int, list[int]]]:
         ]
         yield port, [proc.pid, *workers]
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -335,60 +345,91 @@ def _figures(samples: Samples, cpu_s: float, proxied: bool) -> PathFigures:
 
 @dataclass
 class PathRuns:
-    """One path's figures for each turn, its CPU per chunk over all turns, and its scraper's figures per turn."""
+    """One path's figures for each round (None where its turn failed), its CPU per chunk over the turns
+    that completed, its scraper's figures per turn, and why each failed turn failed."""
 
-    turns: list[PathFigures]
+    turns: list[PathFigures | None]
     cpu_us_per_chunk: float | None
     scrapes: list[dict[str, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
     def median(self, attr: str) -> float:
-        return statistics.median(getattr(f, attr) for f in self.turns)
+        return _median([getattr(f, attr) for f in self.turns if f is not None])
 
     def scrape_median(self, key: str) -> float:
-        return statistics.median(s[key] for s in self.scrapes)
+        return _median([s[key] for s in self.scrapes])
+
+
+def _median(values: list[float]) -> float:
+    """The median, NaN when there is nothing to take it of (every turn failed): a row says n/a, none is lost."""
+    return statistics.median(values) if values else math.nan
 
 
 Path_ = tuple[int, list[int]]  # a path's port and the pids of its proxy processes ([] for direct)
+TURN_S = WARMUP_S + MEASURE_S + 30.0  # beyond this a turn is called off (a hung connect or close)
+
+
+def _turn(port: int, streams: int, pids: list[int], upstream_pid: int, url: str | None) -> tuple[PathFigures, float,
+                                                                                                int, dict[str, float]]:
+    """One path's turn: its figures, CPU seconds, chunks and scraper figures; TurnFailed when it went wrong."""
+    try:
+        with _scraping(url) as (scraper, figures):
+            with ahead_of_neighbours([upstream_pid, *pids, *scraper]) as how:
+                SCHEDULING[0] = how
+                samples, cpu_s = asyncio.run(asyncio.wait_for(_drive(port, streams, pids), TURN_S))
+    except TurnFailed:
+        raise
+    except Exception as e:  # whatever went wrong, the turn says so and the others run
+        raise TurnFailed(f"{type(e).__name__}: {str(e)[:200]}") from e
+    if not samples.delay_ns:
+        raise TurnFailed("no chunk arrived in the measured window")
+    return _figures(samples, cpu_s, bool(pids)), cpu_s, len(samples.delay_ns), figures
 
 
 def _measure_turns(
     paths: dict[str, Path_], streams: int, upstream_pid: int, scraped: dict[str, str] | None = None,
 ) -> dict[str, PathRuns]:
     """ROUNDS turns per path, in an order that rotates each round; the paths in `scraped` have
-    their /metrics (the URL given) scraped every SCRAPE_MS during their turns."""
+    their /metrics (the URL given) scraped every SCRAPE_MS during their turns. A turn that fails
+    is recorded as such (PathRuns.failures) and the others still run."""
     scraped = scraped or {}
-    turns: dict[str, list[PathFigures]] = {name: [] for name in paths}
-    scrapes: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
+    runs = {name: PathRuns([None] * ROUNDS, None) for name in paths}
     cpu = dict.fromkeys(paths, 0.0)
     chunks = dict.fromkeys(paths, 0)
     names = list(paths)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             port, pids = paths[name]
-            with _scraping(scraped.get(name)) as (scraper, figures):
-                with ahead_of_neighbours([upstream_pid, *pids, *scraper]) as how:
-                    SCHEDULING[0] = how
-                    samples, cpu_s = asyncio.run(_drive(port, streams, pids))
+            try:
+                figs, cpu_s, n, figures = _turn(port, streams, pids, upstream_pid, scraped.get(name))
+            except TurnFailed as e:
+                runs[name].failures.append(f"round {r + 1}: {e}")
+                print(f"  {streams} streams, {name}, round {r + 1} failed: {e}", file=sys.stderr, flush=True)
+                continue
+            runs[name].turns[r] = figs
             if figures:
-                scrapes[name].append(figures)
-            turns[name].append(_figures(samples, cpu_s, bool(pids)))
+                runs[name].scrapes.append(figures)
             cpu[name] += cpu_s
-            chunks[name] += len(samples.delay_ns)
-    return {
-        name: PathRuns(turns[name], cpu[name] / chunks[name] * 1e6 if paths[name][1] else None, scrapes[name])
-        for name in names
-    }
+            chunks[name] += n
+    for name in names:
+        if paths[name][1] and chunks[name]:
+            runs[name].cpu_us_per_chunk = cpu[name] / chunks[name] * 1e6
+    return runs
 
 
 def added(runs: dict[str, PathRuns], name: str, attr: str) -> float:
     """The median over the rounds of (this path's figure - the direct path's in the same round):
-    a round disturbed by a neighbour weighs no more than any other."""
-    return statistics.median(
-        getattr(p, attr) - getattr(d, attr) for p, d in zip(runs[name].turns, runs["direct"].turns, strict=True)
-    )
+    a round disturbed by a neighbour weighs no more than any other. Rounds where either turn failed
+    are left out; NaN when none is left."""
+    return _median([
+        getattr(p, attr) - getattr(d, attr)
+        for p, d in zip(runs[name].turns, runs["direct"].turns, strict=True) if p is not None and d is not None
+    ])
 
 
-def _ratio(ours: float, peer: float) -> str:
+def _ratio(ours: float | None, peer: float | None) -> str:
+    if ours is None or peer is None or math.isnan(ours) or math.isnan(peer):
+        return "n/a (no turn completed)"
     return f"{ours / peer:.2f}x" if peer > 0 else "n/a (peer added nothing measurable)"
 
 
@@ -418,19 +459,31 @@ def rows_from(results: dict[int, dict[str, PathRuns]]) -> list[Row]:
             ("per-chunk p50", "chunk_p50_ms"), ("per-chunk p99", "chunk_p99_ms"),
         ):
             ours, peer = added(runs, "tap", attr), added(runs, "nginx", attr)
-            rows.append(Row(SECTION, f"added {label}, {streams} streams (ms; direct {runs['direct'].median(attr):.3f})",
-                            f"{ours:.3f}", f"{peer:.3f}", _ratio(ours, peer), COMMAND))
+            rows.append(Row(SECTION, f"added {label}, {streams} streams (ms; direct {_fig(runs['direct'].median(attr))})",
+                            _fig(ours), _fig(peer), _ratio(ours, peer), COMMAND))
         ours, peer = added(runs, "tap-asyncio", "chunk_p99_ms"), added(runs, "nginx", "chunk_p99_ms")
         rows.append(Row(SECTION, f"added per-chunk p99, {streams} streams, tap on asyncio's own loop (ms)",
-                        f"{ours:.3f}", f"{peer:.3f}", _ratio(ours, peer), COMMAND))
+                        _fig(ours), _fig(peer), _ratio(ours, peer), COMMAND))
         ngx = runs["nginx"].cpu_us_per_chunk
         for name, key in (("", "tap"), (", tap on asyncio's own loop", "tap-asyncio")):
             cpu = runs[key].cpu_us_per_chunk
-            assert cpu is not None and ngx is not None
             rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams{name} (µs)",
-                            f"{cpu:.1f}", f"{ngx:.1f}", _ratio(cpu, ngx), COMMAND))
+                            _fig(cpu, 1), _fig(ngx, 1), _ratio(cpu, ngx), COMMAND))
         rows += _scrape_rows(streams, runs)
+        rows += failure_rows(streams, runs)
     return rows
+
+
+def _fig(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.{digits}f}"
+
+
+def failure_rows(streams: int, runs: dict[str, PathRuns]) -> list[Row]:
+    """One row per failed turn: which path, which round, and why (its figures are left out of the medians)."""
+    return [
+        Row(SECTION, f"FAILED turn: {streams} streams, path {name}, {why}", "failed", "-", "n/a", COMMAND)
+        for name, r in runs.items() for why in r.failures
+    ]
 
 
 SCRAPE_PATHS = (
@@ -445,28 +498,25 @@ def _scrape_rows(streams: int, runs: dict[str, PathRuns]) -> list[Row]:
     """What scraping costs the relay: the 64-model taps against nginx, and the scrapes as seen by the scraper."""
     rows: list[Row] = []
     ngx_cpu = runs["nginx"].cpu_us_per_chunk
-    assert ngx_cpu is not None
     for key, what in SCRAPE_PATHS:
         for label, attr in (("TTFT p99", "ttft_p99_ms"), ("per-chunk p99", "chunk_p99_ms")):
             ours, peer = added(runs, key, attr), added(runs, "nginx", attr)
-            rows.append(Row(SECTION, f"added {label}, {streams} streams, {what} (ms)", f"{ours:.3f}", f"{peer:.3f}",
+            rows.append(Row(SECTION, f"added {label}, {streams} streams, {what} (ms)", _fig(ours), _fig(peer),
                             _ratio(ours, peer), COMMAND))
         cpu = runs[key].cpu_us_per_chunk
-        assert cpu is not None
-        rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams, {what} (µs)", f"{cpu:.1f}",
-                        f"{ngx_cpu:.1f}", _ratio(cpu, ngx_cpu), COMMAND))
+        rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams, {what} (µs)", _fig(cpu, 1),
+                        _fig(ngx_cpu, 1), _ratio(cpu, ngx_cpu), COMMAND))
     new, old = runs["tap-64-scraped"], runs["tap-64-onloop-scraped"]
     for label, k in (("p50", "p50_ms"), ("p99", "p99_ms")):
         ours, peer = new.scrape_median(k), old.scrape_median(k)
         rows.append(Row(SECTION, f"/metrics scrape duration {label} while relaying {streams} streams (ms; ours: "
-                                 f"sliced, peer: in one go as before; page {new.scrape_median('bytes') / 1e6:.2f} MB)",
-                        f"{ours:.1f}", f"{peer:.1f}", _ratio(ours, peer), COMMAND))
-    scrapes = [s["scrapes"] for s in new.scrapes], [s["scrapes"] for s in old.scrapes]
+                                 f"sliced, peer: in one go as before; page {_fig(new.scrape_median('bytes') / 1e6, 2)} MB)",
+                        _fig(ours, 1), _fig(peer, 1), _ratio(ours, peer), COMMAND))
+    scrapes = _median([s["scrapes"] for s in new.scrapes]), _median([s["scrapes"] for s in old.scrapes])
     rows.append(Row(SECTION, f"/metrics scrapes per measured turn, {streams} streams (ours: sliced, peer: as before; "
                              f"{WARMUP_S + MEASURE_S:g} s at one per {SCRAPE_MS:g} ms is about "
                              f"{(WARMUP_S + MEASURE_S) * 1000 / SCRAPE_MS:.0f})",
-                    f"{statistics.median(scrapes[0]):.0f}", f"{statistics.median(scrapes[1]):.0f}",
-                    _ratio(statistics.median(scrapes[0]), statistics.median(scrapes[1])), COMMAND))
+                    _fig(scrapes[0], 0), _fig(scrapes[1], 0), _ratio(*scrapes), COMMAND))
     return rows
 
 
@@ -484,25 +534,36 @@ def measure_render_lag() -> dict[str, dict[str, float]]:
     started by it, inherits the scheduling)."""
     out: dict[str, dict[str, float]] = {}
     for mode in ("sliced", *(m for m, _ in LAG_PEERS)):
-        with ahead_of_neighbours([]):
-            proc = subprocess.run([sys.executable, "-m", "bench.tap_render_lag", mode], cwd=ROOT, capture_output=True,
-                                  text=True, timeout=120, check=True)
-        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        try:
+            with ahead_of_neighbours([]):
+                proc = subprocess.run([sys.executable, "-m", "bench.tap_render_lag", mode], cwd=ROOT,
+                                      capture_output=True, text=True, timeout=120, check=True)
+            out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (subprocess.SubprocessError, OSError, ValueError, IndexError) as e:  # run() killed it on timeout
+            LAG_FAILURES[mode] = f"{type(e).__name__}: {str(e)[:200]}"
+            print(f"  render lag {mode} failed: {LAG_FAILURES[mode]}", file=sys.stderr, flush=True)
+            continue
         print(f"  render lag {mode}: {out[mode]}", file=sys.stderr, flush=True)
     return out
 
 
+LAG_FAILURES: dict[str, str] = {}  # render-lag modes that failed, and why
+
+
 def lag_rows(lag: dict[str, dict[str, float]]) -> list[Row]:
-    ours = lag["sliced"]
+    nothing = {"p99_ms": math.nan, "p999_ms": math.nan}
+    ours = lag.get("sliced", nothing)
     rows = []
     for mode, what in LAG_PEERS:
-        peer = lag[mode]
+        peer = lag.get(mode, nothing)
         rows.append(Row(
             SECTION, f"event-loop delay p99 / p99.9 of a 1 ms timer in a tap with {SCRAPED_MODELS} models' series, "
                      f"/metrics scraped every {SCRAPE_MS:g} ms (ms; ours: sliced, peer: {what}; ratio of p99.9)",
-            f"{ours['p99_ms']:.2f} / {ours['p999_ms']:.2f}", f"{peer['p99_ms']:.2f} / {peer['p999_ms']:.2f}",
-            _ratio(ours["p999_ms"], peer["p999_ms"]), COMMAND,
+            f"{_fig(ours['p99_ms'], 2)} / {_fig(ours['p999_ms'], 2)}",
+            f"{_fig(peer['p99_ms'], 2)} / {_fig(peer['p999_ms'], 2)}", _ratio(ours["p999_ms"], peer["p999_ms"]), COMMAND,
         ))
+    rows += [Row(SECTION, f"FAILED render-lag run {mode}: {why}", "failed", "-", "n/a", COMMAND)
+             for mode, why in LAG_FAILURES.items()]
     return rows
 
 
@@ -510,7 +571,12 @@ def run() -> list[Row]:
     if not Path(NGINX).exists():
         raise RuntimeError(f"{NGINX} is missing: run scripts/install-system-deps.sh (Debian package nginx)")
     lag = measure_render_lag()
-    results = measure_all()
+    try:
+        results = measure_all()
+    except Exception as e:  # a process that would not start: say so in the section rather than lose it
+        NOTES[SECTION] = f"The relay measurements did not run: {type(e).__name__}: {e}"
+        return [Row(SECTION, f"FAILED: the relay measurements ({type(e).__name__}: {str(e)[:200]})", "failed", "-",
+                    "n/a", COMMAND), *lag_rows(lag)]
     top = results[max(STREAM_COUNTS)]
     added_p99, nginx_p99 = added(top, "tap", "chunk_p99_ms"), added(top, "nginx", "chunk_p99_ms")
     NOTES[SECTION] = (
@@ -524,17 +590,17 @@ def run() -> list[Row]:
         f"(worker_processes 1; its CPU figure counts master and worker), so neither gets the second core to itself. "
         f"The client does not ask for usage, so the tap injects it and strips the extra event: its costliest path. "
         f"The tap runs on uvloop (its default when installed); rows marked so use asyncio's own loop. Targets at "
-        f"{max(STREAM_COUNTS)} streams: added per-chunk p99 under 1 ms (measured {added_p99:.3f} ms: "
-        f"{'met' if added_p99 < 1.0 else 'NOT met'}) and within 2x nginx's ({nginx_p99:.3f} ms: "
+        f"{max(STREAM_COUNTS)} streams: added per-chunk p99 under 1 ms (measured {_fig(added_p99)} ms: "
+        f"{'met' if added_p99 < 1.0 else 'NOT met'}) and within 2x nginx's ({_fig(nginx_p99)} ms: "
         f"{'met' if added_p99 <= 2 * max(nginx_p99, 0.0) else 'NOT met'}). "
         f"Scrapes: the rows naming {SCRAPED_MODELS} models' series are a tap process (bench.tap_process) whose "
         f"metrics hold {SCRAPED_MODELS} models x 2 classes, each series changed between two scrapes (so every "
         f"scrape renders the whole page), measured unscraped and scraped every {SCRAPE_MS:g} ms by a separate "
         f"process (bench.scraper), and the same with the page rendered as before this change "
         f"(prometheus_client.generate_latest in one go on the relaying loop). At {max(STREAM_COUNTS)} streams, "
-        f"scraped: added per-chunk p99 {added(top, 'tap-64-scraped', 'chunk_p99_ms'):.3f} ms, unscraped "
-        f"{added(top, 'tap-64', 'chunk_p99_ms'):.3f} ms, rendered as before "
-        f"{added(top, 'tap-64-onloop-scraped', 'chunk_p99_ms'):.3f} ms. The event-loop delay rows "
+        f"scraped: added per-chunk p99 {_fig(added(top, 'tap-64-scraped', 'chunk_p99_ms'))} ms, unscraped "
+        f"{_fig(added(top, 'tap-64', 'chunk_p99_ms'))} ms, rendered as before "
+        f"{_fig(added(top, 'tap-64-onloop-scraped', 'chunk_p99_ms'))} ms. The event-loop delay rows "
         f"(bench.tap_render_lag) compare ways of rendering that page in one tap process, by how late a 1 ms timer "
         f"on its loop runs while it is scraped: a thread does not take the rendering off the loop's path, since "
         f"the thread holds the GIL while it formats (up to the 5 ms switch interval at a time)."

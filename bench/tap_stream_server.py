@@ -130,8 +130,21 @@ def spawn(module: str, *args: str) -> Iterator[tuple[int, int]]:
         assert proc.stdout is not None
         yield int(proc.stdout.readline()), proc.pid
     finally:
+        stop(proc)
+
+
+STOP_S = 10.0  # a child told to stop that has not within this is killed
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within STOP_S; never raises (a bench must finish)."""
+    if proc.poll() is None:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":
