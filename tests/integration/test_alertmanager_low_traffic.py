@@ -25,7 +25,7 @@ from demo.alertmanager import PAGE_ROUTE
 from llmslo.durations import MINUTE, parse_prometheus_duration
 from slogen.loaders import load_paths
 from slogen.promtests import simulate as sim_module
-from slogen.promtests.slo_tests import _requests
+from slogen.promtests.series import arrivals
 from slogen.rules import generate
 from slogen.rules.options import GenOptions
 from tests.integration.test_alertmanager_live import Stack
@@ -72,7 +72,7 @@ def _timeline(hold: bool, monkeypatch) -> tuple[list[dict[str, str]], list[list[
         monkeypatch.setattr(sim_module, "held_windows", lambda ctx: [])
     bad = [0.0] * HISTORY + [1.0] * OUTAGE + [0.0] * RECOVERY
     sim = sim_module.simulate(r.ctx, list(r.ctx.tiers), bad, STEP, False,
-                              traffic=_requests(len(bad), STEP, 6), units=1.0)
+                              traffic=arrivals(len(bad), STEP, 6), units=1.0)
     monkeypatch.undo()
     rules = {x.labels["slo_tier"]: x for x in r.rules.alerts.rules}
     series = {**r.slo.id_labels, **r.ctx.labels, "cluster": "a"}
