@@ -6,42 +6,29 @@ unknown key Sloth would ignore, is then an error."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from llmslo.argtypes import number_arg
-from llmslo.durations import DAY, format_prometheus_duration, parse_prometheus_duration
+from llmslo.durations import DAY, format_prometheus_duration
 from llmslo.files import write_atomic
-from slogen import VERSION_LABEL, __version__
-from slogen.errors import SpecError, SpecErrors
+from slogen import VERSION_LABEL, __version__, promtoolcheck, thresholdargs
+from slogen.errors import SpecError, SpecErrors, UsageError
 from slogen.generate import render_documents
-from slogen.k8smeta import (
-    DEFAULT_ALERTMANAGER_CONFIG,
-    DEFAULT_DASHBOARD_FOLDER,
-    DEFAULT_DASHBOARD_LABELS,
-    DEFAULT_FOLDER_ANNOTATION,
-    DEFAULT_PROVIDER_PATH,
-    KubeOptions,
-    ObjectMeta,
-    label_value_problem,
-)
+from slogen.installargs import install_args, install_settings, kube_options, kubernetes_args
+from slogen.k8smeta import label_value_problem
 from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
 from slogen.loaders import discover, load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
 from slogen.loaders.windows import BUILTIN, merge
 from slogen.rules import generate
 from slogen.rules.alerts import RUNBOOK_PLACEHOLDERS, is_runbook_template
-from slogen.rules.capacity import CapacityOptions
-from slogen.rules.health import HealthOptions
 from slogen.rules.options import (
     DEFAULT_PAGE_MIN_BAD_EVENTS,
     DEFAULT_RUNBOOK_BASE_URL,
@@ -50,23 +37,9 @@ from slogen.rules.options import (
     GenOptions,
 )
 from slogen.rules.tiers import unreachable_warnings
-from slogen.settings import InstallSettings
-from slogen.writers import rule_file
+from slogen.thresholdargs import duration as _duration
+from slogen.thresholdargs import threshold_flags, threshold_options, thresholds_arg, thresholds_problems
 
-
-class UsageError(Exception):
-    pass
-
-
-def _duration(text: str) -> int:
-    try:
-        return parse_prometheus_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-# nan and inf are refused: every comparison with nan is false, and nothing exceeds inf.
-_finite = number_arg(float, math.isfinite, "a number", "a finite number; write e.g. 0.95")
 _count = number_arg(int, lambda n: n >= 0, "a whole number >= 0")
 
 
@@ -80,91 +53,6 @@ def _labels(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--extra-labels {pair!r}: {key} is reserved by slogen; choose another name")
         out[key] = value
     return out
-
-
-def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
-    """KEY=VALUE flags as a dict, a key given two values refused naming both (slogen.settings.pairs; Kubernetes'
-    own checks come after, in KubeOptions.problems)."""
-    from slogen import settings as st
-
-    try:
-        return st.pairs(flag, pairs or [])
-    except SpecError as e:
-        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
-
-
-def _kube_options(args: argparse.Namespace, install: InstallSettings | None) -> KubeOptions:
-    """The Kubernetes settings of `slogen build` (labels, namespace and receivers from the install's settings,
-    which already hold the flags); a UsageError naming the flag for what the API server would refuse."""
-    labels = dict(install.object_labels) if install else _pairs("--object-label", args.object_label)
-    opts = KubeOptions(
-        meta=ObjectMeta(labels, _pairs("--object-annotation", args.object_annotation)),
-        # the namespace when a settings file or --namespace gives it: labels alone move no object
-        namespace=install.namespace if install and (install.path or args.namespace) else "",
-        receivers=dict(install.receivers) if install else {},
-        dashboard_labels=_pairs("--dashboard-label", args.dashboard_label) if args.dashboard_label
-        else dict(DEFAULT_DASHBOARD_LABELS),
-        folder_annotation=args.dashboard_folder_annotation, folder=args.dashboard_folder,
-        provider_path=args.grafana_dashboards_path, alertmanager_config_name=args.alertmanager_config_name)
-    problems = opts.problems()
-    if problems:
-        raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
-    return opts
-
-
-# ------------------------------------------------------------------------------ install settings
-
-
-def _install_args(p: argparse.ArgumentParser, *, labels: bool = True) -> None:
-    """The install's settings as flags (slogen.settings; each may also be in llmslo.yaml, and must agree)."""
-    from slogen import settings as st
-
-    i = p.add_argument_group("install settings", f"written once in {st.DEFAULT_NAME} (slogen init); a flag "
-                             "given here must agree with the file (docs/deploy.md)")
-    i.add_argument("--settings", default=None, metavar="FILE",
-                   help=f"the install's settings (default: {st.DEFAULT_NAME} beside the SLO directory, when it exists)")
-    i.add_argument("--namespace", default=None, metavar="NS",
-                   help=f"the exporter, PrometheusRules, dashboard ConfigMaps and AlertmanagerConfig "
-                        f"(default {st.DEFAULT_NAMESPACE} with settings; none without)")
-    i.add_argument("--inference-namespace", action="append", default=[], metavar="NS",
-                   help="a namespace your engines, taps and ScaledObjects run in (repeatable; default: none, no deploy/install)")
-    if labels:
-        i.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
-                       help="label on every object of the install (repeatable), e.g. release=kps (default: none)")
-    i.add_argument("--floor", choices=st.FLOORS, default=None,
-                   help="the serving security floor: off (default), audit (warn and audit), enforce")
-    i.add_argument("--image", default=None, metavar="REF@sha256:DIGEST",
-                   help="the exporter's image by digest (e.g. the one `make release` wrote; default: none)")
-    i.add_argument("--api-server-cidr", default=None, metavar="CIDR",
-                   help=f"the API server's endpoints, the exporter's egress (default {st.DEFAULT_API_SERVER_CIDR})")
-    i.add_argument("--receiver", action="append", default=[], metavar="NAME=URL",
-                   help="an Alertmanager receiver's webhook URL (repeatable): llmslo-page, llmslo-ticket, a team (default: none)")
-
-
-def _install_settings(args: argparse.Namespace, inputs: Sequence[str], read_file: bool = True) -> InstallSettings | None:
-    """The settings file with the flags on top (conflicts refused, naming both values); None when there is
-    neither a file nor an install flag (a plain build, as before settings existed)."""
-    from slogen import settings as st
-
-    path = st.path_for(inputs, args.settings) if read_file else None
-    labels, receivers = _pairs("--object-label", args.object_label), _pairs("--receiver", args.receiver)
-    flags = {"namespace": args.namespace, "inference_namespaces": tuple(args.inference_namespace),
-             "object_labels": labels, "floor": args.floor,
-             "image": args.image, "api_server_cidr": args.api_server_cidr,
-             "receivers": receivers}
-    if path is None and not any(flags.values()):
-        return None
-    base = st.load(path) if path is not None else st.InstallSettings()
-    if path is not None:
-        print(f"note: install settings read from {path}", file=sys.stderr)
-    try:
-        merged = st.merge(base, flags)
-    except SpecError as e:  # a flag against the file: a usage error, naming both values
-        raise UsageError(f"{e.file} {e.message} ({e.fix})") from None
-    problems = st.problems(merged)
-    if problems:
-        raise UsageError("; ".join(f"{flag} {why}" for flag, why in problems))
-    return merged
 
 
 def _runbook(args: argparse.Namespace) -> str:
@@ -277,7 +165,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from slogen.build import BuildOptions, build_into
     from slogen.outtree import scratch_dir
 
-    install = _install_settings(args, args.paths or ["slos"])
+    install = install_settings(args, args.paths or ["slos"])
     if install is not None and install.inference_namespaces and not install.image:
         raise UsageError(f"--image: {install.path or 'the settings'} name the inference namespaces, so the build writes "
                          "deploy/install, which must name the exporter's image by digest: set image: "
@@ -287,9 +175,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         if install.grafana_url and args.grafana_url == DEFAULT_GRAFANA_URL:
             args.grafana_url = install.grafana_url
     args.runbook_base_url = _runbook(args)
-    kube = _kube_options(args, install)
+    kube = kube_options(args, install)
     gen = _gen_options(args, _windows(args.windows))
-    health, capacity = _threshold_options(args)
+    health, capacity = threshold_options(args)
     options = BuildOptions(inputs=tuple(args.paths or ["slos"]), gen=gen, health=health, capacity=capacity,
                            autoscaling=args.autoscaling, autoscaling_dir=args.autoscaling_dir, kube=kube,
                            install=install)
@@ -312,7 +200,7 @@ def _build_from(args: argparse.Namespace, built) -> int:
     for note in built.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.promtool_check:
-        rejected = _promtool_check_files(artifacts)
+        rejected = promtoolcheck.check_files(artifacts)
         if rejected:
             for path, message in rejected:
                 print(f"error: {path}: promtool check rules rejects the generated file: {message}", file=sys.stderr)
@@ -339,115 +227,6 @@ def _build_from(args: argparse.Namespace, built) -> int:
     return 0
 
 
-RULE_FILE_SUFFIX = ".rules.yaml"
-
-
-def _promtool_check_files(artifacts: Mapping[str, str | Path]) -> list[tuple[str, str]]:
-    """`promtool check rules` on the generated rule files (`*.rules.yaml`), before anything is written: the
-    (path, promtool's message) of each it rejects. Without promtool on PATH it says so and checks nothing."""
-    rule_paths = sorted(p for p in artifacts if p.endswith(RULE_FILE_SUFFIX))
-    if not rule_paths:
-        return []
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        print("note: promtool is not on PATH: the generated rule files were not checked with `promtool check rules` "
-              "(install Debian's prometheus package to check them)", file=sys.stderr)
-        return []
-    rejected = []
-    with tempfile.TemporaryDirectory(prefix="slogen-check-") as tmp:
-        staged = []
-        for i, rel in enumerate(rule_paths):
-            content = artifacts[rel]
-            if isinstance(content, Path):  # already a file (slogen.build.build_into)
-                staged.append((rel, content))
-                continue
-            path = Path(tmp) / f"{i}{RULE_FILE_SUFFIX}"
-            path.write_text(content)
-            staged.append((rel, path))
-        # one promtool for all files (fast); only when it fails, one per file to name each file's own message
-        proc = subprocess.run([promtool, "check", "rules", *(str(p) for _, p in staged)], capture_output=True, text=True)
-        if proc.returncode == 0:
-            return []
-        for rel, path in staged:
-            one = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
-            if one.returncode:
-                text = (one.stderr + one.stdout).replace(str(path), rel)
-                lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Checking ")]
-                lines = [t for t in (ln.removeprefix("FAILED:").strip() for ln in lines) if t]
-                more = f" ... and {len(lines) - 3} more" if len(lines) > 3 else ""
-                rejected.append((rel, "; ".join(lines[:3]) + more or f"exit status {one.returncode}"))
-    return rejected
-
-
-def _thresholds_arg(p: argparse.ArgumentParser) -> None:
-    from slogen import thresholds
-
-    p.add_argument("--thresholds", default=None, metavar="FILE",
-                   help=f"the health and capacity alerts' thresholds ({thresholds.VERSION}; default: "
-                        f"{thresholds.DEFAULT_HELP}, else the built-in defaults shown in `build --help`)")
-
-
-def _thresholds_problems(args: argparse.Namespace) -> list[SpecError]:
-    """Everything `build` would refuse in the thresholds file, for `validate`."""
-    from slogen import thresholds
-
-    try:
-        thresholds.load(thresholds.path_for(args.paths, args.thresholds))
-    except SpecErrors as e:
-        return e.errors
-    return []
-
-
-def _threshold_flags(group: argparse._ArgumentGroup, defaults: HealthOptions | CapacityOptions,
-                     flags: tuple[tuple[str, str, str], ...], prefix: str = "") -> None:
-    """One flag per row, default None: a flag given overrides the thresholds file (`_threshold_options`)."""
-    from slogen import thresholds
-
-    kinds = thresholds.settable(type(defaults))
-    for field, metavar, text in flags:
-        value = getattr(defaults, field)
-        duration = kinds[field] is int
-        group.add_argument(f"--{prefix}{field.replace('_', '-')}", type=_duration if duration else _finite,
-                           default=None, metavar=metavar,
-                           help=text.format(format_prometheus_duration(value) if duration else f"{value:g}"))
-
-
-def _health_args(p: argparse.ArgumentParser) -> None:
-    _thresholds_arg(p)
-    h = p.add_argument_group("health alerts", "the capacity and health alerts in alerts/llmslo-health.rules.yaml; "
-                             "each threshold flag overrides the thresholds file (--thresholds)")
-    h.add_argument("--no-health-alerts", dest="health_alerts", action="store_false",
-                   help="do not generate the health alerts (nor their tests, PrometheusRule and runbooks)")
-    from slogen.thresholds import HEALTH_FLAGS
-
-    _threshold_flags(h, HealthOptions(), HEALTH_FLAGS)
-
-
-def _capacity_args(p: argparse.ArgumentParser) -> None:
-    k = p.add_argument_group("capacity rules", "KV seats, their forecast and the capacity alerts in "
-                             "alerts/llmslo-capacity.rules.yaml; each threshold flag overrides the thresholds file")
-    k.add_argument("--no-capacity-rules", dest="capacity_rules", action="store_false",
-                   help="do not generate the KV-seat rules and alerts (nor their tests, PrometheusRule and runbooks)")
-    from slogen.thresholds import CAPACITY_FLAGS
-
-    _threshold_flags(k, CapacityOptions(), CAPACITY_FLAGS, "capacity-")
-
-
-def _threshold_options(args: argparse.Namespace) -> tuple[HealthOptions, CapacityOptions]:
-    """The thresholds file's values (slogen.thresholds), with the flags given on top; SpecErrors for a bad file."""
-    from slogen import thresholds
-
-    path = thresholds.path_for(args.paths or ["slos"], args.thresholds)
-    if path is not None:
-        print(f"note: alert thresholds read from {path}", file=sys.stderr)
-    t = thresholds.load(path)
-    health = thresholds.options(HealthOptions, t.health, {name: getattr(args, name, None) for name in
-                                                          thresholds.settable(HealthOptions)}, args.health_alerts)
-    capacity = thresholds.options(CapacityOptions, t.capacity, {name: getattr(args, f"capacity_{name}", None) for name in
-                                                                thresholds.settable(CapacityOptions)}, args.capacity_rules)
-    return health, capacity
-
-
 # ------------------------------------------------------------------------------- validate
 
 
@@ -465,7 +244,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             results = []
         loaded.warnings += unreachable_warnings(loaded.slos, opts)
         if results and args.promtool:
-            errors += _promtool_check(results)
+            errors += promtoolcheck.check_results(results)
         if args.autoscaling and not errors:
             errors += _validate_pools(args, results)
     elif args.autoscaling:  # the SLOs have errors: the pools' files still get read, not checked against them
@@ -473,7 +252,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         path = _autoscaling_note(args)
         errors += read_paths([path])[1] if path.exists() else []
-    errors += _thresholds_problems(args)
+    errors += thresholds_problems(args)
     if args.strict:
         errors, warnings = list(loaded.warnings) + errors, []
     else:
@@ -492,24 +271,6 @@ def _validate_pools(args: argparse.Namespace, results) -> list[SpecError]:
     from slogen.views import from_context
 
     return read_pools(_autoscaling_note(args), [from_context(r.ctx) for r in results])[1]
-
-
-def _promtool_check(results) -> list[SpecError]:
-    """Full PromQL parsing of every generated rule, by promtool."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        return [SpecError("promtool", "promtool is not installed", fix="install Debian's prometheus package or drop --promtool")]
-    errors = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in results:
-            path = Path(tmp) / f"{r.slo.id}.yaml"
-            path.write_text(rule_file(r.rules.groups()))
-            proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
-            if proc.returncode:
-                detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
-                errors.append(SpecError(r.slo.origin.file, f"generated rules do not parse: {' '.join(detail)}",
-                                        r.slo.origin.path, r.slo.id, "check the SLI queries", r.slo.origin.line))
-    return errors
 
 
 # ------------------------------------------------------------------------------- generate
@@ -600,6 +361,7 @@ def parser() -> argparse.ArgumentParser:
     _convert_args(sub)
     sub.add_parser("version", help="print the version (the sloth_version label value)")
     _schema_args(sub)
+    thresholdargs.add_command(sub)
     _init_args(sub)
     _overlay_args(sub)
     _pod_security_args(sub)
@@ -623,7 +385,7 @@ def _build_args(sub: Any) -> None:
     b.add_argument("--grafana-url", default=os.environ.get(GRAFANA_URL_ENV, DEFAULT_GRAFANA_URL), metavar="URL",
                    help=f"the alerts' dashboard annotation = URL/d/<dashboard uid> (env {GRAFANA_URL_ENV}; default "
                         f"{DEFAULT_GRAFANA_URL}, a placeholder)")
-    _kubernetes_args(b)
+    kubernetes_args(b)
     b.add_argument("--windows", action="append", default=[], metavar="PATH",
                    help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
                         "(repeatable; AlertWindows documents among the inputs load too; default: none)")
@@ -631,33 +393,10 @@ def _build_args(sub: Any) -> None:
                    help="put every SLO on this period, e.g. 1d with --windows demo/windows.yaml for the demo "
                         "(default: each SLO's own)")
     _strict_arg(b)
-    _install_args(b, labels=False)
+    install_args(b, labels=False)
     _autoscaling_args(b)
     _gen_args(b)
-    _health_args(b)
-    _capacity_args(b)
-
-
-def _kubernetes_args(b: argparse.ArgumentParser) -> None:
-    k = b.add_argument_group("Kubernetes objects", "labels and annotations of every generated object, and how "
-                             "Grafana and Alertmanager find theirs (docs/deploy.md, kube-prometheus-stack)")
-    k.add_argument("--object-label", action="append", default=[], metavar="KEY=VALUE",
-                   help="label on every generated Kubernetes object (repeatable), e.g. release=kube-prometheus-stack "
-                        "for the chart's ruleSelector (unlike -l, which labels the rules inside; default: none)")
-    k.add_argument("--object-annotation", action="append", default=[], metavar="KEY=VALUE",
-                   help="annotation on every generated Kubernetes object (repeatable; default: none)")
-    k.add_argument("--dashboard-label", action="append", default=[], metavar="KEY=VALUE",
-                   help="label the Grafana sidecar selects the dashboard ConfigMaps by (repeatable; default "
-                        + ", ".join(f"{k}={v}" for k, v in DEFAULT_DASHBOARD_LABELS.items()) + ")")
-    k.add_argument("--dashboard-folder-annotation", default=DEFAULT_FOLDER_ANNOTATION, metavar="KEY",
-                   help=f"annotation naming the Grafana folder on the dashboard ConfigMaps (the sidecar's "
-                        f"folderAnnotation; default {DEFAULT_FOLDER_ANNOTATION})")
-    k.add_argument("--dashboard-folder", default=DEFAULT_DASHBOARD_FOLDER, metavar="NAME",
-                   help=f"Grafana folder of the dashboards (default {DEFAULT_DASHBOARD_FOLDER!r})")
-    k.add_argument("--grafana-dashboards-path", default=DEFAULT_PROVIDER_PATH, metavar="DIR",
-                   help=f"where dashboards/grafana-provider.yaml tells Grafana the JSON files are (default {DEFAULT_PROVIDER_PATH})")
-    k.add_argument("--alertmanager-config-name", default=DEFAULT_ALERTMANAGER_CONFIG, metavar="NAME",
-                   help=f"name of the generated AlertmanagerConfig (default {DEFAULT_ALERTMANAGER_CONFIG})")
+    threshold_flags(b)
 
 
 def _validate_args(sub: Any) -> None:
@@ -670,7 +409,7 @@ def _validate_args(sub: Any) -> None:
                    help="AlertWindows catalog file or directory for periods other than the built-in 30d and 28d "
                         "(repeatable; default: none)")
     v.add_argument("--promtool", action="store_true", help="also parse every generated rule with promtool")
-    _thresholds_arg(v)
+    thresholds_arg(v)
     _strict_arg(v)
     _autoscaling_args(v)
     _gen_args(v)
@@ -757,7 +496,7 @@ def _init_args(sub: Any) -> None:
                    help="every alert's runbook link, with {{alert}} for its name (default: a placeholder the build warns of)")
     i.add_argument("--grafana-url", default="", metavar="URL",
                    help="your Grafana, for the alerts' dashboard links (default: a placeholder the build warns of)")
-    _install_args(i)
+    install_args(i)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -776,7 +515,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise UsageError(f"--service {args.service!r}: lowercase letters, digits and '-'")
     if args.team and (why := label_value_problem(args.team)):
         raise UsageError(f"--team {args.team!r}: {why}")
-    install = _install_settings(args, [], read_file=False)  # the flags are the new settings, whatever was there
+    install = install_settings(args, [], read_file=False)  # the flags are the new settings, whatever was there
     assert install is not None  # an inference namespace was given
     install = replace(install, runbook_url=args.runbook_url, grafana_url=args.grafana_url)
     files = scaffold.files(scaffold.Scaffold(install, args.service, args.team))
@@ -799,13 +538,13 @@ def _overlay_args(sub: Any) -> None:
     o.add_argument("--bases", default=None, metavar="DIR",
                    help="refer to these kustomize bases instead of copying the package's into OUT/bases")
     o.add_argument("paths", nargs="*", default=["slos"], help=argparse.SUPPRESS)
-    _install_args(o)
+    install_args(o)
 
 
 def cmd_overlay(args: argparse.Namespace) -> int:
     from slogen import overlay
 
-    install = _install_settings(args, args.paths)
+    install = install_settings(args, args.paths)
     if install is None or not install.inference_namespaces:
         raise UsageError("--inference-namespace: name the namespaces your engines run in (or write llmslo.yaml)")
     out, generated = Path(args.out), Path(args.generated)
@@ -870,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             print(VERSION_LABEL)
             return 0
         return {"build": cmd_build, "validate": cmd_validate, "generate": cmd_generate,
-                "schema": cmd_schema, "convert": cmd_convert, "init": cmd_init,
+                "schema": cmd_schema, "thresholds": thresholdargs.cmd_thresholds, "convert": cmd_convert, "init": cmd_init,
                 "overlay": cmd_overlay, "pod-security": cmd_pod_security}[args.command](args)
     except SpecErrors as e:
         _report(e.errors)

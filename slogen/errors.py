@@ -55,3 +55,7 @@ def load_mapping_file(path: Path, what: str, fix: str, start: str) -> Any:
     if not isinstance(doc, dict):
         raise SpecErrors([SpecError(file, f"expected one YAML mapping ({start})", fix=f"start the file with {start}")])
     return doc
+
+
+class UsageError(Exception):
+    """A command line slogen refuses (exit status 2): the message names the flag and what to give instead."""

@@ -14,6 +14,7 @@ from slogen import settings as st
 
 SETTINGS = st.DEFAULT_NAME
 KUSTOMIZATION = "deploy/kustomization.yaml"
+SCHEMA_URL = "https://raw.githubusercontent.com/llmslo/llmslo/main/schemas/slogen.schema.json"  # the JSON Schema
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def _slos(sc: Scaffold) -> str:
         if sc.team else "\n# labels: {team: <name>}   # routes its pages and tickets to a receiver of that name"
     name = sc.service.capitalize()
     return f"""\
-# yaml-language-server: $schema=https://raw.githubusercontent.com/llmslo/llmslo/main/schemas/slogen.schema.json
+# yaml-language-server: $schema={SCHEMA_URL}
 # The SLOs of one service, in Sloth's prometheus/v1 format with llmslo's LLM SLI plugins (docs/slogen.md).
 # The goodput tap measures each request as its client sees it; slo_class ties a request to its objectives
 # (the tap reads these very files from the ConfigMap `slogen build` writes into each inference namespace).
@@ -105,23 +106,11 @@ pools:
 
 
 def _thresholds() -> str:
-    """The health and capacity thresholds at their built-in defaults, each with what it sets."""
-    from llmslo.durations import format_prometheus_duration
+    """The health and capacity thresholds at their built-in defaults, each with what it sets (one text with the
+    repository's thresholds.yaml, but for where the JSON Schema is)."""
     from slogen import thresholds
-    from slogen.rules.capacity import CapacityOptions
-    from slogen.rules.health import HealthOptions
 
-    lines = ["# The health and capacity alerts' thresholds (docs/slogen.md); the values are the built-in defaults.",
-             f'version: "{thresholds.VERSION}"']
-    for section, defaults, flags in (("health", HealthOptions(), thresholds.HEALTH_FLAGS),
-                                     ("capacity", CapacityOptions(), thresholds.CAPACITY_FLAGS)):
-        kinds = thresholds.settable(type(defaults))
-        lines.append(f"{section}:")
-        for field, _, text in flags:
-            value = getattr(defaults, field)
-            shown = format_prometheus_duration(value) if kinds[field] is int else f"{value:g}"
-            lines += [f"  # {text.format(shown)}", f"  {field}: {shown}"]
-    return "\n".join(lines) + "\n"
+    return thresholds.render(SCHEMA_URL)
 
 
 def _kustomization() -> str:

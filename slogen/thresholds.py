@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,13 @@ from llmslo.suggest import closest
 from slogen.errors import SpecError, SpecErrors, load_mapping_file
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthOptions
+from slogen.rules.knobs import Threshold, thresholds_of
 
 VERSION = "llmslo/thresholds/v1"
 DEFAULT_NAME = "thresholds.yaml"
 DEFAULT_HELP = f"{DEFAULT_NAME} beside the first input directory, e.g. ./{DEFAULT_NAME} for slos/, when it exists"
 SECTIONS: dict[str, type] = {"health": HealthOptions, "capacity": CapacityOptions}
-# Fields that are switches or set by the build itself, not thresholds.
-NOT_THRESHOLDS = frozenset({"enabled", "tap_config_hash"})
+FLAG_PREFIX = {"health": "", "capacity": "capacity-"}  # a section's flags: --<prefix><field with dashes>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +46,12 @@ class Thresholds:
 
 def settable(cls: type) -> dict[str, type]:
     """A section's threshold fields and their kind: int fields are durations (in ms), float ones numbers."""
-    return {f.name: (int if f.type in (int, "int") else float) for f in dataclasses.fields(cls)
-            if f.name not in NOT_THRESHOLDS}
+    return {t.name: (int if t.duration else float) for t in thresholds_of(cls)}
+
+
+def flag(section: str, t: Threshold) -> str:
+    """The `slogen build` flag that overrides a threshold of a section."""
+    return f"--{FLAG_PREFIX[section]}{t.name.replace('_', '-')}"
 
 
 def path_for(inputs: Sequence[str | Path], given: str | None) -> Path | None:
@@ -133,36 +138,42 @@ def problems(t: Thresholds, doc: Any = None) -> list[SpecError]:
     return out
 
 
-# Each threshold flag: (its options field, metavar, help with `{}` where the default goes). The field's kind
-# (slogen.thresholds.settable) gives the type: durations parse and show as Prometheus durations, the rest as numbers.
-HEALTH_FLAGS = (
-    ("gpu_lost_for", "DURATION", "LLMGpuLost: how long llm_gpu_up is 0 before it fires (default {})"),
-    ("gpu_error_window", "WINDOW", "LLMGpuXidErrors, LLMGpuEccUncorrectedErrors: window of the error increase "
-                                   "(default {})"),
-    ("target_down_for", "DURATION", "LLMEngineTargetDown: how long a target is unreadable (default {})"),
-    ("kv_usage_threshold", "RATIO", "LLMKVCacheSaturated: KV-cache usage ratio, with requests waiting (default {})"),
-    ("kv_saturated_for", "DURATION", "LLMKVCacheSaturated: how long before it fires (default {})"),
-    ("preemption_rate", "PER_SECOND", "LLMPreemptionStorm: preemptions per second per engine (default {})"),
-    ("preemption_window", "WINDOW", "LLMPreemptionStorm: rate window (default {})"),
-    ("preemption_for", "DURATION", "LLMPreemptionStorm: how long before it fires (default {})"),
-    ("tap_refusal_rate", "PER_SECOND", "LLMTapRefusingRequests: refusals per second per tap at its connection or "
-                                       "body-memory limit (default {}: any)"),
-    ("tap_refusal_window", "WINDOW", "LLMTapRefusingRequests: rate window (default {})"),
-    ("tap_refusal_for", "DURATION", "LLMTapRefusingRequests: how long before it fires, longer than the window "
-                                    "(default {})"),
-    ("tap_config_drift_for", "DURATION", "LLMTapConfigDrift: how long a tap reports other SLO files than the "
-                                         "build's before it fires (default {})"),
-)
-CAPACITY_FLAGS = (  # flags --capacity-<field>
-    ("footprint_window", "WINDOW", "rate window of the request-size histograms behind the p99/p50 footprint "
-                                   "(default {})"),
-    ("trend_window", "WINDOW", "deriv() window of the time-to-exhaustion forecast and the queue trend (default {})"),
-    ("seats_low", "SEATS", "LLMKVSeatsLow: a pool under this many seats at p99 context (default {})"),
-    ("seats_low_for", "DURATION", "LLMKVSeatsLow: how long before it fires (default {})"),
-    ("exhaustion_minutes", "MINUTES", "LLMKVSeatsExhaustion: forecast minutes to no seat left, with the queue "
-                                      "growing (default {})"),
-    ("exhaustion_for", "DURATION", "LLMKVSeatsExhaustion: how long before it fires (default {})"),
-    ("wave_period", "WINDOW", "LLMKVSeatsExhaustion: the forecast holds only under the pool's lowest free tokens "
-                              "over this long before the trend window, so a load wave up to this period does not "
-                              "page (default {})"),
-)
+HEADER = f"""\
+# The thresholds of the health and capacity alerts `slogen build` generates (alerts/llmslo-health.rules.yaml,
+# alerts/llmslo-capacity.rules.yaml). Read by `slogen build` and `slogen validate` (beside slos/, or
+# --thresholds FILE); a flag on the command line (e.g. --kv-usage-threshold 0.9) wins over this file.
+# Durations are Prometheus durations in whole minutes; the values below are the built-in defaults.
+version: "{VERSION}"
+"""
+
+
+def render(schema_ref: str) -> str:
+    """The thresholds file at the built-in defaults, each threshold with what it sets as its comment (the
+    repository's thresholds.yaml, and the one `slogen init` writes); `schema_ref` is the JSON Schema's location."""
+    lines = [f"# yaml-language-server: $schema={schema_ref}", HEADER.rstrip("\n")]
+    for section, cls in SECTIONS.items():
+        lines += ["", f"{section}:"]
+        for t in thresholds_of(cls):
+            accepts = "" if t.duration else f"; {_accepts(t)}"  # durations: the header says
+            lines += textwrap.wrap(f"{t.help()}{accepts}.", 112, initial_indent="  # ", subsequent_indent="  # ")
+            lines.append(f"  {t.name}: {t.show(t.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def _accepts(t: Threshold) -> str:
+    return t.knob.accepts.split(", e.g.")[0]
+
+
+def table() -> str:
+    """The docs' table of every threshold (docs/slogen.md, between the TABLE_BEGIN and TABLE_END markers)."""
+    rows = ["| file key | flag | default | accepts | sets |", "|---|---|---|---|---|"]
+    for section, cls in SECTIONS.items():
+        for t in thresholds_of(cls):
+            rows.append(f"| `{section}.{t.name}` | `{flag(section, t)} {t.knob.metavar}` | {t.show(t.default)} | "
+                        f"{_accepts(t)} | {t.help().replace('|', chr(92) + '|')} |")
+    return "\n".join(rows) + "\n"
+
+
+TABLE_BEGIN = ("<!-- the thresholds table: generated by `slogen thresholds --format markdown --out docs/slogen.md` from "
+               "the knobs of slogen/rules/health.py and capacity.py; edit those -->")
+TABLE_END = "<!-- end of the thresholds table -->"

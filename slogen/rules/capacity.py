@@ -57,8 +57,10 @@ from llmslo.gofloat import go_g
 from slogen import promql
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.model import Rule, RuleGroup
+from slogen.rules import knobs
 from slogen.rules.alerts import literal
 from slogen.rules.health import CRITICAL, TOPIC_KV_SATURATION, WARNING, HealthAlert, _alert, _l
+from slogen.rules.knobs import knob
 
 EXHAUSTION_LEAD = 5 * MINUTE  # the page fires at least this long before a steadily filling pool runs out
 
@@ -68,25 +70,27 @@ class CapacityOptions:
     """`slogen build --capacity-... ` options; durations in ms."""
 
     enabled: bool = True
-    footprint_window: int = 30 * MINUTE  # rate window of the request-size histograms
-    trend_window: int = 10 * MINUTE  # deriv() window of the forecast and of the queue trend
-    seats_low: float = 4.0  # LLMKVSeatsLow: a pool under this many p99 seats ...
-    seats_low_for: int = 15 * MINUTE  # ... for this long
-    exhaustion_minutes: float = 15.0  # LLMKVSeatsExhaustion: free tokens forecast to run out within this many minutes ...
-    exhaustion_for: int = 5 * MINUTE  # ... (or run out with the queue growing), for this long
-    wave_period: int = 60 * MINUTE  # ... and fallen under their lowest over this long, as of a trend window ago
+    footprint_window: int = knob(30 * MINUTE, "WINDOW", "", "the rate window of the request-size histograms behind "
+                                 "the p99 and p50 per-request footprints")
+    trend_window: int = knob(10 * MINUTE, "WINDOW", "", "the deriv() window of the time-to-exhaustion forecast and "
+                             "of the queue trend")
+    seats_low: float = knob(4.0, "SEATS", "LLMKVSeatsLow (ticket)", "a pool under this many seats (requests "
+                            "of p99 size, at p99 context, its free KV tokens hold) for seats_low_for",
+                            accepts="a positive number of seats, e.g. 4")
+    seats_low_for: int = knob(15 * MINUTE, "DURATION", "LLMKVSeatsLow", "how long before it fires")
+    exhaustion_minutes: float = knob(15.0, "MINUTES", "LLMKVSeatsExhaustion (page)",
+                                     "free KV tokens forecast to run out within this many minutes (or already "
+                                     "out with the queue growing), for exhaustion_for; the page comes at least 5 "
+                                     "minutes before the pool runs out",
+                                     accepts="a positive number of minutes, e.g. 15")
+    exhaustion_for: int = knob(5 * MINUTE, "DURATION", "LLMKVSeatsExhaustion", "how long before it fires")
+    wave_period: int = knob(60 * MINUTE, "WINDOW", "LLMKVSeatsExhaustion",
+                            "the forecast holds only while the pool's free tokens are under their lowest over this "
+                            "long, as of a trend window ago, so a load wave (an hourly batch job) that falls no lower "
+                            "than the last one did does not page")
 
     def problems(self) -> list[tuple[str, str]]:
-        out = []
-        if not self.seats_low > 0:
-            out.append(("capacity_seats_low", f"is {self.seats_low:g}; write a positive number of seats, e.g. 4"))
-        if not self.exhaustion_minutes > 0:
-            out.append(("capacity_exhaustion_minutes",
-                        f"is {self.exhaustion_minutes:g}; write a positive number of minutes, e.g. 15"))
-        for name in ("footprint_window", "trend_window", "seats_low_for", "exhaustion_for", "wave_period"):
-            ms = getattr(self, name)
-            if ms <= 0 or ms % MINUTE:
-                out.append((f"capacity_{name}", f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+        out = knobs.problems(self, "capacity_")
         # A steady fall is first forecast under M minutes with under M left, and the page fires `for` later:
         # the warning it gives is M - 1m (one evaluation step) - for, which must leave the promised 5 minutes.
         if 0 < self.exhaustion_minutes and 0 < self.exhaustion_for and \

@@ -25,7 +25,9 @@ from llmslo.gofloat import go_g
 from slogen import promql
 from slogen.links import DEFAULT_GRAFANA_URL, FLEET_DASHBOARD_UID, dashboard_url
 from slogen.model import Rule, RuleGroup
+from slogen.rules import knobs
 from slogen.rules.alerts import SEVERITY, literal, runbook_url
+from slogen.rules.knobs import knob
 
 CRITICAL = SEVERITY["page"]
 WARNING = SEVERITY["ticket"]
@@ -41,42 +43,47 @@ TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"
 
 @dataclass(frozen=True)
 class HealthOptions:
-    """Thresholds of the health alerts (`slogen build --kv-usage-threshold ...`); durations in ms."""
+    """Thresholds of the health alerts (`slogen build --kv-usage-threshold ...`); durations in ms. Each
+    threshold's row (flag, help, range) is its field's knob (slogen/rules/knobs.py)."""
 
     enabled: bool = True
-    gpu_lost_for: int = 2 * MINUTE
-    gpu_error_window: int = 10 * MINUTE  # XID and uncorrected-ECC increases over this window
-    target_down_for: int = 5 * MINUTE
-    kv_usage_threshold: float = 0.95  # ratio of KV blocks in use, with requests waiting
-    kv_saturated_for: int = 10 * MINUTE
-    preemption_rate: float = 1.0  # preemptions per second per engine, over preemption_window
-    preemption_window: int = 5 * MINUTE
-    preemption_for: int = 10 * MINUTE
+    gpu_lost_for: int = knob(2 * MINUTE, "DURATION", "LLMGpuLost", "how long llm_gpu_up is 0 (NVML lost the GPU, "
+                             "or the exporter's GPU reads fail) before it fires")
+    gpu_error_window: int = knob(10 * MINUTE, "WINDOW", "LLMGpuXidErrors, LLMGpuEccUncorrectedErrors",
+                                 "window of the increase of XID or uncorrected-ECC errors (any increase fires)")
+    target_down_for: int = knob(5 * MINUTE, "DURATION", "LLMEngineTargetDown",
+                                "how long an engine's /metrics is unreadable before it fires")
+    kv_usage_threshold: float = knob(0.95, "RATIO", "LLMKVCacheSaturated",
+                                     "KV-cache usage ratio (KV blocks in use) above which, with requests waiting, "
+                                     "it fires after kv_saturated_for", high=1.0,
+                                     accepts="a ratio between 0 and 1, e.g. 0.95")
+    kv_saturated_for: int = knob(10 * MINUTE, "DURATION", "LLMKVCacheSaturated", "how long before it fires")
+    preemption_rate: float = knob(1.0, "PER_SECOND", "LLMPreemptionStorm",
+                                  "preemptions per second per engine over preemption_window above which it fires "
+                                  "(a preempted request loses its KV and recomputes it: TTFT and TPOT both suffer)",
+                                  accepts="a positive rate per second, e.g. 1")
+    preemption_window: int = knob(5 * MINUTE, "WINDOW", "LLMPreemptionStorm", "rate window")
+    preemption_for: int = knob(10 * MINUTE, "DURATION", "LLMPreemptionStorm", "how long before it fires")
     # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
-    tap_refusal_rate: float = 0.0  # refusals per second per tap and reason, over tap_refusal_window
-    tap_refusal_window: int = 5 * MINUTE
-    tap_refusal_for: int = 10 * MINUTE  # longer than the window, so one burst of refusals does not fire it
+    tap_refusal_rate: float = knob(0.0, "PER_SECOND", "LLMTapRefusingRequests",
+                                   "refusals per second per tap and reason, at its connection or body-memory limit, "
+                                   "above which it fires (0: any sustained refusal)", low_open=False,
+                                   accepts="a rate per second, 0 (any refusal) or more")
+    tap_refusal_window: int = knob(5 * MINUTE, "WINDOW", "LLMTapRefusingRequests", "rate window")
+    tap_refusal_for: int = knob(10 * MINUTE, "DURATION", "LLMTapRefusingRequests",
+                                "how long before it fires, longer than the window, so one burst of refusals does "
+                                "not fire it")
     # The content hash of the SLO files the rules are built from (llmslo.confighash; set by the build from
-    # its inputs, not a flag): a tap running on other files fires TAP_CONFIG_DRIFT after tap_config_drift_for,
-    # long enough for the kubelet to update a mounted ConfigMap (about a minute) and the tap to reload it.
+    # its inputs, not a flag): a tap running on other files fires TAP_CONFIG_DRIFT after tap_config_drift_for.
     tap_config_hash: str = ""
-    tap_config_drift_for: int = 15 * MINUTE
+    tap_config_drift_for: int = knob(15 * MINUTE, "DURATION", "LLMTapConfigDrift",
+                                     "how long a tap runs on other SLO files than the rules were built from before it "
+                                     "fires (long enough for the kubelet to update a mounted ConfigMap, about a "
+                                     "minute, and the tap to reload it)")
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
-        out = []
-        if not 0 < self.kv_usage_threshold < 1:
-            out.append(("kv_usage_threshold", f"is {self.kv_usage_threshold:g}; write a ratio between 0 and 1, e.g. 0.95"))
-        if not self.preemption_rate > 0:
-            out.append(("preemption_rate", f"is {self.preemption_rate:g}; write a positive rate per second, e.g. 1"))
-        if not self.tap_refusal_rate >= 0:
-            out.append(("tap_refusal_rate", f"is {self.tap_refusal_rate:g}; write a rate per second, 0 (any refusal) or more"))
-        durations = ("gpu_lost_for", "gpu_error_window", "target_down_for", "kv_saturated_for",
-                     "preemption_window", "preemption_for", "tap_refusal_window", "tap_refusal_for", "tap_config_drift_for")
-        for name in durations:
-            ms = getattr(self, name)
-            if ms <= 0 or ms % MINUTE:
-                out.append((name, f"is {format_prometheus_duration(ms)}; write a whole number of minutes, e.g. 5m"))
+        out = knobs.problems(self)
         if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
             out.append(("tap_refusal_for", f"is {format_prometheus_duration(self.tap_refusal_for)}, not longer than "
                         f"tap_refusal_window ({format_prometheus_duration(self.tap_refusal_window)}), so one burst of refusals "

@@ -11,10 +11,11 @@ import pytest
 
 from llmslo.durations import parse_prometheus_duration
 from llmslo.specfile import load_documents
-from slogen import cli, thresholds
+from slogen import cli, scaffold, thresholdargs, thresholds
 from slogen.errors import SpecErrors
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthOptions
+from slogen.rules.knobs import thresholds_of
 
 REPO = Path(__file__).resolve().parents[2]
 SLOS = str(REPO / "slos")
@@ -110,4 +111,49 @@ def test_every_threshold_has_one_build_flag_of_its_kind():
         for name, kind in thresholds.settable(cls).items():
             action = by_dest[prefix + name]
             assert action.default is None, name  # None: the file's value, else the built-in default, stands
-            assert action.type is (cli._duration if kind is int else cli._finite), name
+            assert action.type is (thresholdargs.duration if kind is int else thresholdargs.finite), name
+
+
+def _build_flags() -> dict[str, argparse.Action]:
+    subparsers = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {o: a for a in subparsers.choices["build"]._actions for o in a.option_strings}
+
+
+def test_each_threshold_is_written_once_and_the_flag_file_and_docs_say_it():
+    flags, text = _build_flags(), (REPO / thresholds.DEFAULT_NAME).read_text()
+    docs = (REPO / "docs" / "slogen.md").read_text()
+    for section, cls in thresholds.SECTIONS.items():
+        for t in thresholds_of(cls):
+            action = flags[thresholds.flag(section, t)]
+            assert action.help == f"{t.help()} (default {t.show(t.default)})" and action.metavar == t.knob.metavar
+            assert f"  {t.name}: {t.show(t.default)}\n" in text  # the value line, under its comment
+            assert f"| `{section}.{t.name}` | `{thresholds.flag(section, t)} {t.knob.metavar}` | {t.show(t.default)} |" in docs
+    # the committed file, the docs table and `slogen init`'s file are what the rows make, to the byte
+    assert text == thresholds.render(thresholdargs.SCHEMA_REF), "run `slogen thresholds --out thresholds.yaml`"
+    assert cli.main(["thresholds", "--format", "markdown", "--out", str(REPO / "docs" / "slogen.md"), "--check"]) == 0
+    assert scaffold._thresholds() == thresholds.render(scaffold.SCHEMA_URL)
+
+
+def test_a_changed_row_makes_the_committed_file_and_docs_stale(tmp_path, monkeypatch, capsys):
+    (tmp_path / "t.yaml").write_text(thresholds.render(thresholdargs.SCHEMA_REF))
+    (tmp_path / "d.md").write_text(f"x\n{thresholds.TABLE_BEGIN}\nold\n{thresholds.TABLE_END}\ny\n")
+    assert cli.main(["thresholds", "--out", str(tmp_path / "t.yaml"), "--check"]) == 0
+    assert cli.main(["thresholds", "--format", "markdown", "--out", str(tmp_path / "d.md"), "--check"]) == 1
+    assert cli.main(["thresholds", "--format", "markdown", "--out", str(tmp_path / "d.md")]) == 0
+    assert (tmp_path / "d.md").read_text() == f"x\n{thresholds.TABLE_BEGIN}\n{thresholds.table()}{thresholds.TABLE_END}\ny\n"
+    row = next(t for t in thresholds_of(HealthOptions) if t.name == "kv_usage_threshold")
+    moved = dataclasses.replace(row, knob=dataclasses.replace(row.knob, sets="something else"))
+    monkeypatch.setattr(thresholds, "thresholds_of", lambda cls: tuple(moved if t.name == row.name else t
+                                                                      for t in thresholds_of(cls)))
+    assert cli.main(["thresholds", "--out", str(tmp_path / "t.yaml"), "--check"]) == 1
+    assert "is stale" in capsys.readouterr().err
+
+
+def test_a_value_out_of_its_rows_range_is_refused_with_the_rows_words():
+    assert HealthOptions(kv_usage_threshold=1.0).problems() == [
+        ("kv_usage_threshold", "is 1; write a ratio between 0 and 1, e.g. 0.95")]
+    assert HealthOptions(tap_refusal_rate=0.0).problems() == []  # 0 is in its range: any refusal
+    assert [n for n, _ in HealthOptions(preemption_rate=0.0, gpu_lost_for=90_000).problems()] == [
+        "gpu_lost_for", "preemption_rate"]
+    assert CapacityOptions(seats_low=float("nan")).problems() == [
+        ("capacity_seats_low", "is nan; write a positive number of seats, e.g. 4")]
