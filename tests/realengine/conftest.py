@@ -2,7 +2,8 @@
 server, test_llamacpp.py, whose fixture lives in that file).
 
 `vllm` is one engine shared by a test file (module scope); `start_vllm(config)` starts another with its own
-settings (a smaller KV cache, say) and stops it at the end of the test. Engines run with one OpenMP thread, so
+settings (a smaller KV cache, say) and stops it at the end of the test; `tap_factory(upstream, *flags)` starts a
+tap process in front of one (tap_harness.py) and stops it at the end of the test. Engines run with one OpenMP thread, so
 the stack in front of them has the other core. Their logs land in the test's tmp directory.
 """
 
@@ -14,6 +15,7 @@ import pytest
 
 from realengine import vllm_server
 from realengine.vllm_server import VllmConfig, VllmServer
+from tests.realengine.tap_harness import Tap, start_tap
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,3 +53,18 @@ def start_vllm(tmp_path, tiny_model) -> Iterator[Callable[[VllmConfig], VllmServ
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def tap_factory(tmp_path) -> Iterator:
+    taps: list[Tap] = []
+
+    def make(upstream: str, *extra: str, **kw) -> Tap:
+        d = tmp_path / f"tap{len(taps)}"
+        d.mkdir()
+        taps.append(start_tap(upstream, d, *extra, **kw))
+        return taps[-1]
+
+    yield make
+    for t in taps:
+        t.stop()

@@ -25,6 +25,7 @@ import pytest
 from realengine import llamacpp_server
 from realengine.llamacpp_server import SERVED_NAME, LlamacppConfig, LlamacppServer
 from tests.exporter import engine_pages
+from tests.realengine.tap_harness import start_tap
 from tests.realengine.test_exporter_vllm import (
     _exporter_once,
     _flat,
@@ -34,7 +35,6 @@ from tests.realengine.test_exporter_vllm import (
     exported_series,
     settled_page,
 )
-from tests.realengine.test_tap_vllm import start_tap
 
 REAL_ENGINE = "llamacpp"  # tests/realengine/conftest.py: what this file needs installed
 REPO = Path(__file__).resolve().parents[2]

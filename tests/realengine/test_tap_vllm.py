@@ -5,7 +5,8 @@ Each client times its own requests (first and last content token as it reads the
 tap`, as operators run it) and its /metrics must agree: outcome counts and token counts exactly, TTFT and
 TPOT sums within the relay's measured delay per request, bucket placement at the objectives exactly, and the
 goodput count exactly. Then the paths a simulator cannot prove: clients leaving mid-stream, a real engine
-hang (SIGSTOP of vLLM's engine core while its API server answers), and KV admission in front of the engine.
+hang (SIGSTOP of vLLM's engine core while its API server answers); KV admission in front of the engine is
+test_tap_admission_vllm.py. The tap process and the timing client are tests/realengine/tap_harness.py.
 
 The machine is small and shared, so the workloads make two populations far apart (short prompts alone
 against long unique prompts queued behind each other) instead of relying on absolute speed, and every
@@ -16,261 +17,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import aiohttp
-import pytest
-from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
-from realengine.process import free_port
-from realengine.vllm_server import SERVED_NAME, VllmServer
-
-ROOT = Path(__file__).resolve().parents[2]
-MODEL = SERVED_NAME
-TTFT_OBJ = 0.1  # seconds
-TPOT_OBJ = 0.015
-# What the client's clock may add to the tap's per request: the tap's arrival is after the client's send,
-# and the client reads each event after the tap relayed it (loopback, a shared 2-core machine under load).
-# Measured as the E2E sums' difference a request: 11 ms on quiet cores, 32 ms on the CI machine with the
-# engine decoding on both cores beside the client and the tap.
-TOL = 0.1
-SLO_YAML = f"""\
-version: "prometheus/v1"
-service: "real"
-slos:
-  - name: goodput
-    objective: 95
-    sli: {{plugin: {{id: llmslo/goodput, options: {{slo_class: interactive, ttft: "{TTFT_OBJ}", tpot: "{TPOT_OBJ}"}}}}}}
-"""
-CLS = "interactive"
-WORDS = 4000  # the tiny model's word-level vocabulary has w1..w4000 among its words: one token each
-
-
-def prompt(n: int, rng: random.Random) -> str:
-    """n tokens of random words: unique, so that prefix caching cannot shorten the prefill."""
-    return " ".join(f"w{rng.randint(1, WORDS)}" for _ in range(n))
-
-
-# ------------------------------------------------------------------------------------------------
-# The tap, as its own process
-# ------------------------------------------------------------------------------------------------
-@dataclass
-class Tap:
-    proc: subprocess.Popen
-    url: str
-    metrics_url: str
-    log: Path
-
-    def samples(self) -> dict[tuple[str, frozenset], float]:
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
-            text = r.read().decode()
-        return {(s.name, frozenset(s.labels.items())): s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
-
-    def value(self, name: str, **labels: str) -> float:
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.samples().items() if n == name and want <= ls)
-
-    def outcomes(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for (n, ls), v in self.samples().items():
-            if n == "llm_tap_requests_total" and v:
-                o = dict(ls)["outcome"]
-                out[o] = out.get(o, 0) + int(v)
-        return out
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.log.read_text(errors="replace")
-
-
-def start_tap(upstream: str, tmp: Path, *extra: str, objectives: tuple[float, float] = (TTFT_OBJ, TPOT_OBJ)) -> Tap:
-    slo = tmp / "slo.yaml"
-    slo.write_text(SLO_YAML.replace(f'ttft: "{TTFT_OBJ}", tpot: "{TPOT_OBJ}"',
-                                    f'ttft: "{objectives[0]}", tpot: "{objectives[1]}"'))
-    port, mport = free_port(), free_port()
-    log = tmp / f"tap-{port}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "tap", "--listen", f"127.0.0.1:{port}", "--upstream", upstream,
-         "--metrics-listen", f"127.0.0.1:{mport}", "--slo", str(slo), *extra],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    tap = Tap(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{mport}/metrics", log)
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the tap exited with {proc.returncode}: {log.read_text()}")
-        try:
-            if "llm_tap_requests_total" in str(tap.samples()) or tap.samples() is not None:
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            tap.stop()
-            raise RuntimeError(f"the tap did not start: {log.read_text()}")
-        time.sleep(0.1)
-    # the model becomes a label value once the tap has read the engine's /v1/models (up to 2 s at start)
-    return tap
-
-
-@pytest.fixture
-def tap_factory(tmp_path) -> Iterator:
-    taps: list[Tap] = []
-
-    def make(upstream: str, *extra: str, **kw) -> Tap:
-        d = tmp_path / f"tap{len(taps)}"
-        d.mkdir()
-        taps.append(start_tap(upstream, d, *extra, **kw))
-        return taps[-1]
-
-    yield make
-    for t in taps:
-        t.stop()
-
-
-# ------------------------------------------------------------------------------------------------
-# The client: it times every request itself
-# ------------------------------------------------------------------------------------------------
-@dataclass
-class Result:
-    kind: str  # what the test meant this request to be
-    stream: bool
-    status: int = 0
-    ttft: float | None = None
-    tpot: float | None = None
-    e2e: float | None = None
-    events: int = 0  # content events read
-    usage: int | None = None  # usage.completion_tokens the client saw
-    expected_tokens: int = 0  # max_tokens (ignore_eos: exactly that many)
-    done: bool = False  # read `data: [DONE]` (streams) / a whole JSON body
-    broken: str = ""  # how the response ended otherwise
-    left: bool = False  # the client closed the connection itself
-    headers: dict = field(default_factory=dict)
-    body: str = ""
-    saw_usage_chunk: bool = False
-    ended_at: float = 0.0  # time.perf_counter() when the client was done with it
-    span: float = 0.0  # from the first content event to the last the client read
-
-    @property
-    def pace(self) -> float:
-        """Seconds per content event after the first, as this client read them."""
-        return self.span / max(self.events - 1, 1)
-
-    @property
-    def n_out(self) -> int:
-        return self.usage if self.usage is not None else self.expected_tokens
-
-    def good(self, ttft_obj: float = TTFT_OBJ, tpot_obj: float = TPOT_OBJ) -> bool:
-        if self.status != 200 or not self.done:
-            return False
-        if self.stream:
-            return self.ttft is not None and self.ttft <= ttft_obj and (self.tpot or 0.0) <= tpot_obj
-        return self.e2e is not None and self.e2e <= ttft_obj + (self.n_out - 1) * tpot_obj
-
-
-def content_of(doc: dict) -> bool:
-    for c in doc.get("choices") or []:
-        if c.get("text") or (c.get("delta") or {}).get("content"):
-            return True
-    return False
-
-
-async def call(session: aiohttp.ClientSession, base: str, *, kind: str, chat: bool, stream: bool, text: str,
-               max_tokens: int, ask_usage: bool = False, leave_after_events: int | None = None,
-               leave_after_s: float | None = None, read_timeout: float = 60.0,
-               on_first: asyncio.Event | None = None) -> Result:
-    """One request, timed as its user sees it. `leave_after_events`/`leave_after_s`: the client closes the
-    connection after reading that many content events / after that long (whichever first)."""
-    body: dict = {"model": MODEL, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream}
-    if chat:
-        body["messages"] = [{"role": "user", "content": text}]
-    else:
-        body["prompt"] = text
-    if ask_usage:  # vLLM answers 400 to stream_options on a request that does not stream
-        body["stream_options"] = {"include_usage": True}
-    res = Result(kind, stream, expected_tokens=max_tokens)
-    path = "/v1/chat/completions" if chat else "/v1/completions"
-    t0 = time.perf_counter()
-    first = last = None
-
-    async def run() -> None:
-        nonlocal first, last
-        async with session.post(base + path, json=body, timeout=aiohttp.ClientTimeout(total=read_timeout)) as r:
-            res.status = r.status
-            res.headers = dict(r.headers)
-            if r.status != 200 or not stream:
-                raw = await r.read()
-                res.e2e = time.perf_counter() - t0
-                res.body = raw.decode(errors="replace")
-                if r.status == 200:
-                    doc = json.loads(raw)
-                    res.usage = doc["usage"]["completion_tokens"]
-                    res.done = True
-                return
-            async for line in r.content:
-                now = time.perf_counter()
-                if line.startswith(b"data: [DONE]"):
-                    res.done = True
-                    continue
-                if not line.startswith(b"data: {"):
-                    continue
-                doc = json.loads(line[6:])
-                if isinstance(doc.get("usage"), dict):
-                    res.usage = doc["usage"]["completion_tokens"]
-                    res.saw_usage_chunk = True
-                if content_of(doc):
-                    first = first or now
-                    last = now
-                    if on_first is not None:
-                        on_first.set()
-                    res.events += 1
-                    if leave_after_events is not None and res.events >= leave_after_events:
-                        res.left = True
-                        return  # leaving the context closes the connection (the body was not read whole)
-            res.e2e = time.perf_counter() - t0
-
-    try:
-        if leave_after_s is not None:
-            try:
-                await asyncio.wait_for(run(), leave_after_s)
-            except asyncio.TimeoutError:
-                res.left = True
-        else:
-            await run()
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-        res.broken = type(e).__name__
-        res.e2e = time.perf_counter() - t0
-    res.ended_at = time.perf_counter()
-    if first is not None:
-        res.ttft = first - t0
-        res.span = last - first
-        n = res.n_out
-        res.tpot = (last - first) / (n - 1) if n > 1 else 0.0
-    return res
-
-
-def engine_counter(server: VllmServer, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    total = 0.0
-    for fam in text_string_to_metric_families(server.metrics()):
-        for s in fam.samples:
-            if s.name == name and want <= set(s.labels.items()):
-                total += s.value
-    return total
+from realengine.vllm_server import VllmServer
+from tests.realengine.tap_harness import (
+    CLS,
+    MODEL,
+    TOL,
+    TPOT_OBJ,
+    TTFT_OBJ,
+    Result,
+    call,
+    engine_counter,
+    engine_finished,
+    prompt,
+    wait_idle,
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,24 +154,6 @@ def test_the_taps_counts_latencies_and_goodput_equal_what_the_clients_measured(v
 # ------------------------------------------------------------------------------------------------
 # 2. Clients leaving: neutral while on time, client_gave_up once the objective had passed
 # ------------------------------------------------------------------------------------------------
-def engine_finished(server: VllmServer) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(server.metrics()):
-        for s in fam.samples:
-            if s.name == "vllm:request_success_total":
-                r = s.labels.get("finished_reason", "")
-                out[r] = out.get(r, 0.0) + s.value
-    return out
-
-
-def wait_idle(server: VllmServer, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine_counter(server, "vllm:num_requests_running") + engine_counter(server, "vllm:num_requests_waiting") == 0:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the engine did not go idle")
-
 
 @dataclass(frozen=True)
 class LeavePlan:
@@ -592,141 +340,3 @@ def test_a_real_engine_hang_ends_in_flight_streams_as_upstream_timeout(vllm, tap
     print("hang:", json.dumps({"all_ended_after_s": round(out["hang_s"], 3),
                                "streams_cut_after_s": [round(r.ended_at - out["t_hang"], 3) for r in inflight],
                                "events_before_the_cut": [r.events for r in inflight]}))
-
-
-# ------------------------------------------------------------------------------------------------
-# 4. KV admission in front of the real engine
-# ------------------------------------------------------------------------------------------------
-async def burst(base: str, n: int, prompt_tokens: int, max_tokens: int, seed: int, stream: bool = True) -> list[Result]:
-    rng = random.Random(seed)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
-        return list(await asyncio.gather(*(
-            call(s, base, kind="burst", chat=j % 2 == 0, stream=stream, text=prompt(prompt_tokens, rng),
-                 max_tokens=max_tokens, ask_usage=stream) for j in range(n))))
-
-
-ADMISSION = ("--admission", "--admission-poll-interval", "0.25")
-
-
-# Objectives this engine meets for a burst of 16-token requests on any machine the tier runs on (a CI machine
-# read 5x slower than a workstation): below them is what "below capacity" means to an objective-based gate.
-BELOW_CAPACITY_OBJECTIVES = (5.0, 1.0)
-
-
-def test_below_capacity_the_gate_refuses_nothing(vllm, tap_factory):
-    """A burst of short requests the engine serves at once (16 seats running, KV for far more) within its
-    objectives is all admitted by the objective-based gate (no floors given)."""
-    wait_idle(vllm)  # an earlier test's cut streams may still be finishing
-    tap = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "64", objectives=BELOW_CAPACITY_OBJECTIVES)
-    # the engine's histograms see requests of this size; until then the gate's footprint is the p99 of every
-    # request the engine served (earlier tests' 2,000-token ones), so one of these two may be refused
-    warm = asyncio.run(burst(tap.url, 2, 6, 16, seed=1))
-    time.sleep(0.6)
-    wait_idle(vllm)
-    results = asyncio.run(burst(tap.url, 24, 6, 16, seed=2))
-    statuses = [r.status for r in results]
-    print("below capacity:", json.dumps({"statuses": {s: statuses.count(s) for s in set(statuses)},
-                                         "good": sum(r.good() for r in results), "tap": tap.outcomes()}))
-    assert statuses == [200] * 24 and all(r.done for r in results), statuses
-    warm_ok = sum(r.status == 200 for r in warm)
-    assert tap.outcomes() == {"ok": 24 + warm_ok, **({"refused": 2 - warm_ok} if warm_ok < 2 else {})}
-
-
-# what the clients are held to in the overload test (only reported: how many of each burst were good is the
-# machine's speed, a benchmark's business; what the test asserts is where the KV went)
-OVERLOAD_OBJECTIVES = (1.0, 0.1)
-
-
-def test_under_overload_the_gate_admits_what_the_kv_cache_holds(vllm, tap_factory):
-    """Requests of 50 prompt + 500 output tokens (18 KV blocks of 32 once grown; 127 usable): seven fit at once.
-    A burst of 24 without the gate starts 16 (max_num_seqs) that outgrow the cache, so vLLM preempts; with the
-    gate, what it admits fits the free KV it read, so nothing is preempted and the rest is refused at once."""
-    obj = OVERLOAD_OBJECTIVES
-    wait_idle(vllm)
-    plain = tap_factory(vllm.url, objectives=obj)
-    gated = tap_factory(vllm.url, *ADMISSION, "--admission-footprint", "600", "--admission-max-queue", "0",
-                        objectives=obj)
-    warm = asyncio.run(burst(gated.url, 2, 50, 500, seed=10))  # the engine's histograms see requests of this size
-    wait_idle(vllm)
-    preempted0 = engine_counter(vllm, "vllm:num_preemptions_total")
-    without = asyncio.run(burst(plain.url, 24, 50, 500, seed=11))
-    wait_idle(vllm)
-    preempted1 = engine_counter(vllm, "vllm:num_preemptions_total")
-    time.sleep(0.6)  # a reading of the idle engine
-    with_gate = asyncio.run(burst(gated.url, 24, 50, 500, seed=12))
-    wait_idle(vllm)
-    preempted2 = engine_counter(vllm, "vllm:num_preemptions_total")
-    admitted = [r for r in with_gate if r.status == 200]
-    refused = [r for r in with_gate if r.status == 429]
-    share = {
-        "preemptions_without_gate": preempted1 - preempted0, "preemptions_with_gate": preempted2 - preempted1,
-        "without_gate_good": sum(r.good(*obj) for r in without),
-        "with_gate_admitted": len(admitted), "with_gate_refused": len(refused),
-        "with_gate_good": sum(r.good(*obj) for r in admitted),
-        "seats": gated.value("llm_tap_admission_seats"), "footprint": gated.value("llm_tap_admission_footprint_tokens"),
-        "gated_tap": gated.outcomes(),
-    }
-    print("overload:", json.dumps(share))
-    assert all(r.status == 200 and r.done for r in without)
-    assert share["preemptions_without_gate"] > 0, share
-    assert len(admitted) + len(refused) == 24 and refused and admitted, share
-    assert all(r.done and r.n_out == 500 for r in admitted)
-    assert share["preemptions_with_gate"] == 0, share
-    # at least the six whole requests that fit in 127 blocks of 32 besides the seventh's rounding, at most seven
-    assert 6 <= len(admitted) <= 7, share
-    for r in refused:  # the tap's own answer: 429 with Retry-After (when a seat is expected: 1-30 s), nothing forwarded
-        assert 1 <= int(r.headers.get("Retry-After", "0")) <= 30, r.headers
-    warm_refused = sum(r.status == 429 for r in warm)
-    assert gated.outcomes() == {"ok": 2 - warm_refused + len(admitted), "refused": warm_refused + len(refused)}, share
-
-
-class MetricsBlocker:
-    """A gateway in front of the real engine that forwards the API and answers 503 for /metrics."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.session: aiohttp.ClientSession | None = None
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(status=503, text="metrics blocked\n")
-
-    async def forward(self, request: web.Request) -> web.StreamResponse:
-        assert self.session is not None
-        body = await request.read()
-        async with self.session.request(request.method, self.upstream + request.path_qs, data=body,
-                                        headers={"content-type": request.headers.get("content-type", "")}) as r:
-            resp = web.StreamResponse(status=r.status, headers={"content-type": r.headers.get("content-type", "")})
-            await resp.prepare(request)
-            async for piece in r.content.iter_any():
-                await resp.write(piece)
-            await resp.write_eof()
-            return resp
-
-
-def test_with_the_engines_metrics_unreadable_the_gate_fails_open(vllm, tap_factory):
-    async def go() -> tuple[list[Result], float, float]:
-        blocker = MetricsBlocker(vllm.url)
-        blocker.session = aiohttp.ClientSession()
-        app = web.Application()
-        app.router.add_get("/metrics", blocker.metrics)
-        app.router.add_route("*", "/{tail:.*}", blocker.forward)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            tap = await asyncio.to_thread(tap_factory, f"http://127.0.0.1:{port}", *ADMISSION,
-                                          "--admission-max-queue", "0", "--admission-footprint", "4096")
-            await asyncio.sleep(0.6)
-            results = await burst(tap.url, 12, 400, 100, seed=20)
-            readable = await asyncio.to_thread(tap.value, "llm_tap_admission_engine_readable")
-            is_open = await asyncio.to_thread(tap.value, "llm_tap_admission_open")
-            return results, readable, is_open
-        finally:
-            await blocker.session.close()
-            await runner.cleanup()
-
-    results, readable, is_open = asyncio.run(go())
-    # a gate that could read this engine would refuse most of this burst (one seat of 4,096 tokens, no queue)
-    assert readable == 0 and is_open == 1
-    assert [r.status for r in results] == [200] * 12 and all(r.done for r in results)
