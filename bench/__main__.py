@@ -3,7 +3,8 @@
 NAME is a module's name without `bench_`, its underscores or hyphens: `python -m bench tap-abuse` runs bench_tap_abuse.
 
 With no NAME every module runs and the file is rewritten; with NAMEs only their sections are replaced and the
-sections of the modules not run are kept as they were (the header's machine and date are always renewed).
+sections of the modules not run are kept as they were (the header's machine and date are always renewed). Either
+way the sections of `bench.report.RECORDED`, whose code is gone, stay as last measured.
 
 `--only WORD` (repeatable) runs only the cases whose description contains a WORD, in the modules that take it
 (`run(only=...)`; e.g. `python -m bench tap-admission --only decode --only 0.9x`), for iterating on one case; it
@@ -67,10 +68,8 @@ def main(argv: list[str]) -> int:
     if only:
         return 0  # the rows are printed above; a partial section is not written
     out = ROOT / "BENCHMARKS.md"
-    if argv and out.exists():
-        write_atomic(out, merge(out.read_text(), rows, notes))
-    else:
-        write_atomic(out, render(rows, notes))
+    previous = out.read_text() if out.exists() else ""
+    write_atomic(out, merge(previous, rows, notes) if argv else render(rows, notes, previous))
     return 0
 
 

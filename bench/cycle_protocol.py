@@ -41,14 +41,12 @@ class CycleWorker:
 
     _ids = itertools.count()
 
-    def __init__(self, module: str, mode: str, spec: dict, workdir: Path, tree: Path = ROOT) -> None:
-        """`tree`: where the product packages come from (bench.old_tree for an earlier commit's); the bench
-        modules always come from this checkout."""
+    def __init__(self, module: str, mode: str, spec: dict, workdir: Path) -> None:
         path = workdir / f"{module.rsplit('.', 1)[-1]}-{next(self._ids)}-{mode}.json"
         path.write_text(json.dumps(spec))
         self.argv = [module, mode, str(path)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys((str(tree), str(ROOT))))}
-        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], cwd=tree, env=env,
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], cwd=ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._expect_line()
         self.cycles_done = 0

@@ -9,6 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 SECTION_PREFIX = "## "
+# Sections whose benchmark code is gone (a comparison with a tree long past): their rows stay in BENCHMARKS.md as
+# last measured, through every rewrite, and no run replaces them.
+RECORDED = ("Goodput tap: the relay now against before", "Collection cycle: now against before")
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,11 @@ def section_blocks(rows: list[Row], notes: dict[str, str] | None = None) -> dict
     return blocks
 
 
-def render(rows: list[Row], notes: dict[str, str] | None = None) -> str:
-    """A Markdown document with one table per section, stamped with the machine and date."""
-    return _document(section_blocks(rows, notes).values())
+def render(rows: list[Row], notes: dict[str, str] | None = None, previous: str = "") -> str:
+    """A Markdown document with one table per section, stamped with the machine and date, and the RECORDED
+    sections of `previous` (the file it replaces) after them, as they were."""
+    kept = split_sections(previous)
+    return _document([*section_blocks(rows, notes).values(), *(kept[t] for t in RECORDED if t in kept)])
 
 
 def _document(blocks: Iterable[str]) -> str:
