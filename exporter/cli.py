@@ -32,11 +32,24 @@ EXIT_NOTHING_READ = 1
 
 def version_text() -> str:
     """`--version`: the llmslo version and the Python that runs it (llmslo_build_info's labels)."""
-    import platform
+    from exporter.procinfo import build_info
+    from llmslo import conventions as c
 
-    from llmslo.version import version
+    info = build_info()
+    return f"{PROG} {info[c.LABEL_VERSION]} ({info[c.LABEL_PYTHON_IMPLEMENTATION]} {info[c.LABEL_PYTHON_VERSION]})"
 
-    return f"{PROG} {version()} ({platform.python_implementation()} {platform.python_version()})"
+
+class _VersionAction(argparse.Action):
+    """`--version`, its text made only when asked: argparse's own action takes the text when the parser is built,
+    and making it reads the installed distribution's metadata on every start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(version_text())  # to stdout, as argparse's own `version` action writes it
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Flags override the --config file; --engine adds to its targets. "
         f"`{PROG} tap --help` describes the goodput tap.",
     )
-    p.add_argument("--version", action="version", version=version_text())
+    p.add_argument("--version", action=_VersionAction)
     p.add_argument("--config", metavar="FILE", help="YAML config file (all settings, plus Kubernetes discovery)")
     # Prometheus exporters' flag names first; the earlier names stay as aliases.
     p.add_argument("--web.listen-address", "--listen", dest="listen", metavar="HOST:PORT",

@@ -9,7 +9,6 @@ here, only reasons.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -43,6 +42,8 @@ def quote(value: object) -> str:
 
 def _json_line(doc: dict[str, object]) -> str:
     """One JSON object on one line, non-ASCII text kept, DEL and C1 controls escaped too (json escapes only C0)."""
+    import json  # here: the default logfmt lines never need it, and `--once` starts without it
+
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(doc, ensure_ascii=False))
 
 
@@ -70,6 +71,8 @@ class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         head = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname}
         message = record.getMessage()
+        import json
+
         try:
             body = json.loads(message) if message.startswith("{") else None
         except ValueError:

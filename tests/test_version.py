@@ -13,6 +13,8 @@ import importlib.util
 import platform
 import re
 import shutil
+import subprocess
+import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -84,9 +86,28 @@ def test_without_an_install_the_source_trees_pyproject_decides(tmp_path, monkeyp
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "version", not_installed)
+    monkeypatch.setattr(sys, "path", [])  # no llmslo-*.dist-info to read either
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "llmslo"\nversion = "7.8.9"\n')
     assert _fresh_copy(tmp_path).version() == "7.8.9"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "something-else"\nversion = "1.0"\n')
     assert _fresh_copy(tmp_path).version() == UNKNOWN
     (tmp_path / "pyproject.toml").unlink()
     assert _fresh_copy(tmp_path).version() == UNKNOWN
+
+
+def test_the_installed_version_is_read_from_the_first_dist_info_on_the_path(tmp_path, monkeypatch) -> None:
+    """The METADATA `Version` of the first matching dist-info, as importlib.metadata would pick it; a
+    distribution whose name only starts with llmslo is not ours."""
+    for name, declared in (("llmslo_extras-9.9.9.dist-info", "9.9.9"), ("LLMSLO-4.5.6.dist-info", "4.5.6")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "METADATA").write_text(f"Metadata-Version: 2.1\nName: x\nVersion: {declared}\n\nVersion: 0\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path), *sys.path])
+    assert _fresh_copy(tmp_path / "copy").version() == "4.5.6"
+
+
+def test_reading_the_version_does_not_import_importlib_metadata() -> None:
+    """importlib.metadata loads email, zipfile and csv: a third of `llmslo-exporter --once`'s imports once."""
+    code = ("import sys; from llmslo.version import version; v = version(); "
+            "print(v, 'importlib.metadata' in sys.modules, 'email' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [DECLARED, "False", "False"]

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from prometheus_client.utils import floatToGoString as reference_float_to_go_string
@@ -18,17 +21,21 @@ from llmslo.gofloat import client_float as floatToGoString
 from tests.exporter.test_cli import REPO
 
 # What a --once over saved pages with --gpu off never needs: the tap, the HTTP client and server (aiohttp
-# builds TLS contexts when imported), the web config (bcrypt, TLS), YAML, prometheus_client, NVML.
+# builds TLS contexts when imported), the web config (bcrypt, TLS), YAML, prometheus_client, NVML, the kubelet's
+# pod-resources client (gRPC, protobuf), the podmap relay's server, and the distribution-metadata reader (its
+# email, zipfile and csv were a third of the modules).
 NOT_FOR_ONCE = (
     "aiohttp", "exporter.tap", "exporter.tap.cli", "exporter.server", "exporter.webconfig", "exporter.sources.http",
     "bcrypt", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.gpu.fake", "exporter.discovery",
+    "exporter.gpu.podresources", "exporter.gpu.podmap_server", "http.server", "importlib.metadata", "email", "json",
+    "platform", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
 )
 
 
 def loaded_by(*args: str) -> tuple[int, set[str], str]:
     """Run `llmslo-exporter ARGS` in a fresh interpreter; its exit code, the modules it loaded, its stdout."""
     code = (
-        "import sys, io, json, contextlib\n"
+        "import sys, io\n"
         "from exporter.cli import main\n"
         "out = io.StringIO()\n"
         "class Out:\n"
@@ -38,7 +45,9 @@ def loaded_by(*args: str) -> tuple[int, set[str], str]:
         "sys.stdout = Out()\n"
         f"rc = main({list(args)!r})\n"
         "sys.stdout = sys.__stdout__\n"
-        "print(json.dumps({'rc': rc, 'modules': sorted(sys.modules), 'out': Out.buffer.getvalue().decode()}))\n"
+        "modules = sorted(sys.modules)\n"
+        "import json\n"  # after the list: the run's own modules only
+        "print(json.dumps({'rc': rc, 'modules': modules, 'out': Out.buffer.getvalue().decode()}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -64,6 +73,22 @@ def test_a_fake_gpu_loads_the_fake_provider_only(pages_dir):
     rc, modules, out = loaded_by("--once", "--gpu", "fake:1", "--engine", f"vllm=file://{pages_dir / 'vllm-v1.prom'}")
     assert rc == 0 and "llm_gpu_up{" in out
     assert "exporter.gpu.fake" in modules and "exporter.gpu.nvml" not in modules
+
+
+def test_grpc_and_protobuf_load_only_when_the_pod_resources_socket_is_there(pages_dir):
+    """GPUs read and the mapping off, or its socket absent (no kubelet): no gRPC. A socket there: gRPC, to read it."""
+    page = f"vllm=file://{pages_dir / 'vllm-v1.prom'}"
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:  # a short path: a unix socket's is at most 107 bytes
+        kubelet = os.path.join(folder, "kubelet.sock")
+        for mapping in (["--pod-resources-socket", "off"], ["--pod-resources-socket", kubelet]):
+            rc, modules, out = loaded_by("--once", "--gpu", "fake:1", "--engine", page, *mapping)
+            assert rc == 0 and "llm_gpu_up{" in out
+            assert sorted(m for m in GRPC if m in modules) == [], mapping
+        with socket.socket(socket.AF_UNIX) as bound:  # bound, not listening: the kubelet's call is refused at once
+            bound.bind(kubelet)
+            rc, modules, out = loaded_by("--once", "--gpu", "fake:1", "--engine", page, "--pod-resources-socket", kubelet)
+    assert rc == 0 and "llm_gpu_up{" in out
+    assert {"grpc", "exporter.gpu.podresources_pb2"} <= modules
 
 
 def test_the_help_still_names_the_tap_and_tap_must_come_first(capsys):
