@@ -2,7 +2,7 @@
 
 Every scenario runs the tap as a real process (`python -m exporter.tap`, default settings unless a
 row says otherwise) in front of an engine stand-in that streams SSE token chunks at a steady pace,
-each carrying its write time (bench.tap_stream_server's chunks; this module's upstream reads
+each carrying its write time (bench.tap_stream_server's chunks; the upstream of bench.abuse_procs reads
 request bodies of any size without copying them). Ours = the tap of this tree; peer = the tap at
 OLD_COMMIT, the commit before the abuse limits (extracted with `git archive` into a temporary
 directory and run from there), under the same load in the same run.
@@ -29,29 +29,23 @@ directory and run from there), under the same load in the same run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import functools
 import os
 import random
 import re
-import resource
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.old_tree import old_tree as bench_old_tree
+from bench.abuse_procs import Tap, client_runner, pct, raise_own_fd_limit, stream_request, tap_process, upstream
+from bench.old_tree import old_tree
 from bench.report import Row
-from bench.slowloris import Fleet, read_chunked, refusals
+from bench.slowloris import Fleet, read_chunked
 from bench.stream_client import KeepAliveStream
-from bench.tap_stream_server import StreamProtocol, serve, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Tap under abuse"
@@ -90,182 +84,6 @@ NOTES: dict[str, str] = {}
 
 
 # ----------------------------------------------------------------------------------------
-# Upstream: tap_stream_server's stream, reading request bodies of any size in passing
-# ----------------------------------------------------------------------------------------
-_MODELS = b'{"object":"list","data":[{"id":"bench","object":"model"}]}'
-
-
-class Upstream(StreamProtocol):
-    """Keeps only a request body's first 4 KiB (where the bench puts max_tokens), counts the rest."""
-
-    def __init__(self, interval_s: float, first_s: float, tokens: int) -> None:
-        super().__init__(interval_s, first_s, tokens)
-        self.left = -1  # body bytes still to come; -1 while reading a head
-        self.start = b""
-        self.get = False
-
-    def data_received(self, data: bytes) -> None:
-        while data:
-            if self.left < 0:
-                self.buf += data
-                end = self.buf.find(b"\r\n\r\n")
-                if end < 0:
-                    return
-                head, data, self.buf = self.buf[:end].lower(), self.buf[end + 4 :], b""
-                self.get = head.startswith(b"get ")
-                self.left, self.start = 0, b""
-                for line in head.split(b"\r\n"):
-                    if line.startswith(b"content-length:"):
-                        self.left = int(line.split(b":")[1])
-            take = min(self.left, len(data))
-            if len(self.start) < 4096:
-                self.start += data[: min(take, 4096 - len(self.start))]
-            self.left -= take
-            data = data[take:]
-            if self.left == 0:
-                self.left = -1
-                self._respond()
-
-    def _respond(self) -> None:
-        assert self.transport is not None
-        if self.get:  # the tap reads GET /v1/models for its model label
-            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(_MODELS), _MODELS))
-            return
-        self.stream(self.start)
-
-
-async def _serve_upstream(args: argparse.Namespace) -> None:
-    await serve(lambda: Upstream(args.interval_ms / 1000, args.first_ms / 1000, 10), 4096)
-
-
-# ----------------------------------------------------------------------------------------
-# Processes
-# ----------------------------------------------------------------------------------------
-def _raise_own_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 65536
-    if soft != resource.RLIM_INFINITY and soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < TRICKLERS + LEGIT_REQUESTS + 200:
-        raise RuntimeError(f"the open-file limit ({resource.getrlimit(resource.RLIMIT_NOFILE)}) is too low for "
-                           f"{TRICKLERS} trickling connections: raise the hard limit (ulimit -Hn)")
-
-
-def _upstream() -> AbstractContextManager[tuple[int, int]]:
-    """The upstream's port and pid."""
-    return spawn("bench.bench_tap_abuse", "upstream", "--interval-ms", str(INTERVAL_MS), "--first-ms", str(FIRST_MS))
-
-
-def _old_tree() -> AbstractContextManager[Path]:
-    """The packages at OLD_COMMIT, in a temporary directory."""
-    return bench_old_tree(OLD_COMMIT, "bench-tap-old-")
-
-
-@dataclass
-class Tap:
-    popen: subprocess.Popen[str]
-    port: int
-    metrics_port: int
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def status(self, key: str) -> int:
-        """A /proc/PID/status figure in bytes (VmRSS, VmHWM)."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def fds(self) -> int:
-        try:
-            return len(os.listdir(f"/proc/{self.pid}/fd"))
-        except OSError:
-            return -1
-
-    def nofile(self) -> str:
-        for line in Path(f"/proc/{self.pid}/limits").read_text().splitlines():
-            if line.startswith("Max open files"):
-                return line.split()[3]
-        return "?"
-
-    def refusals(self) -> dict[str, float]:
-        """llm_tap_refusals_total by reason, from the tap's /metrics ({} when it has none: the old tap)."""
-        return refusals(f"http://127.0.0.1:{self.metrics_port}/metrics")
-
-
-@contextmanager
-def _tap(upstream_port: int, old: Path | None = None, nofile_soft: int | None = None) -> Iterator[Tap]:
-    """A tap process, default settings. `old`: run the tree there instead of this one. `nofile_soft`:
-    start it with that open-file soft limit."""
-    env = dict(os.environ)
-    cwd = ROOT
-    if old is not None:
-        env["PYTHONPATH"] = str(old)  # and cwd: `python -m` puts the working directory first on sys.path
-        cwd = old
-
-    def limit() -> None:
-        if nofile_soft is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile_soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--upstream", f"http://127.0.0.1:{upstream_port}"],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=limit,
-    )
-    ports: list[int] = []
-    listening = threading.Event()
-
-    def drain() -> None:  # always read its stderr: a tap blocked on a full pipe would measure nothing
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            m = None if listening.is_set() else re.search(
-                r"event=tap_listening proxy=http://127\.0\.0\.1:(\d+) metrics=http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                ports.extend((int(m.group(1)), int(m.group(2))))
-                listening.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        if not listening.wait(30):
-            raise RuntimeError("the tap did not start listening")
-        yield Tap(proc, ports[0], ports[1])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
-
-
-def _runner() -> asyncio.Runner:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)  # the client's own CPU weighs less on 2 cores
-
-
-def _request(max_tokens: int, extra: bytes = b"") -> bytes:
-    body = b'{"model":"bench","max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"hi"}]}' % max_tokens
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n%s"
-            b"Content-Length: %d\r\n\r\n%s" % (extra, len(body), body))
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-# ----------------------------------------------------------------------------------------
 # 1. Slowloris
 # ----------------------------------------------------------------------------------------
 _TRICKLE = b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n" + b"X-Trickle: 1\r\n" * 4096  # never ends
@@ -278,7 +96,7 @@ async def _legit(port: int) -> tuple[str, float]:
     try:
         async with asyncio.timeout(LEGIT_TIMEOUT_S):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request(LEGIT_TOKENS))
+            writer.write(stream_request(LEGIT_TOKENS))
             head = await reader.readuntil(b"\r\n\r\n")
             status = head.split(b" ", 2)[1].decode()
             if status != "200":
@@ -340,7 +158,7 @@ async def _slowloris_run(tap: Tap) -> SlowlorisResult:
 
 
 def slowloris(upstream_port: int, old: Path | None, nofile_soft: int | None) -> SlowlorisResult:
-    with _tap(upstream_port, old, nofile_soft) as tap, _runner() as runner:
+    with tap_process(upstream_port, old, nofile_soft) as tap, client_runner() as runner:
         r = runner.run(_slowloris_run(tap))
     print(f"  slowloris {'old' if old else 'new'} nofile={nofile_soft}: {r.completed()} ok, failures {dict(r.failures)}, "
           f"trickle answers {dict(r.fleet.answers)}, reopened {r.fleet.opened - TRICKLERS}, refusals {r.refusals}, "
@@ -383,7 +201,7 @@ class Stream(KeepAliveStream):
         self.first_tokens = first_tokens
 
     def request(self) -> bytes:
-        request = _request(self.first_tokens or STREAM_TOKENS)
+        request = stream_request(self.first_tokens or STREAM_TOKENS)
         self.first_tokens = 0
         return request
 
@@ -516,14 +334,14 @@ async def _chunks_run(tap: Tap, upstream: tuple[int, int]) -> ChunksResult:
     base = [x for r in range(ROUNDS) for x in d[f"base{r}"]]
     up = [x for r in range(ROUNDS) for x in d[f"upload{r}"]]
     return ChunksResult(
-        [_pct(d[f"base{r}"], 0.99) for r in range(ROUNDS)], [_pct(d[f"upload{r}"], 0.99) for r in range(ROUNDS)],
-        _pct(base, 0.99), _pct(up, 0.99), _pct(up, 0.5), max(up, default=float("nan")), phases.worst,
-        uploaded, statuses, caught_up, cpu_s, others, [_pct(c[f"upload{r}"], 0.99) for r in range(ROUNDS)],
+        [pct(d[f"base{r}"], 0.99) for r in range(ROUNDS)], [pct(d[f"upload{r}"], 0.99) for r in range(ROUNDS)],
+        pct(base, 0.99), pct(up, 0.99), pct(up, 0.5), max(up, default=float("nan")), phases.worst,
+        uploaded, statuses, caught_up, cpu_s, others, [pct(c[f"upload{r}"], 0.99) for r in range(ROUNDS)],
     )
 
 
 def one_byte_chunks(upstream: tuple[int, int], old: Path | None) -> ChunksResult:
-    with _tap(upstream[0], old) as tap, _runner() as runner:
+    with tap_process(upstream[0], old) as tap, client_runner() as runner:
         r = runner.run(_chunks_run(tap, upstream))
     print(f"  1-byte chunks {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
     return r
@@ -603,7 +421,7 @@ async def _memory_run(tap: Tap) -> MemoryResult:
 
 
 def memory(upstream_port: int, old: Path | None) -> MemoryResult:
-    with _tap(upstream_port, old) as tap, _runner() as runner:
+    with tap_process(upstream_port, old) as tap, client_runner() as runner:
         r = runner.run(_memory_run(tap))
     print(f"  memory {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
     return r
@@ -633,9 +451,9 @@ def _met(ok: bool) -> str:
 
 
 def run() -> list[Row]:
-    _raise_own_fd_limit()
+    raise_own_fd_limit(TRICKLERS + LEGIT_REQUESTS + 200)
     t0 = time.monotonic()
-    with _upstream() as (up, up_pid), _old_tree() as old:
+    with upstream(INTERVAL_MS, FIRST_MS) as (up, up_pid), old_tree(OLD_COMMIT, "bench-tap-old-") as old:
         sl_new = slowloris(up, None, None)
         sl_new_1024 = slowloris(up, None, OLD_NOFILE)
         sl_old = slowloris(up, old, OLD_NOFILE)
@@ -662,8 +480,8 @@ def _slowloris_rows(sl_new: SlowlorisResult, sl_new_1024: SlowlorisResult, sl_ol
             f"target {_met(sl_new_1024.ok >= need)}", COMMAND),
         Row(SECTION, "slowloris: legitimate stream's whole time p50 / p99, the completed ones (s; the stream itself "
             f"takes {(FIRST_MS + (LEGIT_TOKENS - 1) * INTERVAL_MS) / 1000:.2f})",
-            f"{_pct(sl_new.ok_seconds, 0.5):.2f} / {_pct(sl_new.ok_seconds, 0.99):.2f}",
-            f"{_pct(sl_old.ok_seconds, 0.5):.2f} / {_pct(sl_old.ok_seconds, 0.99):.2f}" if sl_old.ok else "none completed",
+            f"{pct(sl_new.ok_seconds, 0.5):.2f} / {pct(sl_new.ok_seconds, 0.99):.2f}",
+            f"{pct(sl_old.ok_seconds, 0.5):.2f} / {pct(sl_old.ok_seconds, 0.99):.2f}" if sl_old.ok else "none completed",
             "n/a", COMMAND),
         Row(SECTION, "slowloris: what the trickling connections got (answers; reconnections; the tap's own count); "
             "the tap's open descriptors at peak",
@@ -741,13 +559,6 @@ def _notes(ch_new: ChunksResult, wall: float) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["upstream"]:
-        p = argparse.ArgumentParser()
-        p.add_argument("what")
-        p.add_argument("--interval-ms", type=float, default=INTERVAL_MS)
-        p.add_argument("--first-ms", type=float, default=FIRST_MS)
-        asyncio.run(_serve_upstream(p.parse_args()))
-    else:
-        for row in run():
-            print(row)
-        print(NOTES[SECTION])
+    for row in run():
+        print(row)
+    print(NOTES[SECTION])
