@@ -14,10 +14,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.adapters import ADAPTERS
+from llmslo import fields
 from llmslo.durations import parse_go_duration
+from llmslo.fields import Fields, Problem
 from llmslo.problems import describe
 from llmslo.ranges import check as range_check
-from llmslo.suggest import closest
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
 ENGINE_KINDS = tuple(ADAPTERS)  # one per adapter, each named in llmslo.conventions (ENGINE_KINDS)
@@ -284,67 +285,6 @@ def resolve_node_name(configured: str) -> str:
 # --------------------------------------------------------------------------------------
 # YAML loading
 # --------------------------------------------------------------------------------------
-class _Reader:
-    """Reads one mapping of the YAML file, knowing its location for error messages. Problems go to `problems`
-    (shared by every mapping of one file); a getter that finds one records it and returns the default."""
-
-    def __init__(self, path: str, where: str, data: Any, problems: list[tuple[int, str]], line: int | None = None):
-        self.path, self.where, self.problems = path, where, problems
-        self.line = getattr(data, "line", None) or line
-        self.data = data if isinstance(data, dict) else {}
-        if data is not None and not isinstance(data, dict):
-            self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
-
-    def field_name(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where and key else (key or self.where)
-
-    def line_of(self, key: str) -> int | None:
-        line_of = getattr(self.data, "line_of", None)  # llmslo.specfile.LineDict
-        return (line_of(key) or self.line) if key and line_of else self.line
-
-    def error(self, key: str, problem: str, fix: str) -> None:
-        line = self.line_of(key)
-        self.problems.append((line or 0, describe(self.path, problem, line=line, field=self.field_name(key) or "(top level)",
-                                                  fix=fix)))
-
-    def check_keys(self, allowed: tuple[str, ...]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                close = closest(str(key), allowed)
-                hint = f"did you mean {close!r}?" if close else f"known keys: {', '.join(allowed)}"
-                self.error(str(key), "unknown setting", f"remove it or correct the name ({hint})")
-
-    def get(self, key: str, parse, default, fix: str):
-        if key not in self.data or self.data[key] is None:
-            return default
-        try:
-            return parse(self.data[key])
-        except (ValueError, TypeError) as exc:
-            self.error(key, str(exc), getattr(exc, "fix", fix))
-            return default
-
-    def child(self, key: str) -> _Reader:
-        return _Reader(self.path, self.field_name(key), self.data.get(key), self.problems, self.line_of(key))
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise ValueError(f"expected a string, got {value!r}")
-    return str(value)
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _positive_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"expected a whole number above zero, got {value!r}")
-    return value
-
-
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -389,49 +329,49 @@ _DISCOVERY_KEYS = (
 )
 
 
-def _load_target(parent: _Reader, index: int, data: Any, line: int | None) -> TargetConfig | None:
+def _load_target(parent: Fields, index: int, data: Any, line: int | None) -> TargetConfig | None:
     """One `targets:` item; None (its problems recorded) when it cannot make a target."""
-    r = _Reader(parent.path, f"targets[{index}]", data, parent.problems, line)
+    r = Fields(parent.file, f"targets[{index}]", data, parent.problems, line)
     r.check_keys(_TARGET_KEYS)
     missing = [key for key in ("kind", "url") if key not in r.data]
     for key in missing:
         r.error(key, "missing", f"add `{key}:` to this target")
     target = TargetConfig(
-        kind=r.get("kind", lambda v: check_kind(_str(v)), "", f"use one of {', '.join(TARGET_KINDS)}"),
-        url=r.get("url", lambda v: check_url(_str(v)), "", "use http(s)://host:port/metrics or file:///path"),
-        name=r.get("name", _str, "", "use a short string"),
-        model=r.get("model", _str, "", "use the served model name"),
-        pod=r.get("pod", _str, "", "use the pod name"),
-        namespace=r.get("namespace", _str, "", "use the namespace name"),
+        kind=r.get("kind", lambda v: check_kind(fields.text(v)), "", f"use one of {', '.join(TARGET_KINDS)}"),
+        url=r.get("url", lambda v: check_url(fields.text(v)), "", "use http(s)://host:port/metrics or file:///path"),
+        name=r.get("name", fields.text, "", "use a short string"),
+        model=r.get("model", fields.text, "", "use the served model name"),
+        pod=r.get("pod", fields.text, "", "use the pod name"),
+        namespace=r.get("namespace", fields.text, "", "use the namespace name"),
         timeout_s=r.get("timeout", parse_seconds_or_go_duration, None, "use a duration such as 2s"),
         max_page_bytes=r.get("max_page_bytes", parse_size, None, "use a size such as 16MiB"),
     )
     return target if target.kind and target.url and not missing else None
 
 
-def _load_discovery(r: _Reader) -> KubernetesDiscovery:
+def _load_discovery(r: Fields) -> KubernetesDiscovery:
     r.check_keys(_DISCOVERY_KEYS)
     d = KubernetesDiscovery()
     text = "use a string"
     return KubernetesDiscovery(
-        enabled=r.get("enabled", _bool, d.enabled, "write true or false"),
-        label_selector=r.get("label_selector", _str, d.label_selector, "use a Kubernetes label selector"),
-        engine_label=r.get("engine_label", _str, d.engine_label, text),
-        port_annotation=r.get("port_annotation", _str, d.port_annotation, text),
-        path_annotation=r.get("path_annotation", _str, d.path_annotation, text),
-        scheme_annotation=r.get("scheme_annotation", _str, d.scheme_annotation, text),
-        model_annotation=r.get("model_annotation", _str, d.model_annotation, text),
-        tap_port_annotation=r.get("tap_port_annotation", _str, d.tap_port_annotation, text),
+        enabled=r.get("enabled", fields.boolean, d.enabled, "write true or false"),
+        label_selector=r.get("label_selector", fields.text, d.label_selector, "use a Kubernetes label selector"),
+        engine_label=r.get("engine_label", fields.text, d.engine_label, text),
+        port_annotation=r.get("port_annotation", fields.text, d.port_annotation, text),
+        path_annotation=r.get("path_annotation", fields.text, d.path_annotation, text),
+        scheme_annotation=r.get("scheme_annotation", fields.text, d.scheme_annotation, text),
+        model_annotation=r.get("model_annotation", fields.text, d.model_annotation, text),
+        tap_port_annotation=r.get("tap_port_annotation", fields.text, d.tap_port_annotation, text),
         namespaces=r.get("namespaces", lambda v: () if v == [] else parse_namespaces(v), d.namespaces,
                          "use a list of namespace names, or [] for all namespaces"),
         allowed_ports=r.get("allowed_ports", _port_list, d.allowed_ports, "use a list such as [8000]"),
-        allow_host_network=r.get("allow_host_network", _bool, d.allow_host_network, "write true or false"),
+        allow_host_network=r.get("allow_host_network", fields.boolean, d.allow_host_network, "write true or false"),
         refresh_interval_s=r.get("refresh_interval", parse_seconds_or_go_duration, d.refresh_interval_s, "use a duration such as 30s"),
-        max_pages=r.get("max_pages", _positive_int, d.max_pages, "use a whole number such as 100"),
-        max_items=r.get("max_items", _positive_int, d.max_items, "use a whole number such as 10000"),
+        max_pages=r.get("max_pages", fields.positive_int, d.max_pages, "use a whole number such as 100"),
+        max_items=r.get("max_items", fields.positive_int, d.max_items, "use a whole number such as 10000"),
         listing_timeout_s=r.get("listing_timeout", parse_seconds_or_go_duration, d.listing_timeout_s, "use a duration such as 30s"),
-        api_server=r.get("api_server", lambda v: check_url(_str(v)), d.api_server, "use https://host:port"),
-        service_account_dir=r.get("service_account_dir", _str, d.service_account_dir, "use a directory path"),
+        api_server=r.get("api_server", lambda v: check_url(fields.text(v)), d.api_server, "use https://host:port"),
+        service_account_dir=r.get("service_account_dir", fields.text, d.service_account_dir, "use a directory path"),
     )
 
 
@@ -455,11 +395,11 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         documents = load_documents(text, path_s)
     except SpecFileError as exc:
         raise ConfigError(str(exc)) from None
-    problems: list[tuple[int, str]] = []  # (line, message): reported in the file's order
+    problems: list[Problem] = []  # reported in the file's order
     if len(documents) > 1:
-        problems.append((0, describe(path_s, f"{len(documents)} YAML documents; the exporter reads one",
-                                     fix="keep one document (remove the `---` separators)")))
-    r = _Reader(path_s, "", documents[0] if documents else None, problems)
+        problems.append(Problem(path_s, f"{len(documents)} YAML documents; the exporter reads one",
+                                fix="keep one document (remove the `---` separators)"))
+    r = Fields(path_s, "", documents[0] if documents else None, problems)
     r.check_keys(_TOP_KEYS)
     scrape = r.child("scrape")
     scrape.check_keys(("timeout", "max_page_bytes"))
@@ -477,8 +417,8 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         interval_s=r.get("interval", parse_interval, d.interval_s, "use a duration such as 5s"),
         gpu=r.get("gpu", parse_gpu_spec, d.gpu, f"write {GPU_SPEC_HELP}"),
         gpu_timeout_s=r.get("gpu_timeout", parse_seconds_or_go_duration, d.gpu_timeout_s, "use a duration such as 5s"),
-        node_name=r.get("node_name", _str, d.node_name, "use the Kubernetes node name"),
-        web_config_file=r.get("web_config_file", _str, d.web_config_file, "use a file path"),
+        node_name=r.get("node_name", fields.text, d.node_name, "use the Kubernetes node name"),
+        web_config_file=r.get("web_config_file", fields.text, d.web_config_file, "use a file path"),
         log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
         pod_resources_socket=r.get("pod_resources_socket", _socket_path, d.pod_resources_socket,
                                    f"write a path such as {DEFAULT_POD_RESOURCES_SOCKET}, or off"),
@@ -489,14 +429,14 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         timeout_s=scrape.get("timeout", parse_seconds_or_go_duration, d.timeout_s, "use a duration such as 3s"),
         max_page_bytes=scrape.get("max_page_bytes", parse_size, d.max_page_bytes, "use a size such as 16MiB"),
         limits=Limits(
-            max_series_per_target=limits.get("max_series_per_target", _positive_int, d.limits.max_series_per_target, "use a whole number such as 20000"),
-            max_lora_adapters_per_target=limits.get("max_lora_adapters_per_target", _positive_int, d.limits.max_lora_adapters_per_target, "use a whole number such as 64"),
-            max_samples_per_family=limits.get("max_samples_per_family", _positive_int, d.limits.max_samples_per_family, "use a whole number such as 10000"),
+            max_series_per_target=limits.get("max_series_per_target", fields.positive_int, d.limits.max_series_per_target, "use a whole number such as 20000"),
+            max_lora_adapters_per_target=limits.get("max_lora_adapters_per_target", fields.positive_int, d.limits.max_lora_adapters_per_target, "use a whole number such as 64"),
+            max_samples_per_family=limits.get("max_samples_per_family", fields.positive_int, d.limits.max_samples_per_family, "use a whole number such as 10000"),
         ),
         targets=tuple(t for t in targets if t is not None),
         discovery=_load_discovery(r.child("kubernetes_discovery")),
     )
-    messages = [text for _, text in sorted(problems, key=lambda p: p[0])]
+    messages = [str(p) for p in sorted(problems, key=lambda p: p.line or 0)]
     if check:
         messages += cross_field_problems(config, path_s, target_lines)
     if messages:
@@ -505,7 +445,7 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
 
 
 def _socket_path(value: Any) -> str:
-    text = _str(value).strip()
+    text = fields.text(value).strip()
     if not text:
         raise ValueError("empty path")
     if text != "off" and not text.startswith("/"):
@@ -514,14 +454,14 @@ def _socket_path(value: Any) -> str:
 
 
 def _http_url(value: Any) -> str:
-    text = _str(value).strip()
+    text = fields.text(value).strip()
     if text and not re.match(r"^http://[^/\s?#]+(/[^\s?#]*)?$", text):
         raise ValueError(f"{text!r} is not an http:// URL (the relay answers plain HTTP on the pod network)")
     return text
 
 
 def _log_level(value: Any) -> str:
-    text = _str(value).lower()
+    text = fields.text(value).lower()
     if text not in ("debug", "info", "warning", "error"):
         raise ValueError(f"unknown log level {value!r}")
     return text

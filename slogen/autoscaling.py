@@ -23,17 +23,15 @@ reports three errors, and `slogen validate` reports what `slogen build` would re
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmslo import conventions as c
-from llmslo.durations import parse_prometheus_duration
-from llmslo.specfile import LineDict, SpecFileError, load_documents
-from llmslo.suggest import closest
-from slogen.errors import SpecError, SpecErrors
+from llmslo import fields
+from llmslo.specfile import SpecFileError, load_documents
+from slogen.errors import SpecError, SpecErrors, SpecFields
 
 VERSION = "llmslo/autoscaling/v1"
 DEFAULT_DIR = "autoscaling"
@@ -178,59 +176,40 @@ class AutoscalingSpec:
     read: tuple[Pool, ...] = field(default_factory=tuple)
 
 
-def _yaml_float(value: float) -> str:
-    """nan and inf as YAML spells them (`.nan`, `.inf`, `-.inf`), the way the spec wrote them."""
-    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
-
-
-class _Node:
-    """One mapping of the spec with its location (file, line, field path). Problems go to `errors` (shared by
-    every node of a load) so one run reports them all; a getter that finds one records it and returns a
-    placeholder, and `error()` records and returns an exception to raise where reading cannot go on."""
+class _Node(SpecFields):
+    """One mapping of the spec with its location (llmslo.fields: file, line, field path). Problems go to
+    `errors` (shared by every node of a load) so one run reports them all; a getter that finds one records it
+    and returns a placeholder, and `error()` records and returns an exception to raise where reading cannot go
+    on."""
 
     def __init__(self, file: str, where: str, data: Any, line: int | None = None,
                  errors: list[SpecError] | None = None):
-        self.file, self.where = file, where
-        self.errors = errors if errors is not None else []
-        self.line = getattr(data, "line", None) or line
-        self.data = data if isinstance(data, dict) else {}
+        super().__init__(file, where, data if isinstance(data, dict) else {}, errors, line)
+        self.errors: list[SpecError] = self.problems
         if not isinstance(data, dict):
             raise self.error("", f"expected a mapping, got {type(data).__name__}", "write key: value pairs here")
-
-    def line_of(self, key: str) -> int | None:
-        return (self.data.line_of(key) or self.line) if key and isinstance(self.data, LineDict) else self.line
-
-    def field(self, key: str = "") -> str:
-        return f"{self.where}.{key}" if key and self.where else (key or self.where)
 
     def origin(self, key: str = "") -> str:
         """file:line: field, where this node (or its key) is."""
         line = self.line_of(key)
         return f"{self.file}{f':{line}' if line else ''}: {self.field(key) or '(top level)'}"
 
-    def spec_error(self, key: str, problem: str, fix: str) -> SpecError:
-        return SpecError(self.file, problem, self.field(key), "", fix, self.line_of(key))
-
-    def error(self, key: str, problem: str, fix: str) -> _PoolRefused:
+    def error(self, key: str, message: str, fix: str = "") -> _PoolRefused:  # type: ignore[override]
         """Record a problem; the returned exception, raised, stops reading this pool."""
-        self.errors.append(self.spec_error(key, problem, fix))
+        self.note(key, message, fix)
         return _PoolRefused()
 
-    def note(self, key: str, problem: str, fix: str) -> None:
+    def note(self, key: str, message: str, fix: str) -> None:
         """Record a problem and read on."""
-        self.errors.append(self.spec_error(key, problem, fix))
+        self.errors.append(self.problem(key, message, fix))
 
     def keys(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
-        for key in self.data:
-            if key not in allowed:
-                near = closest(str(key), allowed)
-                hint = f"did you mean {near!r}?" if near else f"known keys: {', '.join(allowed)}"
-                self.note(str(key), "unknown key", f"remove it or correct the name ({hint})")
+        self.check_keys(allowed, "unknown key")
         for key in required:
             if key not in self.data:
                 self.note(key, "missing", f"add `{key}:`")
 
-    def child(self, key: str) -> "_Node":
+    def child(self, key: str) -> _Node:
         """The mapping at `key` ({} when missing: keys() reports a missing required key)."""
         data = self.data.get(key) if key in self.data else {}
         return _Node(self.file, self.field(key), data, self.line_of(key), self.errors)
@@ -248,41 +227,13 @@ class _Node:
 
     def number(self, key: str, lo: float, hi: float | None = None, default: float | None = None,
                integer: bool = False) -> float:
-        value = self.data.get(key, default)
-        placeholder = default if default is not None else lo
-        if value is None and key not in self.data:
-            return placeholder  # a missing required key is reported by keys()
-        bound = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
-        kind = "a whole number" if integer else "a number"
-        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-            self.note(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
-            return placeholder
-        if not math.isfinite(value):
-            self.note(key, f"{_yaml_float(value)} is not a finite number",
-                      f"write a number {f'between {lo:g} and {hi:g}' if hi is not None else f'of at least {lo:g}'}"
-                      " (YAML reads .nan and .inf as not-a-number and infinity)")
-            return placeholder
-        if value < lo or (hi is not None and value > hi):
-            self.note(key, f"expected {kind} {bound}, got {value!r}", f"write {kind} {bound}")
-            return placeholder
-        return value
+        """A number in [lo, hi]; a missing required key (reported by keys()) reads as `lo`."""
+        return self.get(key, fields.number(lo, hi, integer=integer), default if default is not None else lo)
 
     def seconds(self, key: str, default: int, hi: int) -> int:
-        value = self.data.get(key)
-        if value is None:
+        if self.data.get(key) is None:
             return default
-        try:
-            ms = parse_prometheus_duration(str(value))
-        except ValueError:
-            ms = -1
-        if ms < 0 or ms % 1000:
-            self.note(key, f"{value!r} is not a duration in whole seconds", "write e.g. 30s, 5m or 1h")
-            return default
-        seconds = ms // 1000
-        if not 0 <= seconds <= hi:
-            self.note(key, f"{value!r} is out of range", f"use at most {hi}s")
-            return default
-        return seconds
+        return self.get(key, fields.seconds(hi), default)
 
 
 def _policy(node: _Node, default: ScalePolicy) -> ScalePolicy:

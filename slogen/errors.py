@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmslo.fields import Fields
 from llmslo.problems import describe
 
 
@@ -59,3 +60,13 @@ def load_mapping_file(path: Path, what: str, fix: str, start: str) -> Any:
 
 class UsageError(Exception):
     """A command line slogen refuses (exit status 2): the message names the flag and what to give instead."""
+
+
+class SpecFields(Fields):
+    """llmslo.fields' reader of one mapping, recording each problem as a SpecError (the thresholds file, the
+    autoscaling specs). A key written with no value (null) is refused, not read as absent."""
+
+    NULL_IS_ABSENT = False
+
+    def problem(self, key: str, message: str, fix: str) -> SpecError:
+        return SpecError(self.file, message, self.field(key), "", fix, self.line_of(key))

@@ -15,15 +15,14 @@ both. Every problem of the file comes back at once, as SpecErrors with the line 
 from __future__ import annotations
 
 import dataclasses
-import math
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmslo.durations import parse_prometheus_duration
+from llmslo import fields
 from llmslo.suggest import closest
-from slogen.errors import SpecError, SpecErrors, load_mapping_file
+from slogen.errors import SpecError, SpecErrors, SpecFields, load_mapping_file
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthOptions
 from slogen.rules.knobs import Threshold, thresholds_of
@@ -92,31 +91,26 @@ def _line(node: Any, key: Any) -> int | None:
 
 
 def _section(file: str, name: str, data: Any, line: int | None, errors: list[SpecError]) -> dict[str, Any]:
+    """The thresholds a section gives (field name -> ms or number); each problem recorded in `errors`."""
     if data is None:
         return {}
-    if not isinstance(data, dict):
-        errors.append(SpecError(file, f"expected a mapping, got {type(data).__name__}", name, line=line,
-                                fix=f"write {name}: followed by `option: value` lines"))
-        return {}
-    fields = settable(SECTIONS[name])
+    node = SpecFields(file, name, data, errors, line)
+    rows = {t.name: t for t in thresholds_of(SECTIONS[name])}
     out: dict[str, Any] = {}
-    for key, value in data.items():
-        where, at = f"{name}.{key}", _line(data, key)
-        kind = fields.get(str(key))
-        if kind is None:
-            close = closest(str(key), tuple(fields))
-            errors.append(SpecError(file, "unknown threshold", where, line=at,
-                                    fix=f"did you mean {close!r}?" if close else f"one of {', '.join(fields)}"))
-        elif kind is int:
-            try:
-                out[key] = parse_prometheus_duration(str(value))
-            except ValueError:
-                errors.append(SpecError(file, f"{value!r} is not a duration", where, line=at, fix="write e.g. 10m"))
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            errors.append(SpecError(file, f"{value!r} is not a finite number", where, line=at, fix="write e.g. 0.95"))
-        else:
-            out[key] = float(value)
+    for key in node.data:
+        t = rows.get(str(key))
+        if t is None:
+            close = closest(str(key), tuple(rows))
+            node.error(str(key), "unknown threshold", f"did you mean {close!r}?" if close else f"one of {', '.join(rows)}")
+            continue
+        value = node.get(t.name, fields.duration if t.duration else _number(t), None)
+        if value is not None:
+            out[t.name] = value
     return out
+
+
+def _number(t: Threshold) -> Callable[[Any], float]:
+    return lambda value: fields.finite(value, t.show(t.default))
 
 
 def options(cls: type, file_values: Mapping[str, Any], flags: Mapping[str, Any], enabled: bool) -> Any:
