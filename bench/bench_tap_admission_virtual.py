@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from bench import bench_tap_admission as rt
 from bench.report import Row
 from exporter.tap import seats
-from exporter.tap.admission import Admission, Reading
+from exporter.tap.admission import Admission
 from exporter.tap.classes import Objective, SloClass, SloConfig
+from exporter.tap.gate_reading import Reading
 from exporter.tap.predict import Counters
 from llmslo.histograms import Buckets
 from simulator.clock import VirtualClock

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from exporter.tap.metrics import HISTOGRAMS, Series, TapMetrics, le_label
 from llmslo import conventions as C
-from llmslo.gofloat import client_float
+from llmslo.gofloat import client_float, go_g
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SLICE_S = 0.0003  # rendering work between two turns of the event loop
@@ -54,6 +54,24 @@ def escape_label_value(value: str) -> str:
 def _header(d: C.MetricDef) -> bytes:
     help_text = d.help.replace("\\", "\\\\").replace("\n", "\\n")
     return f"# HELP {d.name} {help_text}\n# TYPE {d.name} {d.kind}\n".encode()
+
+
+# One family's samples for render_families: (label name and value pairs, value); an int is written as a count, a
+# float as Go writes it (NaN, +Inf, 0.5).
+Samples = list[tuple[tuple[tuple[str, str], ...], int | float]]
+
+
+def render_families(families: list[tuple[C.MetricDef, Samples]]) -> bytes:
+    """Families rendered whole, in the order given, for the page's end (the admission gate's gauges): small and
+    rendered at each scrape, with this module's one header and label escape."""
+    lines: list[str] = []
+    for d, samples in families:
+        lines.append(_header(d).decode())
+        for labels, value in samples:
+            text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+            lines.append(f"{d.name}{{{text}}} " if labels else f"{d.name} ")
+            lines.append(f"{value}\n" if isinstance(value, int) else f"{go_g(value)}\n")
+    return "".join(lines).encode()
 
 
 class PageRenderer:

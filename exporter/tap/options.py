@@ -11,19 +11,10 @@ import math
 
 from exporter.logs import LOG_FORMATS
 from exporter.tap.addresses import host_port, metrics_address
-from exporter.tap.admission import (
-    AUTO,
-    DEFAULT_FALLBACK_FOOTPRINT,
-    DEFAULT_MAX_QUEUE,
-    DEFAULT_MIN_SEATS,
-    DEFAULT_POLL_S,
-    ENGINE_KINDS,
-    non_negative_float,
-    non_negative_int,
-    poll_seconds,
-    shed_margin,
-)
+from exporter.tap.admission import non_negative_float, non_negative_int, poll_seconds, shed_margin
 from exporter.tap.deadlines import FIRST_TOKEN_FLOOR_S, MULTIPLE, RESPONSE_FLOOR_S, STALL_FLOOR_S
+from exporter.tap.gate_reading import AUTO, ENGINE_KINDS
+from exporter.tap.gate_state import DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
 from exporter.tap.predict import DEFAULT_SHED_MARGIN
 from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES

@@ -2,7 +2,7 @@
 
 Started once by exporter.tap.page_reader (the tap's side). Its first stdin line is the source (a JSON PageSource);
 then each line `N` asks for one reading: the child fetches the engine's /metrics (at most `max_bytes` after
-decompression, a redirect refused), parses it as the gate does (exporter.tap.admission.read_text) and answers one
+decompression, a redirect refused), parses it as the gate does (exporter.tap.gate_reading.read_text) and answers one
 JSON line `{"n": N, ...}`: the reading, or the stage that failed and why. The page never enters the tap's process:
 parsed there, even in a thread, an 8 MiB page held the GIL against the event loop relaying streams (issue 34).
 
@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, TextIO
 
 import aiohttp
 
-from exporter.tap.admission import EngineReadError, read_text
+from exporter.tap.gate_reading import EngineReadError, read_text
 from exporter.tap.page_reader import STAGE_FETCH, STAGE_READ, PageSource
 
 NICENESS = 10

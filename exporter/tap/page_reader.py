@@ -28,7 +28,7 @@ STAGE_READ = "read"  # the page was fetched but says nothing the gate can believ
 ANSWER_LIMIT = 4 << 20  # bytes of one answer line: a reading is a few kB (its histograms' buckets)
 RESTART_S = 5.0
 # The most of one core the reader spends on pages: after a reading that cost C seconds of CPU it rests C x (1/share - 1)
-# (Admission._run). A MAX_PAGE_BYTES page costs about 0.3 s: read every 0.25 s, it would keep a core busy, and the
+# (GatePoller._run). A MAX_PAGE_BYTES page costs about 0.3 s: read every 0.25 s, it would keep a core busy, and the
 # tap's pod (its CPU limit shared by the tap and this child) would be throttled, the relay with it.
 MAX_CPU_SHARE = 0.2
 STOP_S = 2.0
@@ -55,7 +55,7 @@ class PageReaderError(Exception):
 
 
 class PageReader:
-    """One child process, asked for one answer at a time (Admission.poll awaits each in turn)."""
+    """One child process, asked for one answer at a time (GatePoller.poll awaits each in turn)."""
 
     def __init__(self, source: PageSource, deadline_s: float) -> None:
         self.source = source

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.promtext import parse_page
-from exporter.tap.admission import AUTO, Admission, read_engine, wanted
+from exporter.tap.admission import Admission
 from exporter.tap.classes import Objective, SloClass, SloConfig
+from exporter.tap.gate_reading import AUTO, read_engine, wanted
 from exporter.tap.seats import InFlight
 from llmslo import conventions as C
 from simulator.clock import VirtualClock

@@ -15,9 +15,10 @@ import pytest
 from aiohttp import web
 
 from exporter.promtext import parse
-from exporter.tap.admission import ENGINE_KINDS, WANTED, Admission, EngineReadError, Reading, read_engine, wanted
+from exporter.tap.admission import Admission
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.cli import add_arguments
+from exporter.tap.gate_reading import ENGINE_KINDS, WANTED, EngineReadError, Reading, read_engine, wanted
 from exporter.tap.seats import MIN_SAMPLES
 from llmslo import conventions as C
 from llmslo.histograms import histogram_quantile as quantile
@@ -58,16 +59,16 @@ def test_seats_are_free_kv_tokens_over_the_p99_footprint() -> None:
     assert quantile(0.99, r.prompt) == pytest.approx(497)  # 200 + 0.99 x 300: in the 200-500 bucket, interpolated
     gate = Admission("http://127.0.0.1:1")
     gate.update(r)
-    assert gate.footprint == pytest.approx(497 + 99.5)
+    assert gate.learned.footprint == pytest.approx(497 + 99.5)
     # a request holds whole blocks: 596.5 tokens take ceil(596.5 / 16) = 38 blocks, 608 tokens
-    assert BLOCK_SIZE == 16 and gate.seats == pytest.approx(12000 / 608)
+    assert BLOCK_SIZE == 16 and gate.learned.seats == pytest.approx(12000 / 608)
 
 
 def test_seats_count_whole_blocks_so_they_never_admit_a_request_that_would_not_fit() -> None:
     """127 free blocks of 32 and requests of 547 tokens (18 blocks each): seven fit, not the 7.4 a token count says."""
     gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=0)
     gate.update(Reading(127 * 32.0, 0.0, ((50.0, 100.0), (math.inf, 100.0)), ((500.0, 100.0), (math.inf, 100.0)), 32.0))
-    assert gate.footprint == pytest.approx(49.5 + 495) and gate.seats == pytest.approx(127 / 18)
+    assert gate.learned.footprint == pytest.approx(49.5 + 495) and gate.learned.seats == pytest.approx(127 / 18)
     assert [gate.admit() for _ in range(8)] == [True] * 7 + [False]
 
 
@@ -75,23 +76,23 @@ def test_the_footprint_comes_from_the_recent_window_with_a_fallback_before_any_r
     now = [0.0]
     gate = Admission("http://127.0.0.1:1", window_s=60, fallback_footprint=3000, clock=lambda: now[0])
     gate.update(reading(0.0, finished=0))
-    assert gate.footprint == 3000 and gate.seats == pytest.approx(16000 / 3008)  # 188 whole blocks of 16
+    assert gate.learned.footprint == 3000 and gate.learned.seats == pytest.approx(16000 / 3008)  # 188 whole blocks of 16
     now[0] = 10
     gate.update(reading(0.0, prompt_tokens=50, output_tokens=10, finished=5))
-    assert gate.footprint == pytest.approx(49.7 + 9.95)
+    assert gate.learned.footprint == pytest.approx(49.7 + 9.95)
     # 100 long requests finish later: the window's delta is all long ones (the 5 short ones are before it)
     now[0] = 100
     gate.update(reading(0.0, prompt_tokens=1500, output_tokens=800, finished=105))
-    assert gate.footprint > 2000
+    assert gate.learned.footprint > 2000
 
 
 def test_the_gate_refuses_at_the_floor_and_admits_again_when_seats_return() -> None:
     gate = Admission("http://127.0.0.1:1", min_seats=2, max_queue=4, clock=time.monotonic)
     assert gate.admit(), "no reading yet: the gate fails open"
     gate.update(reading(0.0))
-    assert gate.seats > 20 and gate.admit()
+    assert gate.learned.seats > 20 and gate.admit()
     gate.update(reading(0.95))  # 800 free tokens: about 1.3 seats of ~600
-    assert not gate.is_open() and not gate.admit() and gate.refusals == 1
+    assert not gate.is_open() and not gate.admit() and gate.state.health.refusals == 1
     gate.update(reading(0.5))
     assert gate.admit(), "seats returned"
     gate.update(reading(0.0, waiting=5, finished=11))  # the engine shows it (finished): its seat is retired
@@ -110,9 +111,9 @@ def test_below_capacity_a_burst_within_one_poll_is_admitted_whole() -> None:
     engine (issue 25: a burst of 24 a real vLLM served at once got 19 refused)."""
     gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=4, clock=time.monotonic)
     gate.update(reading(0.0, waiting=0, prompt_tokens=8, output_tokens=16))  # 16,000 free tokens, ~24-token requests
-    assert gate.seats == 500  # two whole blocks of 16 a request
-    burst = 10 * (gate.max_queue + 1)  # ten times the old per-poll cap
-    assert all(gate.admit() for _ in range(burst)) and gate.refusals == 0
+    assert gate.learned.seats == 500  # two whole blocks of 16 a request
+    burst = 10 * (gate.settings.max_queue + 1)  # ten times the old per-poll cap
+    assert all(gate.admit() for _ in range(burst)) and gate.state.health.refusals == 0
     # a queue the engine reports still closes the gate, whatever the seats
     gate.update(reading(0.0, waiting=5, prompt_tokens=8, output_tokens=16))
     assert not gate.admit()
@@ -122,8 +123,8 @@ def test_a_burst_still_cannot_take_more_seats_than_the_reading_found_free() -> N
     gate = Admission("http://127.0.0.1:1", min_seats=1, max_queue=100, clock=time.monotonic)
     gate.update(reading(0.5, waiting=0))  # 8,000 free tokens, footprint ~600 (608 in whole blocks): 13.2 seats
     admitted = sum(gate.admit() for _ in range(40))
-    assert admitted == int(gate.seats - gate.min_seats) + 1 == 13, admitted
-    assert gate.refusals == 27
+    assert admitted == int(gate.learned.seats - gate.settings.min_seats) + 1 == 13, admitted
+    assert gate.state.health.refusals == 27
 
 
 def test_a_stale_reading_fails_open() -> None:
@@ -190,11 +191,11 @@ def test_the_poller_reads_the_engine_and_fails_open_when_it_cannot() -> None:
             assert await gate.poll() and gate.is_open(), "a queue at one reading only is not a backlog"
             assert await gate.poll() and not gate.is_open(), "a full engine's backlog at two readings is"
             engine.status = 500
-            assert not await gate.poll() and "500" in gate.last_error
+            assert not await gate.poll() and "500" in gate.state.health.last_error
             page = gate.render().decode()
             assert f"{C.TAP_ADMISSION_OPEN.name} 0" in page and f"{C.TAP_ADMISSION_ENGINE_READABLE.name} 1" in page
             gate.start()  # the poller keeps failing; once the last reading is stale the gate admits
-            await asyncio.sleep(gate.poll_s * 4 + gate.timeout_s + 0.2)
+            await asyncio.sleep(gate.settings.poll_s * 4 + gate.settings.timeout_s + 0.2)
             assert not gate.readable and gate.is_open()
             assert f"{C.TAP_ADMISSION_ENGINE_READABLE.name} 0" in gate.render().decode()
             engine.status = 200
@@ -304,7 +305,7 @@ def test_a_sglang_page_is_gated_like_a_vllm_one() -> None:
     assert r.waiting == 7 and r.free_tokens == 12000  # 750 pages of 16 tokens, the evictable ones included
     gate = Admission("http://127.0.0.1:1", fallback_footprint=1000, max_queue=4)
     gate.update(r)
-    assert gate.seats == pytest.approx(r.free_tokens / 1008) and not gate.is_open()  # 63 pages a request; 7 waiting > 4
+    assert gate.learned.seats == pytest.approx(r.free_tokens / 1008) and not gate.is_open()  # 63 pages a request; 7 waiting > 4
 
 
 def test_the_tap_learns_exact_request_sizes_and_counts_its_requests_in_flight(stack: Callable) -> None:
@@ -329,7 +330,7 @@ def test_the_tap_learns_exact_request_sizes_and_counts_its_requests_in_flight(st
             assert sizes is not None and sizes.source == "tap"
             assert sizes.footprint == 7 + 10 and sizes.prompt_mean == 7  # the stub engine's usage: 7 prompt tokens
             gate.update(reading(0.5))  # the exact sizes win over the page's histograms
-            assert gate.footprint == 17
+            assert gate.learned.footprint == 17
 
     asyncio.run(go())
 

@@ -34,8 +34,8 @@ def test_a_burst_read_mid_way_is_admitted_only_as_far_as_it_starts_in_time() -> 
     trace: list[tuple[float, str, float, int]] = []  # (the reading's time, the decision, seats shown, unseen)
 
     def watch(gate: Admission, why: str) -> None:
-        if gate.clock() >= BURST_AT and gate.read_at is not None:
-            trace.append((gate.read_at, why, gate.seats, gate.admitted_since))
+        if gate.clock() >= BURST_AT and gate.learned.read_at is not None:
+            trace.append((gate.learned.read_at, why, gate.learned.seats, gate.state.admitted_since(gate.clock())))
 
     items = _burst_items()
     gated = run_gated(config, items, slowdown=rt.SLOWDOWN, watch=watch)
@@ -103,6 +103,6 @@ def test_the_tap_settles_its_reservation_when_the_request_ends(stack: Callable) 
             gate.update(reading(0.0))
             status, _, _ = await _post(st.tap_url + "/v1/chat/completions", _chat())
             assert status == 200
-            assert gate.admitted_since == 0 and len(gate.reserved) == 1, "settled, kept to absorb the engine's count"
+            assert gate.state.admitted_since(gate.clock()) == 0 and len(gate.state.reserved) == 1, "settled, kept to absorb the engine's count"
 
     asyncio.run(go())

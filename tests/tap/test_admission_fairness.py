@@ -80,11 +80,11 @@ def test_a_client_back_early_is_refused_with_the_time_left_and_goes_behind_those
     early = gate.decide_ticket(objective, SLO, "a:10.0.0.1")
     assert early.refusal == C.REFUSED_ADMISSION_EARLY
     assert early.retry_after_s == first.retry_after_s  # the time left (0.5 s less), rounded up
-    assert list(gate.turns._line) == ["a:10.0.0.2", "a:10.0.0.1"], "the early one went to the back"
+    assert list(gate.state.turns._line) == ["a:10.0.0.2", "a:10.0.0.1"], "the early one went to the back"
     # the engine frees one seat: the client that waited as told is owed it, the early one (due too) is not
     clock.now += second.retry_after_s  # type: ignore[attr-defined]
     gate.update(engine(clock.now, 16 * 700.0, waiting=0, finished=132))  # type: ignore[attr-defined]
-    gate.start_seats = gate.seats = 1.0  # one seat, still a finish a second
+    gate.learned.start_seats = gate.learned.seats = 1.0  # one seat, still a finish a second
     assert gate.decide_ticket(objective, SLO, "a:10.0.0.3").refusal, "a newcomer waits behind the turns due"
     assert gate.decide_ticket(objective, SLO, "a:10.0.0.2").refusal == ""
 
@@ -119,7 +119,6 @@ def test_an_early_retry_on_the_wire_is_429_with_the_time_left(stack: Callable) -
     async def go() -> None:
         async with stack(slo=SLO) as st:
             gate = _learned(0.25, waiting=10)
-            gate.url = st.upstream_url + "/metrics"
             st.server.proxy.admission = gate
             st.server.renderer.extra = gate.render
             url = st.tap_url + "/v1/chat/completions"

@@ -24,7 +24,9 @@ import pytest
 from aiohttp import web
 
 from exporter.promtext import parse
-from exporter.tap.admission import MAX_PAGE_BYTES, WANTED, Admission, EngineReadError, read_engine
+from exporter.tap.admission import Admission
+from exporter.tap.gate_poller import MAX_PAGE_BYTES
+from exporter.tap.gate_reading import WANTED, EngineReadError, read_engine, read_text
 from exporter.tap.page_reader import MAX_CPU_SHARE, RESTART_S
 from llmslo import conventions as C
 from tests.tap.conftest import spawn_cli_tap
@@ -86,7 +88,7 @@ def test_the_pages_are_otherwise_readable_and_full() -> None:
 
 
 def read_as_the_gate_does(text: str):
-    return Admission("http://127.0.0.1:1")._read(text)
+    return read_text(text)
 
 
 def test_a_duplicate_series_counts_once() -> None:
@@ -106,13 +108,13 @@ def test_a_bad_histogram_keeps_the_last_footprint() -> None:
     the footprint stays what it was instead of dropping to 1 token and opening the gate to everything."""
     gate = Admission("http://127.0.0.1:1", fallback_footprint=600)
     gate.update(reading(0.5))
-    before = gate.footprint
+    before = gate.learned.footprint
     text = vllm_page(0.5, 0).replace('vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 10',
                                      'vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 2')
     bad = read_engine(parse(text, WANTED))
     assert bad.bad_histogram and bad.prompt == () and bad.free_tokens > 0
     gate.update(bad)
-    assert gate.footprint == before > 500
+    assert gate.learned.footprint == before > 500
     # a NaN anywhere in what the gate reads is a page not to believe at all
     with pytest.raises(EngineReadError) as e:
         read_as_the_gate_does(vllm_page(0.5, 0).replace('le="+Inf",model_name="m"} 10', 'le="+Inf",model_name="m"} NaN'))
@@ -147,7 +149,7 @@ def test_the_poller_fails_open_at_once_on_a_lying_page_and_counts_why() -> None:
             for text in (page(), page(usage="NaN"), page()):
                 served["text"] = text
                 await gate.poll()
-                seen.append((gate.is_open(), gate.readable, dict(gate.read_errors)))
+                seen.append((gate.is_open(), gate.readable, dict(gate.state.health.read_errors)))
             rendered = gate.render().decode()
         finally:
             await gate.stop()
@@ -164,7 +166,7 @@ def test_the_poller_fails_open_at_once_on_a_lying_page_and_counts_why() -> None:
 def test_infinite_seats_are_never_shown() -> None:
     gate = Admission("http://127.0.0.1:1")
     gate.update(reading(0.0))
-    assert math.isfinite(gate.seats)
+    assert math.isfinite(gate.learned.seats)
 
 
 # -- a page as large as the gate reads (issue 34) ------------------------------------------------------------------
@@ -244,9 +246,9 @@ def test_an_8_mib_page_never_enters_the_taps_process() -> None:
     async def poll(server: PageServer) -> tuple[float, float, list[int]]:
         gate = Admission(server.url, poll_s=30, slo=SLO)
         try:
-            assert await gate.poll() and gate.reading is not None, gate.last_error
+            assert await gate.poll() and gate.learned.reading is not None, gate.state.health.last_error
             # looked at while the fetching connection is still open (kept alive)
-            return gate.reading.free_tokens, gate.reading.waiting, socket_owner(server.fetches[-1][0], [
+            return gate.learned.reading.free_tokens, gate.learned.reading.waiting, socket_owner(server.fetches[-1][0], [
                 os.getpid(), *children(os.getpid())])
         finally:
             await gate.stop()
@@ -283,8 +285,8 @@ def test_a_costly_page_is_read_for_at_most_a_fifth_of_a_core() -> None:
     async def go(server: PageServer) -> tuple[float, float, bool, int]:
         gate = Admission(server.url, poll_s=0.25, slo=SLO)
         try:
-            assert await gate.poll(), gate.last_error
-            cost, child = gate._page.cpu_s, gate._page.pid
+            assert await gate.poll(), gate.state.health.last_error
+            cost, child = gate.poller.page.cpu_s, gate.poller.page.pid
             assert child is not None and cost > 0
             before, fetched = _cpu_s(child), len(server.fetches)
             gate.start()
@@ -326,17 +328,17 @@ def test_a_page_past_the_cap_is_not_read_and_a_dead_reader_is_started_again() ->
         gate = Admission(server.url, poll_s=30, slo=SLO)
         try:
             server.body = big_page(MAX_PAGE_BYTES + 1)
-            assert not await gate.poll() and "larger than" in gate.last_error
-            assert gate.read_errors[C.ADMISSION_READ_UNREACHABLE] == 1
+            assert not await gate.poll() and "larger than" in gate.state.health.last_error
+            assert gate.state.health.read_errors[C.ADMISSION_READ_UNREACHABLE] == 1
             server.body = page(usage=0.5, waiting=3).encode()
             assert await gate.poll() and gate.readable
-            first = gate._page.pid
+            first = gate.poller.page.pid
             assert first is not None
             os.kill(first, signal.SIGKILL)
-            assert not await gate.poll() and gate.read_errors[C.ADMISSION_READ_UNREACHABLE] == 2, gate.last_error
+            assert not await gate.poll() and gate.state.health.read_errors[C.ADMISSION_READ_UNREACHABLE] == 2, gate.state.health.last_error
             await asyncio.sleep(RESTART_S)
-            assert await gate.poll() and gate.readable, gate.last_error
-            assert gate._page.pid not in (None, first)
+            assert await gate.poll() and gate.readable, gate.state.health.last_error
+            assert gate.poller.page.pid not in (None, first)
         finally:
             await gate.stop()
 
@@ -353,8 +355,8 @@ def test_a_poll_cancelled_as_its_answer_arrives_ends_and_the_gate_stops() -> Non
     async def go(server: PageServer) -> bool:
         gate = Admission(server.url, poll_s=30, slo=SLO)
         try:
-            assert await gate.poll(), gate.last_error  # the reader is running
-            answer = gate._page._answer
+            assert await gate.poll(), gate.state.health.last_error  # the reader is running
+            answer = gate.poller.page._answer
             task: asyncio.Task[bool] | None = None
 
             async def answer_then_cancelled(*args: object) -> dict:
@@ -363,7 +365,7 @@ def test_a_poll_cancelled_as_its_answer_arrives_ends_and_the_gate_stops() -> Non
                 task.cancel()  # the cancellation arrives with the answer
                 return got
 
-            gate._page._answer = answer_then_cancelled  # type: ignore[method-assign]
+            gate.poller.page._answer = answer_then_cancelled  # type: ignore[method-assign]
             task = asyncio.ensure_future(gate.poll())
             await asyncio.wait([task], timeout=20)
             return task.cancelled()

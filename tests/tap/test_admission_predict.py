@@ -13,8 +13,10 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from exporter.tap.admission import MIN_DECODE_STEP_S, Admission, Reading
+from exporter.tap.admission import Admission
 from exporter.tap.classes import Objective, SloClass, SloConfig
+from exporter.tap.gate_reading import Reading
+from exporter.tap.gate_state import MIN_DECODE_STEP_S
 from exporter.tap.predict import (
     FINISH_WINDOW_S,
     MIN_FINISHES,
@@ -274,8 +276,8 @@ def test_idle_engine_admits_a_burst_of_ten_times_the_old_per_poll_cap() -> None:
     for t in range(40):  # a steady, nearly idle engine: 2 finishes a second, 300,000 free tokens
         clock.now = t * 0.25
         gate.update(engine(clock.now, 300_000, finished=100 + t // 2))
-    assert gate.rates.finish_rate is not None
-    assert all(not gate.decide(CHAT, SLO) for _ in range(200)) and gate.refusals == 0
+    assert gate.learned.rates.finish_rate is not None
+    assert all(not gate.decide(CHAT, SLO) for _ in range(200)) and gate.state.health.refusals == 0
 
 
 def test_a_queue_seen_at_one_reading_only_is_not_a_backlog() -> None:
@@ -285,10 +287,10 @@ def test_a_queue_seen_at_one_reading_only_is_not_a_backlog() -> None:
         clock.now = t * 0.25
         gate.update(engine(clock.now, 1000, finished=100 + t))  # 4 finishes a second, 2 seats of free KV
     gate.update(engine(clock.now, 1000, waiting=8, finished=140))  # arrived between two engine steps
-    assert gate.queue == 0 and not gate.decide(CHAT, SLO)
+    assert gate.learned.queue == 0 and not gate.decide(CHAT, SLO)
     clock.now += 0.25
     gate.update(engine(clock.now, 1000, waiting=8, finished=140))  # still there, beyond the KV: 7 / 4 s away
-    assert gate.queue == 8 and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
+    assert gate.learned.queue == 8 and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_a_transient_burst_at_half_load_is_admitted() -> None:
@@ -303,8 +305,8 @@ def test_a_transient_burst_at_half_load_is_admitted() -> None:
     for waiting in (4, 2):
         clock.now += 0.25
         gate.update(engine(clock.now, 9000, waiting=waiting, finished=152, running=2))
-    assert gate.queue == 2 and not gate.growing
-    assert [gate.decide(CHAT, SLO) for _ in range(4)] == [""] * 4 and gate.refusals == 0
+    assert gate.learned.queue == 2 and not gate.learned.growing
+    assert [gate.decide(CHAT, SLO) for _ in range(4)] == [""] * 4 and gate.state.health.refusals == 0
 
 
 def test_a_sustained_overload_is_still_refused() -> None:
@@ -317,7 +319,7 @@ def test_a_sustained_overload_is_still_refused() -> None:
     for i, waiting in enumerate((3, 6, 9, 12)):
         clock.now += 0.25
         gate.update(engine(clock.now, 0, waiting=waiting, finished=140 + i, running=16))
-    assert gate.growing and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
+    assert gate.learned.growing and gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TTFT
 
 
 def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_first() -> None:
@@ -331,13 +333,13 @@ def test_the_gate_learns_decode_overload_from_the_engines_itl_and_sheds_batch_fi
         itl_sum, itl_count = itl_sum + 100 * itl, itl_count + 100
         gate.update(engine(clock.now, 300_000, finished=100 + t, itl=(itl_sum, itl_count), running=running))
         if t == 15:
-            assert gate.rates.itl_s == pytest.approx(0.02) and (4, pytest.approx(0.02)) in gate.rates.served
+            assert gate.learned.rates.itl_s == pytest.approx(0.02) and (4, pytest.approx(0.02)) in gate.learned.rates.served
             assert not gate.decide(CHAT, SLO) and not gate.decide(BULK, SLO)
         if t == 31:  # 0.035 s: within 0.05 s, over 0.5 x 0.05 s
             assert gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_SHED and not gate.decide(CHAT, SLO)
-    assert gate.rates.itl_s == pytest.approx(0.08)
+    assert gate.learned.rates.itl_s == pytest.approx(0.08)
     assert gate.decide(CHAT, SLO) == C.REFUSED_ADMISSION_TPOT and gate.decide(BULK, SLO) == C.REFUSED_ADMISSION_TPOT
-    assert max(n for n, itl in gate.rates.served if itl <= TPOT) < 8, "the growing batch is not recorded as in time"
+    assert max(n for n, itl in gate.learned.rates.served if itl <= TPOT) < 8, "the growing batch is not recorded as in time"
     page = gate.render().decode()
     itl_line = next(line for line in page.splitlines() if line.startswith(C.TAP_ADMISSION_ENGINE_ITL.name + " "))
     assert float(itl_line.split()[1]) == pytest.approx(0.08) and f"{C.TAP_ADMISSION_OPEN.name} 0" in page
@@ -356,8 +358,8 @@ def test_the_floors_are_overrides_off_by_default() -> None:
         return gate
 
     gate = learned()
-    assert gate.queue == 5 and gate.rates.finish_rate == pytest.approx(40)
-    assert predicted_wait(gate.outlook()) == pytest.approx((6 - gate.start_seats) / 40)  # 5 queued + 1, less the seats
+    assert gate.learned.queue == 5 and gate.learned.rates.finish_rate == pytest.approx(40)
+    assert predicted_wait(gate.outlook()) == pytest.approx((6 - gate.learned.start_seats) / 40)  # 5 queued + 1, less the seats
     assert gate.decide(CHAT, SLO) == ""
     assert learned(max_queue=4).decide(CHAT, SLO) == C.REFUSED_ADMISSION_QUEUE
     assert learned(min_seats=1).decide(CHAT, SLO) == C.REFUSED_ADMISSION_KV
@@ -404,15 +406,15 @@ def test_a_request_starts_when_its_prompt_fits_not_only_when_a_p99_lifetime_does
     for t in range(40):  # six finishes a second
         clock.now = t * 0.25
         gate.update(engine(clock.now, free, finished=100 + 3 * t // 2))
-    assert gate.rates.finish_rate == pytest.approx(6, rel=0.1)
-    assert 3 < gate.seats < 4 and gate.start_seats == pytest.approx(6)  # p99 lifetimes: fewer than prompts that fit
+    assert gate.learned.rates.finish_rate == pytest.approx(6, rel=0.1)
+    assert 3 < gate.learned.seats < 4 and gate.learned.start_seats == pytest.approx(6)  # p99 lifetimes: fewer than prompts that fit
     # the 6th: 2.5 beyond the p99 seats, 0.42 s of finishes; the 7th: 0.59 s
     assert [gate.decide(CHAT, SLO) for _ in range(7)] == [""] * 6 + [C.REFUSED_ADMISSION_TTFT]
     slow = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
     for t in range(40):  # one finish a second: only the p99 seats start in time
         clock.now = 20 + t * 0.25
         slow.update(engine(clock.now, free, finished=100 + t // 4))
-    fit = math.ceil(slow.seats - 0.5)  # a request blocked 0.5 beyond them waits 0.5 s
+    fit = math.ceil(slow.learned.seats - 0.5)  # a request blocked 0.5 beyond them waits 0.5 s
     assert [slow.decide(CHAT, SLO) for _ in range(fit + 1)] == [""] * fit + [C.REFUSED_ADMISSION_TTFT]
 
 
@@ -431,13 +433,13 @@ def test_the_room_the_running_requests_decode_into_before_the_next_reading_start
     for t in range(40):  # 40 running, 0.02 s a token (the ITL counters: 2 s of tokens at 100 a second)
         clock.now = t * 0.25
         gate.update(engine(clock.now, free, finished=100 + t // 4, itl=(0.02 * 500 * t, 500 * t), running=40))
-    assert gate.rates.itl_s == pytest.approx(0.02) and gate.start_seats == pytest.approx(6)  # none in flight here
+    assert gate.learned.rates.itl_s == pytest.approx(0.02) and gate.learned.start_seats == pytest.approx(6)  # none in flight here
     gate.in_flight = lambda: [InFlight(10, 500)] * 40
     gate.update(engine(10.0, free, finished=110, itl=(0.02 * 500 * 40, 500 * 40), running=40))
-    assert gate.start_seats == pytest.approx((free - 500) / 352)
+    assert gate.learned.start_seats == pytest.approx((free - 500) / 352)
     gate.in_flight = lambda: [InFlight(499, 500)] * 40  # all but done: a token each
     gate.update(engine(10.25, free, finished=110, itl=(0.02 * 500 * 41, 500 * 41), running=40))
-    assert gate.start_seats == pytest.approx((free - 40) / 352)
+    assert gate.learned.start_seats == pytest.approx((free - 40) / 352)
     # a page whose ITL says a nanosecond a token is read at the floor: 250 tokens a poll for an uncapped stream,
     # not the whole KV (which would close the gate on a lying page)
     gate = Admission("http://127.0.0.1:1", clock=clock, slo=SLO)
@@ -445,4 +447,4 @@ def test_the_room_the_running_requests_decode_into_before_the_next_reading_start
     for t in range(40):
         clock.now = 20 + t * 0.25
         gate.update(engine(clock.now, free, finished=100 + t // 4, itl=(1e-9 * 500 * t, 500 * t), running=2))
-    assert gate.start_seats == pytest.approx((free - 2 * 0.25 / MIN_DECODE_STEP_S) / 352)
+    assert gate.learned.start_seats == pytest.approx((free - 2 * 0.25 / MIN_DECODE_STEP_S) / 352)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 
-from exporter.tap.admission import MAX_CACHED_SHARE, Admission, Reading, cached_share
+from exporter.tap.admission import Admission
+from exporter.tap.gate_reading import Reading
+from exporter.tap.gate_state import MAX_CACHED_SHARE, cached_share
 from exporter.tap.predict import Counters
 from simulator.config import EngineConfig
 from simulator.workload import LengthDist, WorkloadSpec, generate
@@ -35,7 +37,7 @@ def test_a_prefix_heavy_load_below_capacity_is_not_refused() -> None:
     gated = run_gated(_config(), _items(5.0), slowdown=SLOWDOWN)
     assert plain.good == plain.offered, "the load is below capacity"
     assert gated.refused <= 0.01 * gated.offered, (gated.refused, gated.offered)
-    assert gated.gates[0].cached_share > 0.85, gated.gates[0].cached_share
+    assert gated.gates[0].learned.cached_share > 0.85, gated.gates[0].learned.cached_share
     assert gated.good >= 0.97 * plain.good, (gated.good, plain.good)
 
 
@@ -66,21 +68,21 @@ def test_a_lying_page_cannot_make_a_request_free() -> None:
     now = [0.0]
     gate = Admission("http://127.0.0.1:1", clock=lambda: now[0], slo=SLO)
     gate.update(_reading(16_000, 0, 0))
-    honest = gate.start_seats  # no hits yet: whole median prompts
+    honest = gate.learned.start_seats  # no hits yet: whole median prompts
     now[0] = 1.0
     gate.update(_reading(16_000, 10**9, 10**9))  # "every token ever looked up was cached"
-    assert gate.cached_share == MAX_CACHED_SHARE
-    assert honest < gate.start_seats <= honest / (1 - MAX_CACHED_SHARE) + 1
-    assert math.isfinite(gate.seats)
+    assert gate.learned.cached_share == MAX_CACHED_SHARE
+    assert honest < gate.learned.start_seats <= honest / (1 - MAX_CACHED_SHARE) + 1
+    assert math.isfinite(gate.learned.seats)
     # the footprint gauge shows a seat as the seats count it: the prompt's cached share off, in whole blocks
     shown = {line.split()[0]: float(line.split()[1]) for line in gate.render().decode().splitlines()
              if line and not line.startswith("#") and "{" not in line}
     seat = shown["llm_tap_admission_footprint_tokens"]
-    assert seat % 16 == 0 and seat < gate.footprint, (seat, gate.footprint)
+    assert seat % 16 == 0 and seat < gate.learned.footprint, (seat, gate.learned.footprint)
     # a counter that went back (an engine restart) starts the ratio anew; the last share stays until measured
     now[0] = 2.0
     gate.update(_reading(16_000, 10, 100))
-    assert gate.cached_share == MAX_CACHED_SHARE
+    assert gate.learned.cached_share == MAX_CACHED_SHARE
     now[0] = 3.0
     gate.update(_reading(16_000, 60, 200))
-    assert gate.cached_share == 0.5
+    assert gate.learned.cached_share == 0.5

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from exporter import promtext
-from exporter.tap.admission import Admission, Reading
+from exporter.tap.admission import Admission
 from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.exposition import PageRenderer
+from exporter.tap.gate_reading import Reading
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.timing import Timings
 from llmslo import conventions as C

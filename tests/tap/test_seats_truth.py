@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.tap.admission import MAX_CACHED_SHARE
+from exporter.tap.gate_state import MAX_CACHED_SHARE
 from exporter.tap.seats import InFlight, Sizes, SizeWindow, estimate
 from simulator.clock import VirtualClock
 from simulator.config import EngineConfig
