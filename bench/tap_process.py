@@ -24,8 +24,8 @@ import sys
 from aiohttp import web
 
 from exporter.tap.classes import SloClass, SloConfig
-from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
+from exporter.tap.settings import TapSettings
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
 

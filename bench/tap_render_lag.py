@@ -29,8 +29,8 @@ from pathlib import Path
 from aiohttp import web
 
 from bench import tap_process
-from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
+from exporter.tap.settings import TapSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("none", "sliced", "sliced-onebuffer", "thread-ours", "thread-prom", "onloop")

@@ -23,9 +23,9 @@ Replicas for a target rate = ceil(target / per-replica rate), assuming the load 
 replicas do not interact (no shared prefix cache, no cross-replica queueing). docs/capacity.md says
 how far to trust the numbers.
 
-The simulator does not import the exporter: the two comparisons and the SLO-file reading are
-repeated here (through the shared reader `llmslo.specfile`), and tests/simulator/test_plan.py
-checks that they agree with the tap's `within_objectives` and `load_slo_config`.
+The simulator does not import the exporter: the goodput rule is the tap's own (`llmslo.goodput`), the
+SLO files are read through the shared reader `llmslo.specfile`, and tests/simulator/test_plan.py
+checks that the classes read here agree with the tap's `load_slo_config`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmslo.goodput import streamed_good
 from llmslo.ranges import ALLOW_KEY
 from llmslo.sli_plugins import GOODPUT as GOODPUT_PLUGIN
 from llmslo.sli_plugins import GoodputParams, PluginOptionError, read_options
@@ -125,13 +126,6 @@ def load_goodput_class(paths: list[str | Path] | tuple[str | Path, ...], name: s
     return max(matching, key=lambda c: c.objective)  # several goodput SLOs for one class: the strictest
 
 
-def within_objectives(ttft: float | None, tpot: float | None, ttft_max: float | None, tpot_max: float | None) -> bool:
-    """The tap's rule for a completed, streamed request (exporter.tap.timing.within_objectives)."""
-    if ttft is None or tpot is None:
-        return False
-    return (ttft_max is None or ttft <= ttft_max) and (tpot_max is None or tpot <= tpot_max)
-
-
 def request_timings(req: Request) -> tuple[float | None, float | None]:
     """TTFT and TPOT of a finished request, as the tap measures them (None: no output)."""
     if req.num_output_tokens < 1:
@@ -161,7 +155,7 @@ class _GoodCounter:
         self.finished += 1
         if self.on_running is not None and self.finished % RUNNING_EVERY == 0:
             self.on_running(self.finished)
-        if req.finish_reason in (FINISH_STOP, FINISH_LENGTH) and within_objectives(
+        if req.finish_reason in (FINISH_STOP, FINISH_LENGTH) and streamed_good(
             *request_timings(req), self.cls.ttft, self.cls.tpot
         ):
             self.good += 1

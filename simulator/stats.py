@@ -1,13 +1,15 @@
 """Per-request records and the summary both virtual mode and the load generator print.
 
 TPOT follows vLLM's benchmark: (E2E - TTFT) / (output tokens - 1), for requests with more than one token.
-A request is good (counts toward goodput) when it succeeded, its TTFT is within the TTFT threshold and, if
-it has a TPOT, that is within the TPOT threshold.
+A request is good (counts toward goodput) by the tap's rule (llmslo.goodput): it succeeded, its TTFT is
+within the TTFT threshold and, if it has a TPOT, that is within the TPOT threshold.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from llmslo.goodput import streamed_good
 
 
 @dataclass(slots=True)
@@ -27,10 +29,7 @@ class RequestRecord:
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
     def good(self, ttft_slo: float, tpot_slo: float) -> bool:
-        if not self.ok or self.ttft is None or self.ttft > ttft_slo:
-            return False
-        tpot = self.tpot
-        return tpot is None or tpot <= tpot_slo
+        return self.ok and streamed_good(self.ttft, self.tpot, ttft_slo, tpot_slo)
 
 
 def percentile(values: list[float], q: float) -> float | None:

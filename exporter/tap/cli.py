@@ -25,8 +25,8 @@ from exporter.tap.admission import Admission, warn_unguarded
 from exporter.tap.classes import SloConfig, SloConfigError, load_slo_config
 from exporter.tap.deadlines import DeadlineError, derive_deadlines, log_derived
 from exporter.tap.options import add_arguments
-from exporter.tap.proxy import TapSettings
 from exporter.tap.server import TapServer
+from exporter.tap.settings import TapSettings
 from exporter.tap.slofiles import one_shot_sources
 
 DESCRIPTION = (

@@ -4,7 +4,9 @@ It reads a request head and body (exporter.tap.http1 frames them, without I/O), 
 client controls (head size and time, body size, the tap-wide memory for bodies), and hands each
 complete request to an Exchange (exporter.tap.exchange), which forwards it and relays the
 response. While an exchange runs, pipelined bytes wait; once the upstream switches protocols
-(101), bytes pass both ways unparsed. Flow control is exporter.tap.flow's.
+(101), bytes pass both ways unparsed. Flow control is exporter.tap.flow's. What the connections
+share (exporter.tap.proxy.TapProxy) is reached through `Host`, which builds each request's exchange;
+the exchange reaches this connection only through the `Client` it is handed.
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from exporter.tap import http1
-from exporter.tap.exchange import Exchange
+from exporter.tap.exchange import Client, Exchange
 from exporter.tap.flow import FlowControl
 from exporter.tap.http1 import BadMessage, RequestHead
+from exporter.tap.settings import TapSettings
 from llmslo import conventions as C
-
-if TYPE_CHECKING:
-    from exporter.tap.proxy import TapProxy
 
 LINGER_S = 2.0  # after refusing a request, how long unread upload bytes are drained before closing
 # Decoding a chunked body is Python work per chunk: 32 KiB of 1-byte chunks is about 5,500 of
@@ -43,11 +44,28 @@ class ConnState(enum.Enum):
 _READING = (ConnState.HEAD, ConnState.BODY)
 
 
+class Host(Protocol):
+    """What a client connection needs of what the tap's connections share (exporter.tap.proxy.TapProxy)."""
+
+    settings: TapSettings
+    connections: set[ClientConnection]
+    accepting: bool  # False while draining: a finished exchange closes its connection
+    buffered_body_bytes: int  # request bodies held now, on every connection together
+    clock: Callable[[], float]
+
+    def refused(self, reason: str) -> None: ...
+
+    def release_body(self, n: int) -> None: ...
+
+    def exchange(self, client: Client, head: RequestHead, body: bytes | bytearray, has_body: bool, arrival: float,
+                 reserved: int) -> Exchange: ...
+
+
 class ClientConnection(asyncio.Protocol):
     """One client's connection: reads requests one at a time and runs an Exchange for each."""
 
-    def __init__(self, proxy: TapProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.transport: asyncio.Transport | None = None
         self.state = ConnState.HEAD
         self.buf = b""
@@ -56,28 +74,30 @@ class ClientConnection(asyncio.Protocol):
         self.body_left = 0  # with a Content-Length body: bytes still to read
         self.body = bytearray()
         self.body_size = 0
-        self.reserved = 0  # bytes of proxy.buffered_body_bytes this connection's body holds
+        self.reserved = 0  # bytes of host.buffered_body_bytes this connection's body holds
         self.decoder: http1.ChunkedDecoder | None = None  # with a chunked body
         self.exchange: Exchange | None = None
-        self.last_activity = proxy.clock()
+        self.last_activity = host.clock()
         # When the head of the request being received had to start arriving (None: idle between requests).
         self.head_started: float | None = self.last_activity
         self._advancing = False
         self._slice_pending = False  # a chunked body is being decoded a slice per turn of the loop
         self.flow: FlowControl  # set once connected
+        self.client: Client  # what its exchanges are handed of it, set once connected
         self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.flow = FlowControl(transport)  # type: ignore[arg-type]
-        proxy = self.proxy
-        if len(proxy.connections) >= proxy.settings.max_connections:
-            proxy.refused(C.REFUSED_CONNECTION_LIMIT)
-            self.refuse(503, f"the tap is at its limit of {proxy.settings.max_connections} client connections; "
+        self.client = Client(self.write, self.flow, self.exchange_done, self.abort, self.start_tunnel, self._peer)
+        host = self.host
+        if len(host.connections) >= host.settings.max_connections:
+            host.refused(C.REFUSED_CONNECTION_LIMIT)
+            self.refuse(503, f"the tap is at its limit of {host.settings.max_connections} client connections; "
                         "retry shortly\n", retry_after=1)
             return
-        proxy.connections.add(self)
+        host.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         state = self.state
@@ -87,7 +107,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if state is ConnState.DRAIN:
             return
-        now = self.last_activity = self.proxy.clock()
+        now = self.last_activity = self.host.clock()
         if state is not ConnState.BODY and not self.buf:
             self.arrival = now  # the first bytes of a request (pipelined ones may come while busy)
             if self.head_started is None and state is ConnState.HEAD:
@@ -104,7 +124,7 @@ class ClientConnection(asyncio.Protocol):
         return False  # a client that stops sending mid-exchange has gone: close, and cancel upstream
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.proxy.connections.discard(self)
+        self.host.connections.discard(self)
         self._release_body()
         if self._linger is not None:
             self._linger.cancel()
@@ -127,9 +147,9 @@ class ClientConnection(asyncio.Protocol):
         if self.exchange is not None:
             self.exchange.check_deadline(now)
         elif self.state is ConnState.HEAD and self.head_started is not None:
-            if now - self.head_started > self.proxy.settings.head_timeout_s:
-                self.proxy.refused(C.REFUSED_HEAD_TIMEOUT)
-                self.refuse(408, f"the request head did not arrive within {self.proxy.settings.head_timeout_s:g} s\n")
+            if now - self.head_started > self.host.settings.head_timeout_s:
+                self.host.refused(C.REFUSED_HEAD_TIMEOUT)
+                self.refuse(408, f"the request head did not arrive within {self.host.settings.head_timeout_s:g} s\n")
 
     # -- requests --------------------------------------------------------------------------
     def _advance(self) -> None:
@@ -144,7 +164,7 @@ class ClientConnection(asyncio.Protocol):
                 if self.state is ConnState.BODY and not self._read_body():
                     return
         except BadMessage as e:
-            self.proxy.refused(C.REFUSED_MALFORMED)
+            self.host.refused(C.REFUSED_MALFORMED)
             self.refuse(400, f"malformed request: {e}\n")
         finally:
             self._advancing = False
@@ -152,7 +172,7 @@ class ClientConnection(asyncio.Protocol):
     def _read_head(self) -> bool:
         end = self.buf.find(http1.HEAD_END)
         if end > http1.MAX_HEAD_BYTES or (end < 0 and len(self.buf) > http1.MAX_HEAD_BYTES):
-            self.proxy.refused(C.REFUSED_HEAD_TOO_LARGE)
+            self.host.refused(C.REFUSED_HEAD_TOO_LARGE)
             self.refuse(431, f"request head larger than {http1.MAX_HEAD_BYTES} bytes\n")
             return False
         if end < 0:
@@ -160,7 +180,7 @@ class ClientConnection(asyncio.Protocol):
         head = http1.parse_request_head(self.buf[:end])
         self.buf = self.buf[end + 4 :]
         length = http1.request_body_length(head)
-        if length is not None and length > self.proxy.settings.max_body_bytes:
+        if length is not None and length > self.host.settings.max_body_bytes:
             self._refuse_body()
             return False
         if length and not self._reserve(length):
@@ -180,18 +200,18 @@ class ClientConnection(asyncio.Protocol):
 
     def _reserve(self, n: int) -> bool:
         """Count n more body bytes against the tap-wide cap; refuse the request (503) when over it."""
-        proxy = self.proxy
-        if proxy.buffered_body_bytes + n > proxy.settings.max_buffered_body_bytes:
-            proxy.refused(C.REFUSED_BODY_MEMORY)
+        host = self.host
+        if host.buffered_body_bytes + n > host.settings.max_buffered_body_bytes:
+            host.refused(C.REFUSED_BODY_MEMORY)
             self.refuse(503, "the tap holds too many request bodies right now; retry shortly\n", retry_after=1)
             return False
-        proxy.buffered_body_bytes += n
+        host.buffered_body_bytes += n
         self.reserved += n
         return True
 
     def _release_body(self) -> None:
         if self.reserved:
-            self.proxy.release_body(self.reserved)
+            self.host.release_body(self.reserved)
             self.reserved = 0
         self.body = bytearray()
 
@@ -203,7 +223,7 @@ class ClientConnection(asyncio.Protocol):
             payload, used = self.decoder.feed(piece)
             self.buf = buf[used:]
             if payload:
-                if self.body_size + len(payload) > self.proxy.settings.max_body_bytes:
+                if self.body_size + len(payload) > self.host.settings.max_body_bytes:
                     self._refuse_body()
                     return False
                 if not self._reserve(len(payload)):
@@ -253,8 +273,8 @@ class ClientConnection(asyncio.Protocol):
         self.state = ConnState.BUSY
         arrival = self.arrival
         if self.buf:
-            self.arrival = self.proxy.clock()  # a pipelined request that is already here
-        self.exchange = Exchange(self.proxy, self, head, body, has_body, arrival, reserved)
+            self.arrival = self.host.clock()  # a pipelined request that is already here
+        self.exchange = self.host.exchange(self.client, head, body, has_body, arrival, reserved)
         self.exchange.start()
 
     def start_tunnel(self) -> None:
@@ -268,11 +288,11 @@ class ClientConnection(asyncio.Protocol):
     def exchange_done(self, close: bool) -> None:
         """Called by the exchange once its response is complete (or could not be given)."""
         self.exchange = None
-        self.last_activity = self.proxy.clock()
+        self.last_activity = self.host.clock()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if close or not self.proxy.accepting:
+        if close or not self.host.accepting:
             transport.close()
             return
         self.state = ConnState.HEAD
@@ -282,8 +302,8 @@ class ClientConnection(asyncio.Protocol):
             self._advance()
 
     def _refuse_body(self) -> None:
-        self.proxy.refused(C.REFUSED_BODY_TOO_LARGE)
-        self.refuse(413, f"request body larger than the tap's limit of {self.proxy.settings.max_body_bytes} bytes\n")
+        self.host.refused(C.REFUSED_BODY_TOO_LARGE)
+        self.refuse(413, f"request body larger than the tap's limit of {self.host.settings.max_body_bytes} bytes\n")
 
     def refuse(self, status: int, text: str, retry_after: int | None = None) -> None:
         """Answer with the tap's own error and close, draining what the client is still uploading.
@@ -303,6 +323,10 @@ class ClientConnection(asyncio.Protocol):
             self._linger = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
         else:
             transport.close()
+
+    def _peer(self) -> object:
+        transport = self.transport
+        return transport.get_extra_info("peername") if transport is not None else None
 
     def write(self, data: bytes) -> None:
         transport = self.transport

@@ -1,11 +1,15 @@
 """One request through the tap: forwarded upstream, its response relayed back as it arrives, timed.
 
-An Exchange takes a complete request from its ClientConnection (exporter.tap.connection), asks
-the admission gate when there is one, sends the request on a pooled upstream connection and
-relays the response from the upstream's `data_received` straight to the client's transport. A
-body the tap does not change goes out as the very bytes that came in, chunked framing included;
-how the client's body is framed is http1.client_framing's decision, and the outcome is
-exporter.tap.outcomes'. Deadlines towards the engine are checked here (every tick of the proxy).
+An Exchange is one request's cycle, as uvicorn's RequestResponseCycle is: it is handed the request as the tap
+forwards it (exporter.tap.policy.Forward) and narrow collaborators, never the server or the connection
+object: the client's side (`Client`: its write, flow control, done, abort, tunnel and peer), what every
+exchange shares (`Services`: the upstream pool, the clock, the deadlines, the recorder, the body memory, the
+refusal counter) and, when there is one, the admission gate's decision (`Gate`). It asks the gate, sends the
+request on a pooled upstream connection and relays the response from the upstream's `data_received` straight
+to the client's write. A body the tap does not change goes out as the very bytes that came in, chunked framing
+included; how the client's body is framed is http1.client_framing's decision, the outcome is
+exporter.tap.outcomes', and the finished request's verdict exporter.tap.policy's. Deadlines towards the
+engine are checked here (every tick of the proxy).
 """
 
 from __future__ import annotations
@@ -13,50 +17,92 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap import http1
-from exporter.tap.deadlines import ANSWERED_GRACE_S, BODY_PROGRESS_BYTES
+from exporter.tap.classes import Objective
+from exporter.tap.deadlines import ANSWERED_GRACE_S, BODY_PROGRESS_BYTES, Deadlines
+from exporter.tap.flow import FlowControl
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
+from exporter.tap.policy import Finished, Forward, finish, gave_up
 from exporter.tap.predict import REFUSAL_TEXT
 from exporter.tap.relay import BodyRelay, Relay, SseRelay
-from exporter.tap.timing import RequestTiming, gave_up
-from exporter.tap.upstream import UpstreamConnection
+from exporter.tap.timing import RequestTiming
+from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
 
-if TYPE_CHECKING:
-    from exporter.tap.admission import Admission
-    from exporter.tap.connection import ClientConnection
-    from exporter.tap.proxy import TapProxy
-
-
-TIMED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 _UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """The client's side of one connection, as its exchanges use it (exporter.tap.connection builds it)."""
+
+    write: Callable[[bytes], None]  # bytes for the client, unless its transport is closing
+    flow: FlowControl  # the client connection's flow control (write_paused: the client is not reading)
+    done: Callable[[bool], None]  # the exchange is over; True: close the connection after it
+    abort: Callable[[], None]  # reset the connection (a response broken off)
+    tunnel: Callable[[], None]  # the upstream switched protocols: bytes pass both ways from now on
+    peer: Callable[[], object]  # the client's address (the gate counts clients by it)
+
+
+class Decision(Protocol):
+    """The gate's decision for one request (exporter.tap.admission)."""
+
+    @property
+    def refusal(self) -> str: ...  # "" (admitted) or a conventions.REFUSED_ADMISSION_* reason
+
+    @property
+    def ticket(self) -> int: ...  # the admitted request's reservation, for `settle`
+
+    @property
+    def retry_after_s(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """The admission gate, as a request's cycle asks it: decide once before forwarding, settle once at the end."""
+
+    decide: Callable[[Objective, RequestHead, object], Decision]  # objective, request head, client's peer
+    settle: Callable[[int], None]  # the ticket of an admitted request that ended
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What every exchange of the tap shares (exporter.tap.proxy builds it once)."""
+
+    pool: UpstreamPool
+    clock: Callable[[], float]
+    deadlines: Callable[[], Deadlines]  # the deadlines now (a reload changes them)
+    record: Callable[[Finished], None]  # a timed request's end: metrics, observer, the gate's sizes
+    release_body: Callable[[int], None]  # request body bytes no longer held (the tap-wide cap)
+    refused: Callable[[str], None]  # count a refusal by its reason
+    model_label: Callable[[str], str]  # a model's label value (exporter.tap.models)
 
 
 class Exchange:
     """One request forwarded upstream and its response relayed back, with its timing."""
 
     def __init__(
-        self, proxy: TapProxy, client: ClientConnection, head: RequestHead, body: bytes | bytearray, has_body: bool,
+        self, services: Services, client: Client, gate: Gate | None, head: RequestHead, fwd: Forward,
         arrival: float, reserved: int = 0,
     ) -> None:
-        self.proxy = proxy
+        self.services = services
+        self.clock = services.clock
         self.client = client
+        self.write = client.write  # bound once: the per-chunk path calls it directly
+        self.gate = gate
         self.head = head
         self.timing = RequestTiming(arrival)
         self.reserved = reserved  # body bytes counted against the tap-wide cap until the engine has them
-        connection = http1.connection_tokens(head.fields)
-        self.upgrade = head.get(b"upgrade") if b"upgrade" in connection else None
-        timed = head.method == b"POST" and head.path in TIMED_PATHS and self.upgrade is None
-        self.plan = proxy.plan(head, body) if timed else None
-        if self.plan is not None:
-            body, self.plan.body = self.plan.body, b""  # one reference to the body: it is freed once sent
-        self.request_head = proxy.upstream_head(head, len(body), has_body, timed, connection, self.upgrade)
-        self.request_body = body
-        self.client_close = head.version == b"1.0" or b"close" in connection
+        self.upgrade = fwd.upgrade
+        self.plan = fwd.plan
+        self.request_head, self.request_body = fwd.head, fwd.body  # `fwd` is not kept: the body is freed once sent
+        self.client_close = fwd.client_close
         # The stall deadline runs from the last progress (exporter.tap.deadlines): a stream's last output
         # event (timing.last_token_at), a body's last BODY_PROGRESS_BYTES (progress_at, at body_bytes ==
         # progress_bytes), or the last time a client not reading excused the engine's silence.
@@ -86,33 +132,26 @@ class Exchange:
 
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
-        admission = self.proxy.admission
-        if self.plan is not None and admission is not None:
-            verdict = admission.decide_ticket(self.plan.objective, self.proxy.slo, self._client_key(admission))
+        gate = self.gate
+        if self.plan is not None and gate is not None:
+            verdict = gate.decide(self.plan.objective, self.head, self.client.peer())
             self.ticket = verdict.ticket
             if verdict.refusal:  # refused before anything reached the engine; admitted requests are never touched
-                if self.proxy.metrics is not None:
-                    self.proxy.metrics.refused(verdict.refusal)
+                self.services.refused(verdict.refusal)
                 why, seconds = REFUSAL_TEXT[verdict.refusal], verdict.retry_after_s
                 self._fail(f"The engine is at capacity ({why}); retry after {seconds} s.", 429,
                            C.OUTCOME_REFUSED, retry_after=seconds, code=verdict.refusal)
                 return
-        conn = self.proxy.pool.take_idle()
+        conn = self.services.pool.take_idle()
         if conn is not None:
             self._send(conn)
         else:
             self.task = asyncio.get_running_loop().create_task(self._connect())
 
-    def _client_key(self, admission: Admission) -> str:
-        """Who the request is from, as the gate's turns count clients (exporter.tap.turns)."""
-        keys = admission.clients
-        transport = self.client.transport
-        peer = transport.get_extra_info("peername") if transport is not None else None
-        return keys.key(peer, self.head.get(keys.header) if keys.header else None)
-
     async def _connect(self) -> None:
+        pool = self.services.pool
         try:
-            conn = await self.proxy.pool.connect()
+            conn = await pool.connect()
         except _UPSTREAM_FAILURES as e:
             self.task = None
             if not self.done:
@@ -120,7 +159,7 @@ class Exchange:
             return
         self.task = None
         if self.done:  # the client left while the tap was connecting: keep the fresh connection
-            self.proxy.pool.release(conn, reusable=True)
+            pool.release(conn, reusable=True)
             return
         self._send(conn)
 
@@ -137,7 +176,7 @@ class Exchange:
 
     def _release_body(self) -> None:
         if self.reserved:
-            self.proxy.release_body(self.reserved)
+            self.services.release_body(self.reserved)
             self.reserved = 0
 
     def _fail(
@@ -146,7 +185,7 @@ class Exchange:
     ) -> None:
         """No response from the upstream: answer with the tap's own error (502, 504 for a deadline, 429
         for an admission refusal): an OpenAI error object for the API's timed requests, else plain text."""
-        self.timing.on_end(self.proxy.clock())
+        self.timing.on_end(self.clock())
         self.status = status
         if self.plan is not None:
             kind = "rate_limit_exceeded" if status == 429 else "timeout" if status == 504 else "server_error"
@@ -154,7 +193,7 @@ class Exchange:
                                                  retry_after=retry_after)
         else:
             response = http1.simple_response(status, text, close=self.client_close, retry_after=retry_after)
-        self.client.write(response)
+        self.write(response)
         self._finish(outcome, close=self.client_close)
 
     def check_deadline(self, now: float) -> None:
@@ -164,7 +203,7 @@ class Exchange:
         if self.client.flow.write_paused:
             self.excused_at = now  # the client is not reading: the engine is not the one stalling
             return
-        d = self.proxy.deadlines
+        d = self.services.deadlines()
         plan = self.plan
         timing = self.timing
         if plan is not None and self.streamed and timing.complete:  # the answer is whole: only its transport's end
@@ -197,15 +236,15 @@ class Exchange:
         elif self.streamed and self.timing.complete:
             self._end_answered()
         else:  # the response has started: break it off, as for an upstream break
-            self.timing.on_end(self.proxy.clock())
+            self.timing.on_end(self.clock())
             self._finish(C.OUTCOME_UPSTREAM_TIMEOUT, close=True, abort=True)
 
     # -- upstream callbacks ----------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
         if self.tunnel:
-            self.client.write(data)
+            self.write(data)
             return
-        t = self.proxy.clock()
+        t = self.clock()
         if self.reserved:
             self._release_body()  # the engine answers: it has read the request
         if self.response is None:
@@ -249,8 +288,8 @@ class Exchange:
     def _open_tunnel(self, head: bytes, rest: bytes) -> None:
         """Relay the upstream's 101 as it came and join the two connections (e.g. a WebSocket)."""
         self.tunnel, self.status, self.rbuf = True, 101, b""
-        self.client.write(head + rest)
-        self.client.start_tunnel()
+        self.write(head + rest)
+        self.client.tunnel()
 
     def to_upstream(self, data: bytes) -> None:
         conn = self.conn
@@ -259,9 +298,8 @@ class Exchange:
 
     def upstream_full(self, full: bool) -> None:
         """Tunnel backpressure the other way: a full upstream socket stops reading from the client."""
-        transport = self.client.transport
-        if self.tunnel and transport is not None and not transport.is_closing():
-            transport.pause_reading() if full else transport.resume_reading()
+        if self.tunnel:
+            self.client.flow.pause_reading() if full else self.client.flow.resume_reading()
 
     def _respond(self, head: ResponseHead, framing: int, t: float) -> None:
         self.response, self.status, self.framing = head, head.status, framing
@@ -337,7 +375,7 @@ class Exchange:
         if self.prefix:
             send, self.prefix = self.prefix + send, b""
         if send:
-            self.client.write(send)
+            self.write(send)
         if finished:
             self._end(t)
 
@@ -348,13 +386,13 @@ class Exchange:
         the upstream connection closed (it is out of step)."""
         self.reusable = False
         timing = self.timing
-        now = self.proxy.clock()
+        now = self.clock()
         end = timing.answer_end
         timing.on_end(now if end is None else end)
         decoder, mode = self.decoder, self.mode
         whole = mode is BodyMode.CHUNKS
         if mode is BodyMode.RAW and decoder is not None and decoder.at_boundary:
-            self.client.write(self.prefix + http1.LAST_CHUNK)  # the upstream's own chunks end here
+            self.write(self.prefix + http1.LAST_CHUNK)  # the upstream's own chunks end here
             self.prefix, whole = b"", True
         conn = self.conn
         if conn is not None and conn.transport is not None:
@@ -369,7 +407,7 @@ class Exchange:
             tail = (http1.chunk(tail) if tail else b"") + (b"" if self.terminated else http1.LAST_CHUNK)
         send = self.prefix + tail
         if send:
-            self.client.write(send)
+            self.write(send)
         self.prefix = b""
         outcome = ended_outcome(
             self.outcome, error_event=relay is not None and relay.error_event,
@@ -390,7 +428,7 @@ class Exchange:
             self._fail("upstream closed the connection before responding\n")
         elif self.framing == UNTIL_CLOSE:
             self.reusable = False
-            self._end(self.proxy.clock())
+            self._end(self.clock())
         else:
             self._broken()
 
@@ -415,17 +453,16 @@ class Exchange:
         if self.done:
             return
         self.reusable = False  # closing the upstream connection is how the engine learns of the abort
-        self._finish(self._left_outcome(self.proxy.clock()), close=True)
+        self._finish(self._left_outcome(self.clock()), close=True)
 
     def late(self, now: float) -> bool:
         """Whether this timed request's objective is already lost at `now` while it is still owed
-        something (exporter.tap.timing.gave_up): the in-flight-late gauge, and a leaving client's outcome."""
+        something (exporter.tap.policy.gave_up): the in-flight-late gauge, and a leaving client's outcome."""
         plan = self.plan
         if plan is None or self.timing.complete:
             return False
         obj = plan.objective
-        limit = None if plan.max_tokens is None else plan.max_tokens * plan.choices
-        return gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, limit)
+        return gave_up(self.timing, now, obj.ttft, obj.tpot, plan.streamed, plan.cap)
 
     def _left_outcome(self, now: float) -> str:
         """The outcome of a request whose client went away before its response ended."""
@@ -433,15 +470,16 @@ class Exchange:
                             gave_up=self.late(now))
 
     def pause_upstream(self) -> None:
+        """The client's socket buffer is full: stop reading from the upstream (the engine's send then blocks)."""
         conn = self.conn
-        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
-            conn.transport.pause_reading()
+        if conn is not None:
+            conn.flow.pause_reading()
 
     def resume_upstream(self) -> None:
-        self.excused_at = self.proxy.clock()
+        self.excused_at = self.clock()
         conn = self.conn
-        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
-            conn.transport.resume_reading()
+        if conn is not None:
+            conn.flow.resume_reading()
 
     # -- the end ---------------------------------------------------------------------------
     def _finish(self, outcome: str, close: bool, abort: bool = False) -> None:
@@ -449,16 +487,19 @@ class Exchange:
             return
         self.done = True
         self._release_body()
-        if self.ticket and self.proxy.admission is not None:
-            self.proxy.admission.settle(self.ticket)
+        if self.ticket and self.gate is not None:
+            self.gate.settle(self.ticket)
         self.request_head, self.request_body = b"", b""
         conn, self.conn = self.conn, None
         if conn is not None:
             complete = self.response is not None and self.rbuf == b"" and self.framing != UNTIL_CLOSE
-            self.proxy.pool.release(conn, reusable=self.reusable and complete)
-        if self.plan is not None:
-            self.proxy.account(self.head, self.plan, self.timing, outcome, self.status, self.streamed, self.body_bytes)
+            self.services.pool.release(conn, reusable=self.reusable and complete)
+        plan = self.plan
+        if plan is not None:
+            services = self.services
+            services.record(finish(self.head, plan, self.timing, outcome, self.status, self.streamed, self.body_bytes,
+                                   services.model_label(plan.model)))
         if abort:
             self.client.abort()
-        self.client.exchange_done(close=close)
+        self.client.done(close)
 

@@ -1,9 +1,10 @@
-"""Flow control of one client connection, in one place (as uvicorn's `FlowControl`).
+"""Flow control of one connection, client or upstream, in one place (as uvicorn's `FlowControl`).
 
-Reading from the client is paused for three reasons: pipelined bytes pile up while a response is
+Reading from a client is paused for three reasons: pipelined bytes pile up while a response is
 relayed, a chunked request body is decoded a slice per turn of the loop, and a tunnel's upstream is
-full. Writing to the client is paused by the transport itself when its buffer fills (the exchange
-then stops reading from the upstream). The flags say what was asked of the transport, so that a
+full. Reading from an upstream is paused while the client it relays to is not reading. Writing is
+paused by the transport itself when its buffer fills (`write_paused`; a full client makes the
+exchange stop reading from the upstream). The flags say what was asked of the transport, so that a
 resume is only ever sent after a pause.
 """
 
@@ -17,8 +18,8 @@ class FlowControl:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        self.read_paused = False  # the tap stopped reading from the client
-        self.write_paused = False  # the client's socket buffer is full (asyncio.Protocol.pause_writing)
+        self.read_paused = False  # the tap stopped reading from the peer
+        self.write_paused = False  # the peer's socket buffer is full (asyncio.Protocol.pause_writing)
 
     def pause_reading(self) -> None:
         if not self.read_paused:

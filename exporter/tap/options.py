@@ -17,9 +17,9 @@ from exporter.tap.gate_reading import AUTO, ENGINE_KINDS
 from exporter.tap.gate_state import DEFAULT_FALLBACK_FOOTPRINT, DEFAULT_MAX_QUEUE, DEFAULT_MIN_SEATS, DEFAULT_POLL_S
 from exporter.tap.models import DEFAULT_REFRESH_S, refresh_seconds
 from exporter.tap.predict import DEFAULT_SHED_MARGIN
-from exporter.tap.proxy import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
 from exporter.tap.reload import DEFAULT_INTERVAL_S as DEFAULT_RELOAD_S
 from exporter.tap.reload import reload_interval
+from exporter.tap.settings import DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES
 from exporter.tap.turns import header_name
 from llmslo.argtypes import number_arg
 

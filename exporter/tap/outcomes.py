@@ -41,7 +41,7 @@ def left_outcome(status_outcome: str, *, complete: bool, responded: bool, gave_u
     """The outcome of a request whose client went away before its response ended.
 
     `complete`: it got the whole answer (real clients close after [DONE]); `responded`: the head had
-    arrived; `gave_up`: it stopped waiting only once its objective was lost (timing.gave_up)."""
+    arrived; `gave_up`: it stopped waiting only once its objective was lost (policy.gave_up)."""
     if complete or (responded and status_outcome != C.OUTCOME_OK):
         return status_outcome
     if gave_up:

@@ -22,8 +22,10 @@ from exporter.tap.classes import SloConfig
 from exporter.tap.exposition import CONTENT_TYPE, PageRenderer
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.models import DEFAULT_REFRESH_S, ModelNames, ServedModels
-from exporter.tap.proxy import Observer, TapProxy, TapSettings
+from exporter.tap.policy import Observer
+from exporter.tap.proxy import TapProxy
 from exporter.tap.reload import DEFAULT_INTERVAL_S, SloReloader
+from exporter.tap.settings import TapSettings
 
 
 @dataclass(frozen=True)

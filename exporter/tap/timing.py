@@ -16,7 +16,9 @@ same code is exercised by unit tests with made-up timestamps. Definitions (docs/
 - complete: the stream ended with the engine's final event (`[DONE]`, or a `finish_reason`
   for engines that send no `[DONE]`); a stream without it is `truncated`, never `ok`.
 - n_out is checked: a usage count above what the request allowed (max_tokens x n) or above the
-  bytes the response carried is not believed (`plausible_usage`).
+  bytes the response carried is not believed (exporter.tap.policy.plausible_usage).
+
+Whether a request was good is llmslo.goodput's rule, applied by exporter.tap.policy.
 """
 
 from __future__ import annotations
@@ -157,63 +159,3 @@ class RequestTiming:
         ttft = self.first_token_at - self.arrival
         tpot = (self.last_token_at - self.first_token_at) / (n_out - 1) if n_out > 1 else 0.0
         return Timings(ttfb, ttft, tpot, e2e, n_out, source)
-
-
-def within_objectives(t: Timings, ttft_max: float | None, tpot_max: float | None, streamed: bool = True) -> bool:
-    """Whether one successfully completed request counts as goodput.
-
-    Streamed: TTFT <= ttft_max and TPOT <= tpot_max (a missing objective does not constrain),
-    and at least one output token arrived. Not streamed: the user sees nothing until the end,
-    so the response must be complete by the time a stream meeting both objectives would have
-    finished: E2E <= ttft_max + (n_out - 1) * tpot_max.
-    """
-    if streamed:
-        if t.ttft is None or t.tpot is None:
-            return False
-        return (ttft_max is None or t.ttft <= ttft_max) and (tpot_max is None or t.tpot <= tpot_max)
-    if t.e2e is None or t.n_out < 1:
-        return False
-    if ttft_max is None:
-        return True  # no TTFT objective: the deadline is unbounded
-    return t.e2e <= ttft_max + (t.n_out - 1) * (tpot_max or 0.0)
-
-
-def plausible_usage(n: int, max_tokens: int | None, choices: int, body_bytes: int) -> bool:
-    """Whether an engine-reported completion_tokens count can be true.
-
-    It cannot exceed what the request allowed (max_tokens per choice, `n` choices) nor the
-    bytes of the response that carried it: every output token costs a streamed event (or at
-    least a byte of text) on the wire, so more tokens than bytes means a broken or lying
-    upstream (e.g. `"completion_tokens": 1e23`), whose count would inflate goodput tokens.
-    """
-    if max_tokens is not None and n > max_tokens * max(choices, 1):
-        return False
-    return n <= max(body_bytes, 1)
-
-
-def gave_up(t: RequestTiming, now: float, ttft_max: float | None, tpot_max: float | None, streamed: bool,
-            max_tokens: int | None) -> bool:
-    """Whether a client that left at `now` left only after its objective could no longer be met.
-
-    Such a client was failed by the service (it usually stopped waiting for a hung or far too
-    slow engine), so it counts against the SLIs; one that left while still on time did not.
-
-    Streamed: no output yet and the TTFT objective has passed; or the first token came after
-    it; or the stream as the client saw it was slower than the TPOT objective: with k output
-    events delivered, (now - first token) / k > TPOT objective (the next token could not have
-    come before `now`). Not streamed: the response could no longer arrive by the time a good
-    one must (`within_objectives`): now - arrival > TTFT + (max_tokens - 1) x TPOT; without
-    max_tokens and with a TPOT objective, that time is unbounded, so never.
-    """
-    waited = now - t.arrival
-    if streamed:
-        if t.first_token_at is None:
-            return ttft_max is not None and waited > ttft_max
-        if ttft_max is not None and t.first_token_at - t.arrival > ttft_max:
-            return True
-        return tpot_max is not None and (now - t.first_token_at) / max(t.output_events, 1) > tpot_max
-    if ttft_max is None:
-        return False
-    if not tpot_max:
-        return waited > ttft_max
-    return max_tokens is not None and waited > ttft_max + (max_tokens - 1) * tpot_max

@@ -2,6 +2,8 @@
 
 Each connection is a bare asyncio protocol that hands what it receives to the exchange
 currently using it (exporter.tap.exchange.Exchange); between exchanges it waits in the pool.
+Reading from it is paused and resumed through the same flow control as a client's
+(exporter.tap.flow): while the client it relays to is not reading, and never resumed unless paused.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import ssl
 import time
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from exporter.tap.flow import FlowControl
 
 # Engines behind the tap are mostly uvicorn (vLLM, SGLang) or axum (TGI). Uvicorn closes a
 # keep-alive connection after 5 s idle; reusing one just as it does fails the request, so the
@@ -30,17 +34,19 @@ class UpstreamUser(Protocol):
 
 
 class UpstreamConnection(asyncio.Protocol):
-    __slots__ = ("pool", "transport", "user", "idle_since", "closed")
+    __slots__ = ("pool", "transport", "flow", "user", "idle_since", "closed")
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
+        self.flow: FlowControl  # set once connected
         self.user: UpstreamUser | None = None
         self.idle_since = 0.0
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.flow = FlowControl(transport)  # type: ignore[arg-type]
         self.pool.live.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -54,10 +60,12 @@ class UpstreamConnection(asyncio.Protocol):
         return False  # close; connection_lost tells the user
 
     def pause_writing(self) -> None:
+        self.flow.write_paused = True
         if self.user is not None:
             self.user.upstream_full(True)
 
     def resume_writing(self) -> None:
+        self.flow.write_paused = False
         if self.user is not None:
             self.user.upstream_full(False)
 
@@ -117,8 +125,7 @@ class UpstreamPool:
     def release(self, conn: UpstreamConnection, reusable: bool) -> None:
         conn.user = None
         if reusable and conn.usable() and len(self._idle) < MAX_IDLE:
-            assert conn.transport is not None
-            conn.transport.resume_reading()  # it may have been paused for a slow client
+            conn.flow.resume_reading()  # it may have been paused for a slow client
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
         elif conn.transport is not None:

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.tap.classes import load_slo_config
-from exporter.tap.timing import Timings
-from exporter.tap.timing import within_objectives as tap_within_objectives
+from exporter.tap import policy
+from exporter.tap.classes import Objective, load_slo_config
+from exporter.tap.timing import RequestTiming
+from llmslo import conventions as C
 from simulator import cli, plan
 from simulator.config import EngineConfig
 from simulator.progress import Progress
-from simulator.request import Request
+from simulator.request import FINISH_STOP, Request
 from simulator.workload import LengthDist, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,13 +38,23 @@ def result(interactive) -> plan.PlanResult:
     return plan.find_max_rate(EngineConfig(), SPEC, interactive, **FAST)
 
 
-def test_within_objectives_agrees_with_the_tap():
-    values = (None, 0.0, 0.049, 0.05, 0.0500001, 0.5, 0.7)
+def test_a_probe_judges_each_request_as_the_tap_does():
+    """The same stream, timed by the simulator's request and by the tap's state machine, is good for both or
+    for neither (one rule, llmslo.goodput; the two measurements of TTFT and TPOT agree)."""
+    values = (0.0, 0.049, 0.05, 0.0500001, 0.5, 0.7)
     limits = (None, 0.05, 0.5)
-    for ttft, tpot, ttft_max, tpot_max in itertools.product(values, values, limits, limits):
-        timings = Timings(ttfb=None, ttft=ttft, tpot=tpot, e2e=None, n_out=2, usage_source="engine")
-        assert plan.within_objectives(ttft, tpot, ttft_max, tpot_max) == tap_within_objectives(
-            timings, ttft_max, tpot_max), (ttft, tpot, ttft_max, tpot_max)
+    for ttft, step, n, ttft_max, tpot_max in itertools.product(values, values, (0, 1, 2, 5), limits, limits):
+        req = Request("r", [1, 2, 3], max_tokens=10, output_len=10, arrival_time=1.0)
+        req.num_output_tokens, req.finish_reason = n, FINISH_STOP
+        req.first_token_time, req.last_token_time = 1.0 + ttft, 1.0 + ttft + step * max(n - 1, 0)
+        counter = plan._GoodCounter(plan.GoodputClass("c", ttft_max, tpot_max, 95.0))
+        counter.on_finished(req)
+        timing = RequestTiming(arrival=1.0)
+        for i in range(n):
+            timing.on_output_event(req.first_token_time + step * i)
+        timing.on_end(req.last_token_time)
+        tap = policy.good(C.OUTCOME_OK, timing.result(streamed=True), Objective("c", ttft_max, tpot_max), True)
+        assert counter.good == int(tap), (ttft, step, n, ttft_max, tpot_max)
 
 
 def test_request_timings_follow_the_tap_definitions():

@@ -289,8 +289,8 @@ async def tap_stack(
     own (its recorded connections and requests would show the tap's reads)."""
     from exporter.tap.classes import SloConfig
     from exporter.tap.models import DEFAULT_REFRESH_S
-    from exporter.tap.proxy import TapSettings
     from exporter.tap.server import TapServer
+    from exporter.tap.settings import TapSettings
 
     upstream = TestUpstream()
     runner = None
@@ -432,8 +432,9 @@ async def _serve_upstream() -> None:
 async def _serve_recording_tap(args: argparse.Namespace) -> None:
     """The real TapServer with an observer that keeps each request's record, dumped at exit."""
     from exporter.tap.classes import load_slo_config
-    from exporter.tap.proxy import RequestRecord, TapSettings
+    from exporter.tap.policy import RequestRecord
     from exporter.tap.server import TapServer
+    from exporter.tap.settings import TapSettings
 
     records: list[dict[str, object]] = []
 

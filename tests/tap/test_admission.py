@@ -338,8 +338,8 @@ def test_the_tap_learns_exact_request_sizes_and_counts_its_requests_in_flight(st
 def test_an_implausible_prompt_count_is_not_learned_as_a_size(stack: Callable) -> None:
     """usage.prompt_tokens far beyond the request's bytes (a lying or broken engine) would inflate the footprint
     and close the gate for everyone: it is not taken."""
+    from exporter.tap import policy
     from exporter.tap.http1 import RequestHead
-    from exporter.tap.proxy import PROMPT_TOKENS_OVER_BYTES, _Plan
     from exporter.tap.timing import RequestTiming
 
     async def go() -> None:
@@ -347,12 +347,12 @@ def test_an_implausible_prompt_count_is_not_learned_as_a_size(stack: Callable) -
             gate = Admission(st.upstream_url)
             proxy = st.server.proxy
             proxy.admission = gate
-            plan = _Plan("chat-a", True, False, b"", proxy.slo.resolve({}, "chat-a"), 100, 1, request_bytes=500)
-            for prompt in (40, 500 + PROMPT_TOKENS_OVER_BYTES + 1):
+            plan = policy.Plan("chat-a", True, False, proxy.slo.resolve({}, "chat-a"), 100, 1, request_bytes=500)
+            for prompt in (40, 500 + policy.PROMPT_TOKENS_OVER_BYTES + 1):
                 timing = RequestTiming(arrival=0.0)
                 timing.on_usage(10, prompt)
-                proxy.account(RequestHead(b"POST", b"/v1/chat/completions", b"1.1", []), plan, timing, C.OUTCOME_OK, 200, True,
-                              body_bytes=1000)
+                head = RequestHead(b"POST", b"/v1/chat/completions", b"1.1", [])
+                proxy.record(policy.finish(head, plan, timing, C.OUTCOME_OK, 200, True, 1000, "chat-a"))
             assert list(gate.sizes._ring) == [(40, 10)]
 
     asyncio.run(go())

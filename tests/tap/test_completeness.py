@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.tap.timing import plausible_usage
+from exporter.tap.policy import plausible_usage
 from llmslo import conventions as C
 from tests.tap.test_faults import body, wait_for
 

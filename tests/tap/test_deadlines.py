@@ -13,7 +13,8 @@ import pytest
 
 from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.deadlines import DeadlineError, derive_deadlines
-from exporter.tap.timing import RequestTiming, gave_up
+from exporter.tap.policy import gave_up
+from exporter.tap.timing import RequestTiming
 from llmslo import conventions as C
 from tests.tap.test_faults import body, wait_for
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.tap.classes import SloClass, SloConfig
-from exporter.tap.proxy import RequestRecord
+from exporter.tap.policy import RequestRecord
 from llmslo import conventions as C
 from tests.tap.conftest import start_app
 from tests.tap.test_faults import body, wait_for
