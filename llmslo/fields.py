@@ -63,21 +63,39 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def scalar(value: Any) -> str:
+    """Any YAML scalar as text, a boolean as YAML writes it (`true`); a mapping or a list is refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None or isinstance(value, (Mapping, list, tuple, set)):
+        raise FieldError(f"expected a string, got {type(value).__name__}")
+    return str(value)
+
+
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise FieldError(f"expected true or false, got {value!r}", "write true or false")
     return value
 
 
-def finite(value: Any, example: str = "0.95") -> float:
-    """A finite number (YAML's .nan and .inf, and booleans, refused)."""
+def finite(value: Any, write: str = "e.g. 0.95", *, strings: bool = False) -> float:
+    """A finite number (YAML's .nan and .inf, and booleans, refused); with `strings`, also text holding one
+    (`"99.9"`). `write` is what the fix tells to write."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise FieldError(f"expected a number, got {value!r}", f"write e.g. {example}")
-    if not math.isfinite(value):
-        raise FieldError(f"{yaml_float(value)} is not a finite number",
-                         f"write e.g. {example} (YAML reads .nan and .inf as not-a-number and infinity, which no "
-                         "comparison can use)")
-    return float(value)
+        try:
+            if not strings or isinstance(value, bool):
+                raise ValueError
+            out = float(str(value))
+        except ValueError:
+            raise FieldError(f"expected a number, got {value!r}", f"write {write}") from None
+    else:
+        out = float(value)
+    if not math.isfinite(out):
+        shown = repr(value) if isinstance(value, str) else yaml_float(out)
+        raise FieldError(f"{shown} is not a finite number",
+                         f"write {write} (YAML reads .nan and .inf, and float() reads \"nan\" and \"inf\", as "
+                         "not-a-number and infinity, which no comparison or rule can use)")
+    return out
 
 
 def number(low: float, high: float | None = None, *, integer: bool = False) -> Callable[[Any], float]:
@@ -188,5 +206,5 @@ class Fields:
         return type(self)(self.file, self.field(key), self.data.get(key), self.problems, self.line_of(key))
 
 
-__all__ = ["FieldError", "Fields", "Problem", "boolean", "duration", "finite", "number", "positive_int", "seconds",
-           "text", "yaml_float"]
+__all__ = ["FieldError", "Fields", "Problem", "boolean", "duration", "finite", "number", "positive_int", "scalar",
+           "seconds", "text", "yaml_float"]

@@ -44,9 +44,11 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from llmslo import conventions as c
+from llmslo import fields
 from llmslo.durations import parse_go_duration
 from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, measurable_threshold
 from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared
+from llmslo.fields import FieldError
 from llmslo.plugin_errors import PluginOptionError, PluginOptionErrors
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
@@ -220,11 +222,12 @@ def _text(options: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in options.items():
         name = str(key)
-        if value is None or isinstance(value, (Mapping, list, tuple, set)):
+        try:
+            text = fields.scalar(value)
+        except FieldError:
             hint = " (comma-separated globs)" if name == "models" else ""
             raise PluginOptionError(f"option {name!r} must have a string value, not {value!r}", name,
-                                    f'write {name}: "{_EXAMPLES.get(name, "value")}"{hint}')
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+                                    f'write {name}: "{_EXAMPLES.get(name, "value")}"{hint}') from None
         if text == "":
             raise PluginOptionError(f"option {name!r} has an empty value", name, f"give {name} a value or remove it")
         out[name] = text
@@ -304,10 +307,11 @@ class _Reader:
             plain = " (plain seconds, not 500ms)" if unit == "seconds" else ""
             raise PluginOptionError(f"option {name!r} is {text!r}, not a number", name,
                                     f'write {name}: "{example}"{plain}')
-        value = float(text)
-        if not math.isfinite(value):  # a decimal too large for a float
+        try:
+            value = fields.finite(text, strings=True)
+        except FieldError:  # a decimal too large for a float
             raise PluginOptionError(f"option {name!r} is not a finite number: {text!r}", name,
-                                    f'write {name}: "0.5" (a finite decimal; nan and inf cannot be a threshold)')
+                                    f'write {name}: "0.5" (a finite decimal; nan and inf cannot be a threshold)') from None
         if plausible and value > 0 and not self.allow_out_of_range:
             wrong = range_check(plausible, value)
             if wrong is not None:

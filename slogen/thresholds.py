@@ -110,7 +110,7 @@ def _section(file: str, name: str, data: Any, line: int | None, errors: list[Spe
 
 
 def _number(t: Threshold) -> Callable[[Any], float]:
-    return lambda value: fields.finite(value, t.show(t.default))
+    return lambda value: fields.finite(value, f"e.g. {t.show(t.default)}")
 
 
 def options(cls: type, file_values: Mapping[str, Any], flags: Mapping[str, Any], enabled: bool) -> Any:

@@ -5,18 +5,19 @@ report type errors with the field's path and line, and the validation rules Slot
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from llmslo import fields
 from llmslo.conventions import SLO as C
 from llmslo.ranges import ALLOW_KEY
 from llmslo.ranges import check as range_check
 from llmslo.specfile import LineDict
 from llmslo.suggest import closest
-from slogen.errors import SpecError
+from slogen.errors import SpecError, SpecFields
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]$")
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -75,61 +76,32 @@ def mapping(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", r
     return value
 
 
+class _SloFields(SpecFields):
+    """llmslo.fields' reader over one mapping of a spec, its problems the loader's errors with the SLO named;
+    a key written with no value (null) reads as absent, as Sloth reads it."""
+
+    NULL_IS_ABSENT = True
+
+    def __init__(self, r: Reporter, parent: Any, prefix: str, slo: str):
+        super().__init__(r.file, prefix, parent if isinstance(parent, dict) else {}, r.errors)
+        self.slo = slo
+
+    def problem(self, key: str, message: str, fix: str) -> SpecError:
+        return SpecError(self.file, message, self.field(key), self.slo, fix, self.line_of(key))
+
+
 def string(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", default: str = "") -> str:
-    value = parent.get(key) if isinstance(parent, dict) else None
-    if value is None:
-        return default
-    if isinstance(value, (dict, list)):
-        r.error(f"{key} must be a string, got {type(value).__name__}", join(prefix, key), slo=slo,
-                line=line_of(parent, key), fix=f"quote the value of {key}")
-        return default
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return _SloFields(r, parent, prefix, slo).get(key, fields.scalar, default, f"quote the value of {key}")
 
 
 def boolean(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "") -> bool:
-    value = parent.get(key) if isinstance(parent, dict) else None
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        r.error(f"{key} must be true or false, got {value!r}", join(prefix, key), slo=slo,
-                line=line_of(parent, key), fix=f"write {key}: true")
-        return False
-    return value
+    return _SloFields(r, parent, prefix, slo).get(key, fields.boolean, False)
 
 
 def number(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", example: str = "99.9") -> float | None:
     """parent[key] as a finite float (None when absent, or with an error when not a finite number)."""
-    value = parent.get(key) if isinstance(parent, dict) else None
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            out = float(str(value))
-        except ValueError:
-            r.error(f"{key} must be a number, got {value!r}", join(prefix, key), slo=slo,
-                    line=line_of(parent, key), fix=f"write {key}: {example}")
-            return None
-    else:
-        out = float(value)
-    if not math.isfinite(out):
-        shown = repr(value) if isinstance(value, str) else yaml_float(out)
-        r.error(f"{key} must be a finite number, got {shown}", join(prefix, key), slo=slo,
-                line=line_of(parent, key),
-                fix=f"write {key}: {example} (YAML reads .nan/.inf, and float() reads \"nan\"/\"inf\", as "
-                    "not-a-number or infinity, which no comparison or rule can use)")
-        return None
-    return out
-
-
-def yaml_float(value: float) -> str:
-    """A non-finite float as YAML spells it (`.nan`, `.inf`, `-.inf`), a finite one as `repr`."""
-    if math.isnan(value):
-        return ".nan"
-    if math.isinf(value):
-        return ".inf" if value > 0 else "-.inf"
-    return repr(value)
+    read = partial(fields.finite, write=f"{key}: {example}", strings=True)
+    return _SloFields(r, parent, prefix, slo).get(key, read, None)
 
 
 def labels(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", what: str = "label") -> dict[str, str]:
@@ -142,7 +114,7 @@ def labels(r: Reporter, parent: Any, key: str, prefix: str, *, slo: str = "", wh
             r.error(f"{what} {k!r} must have a string value", f, slo=slo, line=line_of(raw, k),
                     fix=f'write {k}: "value"')
             continue
-        value = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        value = fields.scalar(v)
         key_s = str(k)
         if what == "label":
             if key_s == "__name__" or not LABEL_NAME_RE.match(key_s):

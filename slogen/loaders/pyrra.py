@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from llmslo import fields
 from llmslo.durations import parse_prometheus_duration
 from slogen.loaders import common as f
 from slogen.loaders.common import Reporter
@@ -89,7 +90,7 @@ def _k8s_map(r: Reporter, meta: dict, key: str, who: str) -> dict[str, str]:
             r.error(f"{key[:-1]} {k!r} must have a string value", f"metadata.{key}.{k}", slo=who,
                     line=f.line_of(raw, k), fix=f'write {k}: "value"')
             continue
-        out[str(k)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        out[str(k)] = fields.scalar(v)
     return out
 
 

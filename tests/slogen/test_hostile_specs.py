@@ -133,7 +133,7 @@ def test_non_finite_objective_is_refused_once(tmp_path, capsys, value, shown):
     path = tmp_path / "obj.yaml"
     path.write_text(SPEC.format(description="d").replace("objective: 99", f"objective: {value}"))
     err = _refused_everywhere(capsys, path, tmp_path, "obj.yaml:5: SLO 'svc-ttft': field slos[0].objective: "
-                              f"objective must be a finite number, got {shown}", "fix: write objective: 99.9")
+                              f"{shown} is not a finite number", "fix: write objective: 99.9")
     assert err.count("error:") == 1  # not also "objective is required"
 
 
@@ -144,7 +144,7 @@ def test_non_finite_openslo_target_is_refused(tmp_path, capsys):
                     "        good: {source: prometheus, queryType: promql, query: 'sum(rate(ok[{{.window}}]))'}\n"
                     "        total: {source: prometheus, queryType: promql, query: 'sum(rate(all[{{.window}}]))'}\n")
     code, err = _run(capsys, "validate", str(path))
-    assert code == 1 and "openslo.yaml:8:" in err and "spec.objectives[0].target: target must be a finite number" in err
+    assert code == 1 and "openslo.yaml:8:" in err and "spec.objectives[0].target: .nan is not a finite number" in err
     assert "objective is required" not in err
 
 
@@ -153,8 +153,8 @@ def test_non_finite_window_catalog_numbers_are_refused(tmp_path, capsys):
     path = tmp_path / "w.yaml"
     path.write_text(catalog.replace("errorBudgetPercent: 5", "errorBudgetPercent: .inf", 1))
     code, err = _run(capsys, "build", str(tmp_path / "missing"), "--windows", str(path), "--out", str(tmp_path / "o"))
-    assert code == 1 and "w.yaml:" in err and "spec.page.slow.errorBudgetPercent: errorBudgetPercent must be a finite " \
-        "number, got .inf" in err and "fix: write errorBudgetPercent: 2" in err
+    assert code == 1 and "w.yaml:" in err and "spec.page.slow.errorBudgetPercent: .inf is not a finite " \
+        "number" in err and "fix: write errorBudgetPercent: 2" in err
     path.write_text(catalog.replace("errorBudgetPercent: 5", "errorBudgetPercent: 500", 1))
     code, err = _run(capsys, "build", str(tmp_path / "missing"), "--windows", str(path), "--out", str(tmp_path / "o"))
     assert code == 1 and "errorBudgetPercent 500 is out of range" in err
