@@ -2,8 +2,8 @@
 
 Every key list comes from the loader that checks it (slogen/loaders/sloth.py, slogen/autoscaling.py: KEYS), the
 `llmslo/*` plugin options and choices from the plugin contract (llmslo/sli_plugins.py), the numeric ranges from
-llmslo/ranges.py; `slogen schema` writes it to schemas/slogen.schema.json and a test regenerates it, so the
-committed file cannot drift from what `slogen validate` accepts. The schema is a typing aid: it refuses unknown
+llmslo/ranges.py, each threshold's kind, range and help from its row (slogen/rules/knobs.py); `slogen schema`
+writes it to schemas/slogen.schema.json and a test regenerates it, so the committed file cannot drift from what `slogen validate` accepts. The schema is a typing aid: it refuses unknown
 keys and misspelt options as the loader does, but `slogen validate` stays the judge (PromQL, bucket edges,
 reachability are beyond a schema).
 """
@@ -11,6 +11,7 @@ reachability are beyond a schema).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from llmslo import sli_plugins as sp
@@ -18,6 +19,7 @@ from llmslo.engine_thresholds import ROUNDINGS
 from llmslo.ranges import ALLOW_KEY, RANGES
 from slogen import autoscaling, thresholds
 from slogen.loaders import sloth, windows
+from slogen.rules.knobs import Threshold, thresholds_of
 
 SCHEMA_PATH = "schemas/slogen.schema.json"  # relative to the repository root; the examples reference it
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -158,10 +160,21 @@ def _alert_windows() -> dict:
         "spec": spec}, ("apiVersion", "kind", "spec"))
 
 
+def _threshold(t: Threshold) -> dict:
+    """One threshold's property from its row (slogen/rules/knobs.py): its kind, range and what it sets."""
+    described = {"description": f"{t.help()} (default {t.show(t.default)})"}
+    if t.duration:
+        return {**DURATION, **described}
+    k = t.knob
+    prop: dict[str, Any] = {"type": "number", ("exclusiveMinimum" if k.low_open else "minimum"): k.low}
+    if math.isfinite(k.high):
+        prop["exclusiveMaximum"] = k.high
+    return {**prop, **described}
+
+
 def _thresholds() -> dict:
-    sections = {name: _closed(tuple(fields), {k: DURATION if kind is int else {"type": "number"}
-                                              for k, kind in fields.items()})
-                for name, fields in ((n, thresholds.settable(cls)) for n, cls in thresholds.SECTIONS.items())}
+    sections = {name: _closed(tuple(t.name for t in rows), {t.name: _threshold(t) for t in rows})
+                for name, rows in ((n, thresholds_of(cls)) for n, cls in thresholds.SECTIONS.items())}
     return _closed(("version", *sections), {"version": {"const": thresholds.VERSION}, **sections}, ("version",))
 
 
