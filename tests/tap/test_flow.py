@@ -1,8 +1,10 @@
-"""FlowControl: a resume only after a pause, nothing asked of a closing transport."""
+"""FlowControl: a resume only after a pause, nothing asked of a closing transport; the client and the upstream side
+alike."""
 
 from __future__ import annotations
 
 from exporter.tap.flow import FlowControl
+from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 
 
 class Transport:
@@ -40,3 +42,30 @@ def test_closing_transport_is_left_alone() -> None:
     flow.resume_reading()
     flow.pause_reading()
     assert t.calls == ["pause"]
+
+
+class UpstreamTransport(Transport):
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_the_upstream_side_pauses_and_resumes_through_the_same_flow_control() -> None:
+    """A slow client pauses reading from the engine once, however often it fills; the pool resumes a paused
+    connection when it takes it back, and leaves a running one alone."""
+    pool = UpstreamPool("http://engine:8000", 1.0)
+    conn = UpstreamConnection(pool)
+    t = UpstreamTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    assert isinstance(conn.flow, FlowControl)
+    conn.flow.pause_reading()
+    conn.flow.pause_reading()
+    pool.release(conn, reusable=True)
+    assert t.calls == ["pause", "resume"] and not conn.flow.read_paused
+    conn2 = pool.take_idle()
+    assert conn2 is conn
+    pool.release(conn, reusable=True)
+    assert t.calls == ["pause", "resume"]  # never paused this time: no resume sent
+    conn.pause_writing()
+    assert conn.flow.write_paused
+    conn.resume_writing()
+    assert not conn.flow.write_paused
