@@ -1,6 +1,6 @@
 """Exposition parsing: our parser against prometheus_client's on every engine sample page, in the same run.
 
-For each page: MB/s of `exporter.promtext.parse` keeping only the families the adapters read (`WANT_ALL`, what
+For each page: MB/s of `exporter.promtext.parse_page` keeping only the families the adapters read (`WANT_ALL`, what
 an `auto` target parses with), of the same parser keeping everything (`want=None`), and of
 `prometheus_client.parser.text_string_to_metric_families` consuming the page. The three are timed in
 interleaved rounds and each keeps its best round, so a noisy neighbour slows them alike.
@@ -64,15 +64,15 @@ def _best_interleaved(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
 
 def _first_parse(text: str, want: Collection[str]) -> None:
     promtext.clear_label_cache()
-    promtext.parse(text, want)
+    promtext.parse_page(text, want)
 
 
 def _contenders(text: str, want: Collection[str]) -> dict[str, Callable[[], object]]:
     """The parses raced on one page: the reference, ours selective, ours keeping all, ours from a cold cache."""
     return {
         "peer": lambda: list(text_string_to_metric_families(text)),
-        "selective": lambda: promtext.parse(text, want),
-        "all": lambda: promtext.parse(text),
+        "selective": lambda: promtext.parse_page(text, want),
+        "all": lambda: promtext.parse_page(text),
         "first": lambda: _first_parse(text, want),
     }
 
@@ -85,7 +85,7 @@ def run() -> list[Row]:
     for page in sorted(PAGES.glob("*.prom")):
         text = page.read_text()
         mb = len(text.encode()) / 1e6
-        kept = len(promtext.parse(text, want))
+        kept = len(promtext.parse_page(text, want).families)
         best = _best_interleaved(_contenders(text, want))
         peer = mb / best["peer"]
         for key, what in (

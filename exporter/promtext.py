@@ -9,12 +9,13 @@ timestamps in seconds) but:
 * takes a fast path for the common line shape (plain metric name, strict label set, one value) and falls back
   to an exact, character-level parse for anything else;
 * caches parsed label strings across lines and pages (bounded), since engines repeat them on every scrape;
-* never raises on a bad line: it skips the line and counts it (`parse_with_errors`).
+* never raises on a bad line: it skips the line and counts it (`ParsedPage.errors`).
 
-`parse_page` is the collector's entry point: with `checked=True` it also leaves out, and counts, what an
-adapter must never see (a NaN or +-Inf value, a second value for a series already on the page), and with
-`family_limit` it stops reading a family after that many samples: the rest of its lines are counted after a
-set lookup of their name, never parsed, so a page flooded with one family's series costs little.
+`parse_page` is the one entry (the collector's, the tap gate's, the tests'): with `checked=True` it also leaves
+out, and counts, what an adapter must never see (a NaN or +-Inf value, a second value for a series already on
+the page), and with `family_limit` it stops reading a family after that many samples: the rest of its lines
+are counted after a set lookup of their name, never parsed, so a page flooded with one family's series costs
+little. The character-level parse of unusual lines and comments is in exporter/promtext_exact.py.
 
 Where the two parsers differ, on purpose:
 
@@ -39,12 +40,18 @@ from dataclasses import dataclass
 from itertools import chain
 
 from exporter.model import MetricFamily, Sample
+from exporter.promtext_exact import (
+    ASCII_WS,
+    LABEL_ESCAPE_RE,
+    NAME_RE,
+    parse_comment_exact,
+    parse_sample_exact,
+    parse_value_and_timestamp,
+    unescape_match,
+)
 
-__all__ = ["ParsedPage", "clear_label_cache", "parse", "parse_page", "parse_with_errors"]
+__all__ = ["ParsedPage", "clear_label_cache", "parse_page"]
 
-# What prometheus_client splits comment tokens on (string.whitespace); `str.strip()` is wider on purpose:
-# the reference strips whole lines with it too.
-_ASCII_WS = " \t\n\r\x0b\x0c"
 _METRIC_TYPES = frozenset({"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"})
 _NO_NAMES: AbstractSet[str] = frozenset()
 _UNLIMITED = sys.maxsize
@@ -57,7 +64,6 @@ _GOOD_LABEL_NAMES: set[str] = set()  # label names already validated
 _CACHE_LIMIT = 1 << 14  # entries; at most a few MB
 _NO_LABELS: dict[str, str] = {}
 
-_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = r"(?!__)[a-zA-Z_:][a-zA-Z0-9_:]*"  # `__`-prefixed names are reserved (and `__name__` is special)
 _ESCAPED_VALUE = r'"(?:[^"\\]|\\.)*"'
 _LABEL_NAME_RE = re.compile(_LABEL_NAME)
@@ -66,29 +72,7 @@ _ESCAPED_LABELS_RE = re.compile(rf"(?:{_LABEL_NAME}={_ESCAPED_VALUE},)*(?:{_LABE
 _LABELS_IN_LINE_RE = re.compile(rf"((?:{_LABEL_NAME}={_ESCAPED_VALUE},)*(?:{_LABEL_NAME}={_ESCAPED_VALUE})?)\}}", re.S)
 _ESCAPED_PAIR_RE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)="((?:[^"\\]|\\.)*)"', re.S)
 
-_LABEL_ESCAPE_RE = re.compile(r'\\[\\n"]')
 _HELP_ESCAPE_RE = re.compile(r"\\[\\n]")
-_UNESCAPE = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
-
-
-def parse(text: str, want: Collection[str] | None = None) -> dict[str, MetricFamily]:
-    """Parse an exposition page into families keyed by family name, keeping only `want` when given.
-
-    Bad lines are skipped, never raised; `parse_with_errors` also says how many there were.
-    """
-    return parse_with_errors(text, want)[0]
-
-
-def parse_with_errors(
-    text: str, want: Collection[str] | None = None, *, truncated: bool = False
-) -> tuple[dict[str, MetricFamily], int]:
-    """`parse`, plus the number of lines that could not be parsed (for `llm_exporter_parse_errors_total`).
-
-    `truncated=True` says the caller stopped reading the page (a size cap), so a final line without its
-    newline is a fragment: it is dropped and counted as an error instead of yielding a cut-off value.
-    """
-    page = parse_page(text, want, truncated=truncated)
-    return page.families, page.errors
 
 
 @dataclass(slots=True)
@@ -110,7 +94,11 @@ def parse_page(
     checked: bool = False,
     family_limit: int | None = None,
 ) -> ParsedPage:
-    """Parse a page for the collector: `parse_with_errors`, plus the checks adapters rely on.
+    """Parse an exposition page into families keyed by family name, keeping only `want` when given; bad lines
+    are skipped and counted (`errors`), never raised.
+
+    `truncated=True` says the caller stopped reading the page (a size cap), so a final line without its
+    newline is a fragment: it is dropped and counted as an error instead of yielding a cut-off value.
 
     `checked=True`: a sample whose value is NaN or +-Inf is left out and counted (`nonfinite`), except a
     summary's quantiles, where NaN means "no observations in the window" (left out uncounted: an absent
@@ -198,23 +186,23 @@ class _PageState:
             else:
                 wanted = self.wanted
                 may_keep = wanted is None or name in wanted or (name[-6:] == "_total" and name[:-6] in wanted)
-                if not may_keep or _NAME_RE.fullmatch(name) is not None:
+                if not may_keep or NAME_RE.fullmatch(name) is not None:
                     kind = head[2:6]
                     self.plain = True
         if not kind:
             try:
-                comment = _parse_comment_exact(line)
+                comment = parse_comment_exact(line)
             except ValueError:
                 self.errors += 1
                 return
             if comment is None:
                 return
             kind, name, arg = comment
-            self.plain = _NAME_RE.fullmatch(name) is not None
+            self.plain = NAME_RE.fullmatch(name) is not None
             may_keep = self.may_keep(name)
         typ = ""
         if kind == "TYPE":
-            typ = arg.lstrip(_ASCII_WS)  # type: ignore[union-attr]
+            typ = arg.lstrip(ASCII_WS)  # type: ignore[union-attr]
             if typ == "untyped":
                 typ = "unknown"
             if typ not in _METRIC_TYPES:
@@ -377,7 +365,7 @@ def _read_lines(page: _PageState, lines: Iterator[str]) -> None:
             timestamp = None
         except ValueError:
             try:  # a timestamp, an exemplar, tabs, or an error
-                value, timestamp = _parse_value_and_timestamp(value_text)
+                value, timestamp = parse_value_and_timestamp(value_text)
             except ValueError:
                 errors += 1
                 continue
@@ -435,8 +423,8 @@ def _help_text(arg: str | None) -> str:
     """The HELP text after the name: leading whitespace skipped, `\\\\` and `\\n` unescaped."""
     if not arg:
         return ""
-    arg = arg.lstrip(_ASCII_WS)
-    return _HELP_ESCAPE_RE.sub(_unescape_match, arg) if "\\" in arg else arg
+    arg = arg.lstrip(ASCII_WS)
+    return _HELP_ESCAPE_RE.sub(unescape_match, arg) if "\\" in arg else arg
 
 
 def _emit(out: dict[str, MetricFamily], fam: MetricFamily, wanted: frozenset[str] | set[str] | None,
@@ -472,7 +460,7 @@ def _emit(out: dict[str, MetricFamily], fam: MetricFamily, wanted: frozenset[str
 
 def _is_plain_sample_name(line: str, name: str, brace: int) -> bool:
     """Whether `name`, cut from `line` by the fast rule, is exactly the name prometheus_client would read."""
-    if not name or _NAME_RE.fullmatch(name) is None:
+    if not name or NAME_RE.fullmatch(name) is None:
         return False
     return brace > 0 or line[len(name) : len(name) + 1] == " "
 
@@ -487,20 +475,20 @@ def _parse_sample(line: str) -> Sample:
     else (spaces around labels, quoted names, `__name__`, tabs) goes through the character-level parser.
     """
     brace = line.find("{")
-    if brace > 0 and _NAME_RE.fullmatch(line, 0, brace) is not None:
+    if brace > 0 and NAME_RE.fullmatch(line, 0, brace) is not None:
         match = _LABELS_IN_LINE_RE.match(line, brace + 1)
         if match is not None:
             labels = _LABEL_CACHE.get(match.group(1)) or _new_labels(match.group(1))
             if labels is not None:
-                value, timestamp = _parse_value_and_timestamp(line[match.end() :])
+                value, timestamp = parse_value_and_timestamp(line[match.end() :])
                 return Sample(line[:brace], labels.copy(), value, timestamp)
     elif brace < 0 or " # " in line[:brace]:
-        match = _NAME_RE.match(line)
+        match = NAME_RE.match(line)
         if match is not None and line[match.end() : match.end() + 1] in (" ", "\t"):
             end = match.end()
-            value, timestamp = _parse_value_and_timestamp(line[end + 1 :])
+            value, timestamp = parse_value_and_timestamp(line[end + 1 :])
             return Sample(line[:end], {}, value, timestamp)
-    return _parse_sample_exact(line)
+    return parse_sample_exact(line)
 
 
 def _new_labels(text: str) -> dict[str, str] | None:
@@ -546,7 +534,7 @@ def _parse_strict_labels(text: str) -> dict[str, str] | None:
         if _ESCAPED_LABELS_RE.fullmatch(text) is None:
             return None
         pairs = _ESCAPED_PAIR_RE.findall(text)
-        labels = {k: _LABEL_ESCAPE_RE.sub(_unescape_match, v) if "\\" in v else v for k, v in pairs}
+        labels = {k: LABEL_ESCAPE_RE.sub(unescape_match, v) if "\\" in v else v for k, v in pairs}
         count = len(pairs)
     else:
         # Without backslashes every quote delimits a value, so splitting on `",` is exact once each part is
@@ -576,196 +564,3 @@ def _parse_strict_labels(text: str) -> dict[str, str] | None:
     if len(labels) != count:
         raise ValueError(f"duplicate label name in {{{text}}}")
     return labels
-
-
-def _parse_sample_exact(line: str) -> Sample:
-    """The character-level parse, following prometheus_client's rules for where names, labels and values end."""
-    brace = _find_unquoted(line, "{")
-    if brace < 0 or " # " in line[:brace]:
-        name_end = _find_unquoted(line, " \t")
-        if name_end < 0:
-            raise ValueError(f"no value in line: {line!r}")
-        name = line[:name_end]
-        if _NAME_RE.fullmatch(name) is None:
-            raise ValueError(f"invalid metric name in line: {line!r}")
-        value, timestamp = _parse_value_and_timestamp(line[name_end + 1 :])
-        return Sample(name, {}, value, timestamp)
-    name = line[:brace].strip()
-    close = _find_unquoted(line, "}", brace)
-    if close < 0:
-        raise ValueError(f"unclosed labels in line: {line!r}")
-    labels = _parse_labels_exact(line[brace + 1 : close])
-    if not name:
-        name = labels.pop("__name__", "")
-        if not name:
-            raise ValueError(f"no metric name in line: {line!r}")
-    elif "__name__" in labels:
-        raise ValueError(f"metric name given twice in line: {line!r}")
-    elif _NAME_RE.fullmatch(name) is None:
-        raise ValueError(f"invalid metric name in line: {line!r}")
-    value, timestamp = _parse_value_and_timestamp(line[close + 1 :])
-    return Sample(name, labels, value, timestamp)
-
-
-def _parse_labels_exact(text: str) -> dict[str, str]:
-    """Labels between the braces, with prometheus_client's leniency (spaces, stray commas, quoted names)."""
-    labels: dict[str, str] = {}
-    rest = text.strip()
-    while rest:
-        start = rest
-        if rest[0] == ",":
-            rest = rest[1:]
-            if not rest:
-                break
-            if rest[0] == ",":
-                raise ValueError(f"repeated comma in labels {{{text}}}")
-        pos = _find_unquoted(rest, "=,}")
-        if pos >= 0 and rest[pos] == "=":
-            raw_name = rest[:pos]
-            rest = rest[pos + 1 :]
-            pos = _find_unquoted(rest, ",}")
-        else:
-            raw_name = "__name__"  # a bare quoted term is the metric name: {"my.metric", a="1"}
-        if pos < 0:
-            pos = len(rest)
-        term = rest[:pos].strip()
-        remainder = rest[pos:].strip()
-        if remainder == start:
-            raise ValueError(f"malformed labels {{{text}}}")
-        rest = remainder
-        if not term:
-            continue
-        label_name, quoted = _unquote(raw_name)
-        if not quoted and _NAME_RE.fullmatch(label_name) is None:
-            raise ValueError(f"invalid label name {label_name!r}")
-        if term[0] != '"' or _closing_quote(term) != len(term) - 1:
-            raise ValueError(f"label value not quoted: {term!r}")
-        value, _ = _unquote(term)
-        if label_name != "__name__" and label_name.startswith("__"):
-            raise ValueError(f"reserved label name {label_name!r}")
-        if label_name in labels:
-            raise ValueError(f"duplicate label name {label_name!r}")
-        labels[label_name] = value
-    return labels
-
-
-def _parse_value_and_timestamp(text: str) -> tuple[float, float | None]:
-    """The value and optional timestamp (milliseconds in the text, seconds out) after the name and labels.
-
-    An OpenMetrics exemplar (`# {...} value [timestamp]`) is dropped first. The rest is split like
-    prometheus_client does: on spaces, or on tabs when there are no spaces, and the last token is the timestamp.
-    """
-    exemplar = text.find("#")
-    text = text[:exemplar].strip() if exemplar >= 0 else text.lstrip()
-    separator = " " if " " in text else "\t"
-    tokens = [t for t in (tok.strip() for tok in text.split(separator)) if t]
-    if not tokens:
-        raise ValueError(f"no value in {text!r}")
-    value = _number(tokens[0])
-    if len(tokens) == 1:
-        return value, None
-    stamp = tokens[-1]
-    if "_" in stamp:
-        raise ValueError(f"invalid timestamp {stamp!r}")
-    try:
-        return value, int(stamp) / 1000
-    except ValueError:
-        return value, float(stamp) / 1000
-
-
-def _number(token: str) -> float:
-    if "_" in token:  # Python's float() accepts 1_000; the text format does not
-        raise ValueError(f"invalid value {token!r}")
-    return float(token)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Comments
-# --------------------------------------------------------------------------------------------------------
-def _parse_comment_exact(line: str) -> tuple[str, str, str | None] | None:
-    """(HELP|TYPE, name, rest) for a HELP or TYPE line, None for any other comment; ValueError if malformed."""
-    parts = _split_comment(line)
-    if len(parts) < 2:
-        return None
-    kind = parts[1]
-    if kind != "HELP" and kind != "TYPE":
-        return None
-    name = ""
-    if len(parts) > 2:
-        name, quoted = _unquote(parts[2])
-        if not quoted and _NAME_RE.fullmatch(name) is None:
-            raise ValueError(f"invalid metric name in comment: {line!r}")
-    arg = parts[3] if len(parts) == 4 else None
-    if kind == "TYPE" and arg is None:
-        raise ValueError(f"TYPE line without a type: {line!r}")
-    return kind, name, arg
-
-
-def _split_comment(line: str) -> list[str]:
-    """Up to four tokens split on unquoted ASCII whitespace; the fourth is the rest of the line."""
-    tokens: list[str] = []
-    i, n = 0, len(line)
-    while i < n:
-        if line[i] in _ASCII_WS:
-            i += 1
-            continue
-        if len(tokens) == 3:
-            tokens.append(line[i:])
-            break
-        j = _find_unquoted(line, _ASCII_WS, i)
-        if j < 0:
-            tokens.append(line[i:])
-            break
-        tokens.append(line[i:j])
-        i = j
-    return tokens
-
-
-# --------------------------------------------------------------------------------------------------------
-# Quoting
-# --------------------------------------------------------------------------------------------------------
-def _find_unquoted(text: str, chars: str, start: int = 0) -> int:
-    """Index of the first of `chars` at or after `start` that is outside double quotes, or -1."""
-    in_quotes = False
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == '"':
-            if not _is_escaped(text, i):
-                in_quotes = not in_quotes
-        elif not in_quotes and c in chars:
-            return i
-    return -1
-
-
-def _is_escaped(text: str, pos: int) -> bool:
-    backslashes = 0
-    while pos > backslashes and text[pos - 1 - backslashes] == "\\":
-        backslashes += 1
-    return backslashes % 2 == 1
-
-
-def _closing_quote(term: str) -> int:
-    """Index of the first unescaped `"` after the opening one, or -1."""
-    i = term.find('"', 1)
-    while i >= 0 and _is_escaped(term, i):
-        i = term.find('"', i + 1)
-    return i
-
-
-def _unquote(text: str) -> tuple[str, bool]:
-    """Strip surrounding quotes (if any) and label escapes; say whether it was quoted."""
-    text = text.strip()
-    if not text:
-        return text, False
-    quoted = text[0] == '"'
-    if quoted:
-        if len(text) == 1 or text[-1] != '"':
-            raise ValueError(f"missing closing quote: {text!r}")
-        text = text[1:-1]
-    if "\\" in text:
-        text = _LABEL_ESCAPE_RE.sub(_unescape_match, text)
-    return text, quoted
-
-
-def _unescape_match(match: re.Match[str]) -> str:
-    return _UNESCAPE[match.group(0)]

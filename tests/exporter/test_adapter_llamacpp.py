@@ -9,7 +9,7 @@ from pathlib import Path
 
 from exporter import adapters
 from exporter.adapters import llamacpp
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as c
 from tests.exporter import engine_pages as pages
 
@@ -20,7 +20,7 @@ LABELS = {"engine": "llamacpp", "model": "tiny-llama", "pod": "llama-0", "namesp
 
 def normalized(text: str) -> dict[tuple[str, str, frozenset], float]:
     out = {}
-    for s in llamacpp.adapt(parse(text, llamacpp.WANTED), IDENTITY):
+    for s in llamacpp.adapt(parse_page(text, llamacpp.WANTED).families, IDENTITY):
         key = (s.metric.name, s.suffix, frozenset(s.labels.items()))
         assert key not in out
         out[key] = s.value
@@ -79,13 +79,13 @@ def test_counters_over_a_million_are_the_pages_six_significant_digits():
 
 def test_auto_detects_llamacpp_and_no_other_engine_claims_its_families():
     page = pages.llamacpp_page(prompt_decoded=3, predicted=2, processing=1)
-    assert adapters.detect(parse(page, adapters.WANT_ALL)) == "llamacpp"
+    assert adapters.detect(parse_page(page, adapters.WANT_ALL).families) == "llamacpp"
     assert adapters.get("llamacpp") is llamacpp.ADAPTER
     others = [a.kind for a in adapters.ADAPTERS.values() if a.kind != "llamacpp"
-              and any(a.claims(name) for name in parse(page))]
+              and any(a.claims(name) for name in parse_page(page).families)]
     assert others == []
     # and a llamacpp-looking name does not pull another engine's page to it
-    assert adapters.detect(parse(pages.tgi_page({"dropped": 1}), adapters.WANT_ALL)) == "tgi"
+    assert adapters.detect(parse_page(pages.tgi_page({"dropped": 1}), adapters.WANT_ALL).families) == "tgi"
 
 
 def test_the_exporter_detects_a_llamacpp_page_and_labels_it(tmp_path):

@@ -20,7 +20,7 @@ from exporter import adapters
 from exporter.adapters import base
 from exporter.adapters import tap as tap_adapter
 from exporter.model import MetricFamily, NormSample, Sample
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as c
 from tests.exporter.sample_pages import SAMPLE_PAGES, SHARED_PAGES
 from tests.helpers.needs import shared_dir
@@ -41,7 +41,7 @@ def page_text(page: str) -> str:
 
 def run_text(text: str, kind: str, identity: dict[str, str] | None = None) -> list[NormSample]:
     adapter = adapters.get(kind)
-    return adapter.adapt(parse(text, adapter.wanted), {**IDENTITY, "engine": kind, **(identity or {})})
+    return adapter.adapt(parse_page(text, adapter.wanted).families, {**IDENTITY, "engine": kind, **(identity or {})})
 
 
 @cache
@@ -86,8 +86,8 @@ def test_every_sample_page_is_covered():
 
 @pytest.mark.parametrize("page", sorted(PAGE_KINDS))
 def test_detect_names_the_engine_of_every_page(page):
-    assert adapters.detect(parse(page_text(page), adapters.WANT_ALL)) == PAGE_KINDS[page]
-    assert adapters.detect(parse(page_text(page))) == PAGE_KINDS[page]
+    assert adapters.detect(parse_page(page_text(page), adapters.WANT_ALL).families) == PAGE_KINDS[page]
+    assert adapters.detect(parse_page(page_text(page)).families) == PAGE_KINDS[page]
 
 
 @pytest.mark.parametrize("page", sorted(PAGE_KINDS))
@@ -126,7 +126,7 @@ def test_histograms_are_complete_and_cumulative(page):
 @pytest.mark.parametrize("page", sorted(PAGE_KINDS))
 def test_a_page_missing_families_gives_fewer_samples_and_no_exception(page):
     kind = PAGE_KINDS[page]
-    families = parse(page_text(page), adapters.get(kind).wanted)
+    families = parse_page(page_text(page), adapters.get(kind).wanted).families
     full = adapters.get(kind).adapt(families, IDENTITY)
     halved = {name: fam for i, (name, fam) in enumerate(sorted(families.items())) if i % 2}
     partial = adapters.get(kind).adapt(halved, IDENTITY)
@@ -137,7 +137,7 @@ def test_a_page_missing_families_gives_fewer_samples_and_no_exception(page):
 @pytest.mark.parametrize("page", sorted(PAGE_KINDS))
 def test_adapters_are_pure(page):
     kind = PAGE_KINDS[page]
-    families = parse(page_text(page), adapters.get(kind).wanted)
+    families = parse_page(page_text(page), adapters.get(kind).wanted).families
     before = copy.deepcopy(families)
     first = adapters.get(kind).adapt(families, IDENTITY)
     second = adapters.get(kind).adapt(families, IDENTITY)
@@ -170,7 +170,7 @@ def test_each_adapter_declares_its_own_families_and_no_two_claim_one():
 
 
 def test_detect_returns_none_for_a_page_of_no_known_engine():
-    assert adapters.detect(parse("# TYPE node_load1 gauge\nnode_load1 0.5\n")) is None
+    assert adapters.detect(parse_page("# TYPE node_load1 gauge\nnode_load1 0.5\n").families) is None
     assert adapters.detect({}) is None
 
 
@@ -463,7 +463,7 @@ def test_trtllm_serve_values():
 def test_created_series_never_reach_the_output():
     text = page_text("trtllm-serve.prom")
     assert "_created" in text
-    families = parse(text)  # everything, `_created` gauges included
+    families = parse_page(text).families  # everything, `_created` gauges included
     s = adapters.get("trtllm-serve").adapt(families, IDENTITY)
     assert s == run("trtllm-serve.prom")
     assert all(1.7e9 > x.value for x in s if x.metric.kind != "histogram")  # no creation timestamp leaked
@@ -488,7 +488,7 @@ def _tap_page() -> str:
 def test_tap_passes_its_families_through_with_identity():
     text = _tap_page()
     assert "_created" in text
-    assert adapters.detect(parse(text, adapters.WANT_ALL)) == "tap"
+    assert adapters.detect(parse_page(text, adapters.WANT_ALL).families) == "tap"
     s = run_text(text, "tap")
     m = {"model": "llama-3-8b", "slo_class": "interactive", "engine": "tap", "pod": "pod-a", "node": "gpu-node-1"}
     assert bucket(s, c.TAP_TTFT, 0.1, **m) == 1 and bucket(s, c.TAP_TTFT, 0.5, **m, buckets="1a2b3c4d") == 3

@@ -15,7 +15,7 @@ from exporter import adapters
 from exporter.adapters.base import normalize_finished_reason
 from exporter.exposition import render
 from exporter.model import NormSample
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as c
 from tests.exporter import engine_pages as pages
 from tests.helpers.samples import one, pick
@@ -25,7 +25,7 @@ IDENTITY = {"pod": "pod-a", "namespace": "llm", "node": "gpu-node-1", "model": "
 
 def run(text: str, kind: str) -> list[NormSample]:
     adapter = adapters.get(kind)
-    return adapter.adapt(parse(text, adapter.wanted), {**IDENTITY, "engine": kind})
+    return adapter.adapt(parse_page(text, adapter.wanted).families, {**IDENTITY, "engine": kind})
 
 
 def reasons(samples: list[NormSample]) -> dict[str, float]:

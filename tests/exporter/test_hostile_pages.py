@@ -109,7 +109,7 @@ def test_checked_parse_leaves_out_each_nonfinite_value_and_counts_it():
 
 
 def test_unchecked_parse_keeps_nonfinite_values_as_prometheus_client_does():
-    families = promtext.parse(PAGE)
+    families = promtext.parse_page(PAGE).families
     assert math.isnan(families["g"].samples[0].value)
     assert families["k"].samples[0].value == -math.inf
     assert len(families["s"].samples) == 4
@@ -140,7 +140,7 @@ def test_a_page_served_twice_keeps_the_first_value_and_counts_the_repeats():
     assert [s.value for s in page.families["g"].samples] == [1.0]
     assert page.duplicates == 1 + 4  # that one, then the whole second copy
     assert promtext.parse_page(once, checked=True).duplicates == 1
-    assert len(promtext.parse(once + once)["k"].samples) == 4  # unchecked: prometheus_client's answer
+    assert len(promtext.parse_page(once + once).families["k"].samples) == 4  # unchecked: prometheus_client's answer
 
 
 def test_family_limit_reads_no_line_past_it():
@@ -169,11 +169,11 @@ def test_checks_cost_nothing_on_a_clean_page(sample_pages):
     for path, kind in sample_pages.items():
         text = path.read_text()
         want = adapters.get(kind).wanted
-        plain = promtext.parse_with_errors(text, want)
+        plain = promtext.parse_page(text, want)
         checked = promtext.parse_page(text, want, checked=True, family_limit=Limits().max_samples_per_family)
         assert (checked.nonfinite, checked.duplicates, checked.over_limit) == (0, 0, 0), path.name
         assert {k: [(s.name, s.labels, s.value) for s in f.samples] for k, f in checked.families.items()} == \
-            {k: [(s.name, s.labels, s.value) for s in f.samples] for k, f in plain[0].items()}, path.name
+            {k: [(s.name, s.labels, s.value) for s in f.samples] for k, f in plain.families.items()}, path.name
 
 
 # --------------------------------------------------------------------------------------

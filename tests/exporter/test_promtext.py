@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.model import MetricFamily, Sample
-from exporter.promtext import clear_label_cache, parse, parse_with_errors
+from exporter.promtext import clear_label_cache, parse_page
 from tests.helpers.needs import shared_dir
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
@@ -50,7 +50,8 @@ def ours(families: dict[str, MetricFamily]) -> dict:
 
 
 def assert_same(text: str, want=None) -> None:
-    families, errors = parse_with_errors(text, want)
+    page = parse_page(text, want)
+    families, errors = page.families, page.errors
     assert errors == 0
     assert ours(families) == reference(text, want)
 
@@ -78,8 +79,8 @@ def test_engine_page_want_keeps_exactly_the_wanted_families(page: str) -> None:
     rng = random.Random(page)
     want = set(rng.sample(names, len(names) // 3)) | {"not_on_this_page"}
     assert_same(text, want)
-    assert set(parse(text, want)) == want - {"not_on_this_page"}
-    assert parse(text, []) == {}
+    assert set(parse_page(text, want).families) == want - {"not_on_this_page"}
+    assert parse_page(text, []).families == {}
 
 
 def test_engine_pages_with_adapter_want() -> None:
@@ -99,13 +100,13 @@ def test_counter_naming_follows_prometheus_client() -> None:
         "# HELP req_created Created.\n# TYPE req_created gauge\nreq_created{code=\"200\"} 1.7e9\n"
         "# TYPE tgi_request_count counter\ntgi_request_count 242\n"
     )
-    fams = parse(text)
+    fams = parse_page(text).families
     assert list(fams) == ["req", "req_created", "tgi_request_count"]
     assert fams["req"].type == "counter" and fams["req"].samples[0].name == "req_total"
     assert fams["req_created"].type == "gauge"
     # A counter without `_total` keeps its family name; its samples get the suffix, as prometheus_client does.
     assert fams["tgi_request_count"].samples == [Sample("tgi_request_count_total", {}, 242.0)]
-    assert set(parse(text, {"req"})) == {"req"}
+    assert set(parse_page(text, {"req"}).families) == {"req"}
 
 
 def test_histogram_and_summary_group_their_series() -> None:
@@ -115,7 +116,7 @@ def test_histogram_and_summary_group_their_series() -> None:
         "# TYPE q summary\n"
         'q{quantile="0.5"} 0.2\nq_sum 1\nq_count 4\n'
     )
-    fams = parse(text)
+    fams = parse_page(text).families
     assert [s.name for s in fams["lat"].samples] == ["lat_bucket", "lat_bucket", "lat_sum", "lat_count"]
     assert fams["lat"].samples[1].labels == {"le": "+Inf"}
     assert fams["lat_created"].type == "unknown"  # not part of the histogram family, as in prometheus_client
@@ -132,7 +133,7 @@ def test_values_timestamps_and_escapes() -> None:
         'g{v="-inf"} -Inf -5\n'
         'g{v="exp"} 1.5e-3\n'
     )
-    fams = parse(text)
+    fams = parse_page(text).families
     g = fams["g"]
     assert g.help == "A \\ backslash,\na newline and \\t kept."
     assert g.samples[0].labels == {"v": 'a\\b"c\nd', "w": "x,y=z}{", "e": ""}
@@ -145,7 +146,7 @@ def test_values_timestamps_and_escapes() -> None:
 
 def test_untyped_samples_become_unknown_families_and_merge() -> None:
     text = 'a{x="1"} 1\nb 2\na{x="2"} 3\n# TYPE c untyped\nc 4\n'
-    fams = parse(text)
+    fams = parse_page(text).families
     assert fams["a"].type == "unknown" and [s.value for s in fams["a"].samples] == [1.0, 3.0]
     assert fams["c"].type == "unknown"
     assert_same(text)
@@ -162,7 +163,7 @@ def test_extra_whitespace_and_lenient_label_spelling() -> None:
         '{__name__="m",a="6"} 11\n'
         "# EOF\n"
     )
-    fams = parse(text)
+    fams = parse_page(text).families
     assert fams["m"].help == "Some   help"
     assert [s.labels for s in fams["m"].samples] == [
         {"a": "1", "b": "2"}, {"a": "3"}, {"a": "4"}, {"a": "5"}, {"a": "6"},
@@ -173,7 +174,7 @@ def test_extra_whitespace_and_lenient_label_spelling() -> None:
 
 def test_quoted_utf8_metric_names() -> None:
     text = '# HELP "my.metric" Dots.\n# TYPE "my.metric" gauge\n{"my.metric", a="1"} 2\n'
-    assert parse(text)["my.metric"].samples == [Sample("my.metric", {"a": "1"}, 2.0)]
+    assert parse_page(text).families["my.metric"].samples == [Sample("my.metric", {"a": "1"}, 2.0)]
     assert_same(text)
 
 
@@ -186,7 +187,7 @@ def test_exemplars_are_tolerated_and_ignored() -> None:
         'lat_bucket{le="1"} 3 # {trace_id="y"} 0.4\n'
         "# EOF\n"
     )
-    fams = parse(text)
+    fams = parse_page(text).families
     assert [(s.value, s.timestamp) for s in fams["rq"].samples] == [(5.0, None), (6.0, 1700000000.0)]
     assert fams["lat"].samples == [Sample("lat_bucket", {"le": "1"}, 3.0)]
 
@@ -194,18 +195,18 @@ def test_exemplars_are_tolerated_and_ignored() -> None:
 def test_samples_do_not_share_label_dicts() -> None:
     """Label strings are cached across lines and pages; callers must still own what they get."""
     text = '# TYPE g gauge\ng{a="1"} 1\ng{a="1"} 2\n'
-    first = parse(text)["g"].samples
+    first = parse_page(text).families["g"].samples
     assert first[0].labels is not first[1].labels
     first[0].labels["a"] = "changed"
     first[1].labels.pop("a")
-    assert [s.labels for s in parse(text)["g"].samples] == [{"a": "1"}, {"a": "1"}]
+    assert [s.labels for s in parse_page(text).families["g"].samples] == [{"a": "1"}, {"a": "1"}]
 
 
 def test_want_accepts_any_collection_and_matches_counter_family_names() -> None:
     text = "# TYPE x_total counter\nx_total 1\n# TYPE y gauge\ny 2\nz 3\n"
-    assert set(parse(text, ["x", "z"])) == {"x", "z"}
-    assert set(parse(text, ("x_total",))) == set()  # the family is `x`, as prometheus_client names it
-    assert set(parse(text, frozenset({"y"}))) == {"y"}
+    assert set(parse_page(text, ["x", "z"]).families) == {"x", "z"}
+    assert set(parse_page(text, ("x_total",)).families) == set()  # the family is `x`, as prometheus_client names it
+    assert set(parse_page(text, frozenset({"y"})).families) == {"y"}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -305,7 +306,8 @@ def generate_page(seed: int, families: int = 40) -> str:
 def test_generated_page_matches_prometheus_client(seed: int) -> None:
     text = generate_page(seed)
     expected = reference(text)  # also proves the generated page is valid for prometheus_client
-    families, errors = parse_with_errors(text)
+    page = parse_page(text)
+    families, errors = page.families, page.errors
     assert errors == 0
     assert ours(families) == expected
 
@@ -329,7 +331,7 @@ def test_exemplars_on_generated_pages() -> None:
             if line.strip() and not line.lstrip().startswith("#") else line
             for line in text.split("\n")
         )
-        assert ours(parse(with_exemplars)) == reference(text)
+        assert ours(parse_page(with_exemplars).families) == reference(text)
 
 
 def test_generator_exercises_the_tricky_parts() -> None:
@@ -377,7 +379,8 @@ def test_bad_line_is_counted_and_skipped(bad: str) -> None:
     text = good + bad + "\n" + tail
     with pytest.raises(ValueError):
         list(text_string_to_metric_families(text))  # the reference rejects the whole page
-    families, errors = parse_with_errors(text)
+    page = parse_page(text)
+    families, errors = page.families, page.errors
     assert errors == 1
     assert ours(families) == reference(good + tail)
 
@@ -387,17 +390,19 @@ def test_garbage_never_raises() -> None:
     alphabet = '{}"\\=,# \t\n\r abc_:019.+-eEInfNa\x00é'
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
-        families, errors = parse_with_errors(text)
+        page = parse_page(text)
+        families, errors = page.families, page.errors
         assert isinstance(families, dict) and errors >= 0
-    assert parse_with_errors("\x00\x01garbage\n{{{\n")[1] == 2
+    assert parse_page("\x00\x01garbage\n{{{\n").errors == 2
 
 
 def test_bad_lines_in_unwanted_families_cost_nothing() -> None:
     """Lines of a family outside `want` are skipped unread, so they are not parsed, let alone counted."""
     text = '# TYPE skip gauge\nskip{a="1" broken\n# TYPE keep gauge\nkeep 1\n'
-    families, errors = parse_with_errors(text, {"keep"})
+    page = parse_page(text, {"keep"})
+    families, errors = page.families, page.errors
     assert errors == 0 and list(families) == ["keep"]
-    assert parse_with_errors(text)[1] == 1
+    assert parse_page(text).errors == 1
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -407,7 +412,8 @@ def test_truncated_page_yields_the_complete_lines(seed: int) -> None:
     for cut in sorted(rng.sample(range(1, len(text)), 60)):
         head = text[:cut]
         complete = head[: head.rfind("\n") + 1]
-        families, errors = parse_with_errors(head, truncated=True)
+        page = parse_page(head, truncated=True)
+        families, errors = page.families, page.errors
         assert ours(families) == reference(complete)
         assert errors == (1 if head[len(complete) :].strip() else 0)
-        parse_with_errors(head)  # without the hint the fragment is parsed as a line; it must not raise either
+        parse_page(head)  # without the hint the fragment is parsed as a line; it must not raise either

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from exporter import adapters
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as c
 from llmslo.conventions import VLLM as V
 from simulator.clock import VirtualClock
@@ -62,8 +62,8 @@ def _norm(samples, metric: c.MetricDef, suffix: str = "", **labels: str) -> list
 def test_vllm_adapter_reads_the_simulator_page_with_nothing_lost(mid_run_page, shared_dir):
     core, text = mid_run_page
     adapter = adapters.get("vllm")
-    everything = parse(text)
-    families = parse(text, adapter.wanted)
+    everything = parse_page(text).families
+    families = parse_page(text, adapter.wanted).families
     out = adapter.adapt(families, IDENTITY)
     model = core.config.model_name
 
@@ -73,7 +73,7 @@ def test_vllm_adapter_reads_the_simulator_page_with_nothing_lost(mid_run_page, s
     assert _sim(everything, V.REQUEST_SUCCESS, "_total", finished_reason="abort") > 0
 
     # The simulator emits every V1 family the adapter reads (the rest of `wanted` are older vLLM names).
-    v1 = parse((shared_dir / "peers" / "engine-metrics" / "vllm-v1.prom").read_text())
+    v1 = parse_page((shared_dir / "peers" / "engine-metrics" / "vllm-v1.prom").read_text()).families
     assert adapter.wanted & set(v1) <= set(everything), sorted((adapter.wanted & set(v1)) - set(everything))
 
     # Identity labels on every output series.

@@ -11,7 +11,7 @@ import aiohttp
 import openai
 import pytest
 
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo.conventions import VLLM as V
 from simulator.faults import FaultState
 
@@ -22,7 +22,7 @@ def _client(url: str) -> openai.OpenAI:
 
 def _metrics(url: str) -> dict:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        return parse(resp.read().decode())
+        return parse_page(resp.read().decode()).families
 
 
 def _value(families: dict, family: str, suffix: str = "", **labels: str) -> float:

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo.conventions import VLLM as V
 from simulator import cli, loadgen
 from simulator.faults import FaultState
@@ -39,7 +39,7 @@ def test_virtual_cli_text_static_batching_and_lora_mix(capsys, tmp_path):
                      "--metrics-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "goodput" in text and "TTFT" in text and "static" in text
-    page = parse(out.read_text())
+    page = parse_page(out.read_text()).families
     assert page[V.REQUEST_SUCCESS].samples and page[V.LORA_REQUESTS_INFO].samples
 
 
@@ -92,7 +92,7 @@ def test_serve_subprocess_on_an_os_chosen_port_and_load_cli_against_it(capsys):
         assert summary["requests"] == summary["completed"] > 0 and summary["failed"] == 0
         assert summary["ttft_s"]["p50"] > 0 and summary["tpot_s"]["p50"] > 0
         with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
-            fam = parse(resp.read().decode())
+            fam = parse_page(resp.read().decode()).families
         finished = sum(s.value for s in fam[V.REQUEST_SUCCESS].samples if s.name.endswith("_total"))
         assert finished == summary["requests"]
     finally:
@@ -127,7 +127,7 @@ def test_run_load_returns_records_the_caller_can_judge(sim_server, chat):
     assert summary["good_requests"] == good
     # Client-side TTFT includes the engine's: it is never below what the engine measured.
     with urllib.request.urlopen(srv.url + "/metrics", timeout=5) as resp:
-        fam = parse(resp.read().decode())
+        fam = parse_page(resp.read().decode()).families
     engine_ttft = [s.value for s in fam[V.TTFT].samples if s.name.endswith("_sum")][0]
     assert sum(r.ttft for r in records) >= engine_ttft
     hits = [s.value for s in fam[V.PREFIX_CACHE_HITS].samples if s.name.endswith("_total")][0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo.conventions import VLLM as V
 from simulator.metrics import token_buckets
 from simulator.virtual import simulate
@@ -28,7 +28,7 @@ def page_run():
     spec = WorkloadSpec(rate=15, duration=20, shared_prefix=0.4, lora_mix=(("sql-lora", 0.2), ("tool-lora", 0.1)),
                         seed=12)
     run = simulate(config, spec, metrics=True, faults=FaultState(error_rate=0.05, error_mode="abort"))
-    return run, parse(run.metrics.render().decode())
+    return run, parse_page(run.metrics.render().decode()).families
 
 
 def _labels(fam) -> set[str]:
@@ -49,7 +49,7 @@ def _edges(fam) -> list[str]:
 
 def test_every_family_matches_vllm_v1_names_types_help_labels_and_buckets(page_run, shared_dir):
     _, ours = page_run
-    vllm = parse((shared_dir / "peers" / "engine-metrics" / "vllm-v1.prom").read_text())
+    vllm = parse_page((shared_dir / "peers" / "engine-metrics" / "vllm-v1.prom").read_text()).families
     for name in REQUIRED:
         assert name in ours, f"simulator does not emit {name}"
     for name, fam in ours.items():

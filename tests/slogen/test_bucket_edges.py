@@ -21,7 +21,7 @@ import yaml
 
 from exporter import adapters
 from exporter.config import ENGINE_KINDS as EXPORTER_KINDS
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import bucket_edges as be
 from llmslo import conventions as c
 from llmslo.sli_plugins import LATENCY_METRICS
@@ -93,7 +93,7 @@ def test_each_row_is_what_the_exporter_writes_for_its_sample_page(page):
     assert SAMPLE_PAGES[page] == kind
     (row,) = [r for r in be.ROWS if (r.kind, r.versions) == (kind, versions)]
     adapter = adapters.get(kind)
-    samples = adapter.adapt(parse((SHARED_PAGES / page).read_text(), adapter.wanted),
+    samples = adapter.adapt(parse_page((SHARED_PAGES / page).read_text(), adapter.wanted).families,
                             {"engine": kind, "pod": "p", "namespace": "n", "node": "x", "model": "m"})
     for metric, family in FAMILIES.items():
         les = {s.labels[c.LABEL_LE] for s in samples if s.metric == family and s.suffix == "_bucket"}

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from exporter import adapters
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
 from llmslo.durations import MINUTE
@@ -67,7 +67,7 @@ def test_seats_on_every_engine_page(promtool, tmp_path):
         pod = page.removesuffix(".prom")
         ident = {c.LABEL_POD: pod, c.LABEL_NAMESPACE: "llm", c.LABEL_NODE: "n", c.LABEL_MODEL: "m", c.LABEL_ENGINE: kind}
         adapter = adapters.get(kind)
-        samples = adapter.adapt(parse((SHARED_PAGES / page).read_text(), adapter.wanted), ident)
+        samples = adapter.adapt(parse_page((SHARED_PAGES / page).read_text(), adapter.wanted).families, ident)
         free = size = None
         hist: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
         for s in samples:

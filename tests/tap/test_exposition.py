@@ -149,7 +149,7 @@ def test_the_node_exporter_passes_every_family_through_with_identity_labels() ->
     m = TapMetrics(CONFIG)
     populate(m, 9)
     m.refused(C.REFUSED_HEAD_TIMEOUT)
-    fams = promtext.parse(PageRenderer(m).render_now().decode())
+    fams = promtext.parse_page(PageRenderer(m).render_now().decode()).families
     identity = {"pod": "pod-a", "namespace": "ns", "node": "n1", "model": "pod-model"}
     out = tap_adapter.adapt(fams, identity)
     assert {s.metric for s in out} == set(C.TAP_METRICS)

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from exporter import promtext
 from exporter.adapters import tap as tap_adapter
+from exporter.model import MetricFamily
 from llmslo import conventions as C
 from tests.helpers.specs import slo_entry, sloth_spec
 
@@ -103,7 +104,7 @@ def test_a_flood_of_made_up_model_names_leaves_metrics_small_and_the_real_model_
     slo = tmp_path / "slo.yaml"
     slo.write_text(SLO_YAML)
 
-    async def go() -> tuple[int, dict[str, promtext.MetricFamily], float]:
+    async def go() -> tuple[int, dict[str, MetricFamily], float]:
         runner, upstream = await _lean_upstream()
         proc, proxy, metrics = await _spawn_tap(upstream, slo)
         try:
@@ -124,7 +125,7 @@ def test_a_flood_of_made_up_model_names_leaves_metrics_small_and_the_real_model_
                 elapsed = time.monotonic() - started
                 async with s.get(metrics) as r:
                     page = await r.read()
-            return len(page), promtext.parse(page.decode()), elapsed
+            return len(page), promtext.parse_page(page.decode()).families, elapsed
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()

@@ -108,11 +108,11 @@ def test_the_node_exporter_carries_the_buckets_label_so_old_and_new_sets_stay_ap
     r = PageRenderer(m)
     m.record("chat-a", "interactive", C.OUTCOME_OK, FAST, True)
     identity = {"pod": "pod-a", "namespace": "ns", "node": "n1", "model": "pod-model"}
-    before = tap_adapter.adapt(promtext.parse(r.render_now().decode()), identity)
+    before = tap_adapter.adapt(promtext.parse_page(r.render_now().decode()).families, identity)
     old_id = m.bucket_ids[0]
     m.set_slo(NEW)
     m.record("chat-a", "interactive", C.OUTCOME_OK, FAST, True)
-    after = tap_adapter.adapt(promtext.parse(r.render_now().decode()), identity)
+    after = tap_adapter.adapt(promtext.parse_page(r.render_now().decode()).families, identity)
     for out, want in ((before, old_id), (after, m.bucket_ids[0])):
         hist = [s for s in out if s.metric in {d for d, _ in HISTOGRAMS}]
         assert hist and {s.labels[C.LABEL_BUCKETS] for s in hist if s.metric == C.TAP_TTFT} == {want}

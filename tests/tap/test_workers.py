@@ -44,8 +44,8 @@ def test_merged_exposition_equals_one_process_that_saw_everything() -> None:
         _record(parts[i % 2], i)
         _record(whole, i)
     merged = merge_expositions(generate_latest(p.registry).decode() for p in parts)
-    want = {k: v for k, v in promtext.parse(generate_latest(whole.registry).decode()).items() if not k.endswith("_created")}
-    got = promtext.parse(merged)
+    want = {k: v for k, v in promtext.parse_page(generate_latest(whole.registry).decode()).families.items() if not k.endswith("_created")}
+    got = promtext.parse_page(merged).families
     assert set(got) == set(want) and len(want) == len(C.TAP_METRICS)
     for name, fam in want.items():
         expected = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in fam.samples}
@@ -65,12 +65,12 @@ def test_in_flight_late_gauge_adds_up_over_live_workers_only() -> None:
         m.late_source = lambda late=late: {("chat-a", "interactive"): late}
         parts.append(generate_latest(m.registry).decode())
     name = C.TAP_IN_FLIGHT_LATE.name
-    got = promtext.parse(merge_expositions(parts))[name]
+    got = promtext.parse_page(merge_expositions(parts)).families[name]
     values = {s.labels["model"]: s.value for s in got.samples}
     assert values == {"chat-a": 3.0, "__other__": 0.0}
     retired_and_live = merge_expositions(parts, [None, "1"])
-    assert {s.labels["model"]: s.value for s in promtext.parse(retired_and_live)[name].samples}["chat-a"] == 2.0
-    assert name not in promtext.parse(merge_expositions(parts, [None, None]))
+    assert {s.labels["model"]: s.value for s in promtext.parse_page(retired_and_live).families[name].samples}["chat-a"] == 2.0
+    assert name not in promtext.parse_page(merge_expositions(parts, [None, None])).families
 
 
 def test_merged_exposition_passes_promtool(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ async def _requests(proxy: str, n: int) -> None:
 async def _total(url: str, unix: str | None = None) -> float:
     connector = aiohttp.UnixConnector(path=unix) if unix else None
     async with aiohttp.ClientSession(connector=connector) as s, s.get(url) as r:
-        fams = promtext.parse(await r.text())
+        fams = promtext.parse_page(await r.text()).families
     return sum(s.value for s in fams[tap_adapter.family_name(C.TAP_REQUESTS)].samples)
 
 
@@ -234,7 +234,7 @@ def test_admission_gauges_are_right_with_two_workers() -> None:
     try:
         async def page() -> dict[str, list[tuple[dict[str, str], float]]]:
             async with aiohttp.ClientSession() as s, s.get(metrics) as r:
-                fams = promtext.parse(await r.text())
+                fams = promtext.parse_page(await r.text()).families
             return {name: [(x.labels, x.value) for x in fam.samples] for name, fam in fams.items()}
 
         deadline = time.monotonic() + 20
