@@ -1,9 +1,12 @@
 """Goodput tap: an in-line streaming proxy that times every completion and counts goodput.
 
-Modules: classes (SLO classes from the SLO YAML), http1 (HTTP/1.1 framing, no I/O), upstream
-(keep-alive connections to the engine), proxy (client connections and one exchange per request),
+Modules: classes (SLO classes from the SLO YAML), settings (the tap's settings), http1 (HTTP/1.1
+framing, no I/O), upstream (keep-alive connections to the engine), proxy (what the connections share),
+connection (one client's connection), exchange (one request's cycle, on narrow collaborators), policy
+(the per-request decisions: plan, upstream head, the finished record and its goodput verdict, the
+gave-up rule, usage plausibility), flow (pausing and resuming reads), outcomes (a request's outcome),
 relay (timing a response body and taking out the injected usage), sse (byte-preserving event
-splitter), timing (per-request state machine, the gave-up rule, usage plausibility), deadlines
+splitter), timing (per-request state machine), deadlines
 (how long the engine may keep a request waiting), request_fields (the request body's few fields
 the tap reads), metrics (the counters and histograms),
 exposition (the /metrics page, rendered in slices between relayed chunks), models (which model
