@@ -18,6 +18,7 @@ from pathlib import Path
 from slogen.catalog import BuildOptions, Catalog, compile_catalog
 from slogen.errors import SpecError, SpecErrors
 from slogen.outtree import Content
+from slogen.paths import is_promtool_test
 from slogen.steps import STEPS, Produced, Step, pairs
 
 # From this many SLOs on, the forkable steps (the promtool tests: about 45% of a build) run in a forked child
@@ -111,13 +112,19 @@ def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, s
           keep: Callable[[str, str], Content]) -> Built:
     """Run the steps (the forkable ones in children meanwhile), each file given to `keep` as it is made (what
     it returns is the file's content in the result; a forked step's file stays where the child wrote it, read
-    back only for an in-memory build). Notes in step order; the first error in step order is the one raised."""
+    back only for an in-memory build). Notes in step order; the first error in step order is the one raised.
+    Without promtool tests (the settings' promtoolTests: false) their files are left out and the steps that
+    make nothing else are not run."""
     catalog = compile_catalog(options)
+    if not options.promtool_tests:
+        steps = [s for s in steps if not s.tests_only]
     files: dict[str, Content] = {}
     notes: list[Sequence[str]] = [()] * len(steps)
 
     def take(i: int, produced: Produced) -> None:
         for path, content in pairs(produced.files):
+            if not options.promtool_tests and is_promtool_test(path):
+                continue
             if path in files:
                 raise SpecErrors([SpecError(path, f"two build steps both produce {path}",
                                             fix="give each step its own output paths")])

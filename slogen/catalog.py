@@ -47,6 +47,11 @@ class BuildOptions:
     kube: KubeOptions = field(default_factory=KubeOptions)  # object labels, Grafana and AlertmanagerConfig settings
     install: InstallSettings | None = None  # llmslo.yaml and its flags: deploy/install/ when it names namespaces
 
+    @property
+    def promtool_tests(self) -> bool:
+        """Whether the build writes the promtool test files: yes, unless the settings say promtoolTests: false."""
+        return self.install is None or self.install.promtool_tests
+
 
 @dataclass(frozen=True)
 class Catalog:

@@ -17,8 +17,17 @@ def rules_path(service: str) -> str:
     return f"{ALERTS_DIR}/{service}.rules.yaml"
 
 
+PROMTOOL_TEST_SUFFIX = ".test.yaml"
+
+
 def tests_path(service: str) -> str:
-    return f"{ALERTS_DIR}/{service}.test.yaml"
+    return f"{ALERTS_DIR}/{service}{PROMTOOL_TEST_SUFFIX}"
+
+
+def is_promtool_test(path: str) -> bool:
+    """A generated promtool test file: the SLO alerts', the health and capacity alerts' (alerts/*.test.yaml) or
+    the dashboards' (DASHBOARD_TESTS_FILE)."""
+    return path == DASHBOARD_TESTS_FILE or (path.startswith(f"{ALERTS_DIR}/") and path.endswith(PROMTOOL_TEST_SUFFIX))
 
 
 def prometheus_rule_path(service: str) -> str:
@@ -28,7 +37,7 @@ def prometheus_rule_path(service: str) -> str:
 DASHBOARD_DIR = "dashboards"
 FLEET_DASHBOARD_FILE = f"{DASHBOARD_DIR}/llm-serving-fleet.json"
 OVERVIEW_DASHBOARD_FILE = f"{DASHBOARD_DIR}/llm-slo-overview.json"  # every SLO of the build, one row each
-DASHBOARD_TESTS_FILE = f"{DASHBOARD_DIR}/dashboards.test.yaml"
+DASHBOARD_TESTS_FILE = f"{DASHBOARD_DIR}/dashboards{PROMTOOL_TEST_SUFFIX}"
 
 
 def slo_dashboard_path(slo_id: str) -> str:

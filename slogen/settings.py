@@ -15,6 +15,7 @@ agree with it: a flag that disagrees is refused with both values named, never si
     receivers: {llmslo-page: https://...}
     runbookUrl: https://wiki.example.org/runbooks/{{alert}}
     grafanaUrl: https://grafana.example.org
+    promtoolTests: true                # write the generated promtool tests (alerts/*.test.yaml, dashboards/)
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ KEYS = {"namespace": ("namespace", "--namespace"), "inferenceNamespaces": ("infe
         "image": ("image", "--image"), "apiServerCIDR": ("api_server_cidr", "--api-server-cidr"),
         "receivers": ("receivers", "--receiver"), "runbookUrl": ("runbook_url", "--runbook-url"),
         "grafanaUrl": ("grafana_url", "--grafana-url")}
+# the file's keys that no flag sets -> their field: what `slogen build` writes, a choice of the repository
+FILE_KEYS = {"promtoolTests": "promtool_tests"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class InstallSettings:
     receivers: Mapping[str, str] = field(default_factory=dict)
     runbook_url: str = ""  # a template with {{alert}}: every alert's runbook link (empty: the build's default)
     grafana_url: str = ""  # every alert's dashboard link (empty: the build's default)
+    # write the generated promtool test files; a repository that runs them from a build in its CI (as this one
+    # does, in its test suite) need not commit them
+    promtool_tests: bool = True
     path: Path | None = None
 
     @property
@@ -127,8 +133,15 @@ def load(path: Path) -> InstallSettings:
     for key, value in doc.items():
         if key == "version":
             continue
+        if key in FILE_KEYS:
+            if isinstance(value, bool):
+                values[FILE_KEYS[key]] = value
+            else:
+                errors.append(SpecError(file, f"expected true or false, got {value!r}", key, fix=f"write {key}: false"))
+            continue
         if key not in KEYS:
-            errors.append(SpecError(file, f"unknown key {key!r}", str(key), fix=f"use one of {', '.join(KEYS)}"))
+            errors.append(SpecError(file, f"unknown key {key!r}", str(key),
+                                    fix=f"use one of {', '.join([*KEYS, *FILE_KEYS])}"))
             continue
         name = KEYS[key][0]
         if key in ("objectLabels", "receivers"):
@@ -228,6 +241,9 @@ receivers:{receivers}
 # runbooks are written to docs/runbooks/) and Grafana (the dashboards' links).
 runbookUrl: "{s.runbook_url}"
 grafanaUrl: "{s.grafana_url}"
+# Write the generated promtool tests (alerts/*.test.yaml, dashboards/dashboards.test.yaml), which the CI
+# workflow runs; false leaves them out of the build (and of `slogen build --check`).
+promtoolTests: {"true" if s.promtool_tests else "false"}
 """
 
 

@@ -81,11 +81,14 @@ class Produced:
 @dataclass(frozen=True)
 class Step:
     """One step of the build. `forkable`: independent and heavy, so a large build may run it in a forked
-    child while this process runs the others (`slogen.build`); its output is the same either way."""
+    child while this process runs the others (`slogen.build`); its output is the same either way.
+    `tests_only`: it makes promtool test files alone, so a build without them (the settings' promtoolTests)
+    skips it."""
 
     name: str
     run: Callable[[Catalog], Produced]
     forkable: bool = False
+    tests_only: bool = False
 
 
 def sources(items: list[SLOResult]) -> str:
@@ -248,7 +251,7 @@ def install(catalog: Catalog) -> Produced:
 # The build, in order (the order of the notes; the files are sorted). Append a step to add an artifact.
 STEPS: tuple[Step, ...] = (
     Step("rules", slo_rules),  # alerts/<service>.rules.yaml
-    Step("tests", slo_tests, forkable=True),  # alerts/<service>.test.yaml (about 45% of a large build)
+    Step("tests", slo_tests, forkable=True, tests_only=True),  # alerts/<service>.test.yaml (about 45% of a large build)
     Step("prometheusrules", slo_prometheus_rules),  # deploy/generated/prometheusrule-<service>.yaml
     Step("health", health_rules),  # alerts/llmslo-health.*, its PrometheusRule
     Step("capacity", capacity_rules),  # alerts/llmslo-capacity.*, its PrometheusRule

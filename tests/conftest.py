@@ -5,6 +5,9 @@ target, which `.ci/run` calls after `make test`; `make test` stays within its 10
 """
 
 import os
+from pathlib import Path
+
+import pytest
 
 collect_ignore = [] if os.environ.get("LLMSLO_REAL_ENGINE") == "1" else ["realengine"]
 
@@ -21,3 +24,24 @@ def pytest_collection_modifyitems(session, config, items):
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     root = str(config.rootpath) + os.sep
     items.sort(key=lambda item: rank.get(str(item.path).removeprefix(root), len(rank)))  # stable: the rest keep order
+
+
+@pytest.fixture(scope="session")
+def repository_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This repository's `slogen build` with its promtool tests, written to a temporary directory: the repository
+    commits none (llmslo.yaml: promtoolTests: false), the suite runs them. alerts/ holds each rule file beside
+    its tests, as promtool reads them; dashboards/ the dashboards and dashboards.test.yaml."""
+    from dataclasses import replace
+
+    from slogen.build import build
+    from tests.artifacts.test_committed_outputs import repository_options
+
+    root = Path(__file__).resolve().parents[1]
+    options = repository_options(inputs=(str(root / "slos"),))
+    assert options.install is not None
+    options = replace(options, install=replace(options.install, promtool_tests=True))
+    out = tmp_path_factory.mktemp("repository-build")
+    for rel, text in build(options).files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(str(text), encoding="utf-8")
+    return out

@@ -268,8 +268,8 @@ def test_derived_page_windows_guard_from_the_base_rate(promtool, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_committed_tests_stage_low_traffic_and_keep_the_high_traffic_timings():
-    doc = yaml.safe_load((REPO / "alerts" / "chat.test.yaml").read_text())
+def test_generated_tests_stage_low_traffic_and_keep_the_high_traffic_timings(repository_build):
+    doc = yaml.safe_load((repository_build / "alerts" / "chat.test.yaml").read_text())
     names = [g["name"] for g in doc["tests"]]
     quiet = [n for n in names if "one failed request at 6 requests/hour" in n]
     assert {n.split(":")[0] for n in quiet} == {"chat-availability", "chat-ttft", "chat-tpot", "chat-goodput"}

@@ -46,8 +46,9 @@ def test_generated_rules_pass_promtool_check(promtool, tmp_path, sloth_testdata)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_generated_unit_tests_pass(promtool):
-    tests = sorted((REPO / "alerts").glob("*.test.yaml"))
+def test_generated_unit_tests_pass(promtool, repository_build):
+    """The promtool tests `slogen build` writes for this repository (made here: the repository commits none)."""
+    tests = sorted((repository_build / "alerts").glob("*.test.yaml"))
     assert {t.name for t in tests} == {"chat.test.yaml", "batch.test.yaml", "fleet.test.yaml", "llmslo-health.test.yaml",
                                          "llmslo-capacity.test.yaml"}
     with ThreadPoolExecutor(max_workers=len(tests)) as pool:
@@ -55,7 +56,7 @@ def test_generated_unit_tests_pass(promtool):
     for t, proc in zip(tests, results, strict=True):
         assert proc.returncode == 0, f"{t.name}:\n{proc.stdout}{proc.stderr}"
         assert "SUCCESS" in proc.stdout
-    doc = yaml.safe_load((REPO / "alerts" / "chat.test.yaml").read_text())
+    doc = yaml.safe_load((repository_build / "alerts" / "chat.test.yaml").read_text())
     names = [g["name"] for g in doc["tests"]]
     assert any("full outage" in n and "slow burn" in n for n in names)  # both scenarios, one cluster each
     assert any("no source series" in n for n in names)
@@ -64,13 +65,13 @@ def test_generated_unit_tests_pass(promtool):
     assert sorted(changed) == ["chat-tpot", "chat-tpot", "chat-ttft", "chat-ttft"]
 
 
-def test_every_tap_slo_has_a_generated_hang_scenario_that_fires():
-    """A hung engine must burn every tap SLO: each one's committed tests stage a 2h hang per late outcome,
+def test_every_tap_slo_has_a_generated_hang_scenario_that_fires(repository_build):
+    """A hung engine must burn every tap SLO: each one's generated tests stage a 2h hang per late outcome,
     and expect its tiers to fire in both (the pages where the SLO pages); the engine's SLOs cannot see it."""
     expected = {"chat": {"availability", "ttft", "tpot", "goodput"}, "batch": {"availability", "ttft", "tpot", "goodput"},
                 "fleet": set()}
     for service, slos in expected.items():
-        doc = yaml.safe_load((REPO / "alerts" / f"{service}.test.yaml").read_text())
+        doc = yaml.safe_load((repository_build / "alerts" / f"{service}.test.yaml").read_text())
         hangs = {g["name"].split(":")[0]: g for g in doc["tests"] if "engine hangs for 2h" in g["name"]}
         assert set(hangs) == {f"{service}-{slo}" for slo in slos}
         tiers = ("page-quick", "page-slow") if service == "chat" else ("ticket-quick",)
