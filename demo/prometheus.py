@@ -101,14 +101,6 @@ class PromClient:
     async def alerts(self) -> list[dict]:
         return (await self._get("/api/v1/alerts"))["alerts"]
 
-    async def rule_groups(self) -> list[dict]:
-        return (await self._get("/api/v1/rules"))["groups"]
-
-    async def targets_up(self) -> bool:
-        data = await self._get("/api/v1/targets")
-        active = data.get("activeTargets") or []
-        return bool(active) and all(t.get("health") == "up" for t in active)
-
     async def last_scrape(self, job: str = EXPORTER_JOB) -> float | None:
         """When Prometheus last scraped the job (unix seconds): the timestamp of its `up` sample."""
         return await self.scalar(f'max(timestamp(up{{job="{job}"}}))')

@@ -69,7 +69,6 @@ GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID
 # The container that holds a GPU or MIG instance (the kubelet's pod-resources API), as dcgm-exporter labels it;
 # empty when no container holds it or the kubelet cannot be read. LABEL_POD and LABEL_NAMESPACE name its pod.
 LABEL_CONTAINER = "container"
-GPU_OWNER_LABELS = (LABEL_POD, LABEL_NAMESPACE, LABEL_CONTAINER)
 
 # The exporter's build (llmslo_build_info, as Prometheus exporters' <name>_build_info).
 LABEL_VERSION = "version"
@@ -235,7 +234,6 @@ LABEL_KV_POOL = "pool"  # on KV_POOL_USAGE: which KV pool of a hybrid model
 KV_POOL_FULL = "full"  # full-attention KV (every model has it)
 KV_POOL_SWA = "swa"  # sliding-window-attention KV (hybrid SWA models)
 KV_POOL_MAMBA = "mamba"  # Mamba/SSM state slots (hybrid SSM models)
-KV_POOLS = (KV_POOL_FULL, KV_POOL_SWA, KV_POOL_MAMBA)
 KV_POOL_USAGE = _m(
     "kv_cache_pool_usage_ratio", "gauge",
     "Fraction of one KV pool in use (0..1), per pool of a hybrid model; llm_kv_cache_usage_ratio is the fullest.",

@@ -18,13 +18,14 @@ from typing import Any
 from llmslo.argtypes import number_arg
 from llmslo.durations import DAY, format_prometheus_duration
 from llmslo.files import write_atomic
+from llmslo.specfile import discover
 from slogen import VERSION_LABEL, __version__, promtoolcheck, thresholdargs
 from slogen.errors import SpecError, SpecErrors, UsageError
 from slogen.generate import render_documents
 from slogen.installargs import install_args, install_settings, kube_options, kubernetes_args
 from slogen.k8smeta import label_value_problem
 from slogen.links import DEFAULT_GRAFANA_URL, GRAFANA_URL_ENV
-from slogen.loaders import discover, load_paths
+from slogen.loaders import load_paths
 from slogen.loaders.common import LABEL_NAME_RE, RESERVED_LABELS
 from slogen.loaders.windows import BUILTIN, merge
 from slogen.rules import generate

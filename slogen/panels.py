@@ -19,7 +19,6 @@ LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_ga
 # The SLO overview (slogen/artifacts/overview.py): its table, the firing-state words, its columns per tier.
 OVERVIEW_TITLE = "SLOs: objective, SLI, error budget left, burn rate and alerts per tier"
 FIRING_PAGE, FIRING_TICKET, FIRING_NONE = "page", "ticket", "none"
-OVERVIEW_FIXED_REFS = ("A", "B", "C")  # objective, SLI over the period, error budget left
 
 
 def overview_tiers(slos: Sequence[SLOView]) -> list[str]:

@@ -18,7 +18,7 @@ from llmslo.conventions import CAPACITY as K
 from slogen import promql as q
 from slogen.artifacts import grafana as gf
 from slogen.artifacts import overview as ov
-from slogen.links import FLEET_DASHBOARD_UID, OVERVIEW_DASHBOARD_UID, dashboard_uid, slo_dashboard_uid
+from slogen.links import FLEET_DASHBOARD_UID, OVERVIEW_DASHBOARD_UID, slo_dashboard_uid
 from slogen.panels import ENGINE_BY, LATE_TITLE, POOL_BY, QUANTILES
 from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from slogen.views import (
@@ -91,11 +91,6 @@ class _Grid:
 
 def _with(panel, **changes):
     return attr.evolve(panel, **changes)
-
-
-def _uid(prefix: str, key: str) -> str:
-    """A stable dashboard uid (8-40 characters); the scheme lives in links.py, which the alerts' links share."""
-    return dashboard_uid(prefix, key)
 
 
 def _timeseries(title: str, targets: Sequence[g.Target], *, unit: str = "short", description: str = "",

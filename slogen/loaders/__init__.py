@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmslo.sli_plugins import GoodputParams, same_class
-from llmslo.specfile import SpecFileError, read_documents
-from llmslo.specfile import discover as discover
+from llmslo.specfile import SpecFileError, discover, read_documents
 from llmslo.suggest import closest
 from slogen.autoscaling import DEFAULT_DIR as AUTOSCALING_DIR
 from slogen.autoscaling import VERSION as AUTOSCALING_VERSION

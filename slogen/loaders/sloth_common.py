@@ -39,7 +39,3 @@ def events_equivalent(plugin_id: str, options: dict[str, str], error_key: str, t
         err = f"sum(rate({_sel(err_metric, flt, err_match)}[{W}]))"
         tot = f"sum(rate({_sel(tot_metric, flt)}[{W}]))"
     return f"sli: {{events: {{{error_key}: '{err}', {total_key}: '{tot}'}}}}"
-
-
-def known_ids() -> list[str]:
-    return sorted(_KNOWN)
