@@ -177,12 +177,12 @@ def _upstream() -> AbstractContextManager[tuple[int, int]]:
 
 
 @contextmanager
-def _tap(upstream_port: int, event_loop: str = "auto", tree: Path = ROOT) -> Iterator[tuple[int, list[int]]]:
-    """The tap of `tree` (this checkout by default; bench.old_tree for an earlier commit's)."""
+def _tap(upstream_port: int, event_loop: str = "auto") -> Iterator[tuple[int, list[int]]]:
+    """The tap of this checkout, on `event_loop`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
          "--upstream", f"http://127.0.0.1:{upstream_port}", "--event-loop", event_loop],
-        cwd=tree, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert proc.stderr is not None
