@@ -4,7 +4,9 @@ Wall time of `python -m exporter --once --gpu off --engine vllm=file://PAGE` (th
 page with 64 LoRA adapters, `bench/lora_pages.py`; output to /dev/null) and of `python -c pass` with the same
 interpreter, in interleaved rounds; the difference of the medians is what the exporter adds. The old tree is
 `git archive`d into a temporary directory and run from there (cwd and PYTHONPATH). `-X importtime` of one
-more run lists which heavy packages each side imports.
+more run lists which heavy packages each side imports. Then the whole process on many pages: `--once` over
+PAGE_COPIES copies of the page (7.3 MB, one file:// target each) against a process that parses the same files
+with prometheus_client's parser, start-up included on both sides.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ SECTION = "Start-up: llmslo-exporter --once on a saved page"
 COMMAND = "python -m bench startup"
 OLD_COMMIT = "9090d4d"  # before lazy imports: the tap's CLI, aiohttp, TLS contexts, yaml, NVML bindings at start
 ROUNDS = 21
-HEAVY = ("aiohttp", "exporter.tap", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.server")
+HEAVY = ("aiohttp", "exporter.tap", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.server", "grpc",
+         "google.protobuf", "importlib.metadata")
+PAGE_COPIES = 80  # of the 91 kB page: 7.3 MB
+PAGES_ROUNDS = 5  # the peer's process takes about 1.5 s
+PEER_PARSE = ("import sys\nfrom prometheus_client.parser import text_string_to_metric_families as parse\n"
+              "for path in sys.argv[1:]:\n    with open(path) as f:\n        list(parse(f.read()))\n")
 
 NOTES = {
     SECTION: (
@@ -36,7 +43,10 @@ NOTES = {
         "installed package. *Peer*: the exporter at "
         f"{OLD_COMMIT} (`git archive`, run from its directory), which imported the goodput tap's CLI (and with it "
         "aiohttp's client and server, whose import builds TLS contexts), yaml, prometheus_client and the NVML "
-        "bindings on every start. The last row is from `-X importtime` of one more run each."
+        "bindings on every start. The imports row is from `-X importtime` of one more run each. *Many pages*: the "
+        f"same `--once` over {PAGE_COPIES} copies of the page (7.3 MB, one file:// target each) as one whole "
+        "process, against a process that parses the same files with prometheus_client's "
+        f"`text_string_to_metric_families` (the peer here), {PAGES_ROUNDS} interleaved rounds, medians."
     ),
 }
 
@@ -53,6 +63,31 @@ def _heavy_imports(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[lis
                           stderr=subprocess.PIPE, text=True, check=True)
     names = {m.group(1) for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", done.stderr, re.M)}
     return [h for h in HEAVY if h in names], len(names)
+
+
+def _many_pages(tmp: Path, text: str, env: dict[str, str]) -> list:
+    """`--once` over PAGE_COPIES saved pages as a whole process vs prometheus_client parsing the same files."""
+    from bench.report import Row
+
+    folder = tmp / "pages"
+    folder.mkdir()
+    paths = [folder / f"vllm-{i:03d}.prom" for i in range(PAGE_COPIES)]
+    for path in paths:
+        path.write_text(text)
+    megabytes = sum(p.stat().st_size for p in paths) / 1e6
+    ours = [sys.executable, "-m", "exporter", "--once", "--gpu", "off",
+            *(arg for path in paths for arg in ("--engine", f"vllm=file://{path}"))]
+    peer = [sys.executable, "-c", PEER_PARSE, *map(str, paths)]
+    for argv in (ours, peer):
+        _run(argv, ROOT, env)
+    times: dict[str, list[float]] = {"ours": [], "peer": []}
+    for _ in range(PAGES_ROUNDS):
+        times["ours"].append(_run(ours, ROOT, env))
+        times["peer"].append(_run(peer, ROOT, env))
+    mine, theirs = statistics.median(times["ours"]), statistics.median(times["peer"])
+    what = f"many pages: one process over {PAGE_COPIES} saved pages ({megabytes:.1f} MB), median of {PAGES_ROUNDS}"
+    return [Row(SECTION, what, f"{mine * 1000:.0f} ms (`--once`)", f"{theirs * 1000:.0f} ms (prometheus_client parser)",
+                f"{theirs / mine:.1f}x less", COMMAND)]
 
 
 def old_tree() -> AbstractContextManager[Path]:
@@ -86,6 +121,7 @@ def run() -> list:
             for side, (cwd, env) in sides.items():
                 times[side].append(_run(once, cwd, env))
         heavy = {side: _heavy_imports(once, cwd, env) for side, (cwd, env) in sides.items()}
+        pages_rows = _many_pages(Path(tmp), page.read_text(), env_ours)
 
     python = statistics.median(times["python"])
     ours, peer = statistics.median(times["ours"]), statistics.median(times["peer"])
@@ -105,4 +141,5 @@ def run() -> list:
         Row(SECTION, f"fastest of {ROUNDS}, beyond Python's fastest", ms(min(times["ours"]) - min(times["python"])),
             ms(min(times["peer"]) - min(times["python"])), "", COMMAND),
         Row(SECTION, f"imports ({', '.join(HEAVY)})", imported("ours"), imported("peer"), "", COMMAND),
+        *pages_rows,
     ]

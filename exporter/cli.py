@@ -193,6 +193,7 @@ async def run_once(config: ExporterConfig) -> int:
     from exporter.exposition import render
 
     rt = _Runtime(config)
+    freeze_startup_objects()  # as `serve` does: the cycle's collections, and the one at exit, skip the modules
     try:
         await rt.targets.refresh()  # one cycle: discover first, in line, then collect what was found
         snap = await rt.collector.collect(rt.targets.current(), rt.targets.self_metrics())
@@ -215,7 +216,8 @@ def freeze_startup_objects() -> None:
     """Move everything allocated so far (modules, the app, the runtime) out of the cyclic collector's view.
 
     A full collection otherwise walks those objects too, holding the GIL for tens of milliseconds in
-    the middle of a big page's parse, and /metrics waits that long (measured: BENCHMARKS.md, hostile page).
+    the middle of a big page's parse, and /metrics waits that long (measured: BENCHMARKS.md, hostile page);
+    `--once` pays the same walk in its cycle and again in the interpreter's last collection at exit.
     """
     gc.freeze()
 
