@@ -10,12 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from slogen.outtree import Content, recover, replace_tree, roots_of, same_content
-from slogen.paths import ALERTS_DIR, PROMETHEUS_RULE_DIR
+from slogen.paths import ALERTS_DIR, PROMETHEUS_RULE_DIR, RETIRED_DIRS
 from slogen.writers import GENERATED_MARKER
 
 
 def _managed_dirs(artifacts: Mapping[str, Content]) -> set[str]:
-    return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR}
+    """The folders whose generated files this build owns: its own, and those earlier builds wrote (their files
+    are orphans now)."""
+    return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR, *RETIRED_DIRS}
 
 
 def _orphans(artifacts: Mapping[str, Content], out: Path) -> list[str]:

@@ -44,8 +44,9 @@ def slo_dashboard_path(slo_id: str) -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", slo_id.lower()).strip("-")
     return f"{DASHBOARD_DIR}/slo-{slug}.json"
 GRAFANA_PROVIDER_FILE = f"{DASHBOARD_DIR}/grafana-provider.yaml"  # Grafana file provisioning, without the sidecar
-# for the Grafana sidecar: a ConfigMap file per dashboard (a catalog of 10,000 SLOs makes 400 MB of them, more than
-# one file kubectl applies), listed by the directory's own kustomization
-DASHBOARD_CONFIGMAP_DIR = f"{PROMETHEUS_RULE_DIR}/grafana"
-DASHBOARD_CONFIGMAPS_KUSTOMIZATION = f"{DASHBOARD_CONFIGMAP_DIR}/kustomization.yaml"
+# for the Grafana sidecar: kustomize makes a ConfigMap per dashboard from the JSON files beside this kustomization
+# (its files must lie under it); deploy/generated's kustomization includes the folder
+DASHBOARD_KUSTOMIZATION = f"{DASHBOARD_DIR}/kustomization.yaml"
+# folders earlier builds wrote and this one no longer does: their generated files go (a ConfigMap file per dashboard)
+RETIRED_DIRS = (f"{PROMETHEUS_RULE_DIR}/grafana",)
 ALERTMANAGER_CONFIG_FILE = f"{PROMETHEUS_RULE_DIR}/alertmanagerconfig.yaml"  # prometheus-operator's CRD

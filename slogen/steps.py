@@ -14,6 +14,7 @@ calls it with what it needs from the catalog, and append the step to `STEPS`.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from slogen.artifacts.alertmanager import (
 )
 from slogen.artifacts.dashboards import iter_dashboard_files
 from slogen.artifacts.deploy import deploy_files
-from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, configmap_path, provider_file
+from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
 from slogen.artifacts.runbooks import EngineDiscovery, iter_runbook_files
@@ -37,8 +38,9 @@ from slogen.k8smeta import KubeOptions
 from slogen.loaders.k8s import API_VERSION as K8S_SPEC
 from slogen.paths import (
     ALERTMANAGER_CONFIG_FILE,
-    DASHBOARD_CONFIGMAP_DIR,
+    DASHBOARD_DIR,
     INSTALL_DIR,
+    PROMETHEUS_RULE_DIR,
     prometheus_rule_path,
     rules_path,
     tests_path,
@@ -169,8 +171,8 @@ def capacity_rules(catalog: Catalog) -> Produced:
 
 def dashboards(catalog: Catalog) -> Produced:
     """dashboards/: the fleet dashboard, one per SLO, and dashboards.test.yaml, every panel's number proven on
-    a synthetic fleet (rendered once, read by the tests as written); what Grafana loads them from: a
-    ConfigMap each for its sidecar (deploy/generated/grafana/) and a file provider (dashboards/)."""
+    a synthetic fleet (rendered once, read by the tests as written); what Grafana loads them from: the
+    kustomization making a ConfigMap of each for its sidecar, and a file provider (both in dashboards/)."""
     version, kube = catalog.options.gen.version, catalog.options.kube
 
     def files() -> Iterator[tuple[str, str]]:
@@ -178,7 +180,7 @@ def dashboards(catalog: Catalog) -> Produced:
         configmaps = DashboardConfigMaps(kube, version)
         for path, text in iter_dashboard_files(catalog.views):
             tests.add(path, text)
-            yield configmap_path(path), configmaps.add(path, text)
+            configmaps.add(path, text)
             yield path, text
         yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", version) + "\n" + dump(tests.document())
         yield from configmaps.files().items()
@@ -203,9 +205,10 @@ def kubernetes(catalog: Catalog) -> Produced:
     extra_rules = ([prometheus_rule_path(HEALTH.GROUP)] * bool(catalog.health_alerts)
                    + [prometheus_rule_path(CAPACITY.GROUP)] * bool(catalog.capacity_alerts))
     rule_paths = sorted({prometheus_rule_path(r.slo.service) for r in catalog.results})
-    # the dashboards step always writes the ConfigMaps (the fleet dashboard at least); routing, when any alerts
+    # the dashboards step always writes their kustomization (the fleet dashboard at least), listed by its path
+    # from deploy/generated; routing, when any alerts
     routing = [ALERTMANAGER_CONFIG_FILE] * (_routing(catalog) is not None)
-    listed = [*rule_paths, *extra_rules, *scaling, DASHBOARD_CONFIGMAP_DIR, *routing]
+    listed = [*rule_paths, *extra_rules, *scaling, posixpath.relpath(DASHBOARD_DIR, PROMETHEUS_RULE_DIR), *routing]
     return Produced({**scaling, **hpa_files(catalog.pools, catalog.views, meta),
                      **deploy_files(listed, catalog.spec_files, meta)})
 

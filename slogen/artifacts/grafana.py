@@ -17,6 +17,8 @@ import attr
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
+from slogen.artifacts.jsontext import indented
+
 SCHEMA_VERSION = 39  # Grafana 10.4/11 classic dashboard model
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = {"type": "prometheus", "uid": "${" + DATASOURCE_VARIABLE + "}"}
@@ -218,5 +220,5 @@ def dashboard_json(dashboard: g.Dashboard) -> dict[str, Any]:
 
 
 def render(dashboard: g.Dashboard) -> str:
-    """Deterministic text: sorted keys, two-space indent, trailing newline."""
-    return json.dumps(dashboard_json(dashboard), indent=2, sort_keys=True) + "\n"
+    """Deterministic text: sorted keys, two-space indent, trailing newline (json.dumps's, written faster)."""
+    return indented(dashboard_json(dashboard)) + "\n"

@@ -4,18 +4,22 @@ and a file-provisioning provider for a Grafana without it.
 Why: the dashboards are JSON files; a Grafana in a cluster never reads a repository. The chart's sidecar
 watches ConfigMaps carrying its label (`grafana_dashboard: "1"` by default) and files each under the folder
 its annotation names; a Grafana without the sidecar reads dashboards from a directory a provider names.
-Each ConfigMap's data is the dashboard's JSON byte for byte, so both paths load the same dashboards.
+The repository holds each dashboard once, as its JSON file: the ConfigMaps are made from those files by
+kustomize (`dashboards/kustomization.yaml`, a `configMapGenerator` per dashboard, which
+`deploy/generated/kustomization.yaml` includes), so both paths load the same bytes. A ConfigMap file per
+dashboard held every dashboard twice (a 1,000-SLO build: 40 MB more) and cost a second serialization.
 """
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from slogen.errors import SpecError, SpecErrors
 from slogen.k8smeta import MAX_CONFIGMAP_BYTES, MAX_SUBDOMAIN, KubeOptions, configmap_key_problem, subdomain_problem
-from slogen.paths import DASHBOARD_CONFIGMAP_DIR, DASHBOARD_CONFIGMAPS_KUSTOMIZATION, GRAFANA_PROVIDER_FILE
+from slogen.paths import DASHBOARD_DIR, DASHBOARD_KUSTOMIZATION, GRAFANA_PROVIDER_FILE
 from slogen.writers import GENERATED_MARKER, K8S_LABELS
 from slogen.yamlio import dump
 
@@ -43,16 +47,22 @@ def configmap_key(dashboard_path: str) -> str:
     return _fit(PurePosixPath(dashboard_path).stem, MAX_SUBDOMAIN - len(".json")) + ".json"
 
 
-def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
-    """One dashboard's ConfigMap (key: its file name, value: its JSON as written); SpecErrors when the
-    API server would refuse it: a dashboard over the 1 MiB a ConfigMap holds (or, defensively, a name)."""
+def _metadata(path: str, opts: KubeOptions) -> dict:
+    """The dashboard's ConfigMap's metadata: its name, the namespace, the sidecar's label and folder annotation."""
+    managed = {**K8S_LABELS, "app.kubernetes.io/component": COMPONENT}
+    return opts.meta.metadata(configmap_name(path), opts.namespace, labels=opts.dashboard_labels, managed=managed,
+                              annotations={opts.folder_annotation: opts.folder})
+
+
+def _check(path: str, size: int) -> None:
+    """SpecErrors when the API server would refuse the dashboard's ConfigMap: over the 1 MiB a ConfigMap holds
+    (or, defensively, a name or key it refuses)."""
     name, key = configmap_name(path), configmap_key(path)
     problems = []
     if why := subdomain_problem(name):
         problems.append(SpecError(path, f"its ConfigMap name {name!r} {why}", fix="give the SLO a shorter id"))
     if why := configmap_key_problem(key):
         problems.append(SpecError(path, f"its ConfigMap key {key!r} {why}", fix="give the SLO a shorter id"))
-    size = len(text.encode())
     if size > MAX_CONFIGMAP_BYTES:
         problems.append(SpecError(path, f"the dashboard is {size} bytes, more than the {MAX_CONFIGMAP_BYTES} a "
                                         "ConfigMap holds, so the sidecar cannot load it",
@@ -60,45 +70,53 @@ def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
                                       f"from files ({GRAFANA_PROVIDER_FILE})"))
     if problems:
         raise SpecErrors(problems)
-    managed = {**K8S_LABELS, "app.kubernetes.io/component": COMPONENT}
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": opts.meta.metadata(name, opts.namespace, labels=opts.dashboard_labels, managed=managed,
-                                           annotations={opts.folder_annotation: opts.folder}),
-            "data": {key: text}}
 
 
-def configmap_path(dashboard_path: str) -> str:
-    """Its ConfigMap's file: the object's name, cut to fit a file name of 255 bytes with `.yaml`."""
-    return f"{DASHBOARD_CONFIGMAP_DIR}/{_fit(configmap_name(dashboard_path), 250)}.yaml"
+def dashboard_configmap(path: str, text: str, opts: KubeOptions) -> dict:
+    """The ConfigMap kustomize makes of one dashboard (key: its file name, value: its JSON as written)."""
+    _check(path, len(text.encode()))
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(path, opts), "data": {configmap_key(path): text}}
 
 
 def dashboard_configmaps(dashboards: Mapping[str, str], opts: KubeOptions, version: str) -> dict[str, str]:
-    """The sidecar's ConfigMaps (dashboard path -> JSON text): a file each, and their kustomization."""
+    """The kustomization making the sidecar's ConfigMaps from the dashboards (path -> JSON text)."""
     made = DashboardConfigMaps(opts, version)
-    files = {configmap_path(p): made.add(p, dashboards[p]) for p in sorted(dashboards)}
-    return {**files, **made.files()}
+    for p in sorted(dashboards):
+        made.add(p, dashboards[p])
+    return made.files()
 
 
 class DashboardConfigMaps:
-    """The same, one dashboard at a time as the build renders them: `add` gives the ConfigMap file's text,
-    `files` the kustomization listing every one (a build holds their names, never their text)."""
+    """The same, one dashboard at a time as the build renders them: `add` checks that its ConfigMap fits and
+    keeps its generator entry (a line or four: a build holds these, never the dashboards' text), `files` gives
+    dashboards/kustomization.yaml."""
 
     def __init__(self, opts: KubeOptions, version: str) -> None:
         self.opts, self.version = opts, version
-        self.names: list[str] = []
-        self.head = HEADER.format(version=version, what="a dashboard as a ConfigMap for Grafana's dashboard sidecar")
+        self.generators: list[dict] = []
+        self.options: dict = {"disableNameSuffixHash": True}  # the sidecar and the links know the name as is
 
-    def add(self, path: str, text: str) -> str:
-        self.names.append(PurePosixPath(configmap_path(path)).name)
-        return self.head + dump(dashboard_configmap(path, text, self.opts))
+    def add(self, path: str, text: str) -> None:
+        _check(path, len(text.encode()))
+        meta = _metadata(path, self.opts)
+        for shared in ("labels", "annotations"):  # the same for every dashboard: said once, for all
+            if shared in meta:
+                self.options[shared] = meta[shared]
+        name, key = posixpath.relpath(path, DASHBOARD_DIR), configmap_key(path)
+        generator = {"name": meta["name"], "namespace": meta.get("namespace", ""),
+                     "files": [name if key == name else f"{key}={name}"]}
+        self.generators.append({k: v for k, v in generator.items() if v})
 
     def files(self) -> dict[str, str]:
-        """deploy/generated/grafana/kustomization.yaml, listing the ConfigMaps; none without a dashboard."""
-        if not self.names:
+        """dashboards/kustomization.yaml: a ConfigMap per dashboard for Grafana's sidecar; none without one."""
+        if not self.generators:
             return {}
-        head = HEADER.format(version=self.version, what="the dashboards' ConfigMaps for Grafana's dashboard sidecar")
-        doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": sorted(self.names)}
-        return {DASHBOARD_CONFIGMAPS_KUSTOMIZATION: head + dump(doc)}
+        head = HEADER.format(version=self.version, what="the dashboards as ConfigMaps for Grafana's dashboard "
+                             "sidecar, made by kustomize from the JSON files beside it")
+        doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+               "generatorOptions": self.options,
+               "configMapGenerator": sorted(self.generators, key=lambda g: g["name"])}
+        return {DASHBOARD_KUSTOMIZATION: head + dump(doc)}
 
 
 def provider(opts: KubeOptions) -> dict:

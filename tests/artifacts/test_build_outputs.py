@@ -8,6 +8,7 @@ recorded rule, the PrometheusRule passes its CRD, and the tap accepts the Config
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 
 import pytest
@@ -189,15 +190,16 @@ def test_prometheus_rule_validates_and_carries_every_group(build, crd):
 def test_generated_kustomization_lists_what_was_generated(build):
     _, _, files = build
     kustomization = yaml.safe_load(files[KUSTOMIZATION])
-    assert kustomization["resources"] == ["alertmanagerconfig.yaml", "grafana",
+    assert kustomization["resources"] == ["../../dashboards", "alertmanagerconfig.yaml",
                                           "keda/scaledobjects.yaml", "prometheusrule-chat.yaml",
                                           "prometheusrule-llmslo-capacity.yaml", "prometheusrule-llmslo-health.yaml"]
-    # a file, or a directory with its own kustomization (grafana/: a ConfigMap file per dashboard)
-    assert all(f"deploy/generated/{r}" in files or f"deploy/generated/{r}/kustomization.yaml" in files
+    # a file, or a directory with its own kustomization (../../dashboards: a ConfigMap generated per dashboard)
+    assert all(posixpath.normpath(f"deploy/generated/{r}") in files
+               or posixpath.normpath(f"deploy/generated/{r}/kustomization.yaml") in files
                for r in kustomization["resources"])
-    grafana = yaml.safe_load(files["deploy/generated/grafana/kustomization.yaml"])["resources"]
-    assert len(grafana) == sum(p.startswith("dashboards/") and p.endswith(".json") for p in files)
-    assert all(f"deploy/generated/grafana/{r}" in files for r in grafana)
+    made = yaml.safe_load(files["dashboards/kustomization.yaml"])["configMapGenerator"]
+    dashboards = sorted(p.removeprefix("dashboards/") for p in files if p.startswith("dashboards/") and p.endswith(".json"))
+    assert sorted(f for g in made for f in g["files"]) == dashboards  # each dashboard once, read from its file
 
 
 def test_the_tap_reads_the_configmap_it_mounts(build, tmp_path):

@@ -26,6 +26,7 @@ from slogen.k8smeta import (
     qualified_name_problem,
     subdomain_problem,
 )
+from tests.helpers.needs import command
 
 from .conftest import ROOT, k8s
 
@@ -50,9 +51,14 @@ def labelled(tmp_path_factory) -> Path:
 
 
 def _objects(out: Path) -> list[tuple[str, dict]]:
-    """Every Kubernetes object the build wrote, with its file."""
+    """Every Kubernetes object the build wrote, with its file, and the dashboards' ConfigMaps kustomize makes
+    (with the file `dashboards/kustomization.yaml`)."""
     files = sorted((out / "deploy").rglob("*.yaml"))
     found = [(f.relative_to(out).as_posix(), d) for f in files for d in k8s.load_all(f.read_text())]
+    kubectl = command("kubectl", "install kubectl: its built-in kustomize makes the dashboards' ConfigMaps")
+    made = subprocess.run([kubectl, "kustomize", str(out / "dashboards")], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    found += [("dashboards/kustomization.yaml", d) for d in k8s.load_all(made.stdout)]
     return [(p, d) for p, d in found if isinstance(d, dict) and "kind" in d and d["kind"] != "Kustomization"]
 
 

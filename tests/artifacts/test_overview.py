@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llmslo import conventions as c
 from llmslo.conventions import SLO as S
@@ -20,7 +21,7 @@ from slogen import panels as p
 from slogen.artifacts import dashboards as d
 from slogen.artifacts import grafana as gf
 from slogen.artifacts import overview as ov
-from slogen.artifacts.grafana_provisioning import configmap_path, dashboard_configmaps
+from slogen.artifacts.grafana_provisioning import configmap_name, dashboard_configmaps
 from slogen.k8smeta import MAX_CONFIGMAP_BYTES, KubeOptions
 from slogen.links import slo_dashboard_uid
 from slogen.paths import OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
@@ -87,8 +88,8 @@ def test_a_huge_build_links_to_search_and_still_fits_a_configmap(sample_slos):
 
 
 def test_the_overview_and_its_configmap_are_built_like_the_other_dashboards():
-    """`slogen build` writes the overview, its tests in dashboards.test.yaml, and its ConfigMap for the sidecar
-    in deploy/generated/grafana/, listed by that directory's kustomization."""
+    """`slogen build` writes the overview, its tests in dashboards.test.yaml, and the generator of its ConfigMap
+    for the sidecar in dashboards/kustomization.yaml, reading the file."""
     from slogen.build import build
     from slogen.catalog import BuildOptions
     from slogen.steps import STEPS
@@ -96,10 +97,10 @@ def test_the_overview_and_its_configmap_are_built_like_the_other_dashboards():
     repo = Path(__file__).resolve().parents[2]
     files = build(BuildOptions(inputs=(str(repo / "slos"),)), [s for s in STEPS if s.name == "dashboards"]).files
     overview = str(files[OVERVIEW_DASHBOARD_FILE])
-    cm = str(files[configmap_path(OVERVIEW_DASHBOARD_FILE)])
-    assert "kind: ConfigMap" in cm and "llm-slo-overview.json" in cm and json.loads(overview)["uid"] in cm
-    listed = str(next(v for k, v in files.items() if k.endswith("grafana/kustomization.yaml")))
-    assert configmap_path(OVERVIEW_DASHBOARD_FILE).rsplit("/", 1)[1] in listed
+    assert json.loads(overview)["uid"]
+    made = yaml.safe_load(str(files["dashboards/kustomization.yaml"]))["configMapGenerator"]
+    assert [g["files"] for g in made if g["name"] == configmap_name(OVERVIEW_DASHBOARD_FILE)] == [
+        ["llm-slo-overview.json"]]
     assert "alerts_page_quick" in str(files[pt.TEST_FILE])  # its columns are tested with the others
 
 
