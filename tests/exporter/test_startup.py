@@ -4,6 +4,7 @@ these tests pin the mechanism: which modules a run loads."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -28,7 +29,7 @@ NOT_FOR_ONCE = (
     "aiohttp", "exporter.tap", "exporter.tap.cli", "exporter.server", "exporter.webconfig", "exporter.sources.http",
     "bcrypt", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.gpu.fake", "exporter.discovery",
     "exporter.gpu.podresources", "exporter.gpu.podmap_server", "http.server", "importlib.metadata", "email", "json",
-    "platform", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
+    "platform", "shutil", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
 )
 
 
@@ -89,6 +90,23 @@ def test_grpc_and_protobuf_load_only_when_the_pod_resources_socket_is_there(page
             rc, modules, out = loaded_by("--once", "--gpu", "fake:1", "--engine", page, "--pod-resources-socket", kubelet)
     assert rc == 0 and "llm_gpu_up{" in out
     assert {"grpc", "exporter.gpu.podresources_pb2"} <= modules
+
+
+def test_the_help_is_wrapped_as_argparse_wraps_it(capsys, monkeypatch):
+    """The width is found without shutil, the way shutil finds it: $COLUMNS, else the terminal's, else 80."""
+    def help_text() -> str:
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        return capsys.readouterr().out
+
+    for columns in ("50", "200", ""):
+        monkeypatch.setenv("COLUMNS", columns)
+        ours = help_text()
+        with monkeypatch.context() as m:
+            m.setattr(cli, "_help_formatter", argparse.HelpFormatter)  # argparse's own, through shutil
+            assert ours == help_text(), columns
+        if columns == "200":
+            assert max(map(len, ours.splitlines())) > 80  # the width is taken, not a fixed 80
 
 
 def test_the_help_still_names_the_tap_and_tap_must_come_first(capsys):
