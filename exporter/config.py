@@ -18,7 +18,6 @@ from llmslo import fields
 from llmslo.durations import parse_go_duration
 from llmslo.fields import Fields, Problem
 from llmslo.problems import describe
-from llmslo.ranges import check as range_check
 
 # Engine kinds with an adapter (contract 2), plus `auto` (detect from the page).
 ENGINE_KINDS = tuple(ADAPTERS)  # one per adapter, each named in llmslo.conventions (ENGINE_KINDS)
@@ -187,6 +186,8 @@ def parse_interval(value: Any) -> float:
     """The collection interval: a Go duration (`500ms`, `5s`) is taken as written; a bare number of seconds must
     lie in llmslo.ranges' range, so `500` meant as milliseconds is refused with "500 looks like milliseconds:
     write 0.5" (write `500s` to mean 500 seconds)."""
+    from llmslo.ranges import check as range_check  # here: a run without an interval never loads the table
+
     seconds = parse_seconds_or_go_duration(value)
     bare = isinstance(value, (int, float)) or bool(_NUMBER.match(str(value).strip()))
     wrong = range_check("exporter_interval", seconds) if bare else None

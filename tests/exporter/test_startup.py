@@ -29,7 +29,7 @@ NOT_FOR_ONCE = (
     "aiohttp", "exporter.tap", "exporter.tap.cli", "exporter.server", "exporter.webconfig", "exporter.sources.http",
     "bcrypt", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.gpu.fake", "exporter.discovery",
     "exporter.gpu.podresources", "exporter.gpu.podmap_server", "http.server", "importlib.metadata", "email", "json",
-    "platform", "shutil", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
+    "platform", "shutil", "llmslo.ranges", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
 )
 
 
