@@ -138,7 +138,7 @@ def gpus_on_page(page: str) -> dict[str, PageGpu]:
     """The exporter's GPUs by UUID, from a /metrics page."""
     out: dict[str, PageGpu] = {}
     extra_labels = {c.LABEL_ECC_TYPE}
-    for fam in promtext.parse(page).values():
+    for fam in promtext.parse_page(page).families.values():
         for s in fam.samples:
             uuid = s.labels.get(c.LABEL_UUID)
             if not s.name.startswith("llm_gpu_") or not uuid or s.labels.get(c.LABEL_GPU_INSTANCE_ID):
@@ -337,7 +337,7 @@ class Exporter:
 
 
 def cycles(page: str) -> float:
-    fam = promtext.parse(page, {c.EXPORTER_CYCLES.name.removesuffix("_total")}).get(
+    fam = promtext.parse_page(page, {c.EXPORTER_CYCLES.name.removesuffix("_total")}).families.get(
         c.EXPORTER_CYCLES.name.removesuffix("_total"))
     return max((s.value for s in fam.samples), default=0.0) if fam else 0.0
 
