@@ -4,19 +4,13 @@ No socket, no task, no clock of its own: `update(reading, now)` takes what a pol
 and `decide(request, now)` answers for one new request; the poller (exporter.tap.gate_poller) owns the loop, the
 page reader and the time, and feeds it. So every decision can be tested by feeding readings and asking.
 
-What it learns from each reading (the module exporter.tap.admission says why each is kept):
-
-- seats at p99 context = exporter.tap.seats.estimate: more p99-sized requests the free KV tokens take now and as
-  they grow, net of what the tap's requests in flight will still take; the request sizes are the exact usage
-  counts of the requests that finished through this tap once it has seen enough, else p99 of
-  llm_request_prompt_tokens + p99 of llm_request_generation_tokens over the requests that finished in the last
-  `window_s` (an upper bound of the p99 of the sum); with neither the last sizes are kept, and before any the
-  `fallback_footprint`;
-- the start seats: median prompts the free KV starts until the next reading, net of the running requests' growth;
-- the engine's queue as persisted over two readings and whether it keeps growing, and the rates learned from the
-  page's counter deltas (exporter.tap.predict);
-- the cached share = llm_prefix_cache_hits / llm_prefix_cache_queries over `window_s`, capped at MAX_CACHED_SHARE:
-  a prompt takes free KV only for what the prefix cache does not serve.
+What it learns from each reading: the seats at p99 context (exporter.tap.seats.estimate: more p99-sized requests
+the free KV tokens take now and as they grow, net of the tap's requests in flight; sizes exact from the tap's own
+finished requests once it has seen enough, else p99 prompt + p99 output of the engine's histograms over `window_s`,
+else the last known, else `fallback_footprint`), the start seats (median prompts the free KV starts before the next
+reading), the queue as persisted over two readings and whether it keeps growing, the rates from the page's counter
+deltas (exporter.tap.predict), and the prefix cache's hit ratio over `window_s` (capped at MAX_CACHED_SHARE: a
+prompt takes free KV only for what the cache does not serve).
 
 A reading that is not believed (gate_reading.implausible, or the poller's EngineReadError) makes the gate fail
 open at once; an engine that cannot be reached leaves the last reading until it is STALE_POLLS intervals old.
@@ -53,12 +47,9 @@ from exporter.tap.turns import Turns
 from llmslo import conventions as C
 from llmslo.histograms import Buckets, histogram_quantile
 
-# 0.25 s: half the interactive TTFT objective (0.5 s), so a queue that builds is seen well before a
-# queued request has lost its objective; vLLM refreshes these gauges every engine step, and a /metrics
-# render four times a second is a negligible cost for the engine's API server.
+# 0.25 s: half the interactive TTFT objective (0.5 s), so a queue that builds is seen well before a queued request has
+# lost its objective; vLLM refreshes these gauges every step, and a render 4 times a second costs its API server little.
 DEFAULT_POLL_S = 0.25
-# The old fixed floors are operator overrides now, off unless given (--admission-min-seats, --admission-max-queue):
-# the gate decides by each class's objective (exporter.tap.predict). Fixed floors refused below capacity.
 DEFAULT_MIN_SEATS: float | None = None
 DEFAULT_MAX_QUEUE: int | None = None
 MIN_DECODE_STEP_S = 0.001  # the fastest decode step the start seats believe (GateState._start_seats)
