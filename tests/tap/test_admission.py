@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from exporter.tap.admission import Admission
 from exporter.tap.classes import Objective, SloClass, SloConfig
 from exporter.tap.cli import add_arguments
@@ -50,7 +50,7 @@ def vllm_page(usage: float, waiting: int, prompt_tokens: int = 500, output_token
 
 
 def reading(usage: float, waiting: int = 0, **kw: Any) -> Reading:
-    return read_engine(parse(vllm_page(usage, waiting, **kw), WANTED))
+    return read_engine(parse_page(vllm_page(usage, waiting, **kw), WANTED).families)
 
 
 def test_seats_are_free_kv_tokens_over_the_p99_footprint() -> None:
@@ -281,12 +281,12 @@ def test_every_engine_kind_with_kv_blocks_is_read_through_its_adapter() -> None:
     for page, kind in SAMPLE_PAGES.items():
         text = (SHARED_PAGES / page).read_text()
         try:
-            named = read_engine(parse(text, wanted(kind)), kind)
+            named = read_engine(parse_page(text, wanted(kind)).families, kind)
         except EngineReadError:
             with pytest.raises(EngineReadError):
-                read_engine(parse(text, WANTED))
+                read_engine(parse_page(text, WANTED).families)
             continue
-        assert named == read_engine(parse(text, WANTED)), page  # detected as the kind it is
+        assert named == read_engine(parse_page(text, WANTED).families), page  # detected as the kind it is
         assert named.free_tokens > 0 and named.waiting >= 0, page
         readable.add(kind)
     assert readable == {"vllm", "sglang", "trtllm-triton", "trtllm-serve"}, readable  # TGI, llama.cpp: no KV blocks
@@ -301,7 +301,7 @@ def test_a_sglang_page_is_gated_like_a_vllm_one() -> None:
         "# TYPE sglang:kv_evictable_tokens gauge", 'sglang:kv_evictable_tokens{model_name="m"} 2000',
         "# TYPE sglang:page_size gauge", 'sglang:page_size{model_name="m"} 16',
     )) + "\n"
-    r = read_engine(parse(page, WANTED))
+    r = read_engine(parse_page(page, WANTED).families)
     assert r.waiting == 7 and r.free_tokens == 12000  # 750 pages of 16 tokens, the evictable ones included
     gate = Admission("http://127.0.0.1:1", fallback_footprint=1000, max_queue=4)
     gate.update(r)

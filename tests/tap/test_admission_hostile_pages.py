@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from exporter.promtext import parse
+from exporter.promtext import parse_page
 from exporter.tap.admission import Admission
 from exporter.tap.gate_poller import MAX_PAGE_BYTES
 from exporter.tap.gate_reading import WANTED, EngineReadError, read_engine, read_text
@@ -72,14 +72,14 @@ HOSTILE = {
 def test_a_page_that_lies_is_refused_with_its_reason(name: str) -> None:
     text, reason = HOSTILE[name]
     with pytest.raises(EngineReadError) as e:
-        read_engine(parse(text, WANTED))
+        read_engine(parse_page(text, WANTED).families)
     assert e.value.reason == reason, (name, str(e.value))
 
 
 def test_the_pages_are_otherwise_readable_and_full() -> None:
     """The same page with honest values: the engine is full and the gate closes (so the hostile values are
     what the test is about)."""
-    r = read_engine(parse(page(), WANTED))
+    r = read_engine(parse_page(page(), WANTED).families)
     assert r.free_tokens == 0 and r.waiting == BACKLOG
     gate = Admission("http://127.0.0.1:1", slo=SLO)
     gate.update(r)
@@ -111,7 +111,7 @@ def test_a_bad_histogram_keeps_the_last_footprint() -> None:
     before = gate.learned.footprint
     text = vllm_page(0.5, 0).replace('vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 10',
                                      'vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 2')
-    bad = read_engine(parse(text, WANTED))
+    bad = read_engine(parse_page(text, WANTED).families)
     assert bad.bad_histogram and bad.prompt == () and bad.free_tokens > 0
     gate.update(bad)
     assert gate.learned.footprint == before > 500

@@ -29,7 +29,7 @@ def test_every_family_on_the_tap_page_is_known_by_name() -> None:
     renderer = PageRenderer(metrics)
     renderer.extra = gate.render
     page = renderer.render_now().decode()
-    families = promtext.parse(page)
+    families = promtext.parse_page(page).families
     known = C.by_name()
     names = {name if name in known else name + "_total" for name in families}
     assert names <= set(known), names - set(known)
