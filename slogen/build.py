@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from slogen.steps import STEPS, Produced, Step, pairs
 # From this many SLOs on, the forkable steps (the promtool tests: about 45% of a build) run in a forked child
 # while this process runs the others: a 1,000-SLO build on 2 cores (bench slogen). Smaller builds stay in one process.
 PARALLEL_MIN_SLOS = 100
+
+OnStep = Callable[[Mapping[str, Content]], None]  # one step's files, once it has made them all
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,11 @@ def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None, scratc
 
 
 def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, scratch: Path,
-          keep: Callable[[str, str], Content]) -> Built:
+          keep: Callable[[str, str], Content], on_step: OnStep | None = None) -> Built:
     """Run the steps (the forkable ones in children meanwhile), each file given to `keep` as it is made (what
     it returns is the file's content in the result; a forked step's file stays where the child wrote it, read
-    back only for an in-memory build). Notes in step order; the first error in step order is the one raised.
+    back only for an in-memory build), and each step's files to `on_step` once it has made them all. Notes in
+    step order; the first error in step order is the one raised.
     Without promtool tests (the settings' promtoolTests: false) their files are left out and the steps that
     make nothing else are not run."""
     catalog = compile_catalog(options)
@@ -122,14 +125,17 @@ def _join(options: BuildOptions, steps: Sequence[Step], parallel: bool | None, s
     notes: list[Sequence[str]] = [()] * len(steps)
 
     def take(i: int, produced: Produced) -> None:
+        made: dict[str, Content] = {}
         for path, content in pairs(produced.files):
             if not options.promtool_tests and is_promtool_test(path):
                 continue
             if path in files:
                 raise SpecErrors([SpecError(path, f"two build steps both produce {path}",
                                             fix="give each step its own output paths")])
-            files[path] = _kept(content, keep) if isinstance(content, Path) else keep(path, content)
+            files[path] = made[path] = _kept(content, keep) if isinstance(content, Path) else keep(path, content)
         notes[i] = produced.notes
+        if on_step is not None:
+            on_step(made)
 
     forked = _fork(catalog, steps, parallel, scratch)
     failed = -1
@@ -172,8 +178,10 @@ def build(options: BuildOptions, steps: Sequence[Step] = STEPS, parallel: bool |
 
 
 def build_into(options: BuildOptions, scratch: Path, steps: Sequence[Step] = STEPS,
-               parallel: bool | None = None) -> Built:
+               parallel: bool | None = None, on_step: OnStep | None = None) -> Built:
     """The same build, each file written under `scratch` as it is made (the files map to those paths): a
-    build's memory is its catalog and one service's files, not every file's text (10,000 SLOs: 1.8 GB)."""
+    build's memory is its catalog and one service's files, not every file's text (10,000 SLOs: 1.8 GB).
+    `on_step` is given each step's files (path -> scratch file) as soon as the step is done: the CLI starts
+    `promtool check rules` on the rule files then, so the check runs while the build makes the rest."""
     main = scratch / "main"
-    return _join(options, steps, parallel, scratch, lambda rel, text: write_scratch(main, rel, text))
+    return _join(options, steps, parallel, scratch, lambda rel, text: write_scratch(main, rel, text), on_step)

@@ -186,11 +186,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         _autoscaling_note(args)
     # every file is written to a scratch directory as it is made (a build's memory is its catalog, not its
     # text); for --check beside the system's temporary files, else under --out, where staging links it in
-    with (tempfile.TemporaryDirectory(prefix="slogen-check-") if args.check else scratch_dir(Path(args.out))) as scratch:
-        return _build_from(args, build_into(options, Path(scratch)))
+    # promtool checks each step's rule files as soon as the step has made them (while the build makes the rest)
+    with (tempfile.TemporaryDirectory(prefix="slogen-check-") if args.check else scratch_dir(Path(args.out))) as scratch, \
+            promtoolcheck.RuleFilesCheck() as check:
+        return _build_from(args, build_into(options, Path(scratch), on_step=check.add if args.promtool_check else None),
+                           check)
 
 
-def _build_from(args: argparse.Namespace, built) -> int:
+def _build_from(args: argparse.Namespace, built, check: promtoolcheck.RuleFilesCheck) -> int:
     """The rest of `slogen build`, once every file is made: notes, promtool, then --check or the write."""
     from slogen.outputs import stale_outputs, write_outputs
 
@@ -201,7 +204,7 @@ def _build_from(args: argparse.Namespace, built) -> int:
     for note in built.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.promtool_check:
-        rejected = promtoolcheck.check_files(artifacts)
+        rejected = check.rejected()
         if rejected:
             for path, message in rejected:
                 print(f"error: {path}: promtool check rules rejects the generated file: {message}", file=sys.stderr)

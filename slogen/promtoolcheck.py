@@ -16,43 +16,66 @@ from slogen.writers import rule_file
 RULE_FILE_SUFFIX = ".rules.yaml"
 
 
-def check_files(artifacts: Mapping[str, str | Path]) -> list[tuple[str, str]]:
-    """`promtool check rules` on the generated rule files (`*.rules.yaml`), before anything is written: the
-    (path, promtool's message) of each it rejects. Without promtool on PATH it says so and checks nothing."""
-    rule_paths = sorted(p for p in artifacts if p.endswith(RULE_FILE_SUFFIX))
-    if not rule_paths:
-        return []
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        print("note: promtool is not on PATH: the generated rule files were not checked with `promtool check rules` "
-              "(install Debian's prometheus package to check them)", file=sys.stderr)
-        return []
-    rejected = []
-    with tempfile.TemporaryDirectory(prefix="slogen-check-") as tmp:
+class RuleFilesCheck:
+    """`promtool check rules` on generated rule files (`*.rules.yaml`), started as they are made: `add` gives it
+    one step's files (path -> text, or the file already written) and starts one promtool on their rule files in
+    the background; `rejected` waits for every one. A build's check (5 s of promtool at 1,000 SLOs) so runs
+    while the build makes its other files. Use it as a context manager: leaving stops what still runs."""
+
+    def __init__(self) -> None:
+        self.promtool = shutil.which("promtool")
+        self.tmp = tempfile.TemporaryDirectory(prefix="slogen-check-")
+        self.staged: list[tuple[str, Path]] = []
+        self.running: list[subprocess.Popen] = []
+
+    def __enter__(self) -> RuleFilesCheck:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.running:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self.running = []
+        self.tmp.cleanup()
+
+    def add(self, artifacts: Mapping[str, str | Path]) -> None:
         staged = []
-        for i, rel in enumerate(rule_paths):
+        for rel in sorted(p for p in artifacts if p.endswith(RULE_FILE_SUFFIX)):
             content = artifacts[rel]
             if isinstance(content, Path):  # already a file (slogen.build.build_into)
                 staged.append((rel, content))
                 continue
-            path = Path(tmp) / f"{i}{RULE_FILE_SUFFIX}"
+            path = Path(self.tmp.name) / f"{len(self.staged) + len(staged)}{RULE_FILE_SUFFIX}"
             path.write_text(content)
             staged.append((rel, path))
-        # one promtool for all files (fast); only when it fails, one per file to name each file's own message
-        proc = subprocess.run([promtool, "check", "rules", *(str(p) for _, p in staged)], capture_output=True, text=True)
-        if proc.returncode == 0:
+        self.staged += staged
+        if staged and self.promtool is not None:  # one promtool for a step's files (fast)
+            self.running.append(subprocess.Popen([self.promtool, "check", "rules", *(str(p) for _, p in staged)],
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def rejected(self) -> list[tuple[str, str]]:
+        """The (path, promtool's message) of each rule file it rejects; without promtool on PATH it says so
+        and checks nothing."""
+        if not self.staged:
             return []
-        for rel, path in staged:
-            one = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+        if self.promtool is None:
+            print("note: promtool is not on PATH: the generated rule files were not checked with `promtool check "
+                  "rules` (install Debian's prometheus package to check them)", file=sys.stderr)
+            return []
+        failed = [proc.wait() != 0 for proc in self.running]
+        if not any(failed):
+            return []
+        rejected = []
+        for rel, path in sorted(self.staged):  # only when one failed: one promtool per file, to name each file's message
+            one = subprocess.run([self.promtool, "check", "rules", str(path)], capture_output=True, text=True)
             if one.returncode:
                 text = (one.stderr + one.stdout).replace(str(path), rel)
                 lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Checking ")]
                 lines = [t for t in (ln.removeprefix("FAILED:").strip() for ln in lines) if t]
                 more = f" ... and {len(lines) - 3} more" if len(lines) > 3 else ""
                 rejected.append((rel, "; ".join(lines[:3]) + more or f"exit status {one.returncode}"))
-    return rejected
-
-
+        return rejected
 
 
 def check_results(results) -> list[SpecError]:

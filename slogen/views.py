@@ -8,6 +8,7 @@ adapters at the bottom (`from_context`, `alert_views`, `health_alert_views`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from llmslo import sli_plugins as sp
@@ -90,8 +91,10 @@ ALERT_NO_DATA = "no_data"
 ALERT_BUCKET_EDGE = "bucket_edge"  # series lack a latency threshold's bucket (rules/bucket_alerts.py)
 
 
+@functools.lru_cache(maxsize=256)
 def window_seconds(window: str) -> int:
-    """Seconds in a Prometheus duration (5m, 1h30m, 30d), parsed as the SLO loaders parse it."""
+    """Seconds in a Prometheus duration (5m, 1h30m, 30d), parsed as the SLO loaders parse it (a build asks
+    about its few windows hundreds of thousands of times: the generated tests sort them per SLO)."""
     return parse_prometheus_duration(window) // 1000
 
 

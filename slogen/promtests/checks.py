@@ -38,10 +38,14 @@ class Scenario:
         return None
 
 
-def _checkpoints(sims: list[Simulation], n: int) -> list[int]:
-    """Steps on both sides of every tier transition where no scenario is near a threshold."""
-    robust = [all(k >= len(sim.bad) or all(states[k].robust for states in sim.states.values()) for sim in sims)
-              for k in range(n)]
+def _robust(sims: list[Simulation], n: int) -> list[bool]:
+    """Steps where no scenario is near a threshold."""
+    each = [(len(sim.bad), sim.robust_steps()) for sim in sims]
+    return [all(k >= size or robust[k] for size, robust in each) for k in range(n)]
+
+
+def _checkpoints(sims: list[Simulation], n: int, robust: list[bool]) -> list[int]:
+    """Steps on both sides of every tier transition where no scenario is near a threshold (`robust`)."""
     points: set[int] = set()
     for sim in sims:
         for name in sim.states:
@@ -60,19 +64,24 @@ def alert_checks(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], s
     alert = next(x.alert for x in r.rules.alerts.rules if x.labels.get(C.LABEL_TIER) != "no-data")
     base_labels = _alert_series_labels(r, fixtures)
     checks: list[dict[str, Any]] = []
-    points = _checkpoints([s.sim for s in scenarios], n)
+    robust = _robust([s.sim for s in scenarios], n)
+    points = _checkpoints([s.sim for s in scenarios], n, robust)
     if any(s.per_hour for s in scenarios):  # low traffic: every robust evaluation, so a flap cannot hide between
-        robust = [all(k >= len(s.sim.bad) or all(st[k].robust for st in s.sim.states.values()) for s in scenarios)
-                  for k in range(n)]
         points = sorted(set(points) | {k for k in range(n) if robust[k]})
+    made: dict[tuple[str, str], tuple[list, dict]] = {}  # (tier, scenario) -> (sort key, expected alert)
+
+    def firing(name: str, s: Scenario) -> tuple[list, dict]:
+        found = made.get((name, s.key))
+        if found is None:
+            e = expected(by_tier[name], {**base_labels, split: s.key} if split else base_labels)
+            found = made[(name, s.key)] = (sorted(e["exp_labels"].items()), e)
+        return found
+
     for k in points:
-        exp: list[dict] = []
-        for s in scenarios:
-            labels = {**base_labels, split: s.key} if split else base_labels
-            exp += [expected(by_tier[name], labels) for name, states in s.sim.states.items()
-                    if states[k].firing and name in by_tier]
+        exp = [firing(name, s) for s in scenarios for name, states in s.sim.states.items()
+               if states[k].firing and name in by_tier]
         checks.append({"eval_time": format_prometheus_duration(k * step), "alertname": alert,
-                       "exp_alerts": sorted(exp, key=lambda e: sorted(e["exp_labels"].items()))})
+                       "exp_alerts": [e for _, e in sorted(exp, key=lambda pair: pair[0])]})
     checks.append({"eval_time": format_prometheus_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
     return checks
 

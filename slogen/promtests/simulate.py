@@ -41,6 +41,13 @@ class Simulation:
     states: dict[str, list[TierState]]  # tier name -> state at each step
     # (tier, firing edge) -> steps: shared simulations are asked the same questions many times
     _edges: dict[tuple[str, bool], list[int]] = field(default_factory=dict, repr=False, compare=False)
+    _robust: list[bool] | None = field(default=None, repr=False, compare=False)
+
+    def robust_steps(self) -> list[bool]:
+        """Whether every tier's state is robust at step k, for each step (asked for every SLO sharing it)."""
+        if self._robust is None:
+            self._robust = [all(states[k].robust for states in self.states.values()) for k in range(len(self.bad))]
+        return self._robust
 
     def fire_steps(self, tier: str) -> list[int]:
         return list(self._steps(tier, True))
