@@ -121,14 +121,25 @@ class StreamClient(KeepAliveStream):
         self.first_seen = True
 
 
-def _cpu_ticks(pids: list[int]) -> int:
-    total = 0
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds used so far by `pids`, all their threads: the scheduler's nanosecond count
+    (/proc/PID/task/TID/schedstat), where /proc/PID/stat's utime + stime move in 10 ms ticks,
+    as coarse as a turn's whole difference between two proxies."""
+    total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
+            continue  # exited: its CPU is no longer the turn's
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+            except (OSError, IndexError, ValueError):
+                try:  # a kernel without schedstat: clock ticks
+                    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                except (OSError, IndexError, ValueError):
+                    continue
     return total
 
 
@@ -143,18 +154,18 @@ async def _drive(port: int, streams: int, cpu_pids: list[int]) -> tuple[Samples,
         clients.append(client)
         await asyncio.sleep(INTERVAL_MS / 1000 / streams)  # spread the starts over one interval
     await asyncio.sleep(WARMUP_S)
-    cpu0 = _cpu_ticks(cpu_pids)
+    cpu0 = _cpu_s(cpu_pids)
     samples.measuring = True
     await asyncio.sleep(MEASURE_S)
     samples.measuring = False
-    cpu1 = _cpu_ticks(cpu_pids)
+    cpu1 = _cpu_s(cpu_pids)
     stop.set()
     for c in clients:  # measured: hang up now rather than wait for every response to end
         if c.transport is not None:
             c.transport.abort()
     await asyncio.wait_for(asyncio.gather(*(c.closed for c in clients)), timeout=10)
     await asyncio.sleep(0.3)  # let the proxy and the upstream settle before the next turn
-    return samples, (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK")
+    return samples, cpu1 - cpu0
 
 
 # ----------------------------------------------------------------------------------------
