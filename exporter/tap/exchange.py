@@ -120,6 +120,7 @@ class Exchange:
         self.outcome = C.OUTCOME_OK
         self.streamed = False  # a timed SSE stream
         self.relay: Relay | None = None
+        self.steady: tuple[http1.ChunkedDecoder, SseRelay] | None = None  # set by _respond for a chunked stream
         self.framing = 0  # body length, CHUNKED or UNTIL_CLOSE
         self.left = 0
         self.decoder: http1.ChunkedDecoder | None = None
@@ -251,6 +252,15 @@ class Exchange:
             data = self._head(data, t)
             if not data or self.done:
                 return
+        steady = self.steady
+        if steady is not None and not self.prefix:  # most reads of a stream: one whole chunk, one token event
+            payload = steady[0].whole_chunk(data)
+            if payload is not None and steady[1].steady(payload, t):
+                body_bytes = self.body_bytes = self.body_bytes + len(payload)
+                if body_bytes - self.progress_bytes >= BODY_PROGRESS_BYTES:
+                    self.progress_at, self.progress_bytes = t, body_bytes
+                self.write(data)  # as it came, framing included (what _body would send for it)
+                return
         self._body(data, t)
 
     def _head(self, data: bytes, t: float) -> bytes:
@@ -322,6 +332,8 @@ class Exchange:
             self.left = framing
         client = http1.client_framing(framing, self.client_close, strip)
         self.mode = client.mode
+        if isinstance(self.relay, SseRelay) and self.decoder is not None and self.mode is not BodyMode.PLAIN:
+            self.steady = (self.decoder, self.relay)  # whole chunks may go out as they came: upstream_data's fast path
         drop = http1.HOP_BY_HOP | http1.connection_tokens(head.fields)
         if not client.keep_length:
             drop = drop | {b"content-length"}

@@ -298,6 +298,23 @@ class ChunkedDecoder:
     def at_boundary(self) -> bool:
         return (self._state == _SIZE and not self._line) or self._state == _DONE
 
+    def whole_chunk(self, data: bytes) -> bytes | None:
+        """The payload of `data` when the decoder is at a boundary and `data` is exactly one whole, non-empty
+        chunk without extensions (most reads of a token stream); else None. Nothing changes either way: after
+        such a chunk the decoder is at a boundary again, so the caller that takes the payload need not `feed`."""
+        if self._state != _SIZE or self._line:
+            return None
+        eol = data.find(CRLF, 0, 18)  # at most 16 hex digits, as _chunk_size allows
+        if eol <= 0:
+            return None
+        digits = data[:eol]
+        if digits.strip(_HEX):
+            return None  # extensions, blanks or junk: feed decides
+        end = eol + 2 + int(digits, 16)
+        if end == eol + 2 or len(data) != end + 2 or not data.endswith(CRLF):
+            return None
+        return data[eol + 2 : end]
+
     def feed(self, data: bytes) -> tuple[bytes, int]:
         # Fast path: a whole, single chunk at a boundary (most reads of a token stream).
         if self._state == _SIZE and not self._line:

@@ -54,6 +54,33 @@ class SseRelay:
         """Whether the stream's events are still parsed (not relayed blindly after an oversized event)."""
         return self._splitter is not None
 
+    def steady(self, data: bytes, t: float) -> bool:
+        """Time `data` when it is a steady read (`_steady_event_data`) at an event boundary after the first token
+        and return True: it goes to the client as it came, as `feed` would let it. Else False, with nothing done
+        (the caller then feeds it). The per-chunk path's one call for most reads of a stream: the checks of
+        `_steady_event_data`, `_looks_like_output` and `_has_finish` in one frame, `find` rather than `in`
+        (which, on bytes, first tries the operand as an int and formats the error it drops)."""
+        timing = self.timing
+        splitter = self._splitter
+        if timing.first_token_at is None or splitter is None or splitter.buf:
+            return False
+        if not (data.startswith(b"data:") and data.endswith(b"\n\n")):
+            return False
+        if data.find(b"\n", 5, -2) >= 0 or data.find(b"\r") >= 0 or data.find(_USAGE_KEY) >= 0 \
+                or data.find(_ERROR_KEY) >= 0:
+            return False
+        start = 6 if data[5:6] == b" " else 5
+        if data.startswith(_DONE, start) and len(data) - 2 - start == len(_DONE):
+            return False
+        data = data[start:-2]
+        if _looks_like_output(data):
+            timing.last_token_at = t  # on_output_event, the first token being known
+            timing.output_events += 1
+        if data.find(b'"finish_reason"') >= 0 and (data.find(_FINISH_KEYS[0]) >= 0 or data.find(_FINISH_KEYS[1]) >= 0):
+            timing.finished = True
+            timing.answered_at = t
+        return True
+
     def feed(self, chunk: bytes, t: float) -> bytes | None:
         splitter = self._splitter
         if splitter is None:  # gave up following the stream: relay blindly, watching for its end only
@@ -224,7 +251,7 @@ def _steady_event_data(chunk: bytes) -> bytes | None:
     if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
         return None
     data = chunk[5:-2]
-    if b"\n" in data or b"\r" in data or _USAGE_KEY in data or _ERROR_KEY in data:
+    if data.find(b"\n") >= 0 or data.find(b"\r") >= 0 or data.find(_USAGE_KEY) >= 0 or data.find(_ERROR_KEY) >= 0:
         return None
     if data[:1] == b" ":
         data = data[1:]
@@ -253,4 +280,4 @@ def _looks_like_output(data: bytes) -> bool:
 
 def _has_finish(data: bytes) -> bool:
     """Cheap test for an event whose choice carries a finish_reason (the stream's last content event)."""
-    return b'"finish_reason"' in data and (_FINISH_KEYS[0] in data or _FINISH_KEYS[1] in data)
+    return data.find(b'"finish_reason"') >= 0 and (data.find(_FINISH_KEYS[0]) >= 0 or data.find(_FINISH_KEYS[1]) >= 0)

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from exporter.tap.admission import Admission
 from exporter.tap.classes import SloConfig
-from exporter.tap.exposition import CONTENT_TYPE, PageRenderer
+from exporter.tap.exposition import CONTENT_TYPE, PageRenderer, pieces
 from exporter.tap.metrics import TapMetrics
 from exporter.tap.models import DEFAULT_REFRESH_S, ModelNames, ServedModels
 from exporter.tap.policy import Observer
@@ -99,11 +99,11 @@ class TapServer:
         async def metrics(request: web.Request) -> web.StreamResponse:
             # Written a piece at a time: a megabyte in one write is one long copy through the
             # kernel (on loopback, into the reader's socket too) while no chunk moves.
-            pieces = await renderer.render_pieces()
+            parts = await renderer.render_parts()
             response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
-            response.content_length = sum(len(p) for p in pieces)
+            response.content_length = sum(map(len, parts))
             await response.prepare(request)
-            for piece in pieces:
+            for piece in pieces(parts):  # joined one at a time, a turn of the loop apart
                 await response.write(piece)
                 await asyncio.sleep(0)
             await response.write_eof()

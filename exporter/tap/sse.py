@@ -57,30 +57,30 @@ class SseSplitter:
     `EventTooLarge` (the caller then stops parsing the stream and relays it blindly).
     """
 
-    __slots__ = ("_buf", "_max", "_general")
+    __slots__ = ("buf", "_max", "_general")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
-        self._buf = b""
+        self.buf = b""  # pending(), read as an attribute on the per-chunk path
         self._max = max_event_bytes
         self._general = False
 
     def pending(self) -> bytes:
         """Bytes fed but not yet part of a complete event."""
-        return self._buf
+        return self.buf
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        buf = self._buf + chunk if self._buf else chunk
-        if not self._general and b"\r" in chunk:
+        buf = self.buf + chunk if self.buf else chunk
+        if not self._general and chunk.find(b"\r") >= 0:  # find: `in` on bytes first tries an int, and formats its error
             self._general = True
         events = self._split_general(buf) if self._general else self._split_lf(buf)
-        if len(self._buf) > self._max:
+        if len(self.buf) > self._max:
             raise EventTooLarge(f"an SSE event grew past {self._max} bytes without a terminating blank line")
         return events
 
     def _split_lf(self, buf: bytes) -> list[SseEvent]:
         end = buf.find(b"\n\n")
         if end >= 0 and end == len(buf) - 2:  # the common case: the read is exactly one event
-            self._buf = b""
+            self.buf = b""
             return [SseEvent(buf, _data_of(buf[:end], b"\n"))]
         events: list[SseEvent] = []
         start = 0
@@ -90,7 +90,7 @@ class SseSplitter:
                 break
             events.append(SseEvent(buf[start : end + 2], _data_of(buf[start:end], b"\n")))
             start = end + 2
-        self._buf = buf[start:] if start else buf
+        self.buf = buf[start:] if start else buf
         return events
 
     def _split_general(self, buf: bytes) -> list[SseEvent]:
@@ -120,5 +120,5 @@ class SseSplitter:
             events.append(SseEvent(buf[start:pos], _data_of(b"\n".join(lines), b"\n") if lines else None))
             lines = []
             start = pos
-        self._buf = buf[start:]
+        self.buf = buf[start:]
         return events
