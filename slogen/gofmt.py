@@ -6,9 +6,15 @@ in llmslo.gofloat (the one float formatter the exporter and the tap use too).
 
 from __future__ import annotations
 
+import re
+
+_ESCAPED = re.compile(r'["\\\x00-\x1f\x7f]')  # what strconv.Quote escapes among the texts we meet
+
 
 def go_quote(s: str) -> str:
     """strconv.Quote for the label values we meet (printable ASCII and UTF-8 text)."""
+    if not _ESCAPED.search(s):  # most label values: nothing to escape (a build quotes half a million)
+        return '"' + s + '"'
     out = ['"']
     for ch in s:
         if ch == '"':

@@ -175,6 +175,27 @@ def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
     keys = _KEY_CACHE
 
     scalar = _scalar_writer(append, dump)
+    # A mapping written again (the same object: the generated tests list one expected alert at many steps) is
+    # the text it made the first time at that place: id -> (indent, first piece, end piece) of `out`, then its text.
+    # The tree is alive and unchanged while it is written, so an id names one object throughout.
+    written: dict[int, tuple[int, int, int]] = {}
+    repeated: dict[tuple[int, int], str] = {}
+
+    def item_mapping(m: dict, indent: int) -> None:
+        """A mapping that is a sequence's item (first key on the dash's line)."""
+        key = (id(m), indent)
+        text = repeated.get(key)
+        if text is not None:
+            append(text)
+            return
+        first = written.get(id(m))
+        if first is not None and first[0] == indent:
+            text = repeated[key] = "".join(out[first[1]:first[2]])
+            append(text)
+            return
+        start = len(out)
+        mapping(m, indent, True)
+        written[id(m)] = (indent, start, len(out))
 
     def mapping(m: dict, indent: int, first_inline: bool) -> None:
         pad = " " * indent
@@ -199,7 +220,7 @@ def write(obj: Any, dump: Callable[[Any], str]) -> str | None:
                 mapping(v, indent + 2, False)
             else:
                 append(" ")
-                mapping(v, indent + 2, True)
+                item_mapping(v, indent + 2)
         elif isinstance(v, list):
             if not v:
                 append(" []\n")

@@ -38,9 +38,24 @@ def fixture_series(f: SeriesFixture, bad: list[float], hang: bool = False, traff
     """A fixture's samples. `born`: the user's own counters, which a client library creates at their first
     increase (a `code="500"` series at the first 5xx), so it is absent until then and first reads that 1."""
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(f.labels.items()))
-    name = f"{f.name}{{{labels}}}"
+    key = (f.role, f.good_value, f.bad_value, tuple(bad), hang, None if traffic is None else tuple(traffic), born)
+    values = _VALUES.get(key)
+    if values is None:
+        if len(_VALUES) >= _VALUES_LIMIT:
+            _VALUES.clear()
+        values = _VALUES[key] = _values(f, bad, hang, traffic, born)
+    return {"series": f"{f.name}{{{labels}}}", "values": values}
+
+
+# A fixture's samples depend on its role and levels and on the scenario, not on its name: SLOs of one shape
+# share their scenarios, so a large build asks for the same samples thousands of times.
+_VALUES: dict[tuple, str] = {}
+_VALUES_LIMIT = 4096
+
+
+def _values(f: SeriesFixture, bad: list[float], hang: bool, traffic: list[float] | None, born: bool) -> str:
     if f.role == "gauge":
-        return {"series": name, "values": encode([f.bad_value if b >= 0.5 else f.good_value for b in bad])}
+        return encode([f.bad_value if b >= 0.5 else f.good_value for b in bad])
     per_step = _GROWTH[hang][f.role]
     values, acc = [], 0.0
     for k, b in enumerate(bad):
@@ -48,10 +63,10 @@ def fixture_series(f: SeriesFixture, bad: list[float], hang: bool = False, traff
             acc += per_step(b) * (UNITS_PER_STEP if traffic is None else traffic[k])
         values.append(round(acc, 6))
     if f.role == "late":
-        return {"series": name, "values": _from_first_use(values)}
+        return _from_first_use(values)
     if born:
-        return {"series": name, "values": _born_at_first_use(values)}
-    return {"series": name, "values": encode(values)}
+        return _born_at_first_use(values)
+    return encode(values)
 
 
 def _born_at_first_use(values: list[float]) -> str:

@@ -55,3 +55,19 @@ def test_a_rule_file_is_written_by_the_fast_writer() -> None:
          "annotations": {"summary": "svc: 'slo' burns", "runbook_url": "https://x/docs/runbooks/Burn.md"}}]}]}
     text = yamlfast.write(rule, _pyyaml)
     assert text is not None and text == _pyyaml(rule)
+
+
+def test_a_mapping_written_again_is_the_same_text_at_each_place() -> None:
+    """One object listed many times (the generated tests' expected alerts, shared by every step they fire at)
+    is written in full at each place, at that place's indentation: PyYAML's bytes, no anchors."""
+    alert = {"exp_labels": {"alertname": "Burn", "severity": "page"}, "exp_annotations": {"summary": "x: 'y'"}}
+    other = {"exp_labels": {"alertname": "Burn", "severity": "ticket"}}
+    doc = {"tests": [{"alert_rule_test": [{"eval_time": f"{k}m", "exp_alerts": [alert, other, alert]} for k in range(3)]},
+                     {"nested": {"deeper": [alert, {"k": [alert]}]}}, alert]}
+    text = yamlfast.write(doc, _pyyaml)
+    assert text is not None and text == _pyyaml(doc) and "&" not in text
+    rng = random.Random(7)
+    for _ in range(300):  # random trees with shared subtrees at different depths
+        shared = _tree(rng, 2)
+        obj = [shared, {"a": [shared, {"b": shared}]}, shared] if isinstance(shared, dict) else [{"x": shared}]
+        assert yamlio.dump(obj) == _pyyaml(obj), repr(obj)
