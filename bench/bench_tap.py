@@ -237,6 +237,17 @@ def _tap_process(upstream_port: int, render: str) -> Iterator[tuple[int, list[in
 
 
 @contextmanager
+def _floor(upstream_port: int) -> Iterator[tuple[int, list[int]]]:
+    """bench.relay_floor: a bare byte relay in Python on the tap's loop; (proxy port, [pid])."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--upstream", str(upstream_port)], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        yield int(listening(proc, "bench.relay_floor").group(1)), [proc.pid]
+    finally:
+        stop(proc)
+
+
+@contextmanager
 def _scraping(url: str | None) -> Iterator[tuple[list[int], dict[str, float]]]:
     """bench.scraper on `url` while the block runs (nothing when None); yields its pids and, once
     the block is over, its figures."""
@@ -449,9 +460,9 @@ def measure_all() -> dict[int, dict[str, PathRuns]]:
     with _upstream() as (upstream_port, upstream_pid), _tap(upstream_port) as tap, \
             _tap(upstream_port, "asyncio") as tap_asyncio, _nginx(upstream_port) as nginx, \
             _tap_process(upstream_port, "sliced") as (port64, pids64, url64), \
-            _tap_process(upstream_port, "onloop") as (port_old, pids_old, url_old):
+            _tap_process(upstream_port, "onloop") as (port_old, pids_old, url_old), _floor(upstream_port) as floor:
         paths: dict[str, Path_] = {
-            "direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx,
+            "direct": (upstream_port, []), "tap": tap, "tap-asyncio": tap_asyncio, "nginx": nginx, "floor": floor,
             "tap-64": (port64, pids64), "tap-64-scraped": (port64, pids64), "tap-64-onloop-scraped": (port_old, pids_old),
         }
         scraped = {"tap-64-scraped": url64, "tap-64-onloop-scraped": url_old}
@@ -475,14 +486,20 @@ def rows_from(results: dict[int, dict[str, PathRuns]]) -> list[Row]:
         ours, peer = added(runs, "tap-asyncio", "chunk_p99_ms"), added(runs, "nginx", "chunk_p99_ms")
         rows.append(Row(SECTION, f"added per-chunk p99, {streams} streams, tap on asyncio's own loop (ms)",
                         _fig(ours), _fig(peer), _ratio(ours, peer), COMMAND))
+        ours, peer = added(runs, "floor", "chunk_p99_ms"), added(runs, "nginx", "chunk_p99_ms")
+        rows.append(Row(SECTION, f"added per-chunk p99, {streams} streams, {FLOOR} (ms)", _fig(ours), _fig(peer),
+                        _ratio(ours, peer), COMMAND))
         ngx = runs["nginx"].cpu_us_per_chunk
-        for name, key in (("", "tap"), (", tap on asyncio's own loop", "tap-asyncio")):
+        for name, key in (("", "tap"), (", tap on asyncio's own loop", "tap-asyncio"), (f", {FLOOR}", "floor")):
             cpu = runs[key].cpu_us_per_chunk
             rows.append(Row(SECTION, f"CPU per streamed chunk, {streams} streams{name} (µs)",
                             _fig(cpu, 1), _fig(ngx, 1), _ratio(cpu, ngx), COMMAND))
         rows += _scrape_rows(streams, runs)
         rows += failure_rows(streams, runs)
     return rows
+
+
+FLOOR = "the floor: a bare byte relay in Python on the same loop (bench.relay_floor; no parsing, timing or counters)"
 
 
 def _fig(x: float | None, digits: int = 3) -> str:
@@ -599,6 +616,11 @@ def run() -> list[Row]:
         f"client, the upstream and the proxy ran with {SCHEDULING[0]} so that neighbours weigh less. "
         f"Both proxies run as one process on the same terms: the tap is one Python process, nginx one worker "
         f"(worker_processes 1; its CPU figure counts master and worker), so neither gets the second core to itself. "
+        f"CPU is the scheduler's nanosecond count of every thread of the proxy's processes over the measured window. "
+        f"The floor rows are a bare byte relay in Python on the tap's loop (bench.relay_floor): what relaying costs "
+        f"Python and the loop before any of the tap's own work, so the tap's figure minus the floor's is that work. "
+        f"A turn that went wrong (a child that would not stop, a proxy that died) is a FAILED row naming its path, "
+        f"round and reason, and is left out of the medians. "
         f"The client does not ask for usage, so the tap injects it and strips the extra event: its costliest path. "
         f"The tap runs on uvloop (its default when installed); rows marked so use asyncio's own loop. Targets at "
         f"{max(STREAM_COUNTS)} streams: added per-chunk p99 under 1 ms (measured {_fig(added_p99)} ms: "

@@ -3,6 +3,7 @@ wrong becomes a row saying which turn and why, not an exception that loses the s
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import math
@@ -132,7 +133,7 @@ def _figures(x: float) -> bt.PathFigures:
 
 
 def test_rows_are_written_when_every_turn_of_a_path_failed() -> None:
-    names = ("direct", "tap", "tap-asyncio", "nginx", "tap-64", "tap-64-scraped", "tap-64-onloop-scraped")
+    names = ("direct", "tap", "tap-asyncio", "nginx", "floor", "tap-64", "tap-64-scraped", "tap-64-onloop-scraped")
     scrape = {"scrapes": 30.0, "p50_ms": 5.0, "p99_ms": 9.0, "bytes": 1.5e6}
     runs = {n: bt.PathRuns([_figures(1.0), _figures(2.0)], 40.0, [scrape, scrape]) for n in names}
     runs["tap-64-onloop-scraped"] = bt.PathRuns([None, None], None, [], ["round 1: TurnFailed: x", "round 2: y"])
@@ -144,3 +145,12 @@ def test_rows_are_written_when_every_turn_of_a_path_failed() -> None:
                       "FAILED turn: 64 streams, path tap-64-onloop-scraped, round 2: y"]
     tap_cpu = next(r for r in rows if r.what == "CPU per streamed chunk, 64 streams (µs)")
     assert (tap_cpu.ours, tap_cpu.ratio) == ("40.0", "1.00x")
+
+
+def test_the_floor_relays_the_streams_byte_for_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bt, "WARMUP_S", 0.2)
+    monkeypatch.setattr(bt, "MEASURE_S", 0.5)
+    with spawn("bench.tap_stream_server", "--interval-ms", "20", "--first-ms", "5", "--tokens", "10") as (port, _), \
+            bt._floor(port) as (floor_port, pids):
+        samples, cpu_s = asyncio.run(bt._drive(floor_port, 4, pids))
+    assert len(samples.delay_ns) > 50 and samples.ttft_ns and cpu_s > 0
