@@ -3,6 +3,7 @@ steps to check on both sides of each tier's transition, and the alerts expected 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,10 @@ def _checkpoints(sims: list[Simulation], n: int, robust: list[bool]) -> list[int
     return sorted(points)
 
 
+# The text of an evaluation time: the same few hundred steps for every SLO (format_prometheus_duration is pure).
+_eval_time = functools.lru_cache(maxsize=4096)(format_prometheus_duration)
+
+
 def alert_checks(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], split: str, n: int) -> list[dict]:
     """The burn-rate alert's expected alerts at the scenarios' checkpoints (each scenario one `split` value,
     its key), and the no-data alert quiet at the end."""
@@ -80,7 +85,7 @@ def alert_checks(r: SLOResult, fixtures, step: int, scenarios: list[Scenario], s
     for k in points:
         exp = [firing(name, s) for s in scenarios for name, states in s.sim.states.items()
                if states[k].firing and name in by_tier]
-        checks.append({"eval_time": format_prometheus_duration(k * step), "alertname": alert,
+        checks.append({"eval_time": _eval_time(k * step), "alertname": alert,
                        "exp_alerts": [e for _, e in sorted(exp, key=lambda pair: pair[0])]})
     checks.append({"eval_time": format_prometheus_duration((n - 1) * step), "alertname": no_data_alert_name(alert), "exp_alerts": []})
     return checks

@@ -3,6 +3,8 @@ gauge saturated or not, series created at their first use, and promtool's expand
 
 from __future__ import annotations
 
+import functools
+
 from llmslo.gofloat import go_g
 from slogen.model import SeriesFixture
 
@@ -11,8 +13,14 @@ UNITS_PER_STEP = 1000.0  # events per evaluation step in synthetic traffic
 
 def arrivals(n: int, step: int, per_hour: int) -> list[float]:
     """Requests in each step when one arrives every hour / per_hour (the first at that time, none at 0)."""
+    return list(_arrivals(n, step, per_hour))
+
+
+@functools.lru_cache(maxsize=256)
+def _arrivals(n: int, step: int, per_hour: int) -> tuple[float, ...]:
+    """The same, made once: each low-traffic SLO of a shape asks for it at every step its tests check."""
     every = 3_600_000 // per_hour
-    return [0.0] + [float(k * step // every - (k - 1) * step // every) for k in range(1, n)]
+    return (0.0, *(float(k * step // every - (k - 1) * step // every) for k in range(1, n)))
 
 
 def staged(fixtures: tuple[SeriesFixture, ...], incident: str) -> list[SeriesFixture]:
