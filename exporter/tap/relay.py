@@ -55,11 +55,13 @@ class SseRelay:
         return self._splitter is not None
 
     def steady(self, data: bytes, t: float) -> bool:
-        """Time `data` when it is a steady read (`_steady_event_data`) at an event boundary after the first token
-        and return True: it goes to the client as it came, as `feed` would let it. Else False, with nothing done
-        (the caller then feeds it). The per-chunk path's one call for most reads of a stream: the checks of
-        `_steady_event_data`, `_looks_like_output` and `_has_finish` in one frame, `find` rather than `in`
-        (which, on bytes, first tries the operand as an int and formats the error it drops)."""
+        """Time `data` and return True when it is a steady read: after the first token, at an event boundary,
+        exactly one one-line `data:` event ending in LF LF whose data needs no parsing (no `[DONE]`, no
+        `"usage"` key, which also rules out the `"usage":null` tail `_without_null_usage` strips, no `"error"`
+        key). Most reads of a stream are such a token event: it goes to the client as it came, and neither the
+        splitter nor the event list is needed (fed to the empty splitter, it would come back as that one event,
+        whole, and leave it empty). Else False, with nothing done. `find` rather than `in` throughout: `in` on
+        bytes first tries its operand as an int, and formats the TypeError it then drops."""
         timing = self.timing
         splitter = self._splitter
         if timing.first_token_at is None or splitter is None or splitter.buf:
@@ -76,7 +78,7 @@ class SseRelay:
         if _looks_like_output(data):
             timing.last_token_at = t  # on_output_event, the first token being known
             timing.output_events += 1
-        if data.find(b'"finish_reason"') >= 0 and (data.find(_FINISH_KEYS[0]) >= 0 or data.find(_FINISH_KEYS[1]) >= 0):
+        if _has_finish(data):
             timing.finished = True
             timing.answered_at = t
         return True
@@ -86,18 +88,11 @@ class SseRelay:
         if splitter is None:  # gave up following the stream: relay blindly, watching for its end only
             self._watch_end(chunk, t)
             return None
+        if self.steady(chunk, t):
+            return None  # the common read: one token, nothing to parse or strip
         timing = self.timing
         held = splitter.pending()  # fed earlier, not let out yet (with strip)
         whole = not held  # this read starts at an event boundary
-        if whole and timing.first_token_at is not None:
-            data = _steady_event_data(chunk)
-            if data is not None:  # the common read: one token, nothing to parse or strip
-                if _looks_like_output(data):
-                    timing.on_output_event(t)
-                if _has_finish(data):
-                    timing.finished = True
-                    timing.answered_at = t
-                return None
         try:
             events = splitter.feed(chunk)
         except EventTooLarge:
@@ -237,25 +232,6 @@ def _without_null_usage(raw: bytes) -> bytes:
             cut = len(body) - len(tail)
             return body[:cut] + b"}" + raw[len(body) :]
     return raw
-
-
-def _steady_event_data(chunk: bytes) -> bytes | None:
-    """The data field of a read that is exactly one one-line `data:` event ending in LF LF, when
-    that data needs no parsing once the first token is known (no `[DONE]`, no `"usage"` key, which
-    also rules out the `"usage":null` tail `_without_null_usage` strips, no `"error"` key); else None.
-
-    Most reads of a stream are such a token event. Fed to an empty SseSplitter, such a read
-    (with no CR in it) comes back as that one event, whole, and leaves the splitter empty, so the
-    relay may skip the splitter, the event list and the per-event bookkeeping for it.
-    """
-    if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
-        return None
-    data = chunk[5:-2]
-    if data.find(b"\n") >= 0 or data.find(b"\r") >= 0 or data.find(_USAGE_KEY) >= 0 or data.find(_ERROR_KEY) >= 0:
-        return None
-    if data[:1] == b" ":
-        data = data[1:]
-    return None if data == _DONE else data
 
 
 def _looks_like_output(data: bytes) -> bool:
