@@ -316,16 +316,12 @@ class ChunkedDecoder:
         return data[eol + 2 : end]
 
     def feed(self, data: bytes) -> tuple[bytes, int]:
-        # Fast path: a whole, single chunk at a boundary (most reads of a token stream).
-        if self._state == _SIZE and not self._line:
-            eol = data.find(CRLF, 0, MAX_CHUNK_LINE_BYTES)
-            if eol > 0:
-                size = _chunk_size(data[:eol])
-                end = eol + 2 + size
-                if size and len(data) == end + 2 and data[end:] == CRLF:
-                    return data[eol + 2 : end], len(data)
         out: list[bytes] = []
         pos, n = 0, len(data)
+        if self._state == _SIZE and not self._line:
+            pos = _whole_chunks(data, out)  # most reads: whole chunks, one `find` each
+            if pos == n:
+                return (out[0] if len(out) == 1 else b"".join(out)), n  # (b"", 0) for no data
         while pos < n and self._state != _DONE:
             state = self._state
             if state == _DATA:
@@ -370,6 +366,27 @@ class ChunkedDecoder:
                 else:
                     self._state = _TRAILER
         return b"".join(out), pos
+
+
+def _whole_chunks(data: bytes, out: list[bytes]) -> int:
+    """Append the payloads of the whole, non-empty chunks at the start of `data` (which starts at a chunk
+    boundary) to `out`; return where they end. What the state machine of ChunkedDecoder.feed would do with
+    them, in one `find` per chunk: it goes on from there (a partial chunk, the last chunk, its trailers)."""
+    pos, n = 0, len(data)
+    while pos < n:
+        eol = data.find(b"\n", pos, pos + MAX_CHUNK_LINE_BYTES + 1)
+        if eol < 0:
+            break
+        size = _chunk_size(data[pos:eol].rstrip(b"\r"))
+        start = eol + 1
+        end = start + size
+        if not size or end + 2 > n:
+            break
+        if data[end : end + 2] != CRLF:
+            raise BadMessage("chunk data not followed by CRLF")
+        out.append(data[start:end])
+        pos = end + 2
+    return pos
 
 
 def _chunk_size(line: bytes) -> int:
