@@ -36,6 +36,8 @@ from exporter.tap.upstream import UpstreamConnection, UpstreamPool
 from llmslo import conventions as C
 
 _UPSTREAM_FAILURES = (OSError, asyncio.TimeoutError, ssl.SSLError)
+_JOINED_BODY_BYTES = 64 * 1024  # a request body up to this size is copied behind its head, to be sent in one write
+_HOP_AND_LENGTH = http1.HOP_BY_HOP | {b"content-length"}  # what a response head re-framed by the tap drops
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,29 @@ class Services:
 class Exchange:
     """One request forwarded upstream and its response relayed back, with its timing."""
 
+    # Where every exchange starts (class defaults: a new one sets only what is its own, once per request).
+    progress_bytes = 0
+    body_bytes = 0  # decoded response body bytes
+    conn: UpstreamConnection | None = None
+    task: asyncio.Task[None] | None = None
+    done = False
+    # Response state, set once its head arrives.
+    rbuf = b""
+    response: ResponseHead | None = None
+    status = 0
+    outcome = C.OUTCOME_OK
+    streamed = False  # a timed SSE stream
+    relay: Relay | None = None
+    steady: tuple[http1.ChunkedDecoder, SseRelay] | None = None  # set by _respond for a chunked stream
+    framing = 0  # body length, CHUNKED or UNTIL_CLOSE
+    left = 0
+    decoder: http1.ChunkedDecoder | None = None
+    mode = BodyMode.RAW
+    prefix = b""  # the response head, written with the first body bytes
+    terminated = False  # the client already got the last-chunk marker
+    tunnel = False  # switched protocols (101): bytes pass both ways unparsed
+    ticket = 0  # the admission gate's reservation while the engine may not show this request yet
+
     def __init__(
         self, services: Services, client: Client, gate: Gate | None, head: RequestHead, fwd: Forward,
         arrival: float, reserved: int = 0,
@@ -108,28 +133,7 @@ class Exchange:
         # progress_bytes), or the last time a client not reading excused the engine's silence.
         self.excused_at = arrival
         self.progress_at = arrival
-        self.progress_bytes = 0
-        self.body_bytes = 0  # decoded response body bytes
-        self.conn: UpstreamConnection | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.done = False
-        # Response state, set once its head arrives.
-        self.rbuf = b""
-        self.response: ResponseHead | None = None
-        self.status = 0
-        self.outcome = C.OUTCOME_OK
-        self.streamed = False  # a timed SSE stream
-        self.relay: Relay | None = None
-        self.steady: tuple[http1.ChunkedDecoder, SseRelay] | None = None  # set by _respond for a chunked stream
-        self.framing = 0  # body length, CHUNKED or UNTIL_CLOSE
-        self.left = 0
-        self.decoder: http1.ChunkedDecoder | None = None
-        self.mode = BodyMode.RAW
-        self.prefix = b""  # the response head, written with the first body bytes
-        self.terminated = False  # the client already got the last-chunk marker
         self.reusable = self.upgrade is None
-        self.tunnel = False  # switched protocols (101): bytes pass both ways unparsed
-        self.ticket = 0  # the admission gate's reservation while the engine may not show this request yet
 
     # -- forwarding ------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,9 +172,12 @@ class Exchange:
         self.conn = conn
         conn.user = self
         assert conn.transport is not None
-        conn.transport.write(self.request_head)
-        if self.request_body:
-            conn.transport.write(self.request_body)
+        head, body = self.request_head, self.request_body
+        if len(body) <= _JOINED_BODY_BYTES:
+            conn.transport.write(head + body)  # one send for the engine, not two
+        else:
+            conn.transport.write(head)
+            conn.transport.write(body)
         self.request_head, self.request_body = b"", b""
         if self.client.flow.write_paused:  # the previous response has not drained yet
             self.pause_upstream()
@@ -255,7 +262,10 @@ class Exchange:
         steady = self.steady
         if steady is not None and not self.prefix:  # most reads of a stream: one whole chunk, one token event
             payload = steady[0].whole_chunk(data)
-            if payload is not None and steady[1].steady(payload, t):
+            if payload is not None:
+                if not steady[1].steady(payload, t):
+                    self._body(data, t, payload)  # decoded already: the decoder stays at a boundary
+                    return
                 body_bytes = self.body_bytes = self.body_bytes + len(payload)
                 if body_bytes - self.progress_bytes >= BODY_PROGRESS_BYTES:
                     self.progress_at, self.progress_bytes = t, body_bytes
@@ -316,7 +326,8 @@ class Exchange:
         self.progress_at = t
         self.timing.on_headers(t)
         self.outcome = outcome_for_status(head.status)
-        if b"close" in http1.connection_tokens(head.fields) or head.version == b"1.0":
+        tokens = http1.connection_tokens(head.fields)
+        if b"close" in tokens or head.version == b"1.0":
             self.reusable = False
         plan = self.plan
         content_type = head.get(b"content-type") or b""
@@ -334,9 +345,9 @@ class Exchange:
         self.mode = client.mode
         if isinstance(self.relay, SseRelay) and self.decoder is not None and self.mode is not BodyMode.PLAIN:
             self.steady = (self.decoder, self.relay)  # whole chunks may go out as they came: upstream_data's fast path
-        drop = http1.HOP_BY_HOP | http1.connection_tokens(head.fields)
-        if not client.keep_length:
-            drop = drop | {b"content-length"}
+        drop = http1.HOP_BY_HOP if client.keep_length else _HOP_AND_LENGTH
+        if tokens:
+            drop = drop | tokens
         lines = [b"HTTP/1.1 %d %s\r\n" % (head.status, head.reason)]
         lines.extend(k + b": " + v + b"\r\n" for k, v in head.fields if k.lower() not in drop)
         lines.append(client.field)
@@ -345,10 +356,13 @@ class Exchange:
         lines.append(b"\r\n")
         self.prefix = b"".join(lines)
 
-    def _body(self, data: bytes, t: float) -> None:
+    def _body(self, data: bytes, t: float, whole: bytes | None = None) -> None:
+        """Relay one read of the body; `whole`: its payload, when it is one whole chunk (ChunkedDecoder.whole_chunk)."""
         framing = self.framing
         decoder = self.decoder
-        if decoder is not None:
+        if whole is not None:
+            boundary_before, used, raw, payload, finished = True, len(data), data, whole, False
+        elif decoder is not None:
             boundary_before = decoder.at_boundary
             try:
                 payload, used = decoder.feed(data)
@@ -386,10 +400,10 @@ class Exchange:
             send = payload if out is None else out
         if self.prefix:
             send, self.prefix = self.prefix + send, b""
-        if send:
-            self.write(send)
         if finished:
-            self._end(t)
+            self._end(t, lead=send)  # the body's last bytes and its end go out in one write
+        elif send:
+            self.write(send)
 
     def _end_answered(self) -> None:
         """The stream's answer is whole (its [DONE], or its final finish_reason, came), but the upstream holds its
@@ -411,13 +425,14 @@ class Exchange:
             conn.transport.close()
         self._end(now, close=not whole)
 
-    def _end(self, t: float, close: bool = False) -> None:
-        """The response body ended normally (`close`: the client's connection must close to end it)."""
+    def _end(self, t: float, close: bool = False, lead: bytes = b"") -> None:
+        """The response body ended normally (`close`: the client's connection must close to end it; `lead`: bytes
+        for the client not written yet, to go before the end)."""
         relay = self.relay
         tail = relay.finish(t) if relay is not None else b""
         if self.mode is BodyMode.CHUNKS:
             tail = (http1.chunk(tail) if tail else b"") + (b"" if self.terminated else http1.LAST_CHUNK)
-        send = self.prefix + tail
+        send = lead + self.prefix + tail if lead else self.prefix + tail
         if send:
             self.write(send)
         self.prefix = b""

@@ -390,6 +390,8 @@ def _whole_chunks(data: bytes, out: list[bytes]) -> int:
 
 
 def _chunk_size(line: bytes) -> int:
+    if 0 < len(line) <= 16 and not line.strip(_HEX):
+        return int(line, 16)  # a bare size, as engines send: what the general way below makes of it
     text = line.split(b";", 1)[0].strip(b" \t")
     if not text or len(text) > 16 or text.strip(_HEX):
         raise BadMessage(f"malformed chunk size {line[:40]!r}")

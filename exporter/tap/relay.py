@@ -111,23 +111,9 @@ class SseRelay:
                 # After the first token only the last token's time and the count are still
                 # open, so parse only events that may carry usage or an error.
                 if timing.first_token_at is None or _USAGE_KEY in data or _ERROR_KEY in data:
-                    try:
-                        payload = json.loads(data)
-                    except (ValueError, UnicodeDecodeError):
-                        payload = None
-                    if isinstance(payload, dict):
-                        if carries_output(payload):
-                            timing.on_output_event(t)
-                        if has_finish_reason(payload):
-                            timing.finished = True
-                        n = completion_tokens(payload)
-                        if n is not None:
-                            timing.on_usage(n, prompt_tokens(payload))
-                            if strip and is_usage_only(payload):
-                                changed = True
-                                continue  # the injected usage event: not for the client
-                        if payload.get("error"):
-                            self.error_event = True
+                    if not _quiet(data) and self._parsed(data, t):
+                        changed = True
+                        continue  # the injected usage event: not for the client
                 else:
                     if _looks_like_output(data):
                         timing.on_output_event(t)
@@ -145,6 +131,28 @@ class SseRelay:
         if not strip or (whole and not changed and not splitter.pending()):
             return None  # nothing held back or dropped: the read as it came
         return b"".join(out)
+
+    def _parsed(self, data: bytes, t: float) -> bool:
+        """Time one event from its parsed data; True for the injected usage event (to be taken out)."""
+        try:
+            payload = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        if not isinstance(payload, dict):
+            return False
+        timing = self.timing
+        if carries_output(payload):
+            timing.on_output_event(t)
+        if has_finish_reason(payload):
+            timing.finished = True
+        n = completion_tokens(payload)
+        if n is not None:
+            timing.on_usage(n, prompt_tokens(payload))
+            if self.strip and is_usage_only(payload):
+                return True
+        if payload.get("error"):
+            self.error_event = True
+        return False
 
     def _watch_end(self, chunk: bytes, t: float) -> None:
         """A blindly relayed read: only whether it carries the stream's end, and when."""
@@ -232,6 +240,20 @@ def _without_null_usage(raw: bytes) -> bytes:
             cut = len(body) - len(tail)
             return body[:cut] + b"}" + raw[len(body) :]
     return raw
+
+
+# An output key, or finish_reason, as a member name whose value is anything but "" or null.
+_LOUD_MEMBER = re.compile(rb'"(?:content|reasoning_content|reasoning|text|finish_reason)"[ \t\r\n]*:[ \t\r\n]*'
+                          rb'(?!(?:""|null)[ \t\r\n]*[,}])')
+
+
+def _quiet(data: bytes) -> bool:
+    """True only for an event whose parse would find nothing to time: no output (every output key's value, and
+    finish_reason's, is "" or null; no tool_calls), no usage, no error; the role-only first event of a chat
+    stream. A key hidden by an escape, or any doubt, is False (parse it). A quoted key's bytes cannot occur
+    inside a JSON string, whose quotes are escaped, so what is matched here is a member name."""
+    return data.find(b"\\") < 0 and data.find(_USAGE_KEY) < 0 and data.find(_ERROR_KEY) < 0 \
+        and data.find(b'"tool_calls"') < 0 and _LOUD_MEMBER.search(data) is None
 
 
 def _looks_like_output(data: bytes) -> bool:

@@ -92,8 +92,9 @@ def test_a_stream_relayed_on_its_collaborators_is_judged_and_recorded() -> None:
     w.pool._idle.append(conn)  # the pool has one idle connection: no connect, no loop needed
     conn.idle_since = time.monotonic()
     ex.start()
-    assert engine.sent[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: engine:8000\r\n")
-    assert engine.sent[1] == BODY
+    (sent,) = engine.sent  # head and body in one write
+    assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: engine:8000\r\n")
+    assert sent.endswith(b"\r\n\r\n" + BODY)
     w.now = 0.1
     ex.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     assert w.released == [len(BODY)]  # the engine answers: it has the body

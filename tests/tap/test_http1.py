@@ -385,5 +385,5 @@ def test_whole_chunks_in_one_read_decode_as_the_state_machine_does() -> None:
     for _ in range(3000):
         body = b"".join(rng.choice(parts) for _ in range(rng.randint(1, 6))) + b"tail"
         cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randint(0, 3))))
-        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
         assert _decode(pieces) == _decode([body[i : i + 1] for i in range(len(body))]), pieces

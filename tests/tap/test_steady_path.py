@@ -121,3 +121,35 @@ def test_the_pieces_join_to_the_page_and_all_but_the_last_are_at_least_piece_byt
     got = list(pieces(parts))
     assert len(page) > 3 * PIECE_BYTES and b"".join(got) == page
     assert all(len(p) >= PIECE_BYTES for p in got[:-1]) and len(got) >= 3
+
+
+def test_an_event_taken_as_quiet_is_one_whose_parse_times_nothing() -> None:
+    """relay._quiet lets an event before the first token skip its parse: on every event built from output keys,
+    finish_reason, tool_calls, usage and error with empty, null and real values (escapes and blanks included),
+    an event it calls quiet is one whose parse finds no output, no finish, no usage and no error; and the role-only
+    first event of a chat stream is quiet (the shortcut is taken)."""
+    import itertools
+    import json
+
+    from exporter.tap.relay import _quiet
+    from exporter.tap.timing import carries_output, completion_tokens, has_finish_reason
+
+    values = [b'""', b"null", b'"x"', b"[]", b"{}", b"0", b"false", b'"\\u0078"', b' "" ', b'"" ']
+    keys = [b'"content"', b'"text"', b'"reasoning"', b'"finish_reason"', b'"tool_calls"', b'"usage"', b'"error"',
+            b'"\\u0063ontent"', b'"role"']
+    quiet = 0
+    for (k1, v1), (k2, v2) in itertools.product(itertools.product(keys, values), repeat=2):
+        for data in (b'{"choices":[{"index":0,"delta":{%s:%s},%s:%s}]}' % (k1, v1, k2, v2),
+                     b'{"choices":[{"delta":{%s:%s}}],%s:%s}' % (k1, v1, k2, v2),
+                     b'{"choices":[{"text":%s,"x":[%s]}]}' % (v1, k2)):
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                continue
+            if _quiet(data):
+                quiet += 1
+                assert not carries_output(payload) and not has_finish_reason(payload), data
+                assert completion_tokens(payload) is None and not payload.get("error"), data
+    assert quiet > 100
+    role = b'{"id":"b","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}'
+    assert _quiet(role) and not _quiet(role.replace(b'"content":""', b'"content":"hi"'))
