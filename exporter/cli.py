@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -11,6 +10,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from exporter import logs
 from exporter.config import (
@@ -24,6 +24,9 @@ from exporter.config import (
     merge_cli,
     resolve_node_name,
 )
+
+if TYPE_CHECKING:
+    from exporter.cycle import Snapshot
 
 PROG = "llmslo-exporter"
 EXIT_CONFIG = 2
@@ -145,9 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     logs.setup(config.log_level if not args.once or args.log_level else "warning", fmt=args.log_format)
     try:
-        if args.once:
-            return asyncio.run(run_once(config))
-        return asyncio.run(serve(config))
+        if args.once and loop_free(config):
+            return run_once_files(config)
+        import asyncio  # here: `--once` over saved pages runs without it (a third of its start-up)
+
+        return asyncio.run(run_once(config) if args.once else serve(config))
     except (ConfigError, ListenError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -189,8 +194,7 @@ class _Runtime:
         # The HTTP client (aiohttp, about 0.1 s to import) is opened by the collector when an http(s)
         # target is first scraped: a --once over saved pages never loads it.
         self.collector = Collector(config, None, self.gpu_provider, self.node_name)
-        for t in config.timeouts_clamped():
-            logs.event("timeout_clamped_to_interval", logging.WARNING, target=t.label, interval_s=config.interval_s)
+        warn_clamped(config)
 
     async def close(self) -> None:
         await self.targets.stop()
@@ -205,17 +209,48 @@ class _Runtime:
                 logs.event("gpu_close_failed", logging.WARNING, error=type(exc).__name__)
 
 
+def warn_clamped(config: ExporterConfig) -> None:
+    """Log each target whose timeout was cut to the collection interval."""
+    for t in config.timeouts_clamped():
+        logs.event("timeout_clamped_to_interval", logging.WARNING, target=t.label, interval_s=config.interval_s)
+
+
+def loop_free(config: ExporterConfig) -> bool:
+    """Whether a `--once` cycle needs no event loop: saved pages only (file://), no GPUs, no discovery."""
+    from exporter.sources import is_file_url
+
+    return config.gpu == "off" and not config.discovery.enabled and all(is_file_url(t.url) for t in config.targets)
+
+
+def run_once_files(config: ExporterConfig) -> int:
+    """`--once` over saved pages, in this thread (exporter/cycle.py): the same page as `run_once`'s."""
+    from exporter.cycle import PageCycle
+
+    cycle = PageCycle(config, resolve_node_name(config.node_name))
+    warn_clamped(config)
+    freeze_startup_objects()
+    gc.disable()  # one cycle, then exit: reference counting frees its garbage, no collection need walk it
+    return print_once(config, cycle.collect_files(config.targets))
+
+
 async def run_once(config: ExporterConfig) -> int:
     """One cycle to stdout; exit 1 (with each source's reason on stderr) when nothing could be read."""
-    from exporter.exposition import render
-
     rt = _Runtime(config)
     freeze_startup_objects()  # as `serve` does: the cycle's collections, and the one at exit, skip the modules
+    gc.disable()  # one cycle, then exit: reference counting frees its garbage, no collection need walk it
     try:
         await rt.targets.refresh()  # one cycle: discover first, in line, then collect what was found
         snap = await rt.collector.collect(rt.targets.current(), rt.targets.self_metrics())
     finally:
         await rt.close()
+    return print_once(config, snap)
+
+
+def print_once(config: ExporterConfig, snap: Snapshot) -> int:
+    """The page to stdout as /metrics serves it (without the gzip copy); exit 1, with each source's reason on
+    stderr, when nothing could be read."""
+    from exporter.exposition import render
+
     if not snap.any_source_read:
         lines = [f"{PROG}: error: no source could be read:"]
         lines += [f"  target {t.target} ({t.engine}): {t.reason}" for t in snap.targets]
@@ -224,7 +259,7 @@ async def run_once(config: ExporterConfig) -> int:
         lines.append(f"  gpu ({config.gpu}): no GPU answered" if config.gpu != "off" else "  gpu: off")
         print("\n".join(lines), file=sys.stderr)
         return EXIT_NOTHING_READ
-    sys.stdout.buffer.write(render(snap.samples))  # the page as /metrics serves it, without the gzip copy
+    sys.stdout.buffer.write(render(snap.samples))
     sys.stdout.flush()
     return 0
 
@@ -240,6 +275,8 @@ def freeze_startup_objects() -> None:
 
 
 async def serve(config: ExporterConfig) -> int:
+    import asyncio
+
     from exporter.server import start_server
     from exporter.snapshot import CollectionLoop, SnapshotHolder
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter import adapters, promtext
-from exporter import collector as collector_module
+from exporter import cycle as cycle_module
 from exporter.adapters import Adapter
 from exporter.config import Limits, TargetConfig
 from exporter.exposition import render
@@ -289,12 +289,12 @@ def test_the_guard_keeps_every_familys_first_series_before_any_second():
 
 def test_parsing_adapting_and_capping_run_off_the_event_loop(tmp_path, pages_dir, monkeypatch):
     threads = []
-    real_limit = collector_module.limit_series
+    real_limit = cycle_module.limit_series
 
     def recording(samples, limits):
         threads.append(threading.current_thread())
         return real_limit(samples, limits)
 
-    monkeypatch.setattr(collector_module, "limit_series", recording)
+    monkeypatch.setattr(cycle_module, "limit_series", recording)
     collect([write(tmp_path, "v.prom", (pages_dir / "vllm-v1.prom").read_text())])
     assert threads and threading.main_thread() not in threads

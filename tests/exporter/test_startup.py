@@ -24,12 +24,13 @@ from tests.exporter.test_cli import REPO
 # What a --once over saved pages with --gpu off never needs: the tap, the HTTP client and server (aiohttp
 # builds TLS contexts when imported), the web config (bcrypt, TLS), YAML, prometheus_client, NVML, the kubelet's
 # pod-resources client (gRPC, protobuf), the podmap relay's server, and the distribution-metadata reader (its
-# email, zipfile and csv were a third of the modules).
+# email, zipfile and csv were a third of the modules), and the event loop (asyncio, with ssl and concurrent.futures:
+# saved pages are read by a thread and parsed in line).
 NOT_FOR_ONCE = (
     "aiohttp", "exporter.tap", "exporter.tap.cli", "exporter.server", "exporter.webconfig", "exporter.sources.http",
     "bcrypt", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.gpu.fake", "exporter.discovery",
     "exporter.gpu.podresources", "exporter.gpu.podmap_server", "http.server", "importlib.metadata", "email", "json",
-    "platform", "shutil", "llmslo.ranges", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
+    "platform", "shutil", "llmslo.ranges", "asyncio", "ssl", "concurrent.futures", *(GRPC := ("grpc", "google.protobuf", "exporter.gpu.podresources_pb2")),
 )
 
 
