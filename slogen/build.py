@@ -21,8 +21,9 @@ from slogen.outtree import Content
 from slogen.paths import is_promtool_test
 from slogen.steps import STEPS, Produced, Step, pairs
 
-# From this many SLOs on, the forkable steps (the promtool tests: about 45% of a build) run in a forked child
-# while this process runs the others: a 1,000-SLO build on 2 cores (bench slogen). Smaller builds stay in one process.
+# From this many SLOs on, the forkable steps (the promtool tests and the dashboards: about 70% of a build's own CPU)
+# run in forked children while this process runs the others (and promtool checks the rule files): a 1,000-SLO build
+# on 2 cores (bench slogen). Smaller builds stay in one process.
 PARALLEL_MIN_SLOS = 100
 
 OnStep = Callable[[Mapping[str, Content]], None]  # one step's files, once it has made them all

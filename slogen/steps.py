@@ -26,8 +26,9 @@ from slogen.artifacts.alertmanager import (
     alertmanager_config_object,
     alertmanager_file,
 )
-from slogen.artifacts.dashboards import iter_dashboard_files
+from slogen.artifacts.dashboards import iter_dashboard_models
 from slogen.artifacts.deploy import deploy_files
+from slogen.artifacts.grafana import text as dashboard_text
 from slogen.artifacts.grafana_provisioning import DashboardConfigMaps, provider_file
 from slogen.artifacts.hpa import hpa_files
 from slogen.artifacts.keda import keda_files
@@ -176,13 +177,16 @@ def dashboards(catalog: Catalog) -> Produced:
     version, kube = catalog.options.gen.version, catalog.options.kube
 
     def files() -> Iterator[tuple[str, str]]:
-        tests = DashboardTests(catalog.views)
+        tests = DashboardTests(catalog.views) if catalog.options.promtool_tests else None  # not made: not written
         configmaps = DashboardConfigMaps(kube, version)
-        for path, text in iter_dashboard_files(catalog.views):
-            tests.add(path, text)
+        for path, model in iter_dashboard_models(catalog.views):
+            text = dashboard_text(model)
+            if tests is not None:
+                tests.add(path, model)
             configmaps.add(path, text)
             yield path, text
-        yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", version) + "\n" + dump(tests.document())
+        if tests is not None:
+            yield DASHBOARD_TEST_FILE, header("the dashboards in dashboards/", version) + "\n" + dump(tests.document())
         yield from configmaps.files().items()
         yield from provider_file(kube, version).items()
 
@@ -258,7 +262,7 @@ STEPS: tuple[Step, ...] = (
     Step("prometheusrules", slo_prometheus_rules),  # deploy/generated/prometheusrule-<service>.yaml
     Step("health", health_rules),  # alerts/llmslo-health.*, its PrometheusRule
     Step("capacity", capacity_rules),  # alerts/llmslo-capacity.*, its PrometheusRule
-    Step("dashboards", dashboards),  # dashboards/*.json and dashboards/dashboards.test.yaml
+    Step("dashboards", dashboards, forkable=True),  # dashboards/*.json, dashboards.test.yaml (about 30%)
     Step("runbooks", runbooks),  # docs/runbooks/
     Step("kubernetes", kubernetes),  # KEDA, HPA, deploy/generated/kustomization.yaml, the tap's ConfigMap
     Step("alertmanager", alertmanager),  # alerts/alertmanager.yaml, deploy/generated/alertmanagerconfig.yaml

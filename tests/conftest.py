@@ -26,6 +26,19 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(str(item.path).removeprefix(root), len(rank)))  # stable: the rest keep order
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _slogen_cache(tmp_path_factory: pytest.TempPathFactory):
+    """slogen's promtool-check cache (slogen/checkcache.py) in a temporary directory, not the home's ~/.cache:
+    the suite leaves nothing behind, and each run starts cold (its subprocesses inherit it too)."""
+    before = os.environ.get("SLOGEN_CACHE_DIR")
+    os.environ["SLOGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("slogen-cache"))
+    yield
+    if before is None:
+        os.environ.pop("SLOGEN_CACHE_DIR", None)
+    else:
+        os.environ["SLOGEN_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def repository_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This repository's `slogen build` with its promtool tests, written to a temporary directory: the repository

@@ -602,8 +602,15 @@ def dashboard_files(slos: Sequence[SLOView]) -> dict[str, str]:
 
 def iter_dashboard_files(slos: Sequence[SLOView]) -> Iterator[tuple[str, str]]:
     """The same, one (path, JSON text) at a time in path order, rendered as they are taken."""
-    yield FLEET_DASHBOARD_FILE, gf.render(fleet_dashboard(slos))
+    for path, data in iter_dashboard_models(slos):
+        yield path, gf.text(data)
+
+
+def iter_dashboard_models(slos: Sequence[SLOView]) -> Iterator[tuple[str, dict]]:
+    """Each dashboard's JSON model (`gf.text` writes its file), in path order: the build's dashboard tests read
+    the model rather than parse the text back."""
+    yield FLEET_DASHBOARD_FILE, gf.dashboard_json(fleet_dashboard(slos))
     if slos:
-        yield OVERVIEW_DASHBOARD_FILE, gf.render(overview_dashboard(slos))
+        yield OVERVIEW_DASHBOARD_FILE, gf.dashboard_json(overview_dashboard(slos))
     for slo in sorted(slos, key=lambda s: slo_dashboard_path(s.slo_id)):
-        yield slo_dashboard_path(slo.slo_id), gf.render(slo_dashboard(slo))
+        yield slo_dashboard_path(slo.slo_id), gf.dashboard_json(slo_dashboard(slo))

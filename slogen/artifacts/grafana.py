@@ -221,4 +221,9 @@ def dashboard_json(dashboard: g.Dashboard) -> dict[str, Any]:
 
 def render(dashboard: g.Dashboard) -> str:
     """Deterministic text: sorted keys, two-space indent, trailing newline (json.dumps's, written faster)."""
-    return indented(dashboard_json(dashboard)) + "\n"
+    return text(dashboard_json(dashboard))
+
+
+def text(data: dict[str, Any]) -> str:
+    """The text `render` writes of a dashboard's JSON model (`dashboard_json`)."""
+    return indented(data) + "\n"

@@ -360,12 +360,13 @@ class DashboardTests:
         self.main: list[dict] = []
         self.month: list[dict] = []
 
-    def add(self, path: str, text: str) -> None:
-        """One rendered dashboard's panels: a test case each, or an error naming the panel."""
+    def add(self, path: str, dashboard: str | dict) -> None:
+        """One rendered dashboard's panels (its JSON text, or the model it was written from): a test case each,
+        or an error naming the panel."""
         errors, main, month = self.errors, self.main, self.month
         answers = self.by_path.pop(path, {})
         seen = set()
-        for title, target in _targets(json.loads(text)):
+        for title, target in _targets(json.loads(dashboard) if isinstance(dashboard, str) else dashboard):
             key = (title, target["refId"])
             seen.add(key)
             expected = answers.get(key)

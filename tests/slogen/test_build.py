@@ -126,8 +126,8 @@ def test_override_period_uses_the_demo_catalog_it_is_given(workdir, capsys):
 
 
 def test_a_parallel_build_makes_the_same_files_and_notes(tmp_path):
-    """From PARALLEL_MIN_SLOS SLOs on, the forkable steps (the promtool tests) run in a forked child: same bytes,
-    and the notes (SLOs left without tests) in the same places as one process makes them."""
+    """From PARALLEL_MIN_SLOS SLOs on, the forkable steps (the promtool tests, the dashboards) run in forked
+    children: same bytes, and the notes (SLOs left without tests) in the same places as one process makes them."""
     from bench.bench_slogen import write_specs
 
     options = b.BuildOptions(inputs=(str(write_specs(tmp_path, 20)),))
@@ -135,7 +135,7 @@ def test_a_parallel_build_makes_the_same_files_and_notes(tmp_path):
     two = b.build(options, parallel=True)
     assert two.files == one.files and any(p.endswith(".test.yaml") for p in one.files)
     assert two.notes == one.notes and any("no generated tests" in n for n in one.notes)
-    assert [s.name for s in STEPS if s.forkable] == ["tests"]
+    assert [s.name for s in STEPS if s.forkable] == ["tests", "dashboards"]
 
 
 def test_a_build_written_as_it_goes_makes_the_same_files_and_notes(tmp_path):

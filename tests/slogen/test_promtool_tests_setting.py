@@ -75,3 +75,16 @@ def test_this_repository_commits_no_promtool_tests() -> None:
     assert not settings.load(REPO / "llmslo.yaml").promtool_tests
     committed = [p.relative_to(REPO).as_posix() for d in ("alerts", "dashboards") for p in (REPO / d).iterdir()]
     assert committed and not [p for p in committed if is_promtool_test(p)]
+
+
+def test_off_the_dashboards_tests_are_not_made(monkeypatch) -> None:
+    """Not written, not computed: the dashboards step makes no DashboardTests (its answers for every panel)."""
+    from slogen import steps
+
+    made = []
+    real = steps.DashboardTests
+    monkeypatch.setattr(steps, "DashboardTests", lambda views: made.append(1) or real(views))
+    on = BuildOptions(inputs=(str(REPO / "slos"),), install=settings.InstallSettings())
+    build(replace(on, install=settings.InstallSettings(promtool_tests=False)), parallel=False)
+    assert not made
+    assert DASHBOARD_TESTS_FILE in build(on, parallel=False).files and made == [1]
