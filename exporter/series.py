@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from operator import itemgetter
 
 from exporter.model import NormSample
 from llmslo.conventions import FINISHED_REASONS, LABEL_LE, LABEL_REASON, REQUESTS_FINISHED
@@ -15,25 +16,32 @@ from llmslo.conventions import FINISHED_REASONS, LABEL_LE, LABEL_REASON, REQUEST
 UnitKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def unit_key(sample: NormSample) -> UnitKey:
-    """Family name plus every label except `le`: one gauge, one counter or one whole histogram."""
-    labels = sample.labels
-    if LABEL_LE in labels:  # copy and delete: cheaper than filtering pair by pair, and this runs per sample
-        labels = labels.copy()
-        del labels[LABEL_LE]
-    return sample.metric.name, tuple(sorted(labels.items()))
-
-
 def group_units(samples: Iterable[NormSample]) -> dict[UnitKey, list[NormSample]]:
-    """Samples grouped by unit, in first-appearance order."""
+    """Samples grouped by unit (family name plus every label except `le`: one gauge, one counter or one whole
+    histogram), in first-appearance order.
+
+    A histogram's parts come one after another with the same labels but `le`: a part whose family and labels
+    equal the previous sample's joins its unit without the sort that makes a key (half the grouping's time)."""
     units: dict[UnitKey, list[NormSample]] = {}
+    last_name = ""
+    last_labels: dict[str, str] | None = None
+    last_unit: list[NormSample] = []
     for s in samples:
-        key = unit_key(s)
+        labels = s.labels
+        name = s.metric.name
+        if LABEL_LE in labels:
+            labels = labels.copy()
+            del labels[LABEL_LE]
+        if name == last_name and labels == last_labels:
+            last_unit.append(s)
+            continue
+        key = name, tuple(sorted(labels.items()))
         unit = units.get(key)
         if unit is None:
-            units[key] = [s]
+            unit = units[key] = [s]
         else:
             unit.append(s)
+        last_name, last_labels, last_unit = name, labels, unit
     return units
 
 
@@ -53,7 +61,7 @@ def complete_histogram(unit: list[NormSample]) -> list[NormSample] | None:
     for s in unit:
         if s.suffix == "_bucket":
             try:
-                buckets.append((parse_le(s.labels.get(LABEL_LE, "")), s))
+                buckets.append((float(s.labels.get(LABEL_LE, "")), s))  # parse_le's reading
             except ValueError:
                 return None
         elif s.suffix == "_sum":
@@ -62,7 +70,7 @@ def complete_histogram(unit: list[NormSample]) -> list[NormSample] | None:
             count = s
         else:
             return None
-    buckets.sort(key=lambda b: b[0])
+    buckets.sort(key=itemgetter(0))
     previous = -math.inf
     for _, b in buckets:
         if b.value < previous or math.isnan(b.value):

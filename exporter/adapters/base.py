@@ -16,6 +16,7 @@ from exporter.model import MetricFamily, NormSample, Sample
 from llmslo import conventions as c
 from llmslo.gofloat import client_float
 
+LE = c.LABEL_LE
 AdaptFn = Callable[[Mapping[str, MetricFamily], Mapping[str, str]], list[NormSample]]
 
 
@@ -55,7 +56,10 @@ def values(fam: MetricFamily | None) -> list[Sample]:
     """
     if fam is None:
         return []
-    return [s for s in fam.samples if not s.name.endswith("_created") and s.name[len(fam.name):] in ("", "_total")]
+    name = fam.name
+    end = len(name)
+    kept = ("_total",) if name.endswith("_created") else ("", "_total")  # no name ending in `_created`
+    return [s for s in fam.samples if s.name[end:] in kept]
 
 
 def total(fam: MetricFamily | None, where: Callable[[dict[str, str]], bool] | None = None) -> float | None:
@@ -233,23 +237,28 @@ class Output:
         keep = tuple(keep)
         # A histogram's many lines name few series: resolve each (model, kept labels) once, not per bucket.
         series: dict[tuple, _Histogram] = {}
+        name_end = len(fam.name)
         for s in fam.samples:
-            if where is not None and not where(s.labels):
+            labels = s.labels
+            if where is not None and not where(labels):
                 continue
-            suffix = s.name[len(fam.name):]
+            suffix = s.name[name_end:]
             if suffix == "_bucket":
-                edge = parse_edge(s.labels.get(c.LABEL_LE))
-                if edge is None:
+                try:  # parse_edge's reading, in line: this runs for every bucket line
+                    edge = float(labels[LE])
+                except (KeyError, ValueError):
                     continue
-                edge /= divisor
+                if edge != edge:  # NaN
+                    continue
             elif suffix != "_sum" and suffix != "_count":
                 continue
-            model = model_of(s.labels) if model_of else (s.labels.get(model_label) if model_label else None)
-            kept = tuple(s.labels.get(k, "") for k in keep)
+            model = model_of(labels) if model_of else (labels.get(model_label) if model_label else None)
+            kept = tuple([labels.get(k, "") for k in keep]) if keep else ()
             hist = series.get((model, kept))
             if hist is None:
                 hist = series[(model, kept)] = self._histogram(metric, model, dict(zip(keep, kept, strict=True)))
             if suffix == "_bucket":
+                edge /= divisor
                 hist.buckets[edge] = hist.buckets.get(edge, 0.0) + float(s.value)
             elif suffix == "_sum":
                 hist.sum = (hist.sum or 0.0) + s.value / divisor
@@ -262,8 +271,10 @@ class Output:
             buckets = dict(hist.buckets)
             if math.inf not in buckets and hist.count is not None:
                 buckets[math.inf] = hist.count  # the text format requires +Inf; it equals _count
+            edge_texts = _EDGE_TEXTS
             for edge in sorted(buckets):
-                out.append(NormSample(metric, {**labels, c.LABEL_LE: _edge_text(edge)}, buckets[edge], "_bucket"))
+                text = edge_texts.get(edge) if edge else None  # 0.0 and -0.0: one key, two texts
+                out.append(NormSample(metric, {**labels, LE: text or _edge_text(edge)}, buckets[edge], "_bucket"))
             if hist.sum is not None:
                 out.append(NormSample(metric, dict(labels), hist.sum, "_sum"))
             count = hist.count if hist.count is not None else buckets.get(math.inf)
