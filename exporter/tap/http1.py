@@ -126,6 +126,7 @@ _TARGET_BYTES = bytes(range(0x21, 0x7F))
 # logs and the tap's own).
 _TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789" + bytes(range(0x41, 0x5B)) + bytes(range(0x61, 0x7B))
 _VALUE_BYTES = b" \t" + bytes(range(0x21, 0x7F)) + bytes(range(0x80, 0x100))
+_HEAD_BYTES = _VALUE_BYTES + CRLF  # a head whose every byte is one of these has no bad byte in a value
 
 
 def parse_request_head(head: bytes) -> RequestHead:
@@ -141,11 +142,13 @@ def parse_request_head(head: bytes) -> RequestHead:
     if proto not in (b"HTTP/1.1", b"HTTP/1.0"):
         raise BadMessage(f"unsupported protocol {proto[:20]!r} (the tap speaks HTTP/1.1 and HTTP/1.0)")
     fields = _fields(lines[1:])
-    for name, value in fields:
-        bad = value.translate(None, _VALUE_BYTES)
-        if bad or name.translate(None, _TOKEN_BYTES):
-            raise BadMessage(f"byte {(bad or name.translate(None, _TOKEN_BYTES))[:1]!r} in header field "
-                             f"{name[:40]!r} (names are tokens; values visible ASCII, space, tab or obs-text)")
+    # Most heads are clean: one pass over all the values and one over all the names; else find the culprit.
+    if head.translate(None, _HEAD_BYTES) or b"".join([name for name, _ in fields]).translate(None, _TOKEN_BYTES):
+        for name, value in fields:
+            bad = value.translate(None, _VALUE_BYTES)
+            if bad or name.translate(None, _TOKEN_BYTES):
+                raise BadMessage(f"byte {(bad or name.translate(None, _TOKEN_BYTES))[:1]!r} in header field "
+                                 f"{name[:40]!r} (names are tokens; values visible ASCII, space, tab or obs-text)")
     return RequestHead(method, target, proto[5:], fields)
 
 
@@ -160,8 +163,14 @@ def parse_response_head(head: bytes) -> ResponseHead:
 
 def request_body_length(head: RequestHead) -> int | None:
     """The body's length from Content-Length (0 when neither field is sent); None when chunked."""
-    te = [v for k, v in head.fields if k.lower() == b"transfer-encoding"]
-    lengths = {v for k, v in head.fields if k.lower() == b"content-length"}
+    te: list[bytes] = []
+    lengths: set[bytes] = set()
+    for k, v in head.fields:  # one pass, one lower() per field
+        name = k.lower()
+        if name == b"content-length":
+            lengths.add(v)
+        elif name == b"transfer-encoding":
+            te.append(v)
     if te:
         if lengths:
             raise BadMessage("both Transfer-Encoding and Content-Length are set")

@@ -387,3 +387,32 @@ def test_whole_chunks_in_one_read_decode_as_the_state_machine_does() -> None:
         cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randint(0, 3))))
         pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
         assert _decode(pieces) == _decode([body[i : i + 1] for i in range(len(body))]), pieces
+
+
+def test_a_head_is_checked_in_one_pass_as_field_by_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parse_request_head checks a clean head's bytes in two passes over the whole head; with that pass made to
+    fail always (the field-by-field check then runs on every head), every head, clean or with a stray byte put
+    anywhere, gets the same fields or the same refusal."""
+    import random
+
+    rng = random.Random(36)
+    base = (b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+            b"X-Note: caf\xc3\xa9 \t ok\r\nContent-Length: 12\r\nContent-Length: 12")
+    strays = [b"\x00", b"\x01", b"\x7f", b"\x1b", b"\xe9", b" ", b"\t", b":", b"(", b"\r", b"\n", b"\r\n ", b"a"]
+
+    def outcome(head: bytes) -> object:
+        try:
+            parsed = parse_request_head(head)
+            return parsed, request_body_length(parsed)
+        except BadMessage as e:
+            return str(e)
+
+    heads = [base]
+    for _ in range(600):
+        at = rng.randrange(len(base))
+        heads.append(base[:at] + rng.choice(strays) + base[at:])
+    fast = [outcome(h) for h in heads]
+    monkeypatch.setattr(http1, "_HEAD_BYTES", b"")
+    assert fast == [outcome(h) for h in heads]
+    assert sum(isinstance(o, str) for o in fast) > 100 and not isinstance(fast[0], str)
+    assert fast[0][1] == 12  # type: ignore[index]  # the same Content-Length twice is one length
