@@ -7,7 +7,6 @@ import gc
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -164,6 +163,8 @@ class ListenError(Exception):
     """The /metrics port could not be bound (taken, not permitted, unknown host): a setup error, exit 2."""
 
     def __init__(self, listen: Listen, exc: OSError):
+        import socket  # here: only a failed bind needs it
+
         if isinstance(exc, socket.gaierror) or not exc.errno:
             why = exc.strerror or str(exc)
         else:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,8 +66,9 @@ class TargetConfig:
     timeout_s: float | None = None  # None: the config-wide default
     max_page_bytes: int | None = None
 
-    @property
+    @cached_property
     def label(self) -> str:
+        """The name, else the URL without credentials (read several times a cycle: split once)."""
         return self.name or redact_url(self.url)
 
 
@@ -280,7 +281,7 @@ def parse_engine_flag(value: str) -> TargetConfig:
 
 def resolve_node_name(configured: str) -> str:
     """Config/flag first, then NODE_NAME (downward API in the DaemonSet), then the hostname."""
-    return configured or os.environ.get("NODE_NAME", "") or socket.gethostname()
+    return configured or os.environ.get("NODE_NAME", "") or os.uname().nodename  # gethostname's, without socket
 
 
 # --------------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ _LABEL_CACHE: dict[str, dict[str, str]] = {}
 _GOOD_LABEL_NAMES: set[str] = set()  # label names already validated
 _CACHE_LIMIT = 1 << 14  # entries; at most a few MB
 _NO_LABELS: dict[str, str] = {}
+_SUFFIXES = {"histogram": ("_count", "_sum", "_bucket"), "summary": ("_count", "_sum", "")}  # else ("",)
+_SAMPLE_NAMES: dict[tuple[str, str], frozenset[str]] = {}  # (family, type) -> its sample names
 
 _LABEL_NAME = r"(?!__)[a-zA-Z_:][a-zA-Z0-9_:]*"  # `__`-prefixed names are reserved (and `__name__` is special)
 _ESCAPED_VALUE = r'"(?:[^"\\]|\\.)*"'
@@ -222,7 +224,7 @@ class _PageState:
                 self.fam = self.append = None
             self.exempt = _NO_NAMES
             if not typ:
-                allowed = self.allowed = {name}
+                allowed = self.allowed = _sample_names(name, "")
                 self.fast_allowed = allowed if self.plain else _NO_NAMES
         if not typ:  # HELP
             if self.keep:
@@ -230,12 +232,7 @@ class _PageState:
             return
         if self.keep:
             self.fam.type = typ  # type: ignore[union-attr]
-        if typ == "histogram":
-            allowed = self.allowed = {name + "_count", name + "_sum", name + "_bucket"}
-        elif typ == "summary":
-            allowed = self.allowed = {name + "_count", name + "_sum", name}
-        else:
-            allowed = self.allowed = {name}
+        allowed = self.allowed = _sample_names(name, typ)
         self.fast_allowed = allowed if self.plain else _NO_NAMES
         self.exempt = {name} if typ == "summary" else _NO_NAMES
 
@@ -387,6 +384,17 @@ def _read_lines(page: _PageState, lines: Iterator[str]) -> None:
     page.over += over
 
 
+def _sample_names(name: str, typ: str) -> frozenset[str]:
+    """The sample names of a family of this name and type; made once per family (engines repeat their pages)."""
+    key = (name, typ)
+    names = _SAMPLE_NAMES.get(key)
+    if names is None:
+        if len(_SAMPLE_NAMES) >= _CACHE_LIMIT:
+            _SAMPLE_NAMES.clear()
+        names = _SAMPLE_NAMES[key] = frozenset(name + suffix for suffix in _SUFFIXES.get(typ, ("",)))
+    return names
+
+
 def _blocks(text: str, end: int) -> Iterator[str]:
     """`text[:end]` in pieces of about _BLOCK_CHARS that end at line ends (the text itself when small)."""
     if end <= _BLOCK_CHARS:
@@ -417,6 +425,7 @@ def clear_label_cache() -> None:
     """Forget the label strings parsed so far, so the next parse is a first one (for benchmarks and tests)."""
     _LABEL_CACHE.clear()
     _GOOD_LABEL_NAMES.clear()
+    _SAMPLE_NAMES.clear()
 
 
 def _help_text(arg: str | None) -> str:

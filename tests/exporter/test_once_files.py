@@ -109,3 +109,24 @@ def test_saved_pages_keep_no_page_once_handed_over(tmp_path):
         assert getattr(exc, "reason", None) == "not_found"
     else:
         raise AssertionError("a missing file read as a page")
+
+
+def test_a_regular_file_read_at_its_size_still_gets_what_it_grew_by_up_to_the_bound(tmp_path, monkeypatch):
+    from exporter.sources import file as file_source
+
+    path = tmp_path / "growing.prom"
+    path.write_bytes(b"a 1\n" * 100)  # 400 bytes, but fstat will say 40: the file grew after the stat
+    real_fstat = os.fstat
+
+    def stale_fstat(fd):
+        st = real_fstat(fd)
+        return os.stat_result((st.st_mode, *tuple(st)[1:6], 40, *tuple(st)[7:]))
+
+    monkeypatch.setattr(file_source.os, "fstat", stale_fstat)
+    assert file_source._read_bounded(str(path), 400) == b"a 1\n" * 100
+    try:
+        file_source._read_bounded(str(path), 399)
+    except Exception as exc:
+        assert getattr(exc, "reason", None) == "page_too_large"
+    else:
+        raise AssertionError("a file past the bound was read")
