@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from exporter import adapters, logs, procinfo, promtext
 from exporter.config import AUTO_KIND, ExporterConfig, TargetConfig
@@ -41,6 +42,9 @@ from exporter.sources import (
     FetchError,
 )
 from llmslo import conventions as c
+
+if TYPE_CHECKING:  # the kubelet side is the collector's, with GPUs: never imported here
+    from exporter.gpu.podresources import PodMapper
 
 Parsed = tuple[str, dict[UnitKey, list[NormSample]], list[NormSample], dict[str, int]]
 
@@ -105,7 +109,7 @@ class PageCycle:
         self.guard = guard or CardinalityGuard(config.limits)
         self._states: dict[str, TargetState] = {}
         self._cycles = 0
-        self.pod_mapper = None  # GPUs -> pods (kubelet pod-resources), set by the collector when GPUs are read
+        self.pod_mapper: PodMapper | None = None  # GPUs -> pods (kubelet pod-resources): the collector's, with GPUs
 
     def collect_files(self, targets: Sequence[TargetConfig], extra: Sequence[NormSample] = ()) -> Snapshot:
         """One cycle over file:// targets in the calling thread: the files read ahead by a daemon thread
