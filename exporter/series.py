@@ -58,25 +58,34 @@ def complete_histogram(unit: list[NormSample]) -> list[NormSample] | None:
     """
     buckets: list[tuple[float, NormSample]] = []
     total_sum = count = None
+    in_order = True  # edges rising, as an adapter's Output writes them: nothing to sort
     for s in unit:
-        if s.suffix == "_bucket":
+        suffix = s.suffix
+        if suffix == "_bucket":
             try:
-                buckets.append((float(s.labels.get(LABEL_LE, "")), s))  # parse_le's reading
+                edge = float(s.labels.get(LABEL_LE, ""))  # parse_le's reading
             except ValueError:
                 return None
-        elif s.suffix == "_sum":
+            if buckets and not edge > buckets[-1][0]:  # a step back, a repeat or NaN
+                in_order = False
+            buckets.append((edge, s))
+        elif suffix == "_sum":
             total_sum = s
-        elif s.suffix == "_count":
+        elif suffix == "_count":
             count = s
         else:
             return None
-    buckets.sort(key=itemgetter(0))
+    if not in_order:
+        buckets.sort(key=itemgetter(0))
     previous = -math.inf
     for _, b in buckets:
         if b.value < previous or math.isnan(b.value):
             return None
         previous = b.value
     has_inf = bool(buckets) and buckets[-1][0] == math.inf
+    if (has_inf and in_order and unit[-1] is count and (total_sum is None or unit[-2] is total_sum)
+            and len(unit) == len(buckets) + 1 + (total_sum is not None)):
+        return unit  # complete already, and in the order made below: buckets, sum, count
     template = (buckets[0][1] if buckets else count or total_sum)
     if template is None:
         return None
@@ -92,8 +101,6 @@ def complete_histogram(unit: list[NormSample]) -> list[NormSample] | None:
         out.append(total_sum)
     out.append(count)
     return out
-
-
 
 
 def with_every_reason(samples: list[NormSample]) -> list[NormSample]:

@@ -150,7 +150,8 @@ def _lora(out: Output, families: Mapping[str, MetricFamily], page_model: str | N
     newest: dict[str, Sample] = {}
     for s in values(families.get(V.LORA_REQUESTS_INFO)):
         dp = s.labels.get(DP_ENGINE, "")
-        if dp not in newest or s.value > newest[dp].value:
+        best = newest.get(dp)
+        if best is None or s.value > best.value:
             newest[dp] = s
     running: dict[str | None, dict[str, None]] = {}
     waiting: dict[str | None, dict[str, None]] = {}

@@ -187,6 +187,12 @@ def test_complete_histogram_fills_inf_and_count_and_rejects_broken_ones():
     assert complete_histogram([b("0.5", 5), b("1", 3), b("+Inf", 5)]) is None  # not cumulative
     assert complete_histogram([b("fast", 1), b("+Inf", 1)]) is None  # edge is not a number
     assert complete_histogram([b("0.5", 1)]) is None  # neither +Inf nor _count
+    whole = [b("0.5", 1), b("+Inf", 4), NormSample(c.TTFT, dict(labels), 2.5, "_sum"), total]
+    assert complete_histogram(whole) is whole  # complete and in order already: kept as it is
+    shuffled = [whole[2], whole[1], whole[3], whole[0]]
+    assert complete_histogram(shuffled) == whole  # put in that order otherwise
+    twice = [*whole[:3], NormSample(c.TTFT, dict(labels), 9, "_count"), total]
+    assert complete_histogram(twice) == whole  # a repeated _count: the last one, once
 
 
 def _fake_adapter(monkeypatch, kind: str, adapt) -> None:
