@@ -1,10 +1,10 @@
-"""Start-up: `llmslo-exporter --once` on one saved vLLM page, minus Python's own start-up, this tree vs OLD_COMMIT.
+"""Start-up: `llmslo-exporter --once` on one saved vLLM page, minus Python's own start-up, this tree vs OLD_COMMIT
+(as BEFORE records it: that tree is not run again).
 
 Wall time of `python -m exporter --once --gpu off --engine vllm=file://PAGE` (the page: the simulator's vLLM
 page with 64 LoRA adapters, `bench/lora_pages.py`; output to /dev/null) and of `python -c pass` with the same
-interpreter, in interleaved rounds; the difference of the medians is what the exporter adds. The old tree is
-`git archive`d into a temporary directory and run from there (cwd and PYTHONPATH). `-X importtime` of one
-more run lists which heavy packages each side imports. Then the whole process on many pages: `--once` over
+interpreter, in interleaved rounds; the difference of the medians is what the exporter adds. `-X importtime` of
+one more run lists which heavy packages it imports. Then the whole process on many pages: `--once` over
 PAGE_COPIES copies of the page (7.3 MB, one file:// target each) against a process that parses the same files
 with prometheus_client's parser, start-up included on both sides.
 """
@@ -19,15 +19,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
-
-from bench.old_tree import old_tree as bench_old_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Start-up: llmslo-exporter --once on a saved page"
 COMMAND = "python -m bench startup"
 OLD_COMMIT = "9090d4d"  # before lazy imports: the tap's CLI, aiohttp, TLS contexts, yaml, NVML bindings at start
+RECORDED = "2026-12-01"  # when OLD_COMMIT's exporter last ran beside ours (BENCHMARKS.md, commit abf091b)
+# OLD_COMMIT's figures then, in ms (`python -c pass` took 24 ms in that run), and its imports.
+BEFORE = {"wall": 322, "beyond": 297, "fastest": 242}
+BEFORE_IMPORTS = "409 modules; `aiohttp`, `exporter.tap`, `yaml`, `prometheus_client`, `exporter.gpu.nvml`"
 ROUNDS = 21
 HEAVY = ("aiohttp", "exporter.tap", "yaml", "prometheus_client", "exporter.gpu.nvml", "exporter.server", "grpc",
          "google.protobuf", "importlib.metadata")
@@ -42,7 +43,7 @@ NOTES = {
         f"vLLM page, 64 LoRA adapters) and of `python -c pass`, same interpreter, {ROUNDS} interleaved rounds, "
         "medians; *beyond Python's own* is the difference. Bytecode is cached (in a separate tree), as in an "
         "installed package. *Peer*: the exporter at "
-        f"{OLD_COMMIT} (`git archive`, run from its directory), which imported the goodput tap's CLI (and with it "
+        f"{OLD_COMMIT} as recorded {RECORDED} when it last ran beside ours (not run again), which imported the goodput tap's CLI (and with it "
         "aiohttp's client and server, whose import builds TLS contexts), yaml, prometheus_client and the NVML "
         "bindings on every start. The imports row is from `-X importtime` of one more run each. *Many pages*: the "
         f"same `--once` over {PAGE_COPIES} copies of the page (7.3 MB, one file:// target each) as one whole "
@@ -102,16 +103,16 @@ def _many_pages(tmp: Path, text: str, env: dict[str, str]) -> list:
     ]
 
 
-def old_tree() -> AbstractContextManager[Path]:
-    """The packages at OLD_COMMIT, in a temporary directory."""
-    return bench_old_tree(OLD_COMMIT, "bench-startup-old-")
+def _before(text: str) -> str:
+    """A peer cell: OLD_COMMIT's recorded figure, said to be one."""
+    return f"{text} (before, {OLD_COMMIT}, recorded {RECORDED})"
 
 
 def run() -> list:
     from bench.lora_pages import vllm_lora_page
     from bench.report import Row
 
-    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp, old_tree() as old:
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         page = Path(tmp) / "vllm.prom"
         page.write_text(vllm_lora_page(64))
         once = [sys.executable, "-m", "exporter", "--once", "--gpu", "off", "--engine", f"vllm=file://{page}"]
@@ -122,36 +123,29 @@ def run() -> list:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         base["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         env_ours = dict(base)
-        env_peer = {**base, "PYTHONPATH": str(old)}
-        sides = {"ours": (ROOT, env_ours), "peer": (old, env_peer)}
         _run(bare, ROOT, env_ours)
-        for cwd, env in sides.values():  # compile each tree's .pyc files once, outside the measurement
-            _run(once, cwd, env)
-        times: dict[str, list[float]] = {"python": [], "ours": [], "peer": []}
+        _run(once, ROOT, env_ours)  # compile the tree's .pyc files once, outside the measurement
+        times: dict[str, list[float]] = {"python": [], "ours": []}
         for _ in range(ROUNDS):
             times["python"].append(_run(bare, ROOT, env_ours))
-            for side, (cwd, env) in sides.items():
-                times[side].append(_run(once, cwd, env))
-        heavy = {side: _heavy_imports(once, cwd, env) for side, (cwd, env) in sides.items()}
+            times["ours"].append(_run(once, ROOT, env_ours))
+        names, count = _heavy_imports(once, ROOT, env_ours)
         pages_rows = _many_pages(Path(tmp), page.read_text(), env_ours)
 
     python = statistics.median(times["python"])
-    ours, peer = statistics.median(times["ours"]), statistics.median(times["peer"])
+    ours = statistics.median(times["ours"])
 
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:.0f} ms"
 
-    def imported(side: str) -> str:
-        names, count = heavy[side]
-        return f"{count} modules; " + (", ".join(f"`{n}`" for n in names) if names else "none of them")
-
+    imported = f"{count} modules; " + (", ".join(f"`{n}`" for n in names) if names else "none of them")
     return [
-        Row(SECTION, f"wall time, median of {ROUNDS} (`python -c pass`: {ms(python)})", ms(ours), ms(peer),
-            f"{peer / ours:.1f}x less", COMMAND),
+        Row(SECTION, f"wall time, median of {ROUNDS} (`python -c pass`: {ms(python)})", ms(ours),
+            _before(f"{BEFORE['wall']} ms"), f"{BEFORE['wall'] / 1000 / ours:.1f}x less", COMMAND),
         Row(SECTION, "beyond Python's own start-up (median minus `python -c pass`'s)", ms(ours - python),
-            ms(peer - python), f"{(peer - python) / (ours - python):.1f}x less", COMMAND),
+            _before(f"{BEFORE['beyond']} ms"), f"{BEFORE['beyond'] / 1000 / (ours - python):.1f}x less", COMMAND),
         Row(SECTION, f"fastest of {ROUNDS}, beyond Python's fastest", ms(min(times["ours"]) - min(times["python"])),
-            ms(min(times["peer"]) - min(times["python"])), "", COMMAND),
-        Row(SECTION, f"imports ({', '.join(HEAVY)})", imported("ours"), imported("peer"), "", COMMAND),
+            _before(f"{BEFORE['fastest']} ms"), "", COMMAND),
+        Row(SECTION, f"imports ({', '.join(HEAVY)})", imported, _before(BEFORE_IMPORTS), "", COMMAND),
         *pages_rows,
     ]
