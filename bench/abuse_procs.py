@@ -1,6 +1,6 @@
 """The processes of `python -m bench tap-abuse`: the upstream (bench.tap_stream_server's token stream, reading request
-bodies of any size in passing, run as `python -m bench.abuse_procs upstream`) and the tap under test, of this tree or
-of an earlier one; and the client's small helpers (its event loop, a streamed request, a percentile)."""
+bodies of any size in passing, run as `python -m bench.abuse_procs upstream`) and the tap under test, of this
+tree; and the client's small helpers (its event loop, a streamed request, a percentile)."""
 
 from __future__ import annotations
 
@@ -116,19 +116,13 @@ class Tap:
         return "?"
 
     def refusals(self) -> dict[str, float]:
-        """llm_tap_refusals_total by reason, from the tap's /metrics ({} when it has none: the old tap)."""
+        """llm_tap_refusals_total by reason, from the tap's /metrics ({} when it has none)."""
         return refusals(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
 
 @contextmanager
-def tap_process(upstream_port: int, old: Path | None = None, nofile_soft: int | None = None) -> Iterator[Tap]:
-    """A tap process, default settings. `old`: run the tree there instead of this one. `nofile_soft`:
-    start it with that open-file soft limit."""
-    env = dict(os.environ)
-    cwd = ROOT
-    if old is not None:
-        env["PYTHONPATH"] = str(old)  # and cwd: `python -m` puts the working directory first on sys.path
-        cwd = old
+def tap_process(upstream_port: int, nofile_soft: int | None = None) -> Iterator[Tap]:
+    """A tap process of this tree, default settings. `nofile_soft`: start it with that open-file soft limit."""
 
     def limit() -> None:
         if nofile_soft is not None:
@@ -137,7 +131,7 @@ def tap_process(upstream_port: int, old: Path | None = None, nofile_soft: int | 
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
          "--upstream", f"http://127.0.0.1:{upstream_port}"],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=limit,
     )
     ports: list[int] = []

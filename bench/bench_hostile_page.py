@@ -1,10 +1,11 @@
-"""A hostile engine page: one collection cycle of a vLLM page flooded with 250,000 junk series, this tree vs OLD_COMMIT.
+"""A hostile engine page: one collection cycle of a vLLM page flooded with 250,000 junk series, this tree vs OLD_COMMIT
+(as BEFORE records it: that tree is not run again).
 
 The page: the simulator's vLLM page with 64 LoRA adapters (`bench/lora_pages.py`), then 250,000 series of
 `vllm:num_requests_running` with made-up model names right after the page's own series of that family (about
 15 MB, under the 16 MiB page cap), as a runaway label would make them. Each exporter runs one cycle
 (`CollectionLoop.run_once`: read the page from a file:// target, parse, adapt, guard, render and gzip) in a
-process of its own (this file run as a script, with the tree to import first on sys.path), which reports
+process of its own (this file run as a script, with this tree first on sys.path), which reports
 its CPU time (`time.process_time`, every thread), peak RSS (VmHWM) before and after the cycle, the longest
 event-loop stall during the cycle (a task asking to wake every millisecond; a /metrics request would wait
 that long), whether the target stayed up, and how many of the real model's normalized families survived.
@@ -17,10 +18,8 @@ import json
 import subprocess
 import sys
 import tempfile
-from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-
-from bench.old_tree import old_tree as bench_old_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Hostile page: 250,000 junk series on a vLLM page"
@@ -28,6 +27,25 @@ COMMAND = "python -m bench hostile-page"
 OLD_COMMIT = "9090d4d"  # the exporter before the hostile-page limits (in its parser, collector and guard)
 JUNK_SERIES = 250_000
 ADAPTERS = 64
+RECORDED = "2026-12-01"  # when OLD_COMMIT's exporter last ran beside ours (BENCHMARKS.md, commit abf091b)
+
+
+@dataclass(frozen=True)
+class Before:
+    """OLD_COMMIT's exporter on the same pages, as last measured beside ours (RECORDED)."""
+
+    cpu_s: float = 6.79
+    hwm_mib: int = 499
+    stall_ms: float = 2268
+    real_families: int = 1
+    clean_families: int = 21
+    series: int = 20_000
+    clean_cpu_ms: float = 6.1
+    clean_hwm_mib: int = 40
+    clean_stall_ms: float = 2
+
+
+BEFORE = Before()
 
 NOTES = {
     SECTION: (
@@ -37,7 +55,8 @@ NOTES = {
         "10,000 samples of a family and counts the rest unparsed; the guard keeps every family's first series "
         "before any family's second; parse, adapt and guard run in a worker thread; start-up objects are frozen out "
         "of the garbage collector's view, as `serve` does once started). *Peer*: the exporter at "
-        f"{OLD_COMMIT} (`git archive`), same page, same defaults. Each in a process of its own that runs "
+        f"{OLD_COMMIT}, same page, same defaults, as recorded {RECORDED} when it last ran beside ours (not run "
+        "again). Each in a process of its own that runs "
         "`CollectionLoop.run_once` once on a file:// target: CPU is `time.process_time` (all threads), peak RSS "
         "is VmHWM after the cycle (the process's imports included; the clean page's row shows that baseline), the "
         "stall is the longest the event loop (which answers /metrics) was late for a 1 ms timer during the cycle."
@@ -47,7 +66,7 @@ NOTES = {
 
 # ------------------------------------------------------------------------------------------ the worker
 def worker(tree: str, page: str, real_model: str) -> dict:
-    """One cycle of the exporter in `tree` on the page at `page` (runs in its own process)."""
+    """One cycle of the exporter in `tree` (this one) on the page at `page` (runs in its own process)."""
     sys.path.insert(0, tree)
     import asyncio
     import time
@@ -82,12 +101,9 @@ def worker(tree: str, page: str, real_model: str) -> dict:
         async with aiohttp.ClientSession() as session:
             collector = Collector(config, session, None, "bench")
             loop = CollectionLoop(collector, TargetSet(targets), SnapshotHolder(), config.interval_s)
-            try:  # what `serve` does once started, where the tree does it
-                from exporter.cli import freeze_startup_objects
-            except ImportError:
-                pass
-            else:
-                freeze_startup_objects()
+            from exporter.cli import freeze_startup_objects
+
+            freeze_startup_objects()  # what `serve` does once started
             hwm_before = status_kib("VmHWM")
             tick = asyncio.create_task(ticker())
             await asyncio.sleep(0.01)
@@ -118,19 +134,19 @@ def flooded(page: str, junk: int) -> str:
     return page[:end] + flood + page[end:]
 
 
-def old_tree() -> AbstractContextManager[Path]:
-    """The packages at OLD_COMMIT, in a temporary directory."""
-    return bench_old_tree(OLD_COMMIT, "bench-hostile-old-")
-
-
-def measure(tree: Path, page: Path, real_model: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, str(tree), str(page), real_model], cwd=tree,
+def measure(page: Path, real_model: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, str(ROOT), str(page), real_model], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
 
 
 def mib(kib: int) -> str:
     return f"{kib / 1024:.0f} MiB"
+
+
+def before(text: str) -> str:
+    """A peer cell: OLD_COMMIT's recorded figure, said to be one."""
+    return f"{text} (before, {OLD_COMMIT}, recorded {RECORDED})"
 
 
 def ratio(ours: float, peer: float) -> str:
@@ -145,40 +161,33 @@ def run() -> list:
 
     page = vllm_lora_page(ADAPTERS)
     real_model = page.split('vllm:num_requests_running{engine="0",model_name="', 1)[1].split('"', 1)[0]
-    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp, old_tree() as old:
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
         clean_path, flood_path = Path(tmp) / "clean.prom", Path(tmp) / "flood.prom"
         clean_path.write_text(page)
         flood_text = flooded(page, JUNK_SERIES)
         flood_path.write_text(flood_text)
-        results = {
-            (side, kind): measure(tree, path, real_model)
-            for side, tree in (("ours", ROOT), ("peer", old))
-            for kind, path in (("clean", clean_path), ("flood", flood_path))
-        }
+        ours_clean, ours = measure(clean_path, real_model), measure(flood_path, real_model)
     size = f"{len(flood_text.encode()) / 1e6:.1f} MB"
-    ours, peer = results["ours", "flood"], results["peer", "flood"]
-    ours_clean, peer_clean = results["ours", "clean"], results["peer", "clean"]
-
-    def families(r: dict, clean: dict) -> str:
-        return f"{len(r['real_families'])} of {len(clean['real_families'])}, target_up {int(r['up'])}"
+    old = BEFORE
+    families = f"{len(ours['real_families'])} of {len(ours_clean['real_families'])}, target_up {int(ours['up'])}"
 
     return [
         Row(SECTION, f"CPU time of the cycle ({size} page; process_time, all threads)",
-            f"{ours['cpu_s']:.2f} s", f"{peer['cpu_s']:.2f} s", ratio(ours["cpu_s"], peer["cpu_s"]), COMMAND),
+            f"{ours['cpu_s']:.2f} s", before(f"{old.cpu_s:.2f} s"), ratio(ours["cpu_s"], old.cpu_s), COMMAND),
         Row(SECTION, "peak RSS (VmHWM) after the cycle",
-            mib(ours["hwm_kib"]), mib(peer["hwm_kib"]), ratio(ours["hwm_kib"], peer["hwm_kib"]), COMMAND),
+            mib(ours["hwm_kib"]), before(f"{old.hwm_mib} MiB"), ratio(ours["hwm_kib"], old.hwm_mib * 1024), COMMAND),
         Row(SECTION, "longest event-loop stall during the cycle (how long /metrics would wait)",
-            f"{ours['stall_s'] * 1000:.0f} ms", f"{peer['stall_s'] * 1000:.0f} ms",
-            ratio(ours["stall_s"], peer["stall_s"]), COMMAND),
+            f"{ours['stall_s'] * 1000:.0f} ms", before(f"{old.stall_ms:.0f} ms"),
+            ratio(ours["stall_s"] * 1000, old.stall_ms), COMMAND),
         Row(SECTION, "the real model's normalized families kept (of those on the clean page)",
-            families(ours, ours_clean), families(peer, peer_clean),
-            f"{len(ours['real_families'])} vs {len(peer['real_families'])}", COMMAND),
+            families, before(f"{old.real_families} of {old.clean_families}, target_up 1"),
+            f"{len(ours['real_families'])} vs {old.real_families}", COMMAND),
         Row(SECTION, "engine series out (cap: max_series_per_target = 20,000)",
-            f"{ours['series']:,}", f"{peer['series']:,}", ratio(ours["series"], peer["series"]), COMMAND),
+            f"{ours['series']:,}", before(f"{old.series:,}"), ratio(ours["series"], old.series), COMMAND),
         Row(SECTION, f"the same page without the junk ({len(page.encode()) / 1e3:.0f} kB): CPU, peak RSS, stall",
             f"{ours_clean['cpu_s'] * 1000:.1f} ms, {mib(ours_clean['hwm_kib'])}, {ours_clean['stall_s'] * 1000:.0f} ms",
-            f"{peer_clean['cpu_s'] * 1000:.1f} ms, {mib(peer_clean['hwm_kib'])}, {peer_clean['stall_s'] * 1000:.0f} ms",
-            ratio(ours_clean["cpu_s"], peer_clean["cpu_s"]), COMMAND),
+            before(f"{old.clean_cpu_ms:.1f} ms, {old.clean_hwm_mib} MiB, {old.clean_stall_ms:.0f} ms"),
+            ratio(ours_clean["cpu_s"] * 1000, old.clean_cpu_ms), COMMAND),
     ]
 
 

@@ -4,14 +4,14 @@ Every scenario runs the tap as a real process (`python -m exporter.tap`, default
 row says otherwise) in front of an engine stand-in that streams SSE token chunks at a steady pace,
 each carrying its write time (bench.tap_stream_server's chunks; the upstream of bench.abuse_procs reads
 request bodies of any size without copying them). Ours = the tap of this tree; peer = the tap at
-OLD_COMMIT, the commit before the abuse limits (extracted with `git archive` into a temporary
-directory and run from there), under the same load in the same run.
+OLD_COMMIT, the commit before the abuse limits, under the same load: its figures as BEFORE records them
+(measured when that tree still ran beside ours; it is not run again).
 
 1. Slowloris: TRICKLERS connections each send a request head one byte every 0.5-1 s (the head never
    ends) and reconnect whenever the tap closes them, while LEGIT_REQUESTS legitimate streamed requests
    start at an even pace over LEGIT_SPREAD_S, each on a new connection, each given LEGIT_TIMEOUT_S to
-   arrive whole (status 200, every token, `[DONE]`, the chunked end). The old tap runs with an
-   open-file soft limit of 1,024 (the issue's reproduction); the new one with its defaults and, again,
+   arrive whole (status 200, every token, `[DONE]`, the chunked end). The old tap ran with an
+   open-file soft limit of 1,024 (the issue's reproduction); the new one runs with its defaults and, again,
    with that 1,024 soft limit (it raises the limit to the hard limit itself).
 2. 1-byte chunks: STREAMS keep-alive streams are relayed (a chunk every INTERVAL_MS each), and
    CONTROL_STREAMS go straight to the upstream (a stall of the whole machine shows on them). ROUNDS
@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.abuse_procs import Tap, client_runner, pct, raise_own_fd_limit, stream_request, tap_process, upstream
-from bench.old_tree import old_tree
 from bench.report import Row
 from bench.slowloris import Fleet, read_chunked
 from bench.stream_client import KeepAliveStream
@@ -52,6 +51,7 @@ SECTION = "Tap under abuse"
 COMMAND = "python -m bench tap-abuse"
 OLD_COMMIT = "9090d4d"  # the tap before the abuse limits (connection cap, head deadline, sliced decoding, body cap)
 OLD_NOFILE = 1024  # the issue's reproduction: the tap's open-file soft limit
+RECORDED = "2026-12-01"  # when OLD_COMMIT's tap last ran beside ours (BENCHMARKS.md, commit 216f26f)
 
 INTERVAL_MS = 100.0  # upstream: between two chunks of one stream
 FIRST_MS = 20.0  # upstream: before the first token
@@ -81,6 +81,36 @@ BIG_BODY_BYTES = 31 * 1024 * 1024  # under the tap's default --max-body-bytes (3
 RSS_TARGET_MB = 400
 
 NOTES: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Before:
+    """The tap at OLD_COMMIT under the same three scenarios, as last measured beside ours (RECORDED): each
+    peer cell's text, and the figures a ratio is taken against."""
+
+    slowloris_completed: str = "88/300 (29.3%) (failed: 212 status 502 (upstream unreachable))"
+    slowloris_ok: int = 88
+    slowloris_times: str = "0.93 / 0.93"
+    slowloris_got: str = "no answer (held open); 0 reconnections; no such metric; 1,023 of 1024"
+    added_p99_ms: float = 2573.5
+    rises: str = "2,613.5, 2,573.5, 2,575.4, 2,573.5, 1,348.7"
+    control_p99s: str = "0.2, 0.3, 0.4, 0.4, 0.3"
+    others: str = "0, -0, 0, 0, 0"
+    base_p99_ms: float = 2.7
+    up_p99_ms: float = 2592.4
+    up_p50_worst: str = "1,782.0 / 2,619.8"
+    uploaded_cpu: str = "19 MB; 18.4 s"
+    hwm_bytes: int = 1_056_000_000
+    rss_before_bytes: int = 43_000_000
+    memory_answers: str = "16 x 200"
+
+
+BEFORE = Before()
+
+
+def _before(text: str) -> str:
+    """A peer cell: OLD_COMMIT's recorded figure, said to be one."""
+    return f"{text} (before, {OLD_COMMIT}, recorded {RECORDED})"
 
 
 # ----------------------------------------------------------------------------------------
@@ -157,10 +187,10 @@ async def _slowloris_run(tap: Tap) -> SlowlorisResult:
                            time.monotonic() - t0)
 
 
-def slowloris(upstream_port: int, old: Path | None, nofile_soft: int | None) -> SlowlorisResult:
-    with tap_process(upstream_port, old, nofile_soft) as tap, client_runner() as runner:
+def slowloris(upstream_port: int, nofile_soft: int | None) -> SlowlorisResult:
+    with tap_process(upstream_port, nofile_soft) as tap, client_runner() as runner:
         r = runner.run(_slowloris_run(tap))
-    print(f"  slowloris {'old' if old else 'new'} nofile={nofile_soft}: {r.completed()} ok, failures {dict(r.failures)}, "
+    print(f"  slowloris nofile={nofile_soft}: {r.completed()} ok, failures {dict(r.failures)}, "
           f"trickle answers {dict(r.fleet.answers)}, reopened {r.fleet.opened - TRICKLERS}, refusals {r.refusals}, "
           f"tap fds peak {r.tap_fds_peak} (limit {r.nofile}), {r.wall_s:.1f} s",
           file=sys.stderr, flush=True)
@@ -340,10 +370,10 @@ async def _chunks_run(tap: Tap, upstream: tuple[int, int]) -> ChunksResult:
     )
 
 
-def one_byte_chunks(upstream: tuple[int, int], old: Path | None) -> ChunksResult:
-    with tap_process(upstream[0], old) as tap, client_runner() as runner:
+def one_byte_chunks(upstream: tuple[int, int]) -> ChunksResult:
+    with tap_process(upstream[0]) as tap, client_runner() as runner:
         r = runner.run(_chunks_run(tap, upstream))
-    print(f"  1-byte chunks {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
+    print(f"  1-byte chunks: {r}", file=sys.stderr, flush=True)
     return r
 
 
@@ -420,10 +450,10 @@ async def _memory_run(tap: Tap) -> MemoryResult:
     return MemoryResult(before, peak[0], tap.status("VmHWM"), collections.Counter(statuses), wall)
 
 
-def memory(upstream_port: int, old: Path | None) -> MemoryResult:
-    with tap_process(upstream_port, old) as tap, client_runner() as runner:
+def memory(upstream_port: int) -> MemoryResult:
+    with tap_process(upstream_port) as tap, client_runner() as runner:
         r = runner.run(_memory_run(tap))
-    print(f"  memory {'old' if old else 'new'}: {r}", file=sys.stderr, flush=True)
+    print(f"  memory: {r}", file=sys.stderr, flush=True)
     return r
 
 
@@ -453,80 +483,77 @@ def _met(ok: bool) -> str:
 def run() -> list[Row]:
     raise_own_fd_limit(TRICKLERS + LEGIT_REQUESTS + 200)
     t0 = time.monotonic()
-    with upstream(INTERVAL_MS, FIRST_MS) as (up, up_pid), old_tree(OLD_COMMIT, "bench-tap-old-") as old:
-        sl_new = slowloris(up, None, None)
-        sl_new_1024 = slowloris(up, None, OLD_NOFILE)
-        sl_old = slowloris(up, old, OLD_NOFILE)
-        ch_new = one_byte_chunks((up, up_pid), None)
-        ch_old = one_byte_chunks((up, up_pid), old)
-        mem_new = memory(up, None)
-        mem_old = memory(up, old)
+    with upstream(INTERVAL_MS, FIRST_MS) as (up, up_pid):
+        sl_new = slowloris(up, None)
+        sl_new_1024 = slowloris(up, OLD_NOFILE)
+        ch_new = one_byte_chunks((up, up_pid))
+        mem_new = memory(up)
     wall = time.monotonic() - t0
-    rows = _slowloris_rows(sl_new, sl_new_1024, sl_old) + _chunk_rows(ch_new, ch_old) + _memory_rows(mem_new, mem_old)
+    rows = _slowloris_rows(sl_new, sl_new_1024) + _chunk_rows(ch_new) + _memory_rows(mem_new)
     NOTES[SECTION] = _notes(ch_new, wall)
     return rows
 
 
-def _slowloris_rows(sl_new: SlowlorisResult, sl_new_1024: SlowlorisResult, sl_old: SlowlorisResult) -> list[Row]:
+def _slowloris_rows(sl_new: SlowlorisResult, sl_new_1024: SlowlorisResult) -> list[Row]:
     need = -(-LEGIT_REQUESTS * 99 // 100)
     return [
         Row(SECTION, f"slowloris: legitimate streams arrived whole, {TRICKLERS:,} trickling connections (target at least "
             f"99%: {need} of {LEGIT_REQUESTS}); ours with default settings, peer with a {OLD_NOFILE:,}-fd soft limit",
-            sl_new.completed() + _failures(sl_new), sl_old.completed() + _failures(sl_old),
+            sl_new.completed() + _failures(sl_new), _before(BEFORE.slowloris_completed),
             f"target {_met(sl_new.ok >= need)}", COMMAND),
         Row(SECTION, f"slowloris: the same, both started with a {OLD_NOFILE:,}-fd soft limit (ours raises it to the hard "
             f"limit, {sl_new_1024.nofile}, and had {sl_new_1024.tap_fds_peak:,} descriptors open at peak)",
-            sl_new_1024.completed() + _failures(sl_new_1024), sl_old.completed() + _failures(sl_old),
+            sl_new_1024.completed() + _failures(sl_new_1024), _before(BEFORE.slowloris_completed),
             f"target {_met(sl_new_1024.ok >= need)}", COMMAND),
         Row(SECTION, "slowloris: legitimate stream's whole time p50 / p99, the completed ones (s; the stream itself "
             f"takes {(FIRST_MS + (LEGIT_TOKENS - 1) * INTERVAL_MS) / 1000:.2f})",
             f"{pct(sl_new.ok_seconds, 0.5):.2f} / {pct(sl_new.ok_seconds, 0.99):.2f}",
-            f"{pct(sl_old.ok_seconds, 0.5):.2f} / {pct(sl_old.ok_seconds, 0.99):.2f}" if sl_old.ok else "none completed",
+            _before(BEFORE.slowloris_times),
             "n/a", COMMAND),
         Row(SECTION, "slowloris: what the trickling connections got (answers; reconnections; the tap's own count); "
             "the tap's open descriptors at peak",
             f"{_statuses(sl_new.fleet.answers)}; {sl_new.fleet.opened - TRICKLERS:,} reconnections; "
             f"llm_tap_refusals_total{{reason=\"head_timeout\"}} {sl_new.refusals.get('head_timeout', 0):,.0f}; "
             f"{sl_new.tap_fds_peak:,} of {sl_new.nofile}",
-            f"{_statuses(sl_old.fleet.answers) or 'no answer (held open)'}; {sl_old.fleet.opened - TRICKLERS:,} "
-            f"reconnections; no such metric; {sl_old.tap_fds_peak:,} of {sl_old.nofile}",
+            _before(BEFORE.slowloris_got),
             "n/a", COMMAND),
     ]
 
 
-def _chunk_rows(ch_new: ChunksResult, ch_old: ChunksResult) -> list[Row]:
+def _chunk_rows(ch_new: ChunksResult) -> list[Row]:
     return [
         Row(SECTION, f"1-byte chunks: the upload's rise of the {STREAMS} relayed streams' per-chunk delay p99, median "
             f"of {ROUNDS} rounds (target under 50 ms; each round's rise in brackets)",
-            f"{ch_new.added_p99:.1f} ms ({_list(ch_new.rises)})", f"{ch_old.added_p99:,.1f} ms ({_list(ch_old.rises)})",
+            f"{ch_new.added_p99:.1f} ms ({_list(ch_new.rises)})", _before(f"{BEFORE.added_p99_ms:,.1f} ms ({BEFORE.rises})"),
             f"target {_met(ch_new.added_p99 < 50)}", COMMAND),
         Row(SECTION, f"1-byte chunks, control: per-chunk delay p99 of {CONTROL_STREAMS} streams straight to the upstream "
             "(no tap) during each round's upload window (ms; a stall of the whole machine shows here too)",
-            _list(ch_new.control_p99s), _list(ch_old.control_p99s), "n/a", COMMAND),
+            _list(ch_new.control_p99s), _before(BEFORE.control_p99s), "n/a", COMMAND),
         Row(SECTION, f"1-byte chunks: share of the machine's {os.cpu_count()} cores that other processes (the "
             "neighbours on the shared machine) used during each round's upload window (%)",
-            _list(ch_new.others, 0), _list(ch_old.others, 0), "n/a", COMMAND),
+            _list(ch_new.others, 0), _before(BEFORE.others), "n/a", COMMAND),
         Row(SECTION, f"1-byte chunks: per-chunk delay p99, streams alone / during the upload, all {ROUNDS} rounds pooled "
             f"(ms)",
-            f"{ch_new.base_p99:.1f} / {ch_new.up_p99:.1f}", f"{ch_old.base_p99:.1f} / {ch_old.up_p99:,.1f}",
-            f"{ch_old.up_p99 / ch_new.up_p99:,.0f}x less during the upload", COMMAND),
+            f"{ch_new.base_p99:.1f} / {ch_new.up_p99:.1f}", _before(f"{BEFORE.base_p99_ms:.1f} / {BEFORE.up_p99_ms:,.1f}"),
+            f"{BEFORE.up_p99_ms / ch_new.up_p99:,.0f}x less during the upload", COMMAND),
         Row(SECTION, "1-byte chunks: per-chunk delay during the upload, p50 / worst (ms)",
-            f"{ch_new.up_p50:.1f} / {ch_new.up_max:,.1f}", f"{ch_old.up_p50:,.1f} / {ch_old.up_max:,.1f}", "n/a", COMMAND),
+            f"{ch_new.up_p50:.1f} / {ch_new.up_max:,.1f}", _before(BEFORE.up_p50_worst), "n/a", COMMAND),
         Row(SECTION, f"1-byte chunks: body bytes the uploads wrote in {ROUNDS} windows of {UPLOAD_WINDOW_S:g} s (socket "
             f"buffers included; 6 wire bytes each); the tap's CPU seconds from each upload's start until the streams "
             f"caught up",
-            f"{_mb(ch_new.uploaded)}; {ch_new.cpu_s:.1f} s", f"{_mb(ch_old.uploaded)}; {ch_old.cpu_s:.1f} s", "n/a",
+            f"{_mb(ch_new.uploaded)}; {ch_new.cpu_s:.1f} s", _before(BEFORE.uploaded_cpu), "n/a",
             COMMAND),
     ]
 
 
-def _memory_rows(mem_new: MemoryResult, mem_old: MemoryResult) -> list[Row]:
+def _memory_rows(mem_new: MemoryResult) -> list[Row]:
     return [
         Row(SECTION, f"memory: the tap's peak RSS (VmHWM), {BIG_UPLOADS} concurrent uploads of "
             f"{BIG_BODY_BYTES / 2**20:g} MiB (target under {RSS_TARGET_MB} MB)",
-            f"{_mb(mem_new.hwm)} (before: {_mb(mem_new.rss_before)})", f"{_mb(mem_old.hwm)} (before: {_mb(mem_old.rss_before)})",
-            f"{mem_old.hwm / mem_new.hwm:.1f}x less; target {_met(mem_new.hwm < RSS_TARGET_MB * 1e6)}", COMMAND),
-        Row(SECTION, "memory: the uploads' answers", _statuses(mem_new.statuses), _statuses(mem_old.statuses), "n/a",
+            f"{_mb(mem_new.hwm)} (before: {_mb(mem_new.rss_before)})",
+            _before(f"{_mb(BEFORE.hwm_bytes)} (before: {_mb(BEFORE.rss_before_bytes)})"),
+            f"{BEFORE.hwm_bytes / mem_new.hwm:.1f}x less; target {_met(mem_new.hwm < RSS_TARGET_MB * 1e6)}", COMMAND),
+        Row(SECTION, "memory: the uploads' answers", _statuses(mem_new.statuses), _before(BEFORE.memory_answers), "n/a",
             COMMAND),
     ]
 
@@ -535,7 +562,8 @@ def _notes(ch_new: ChunksResult, wall: float) -> str:
     full_s = UPLOAD_BODY_BYTES / max(1.0, ch_new.uploaded / (ROUNDS * UPLOAD_WINDOW_S))
     return (
         f"Ours = the tap of this tree, peer = the tap at {OLD_COMMIT} (before the connection cap, the head deadline, "
-        f"sliced chunked-body decoding and the body-memory cap), each a `python -m exporter.tap` process with default "
+        f"sliced chunked-body decoding and the body-memory cap; its figures as recorded {RECORDED}, when it last ran "
+        f"beside ours under the same load: that tree is not run again), each a `python -m exporter.tap` process with default "
         f"settings unless a row says otherwise, in front of an upstream streaming a token chunk every "
         f"{INTERVAL_MS:g} ms (after {FIRST_MS:g} ms). *Slowloris*: {TRICKLERS:,} connections each send a never-ending "
         f"request head one byte every {TRICKLE_GAP_S[0]:g}-{TRICKLE_GAP_S[1]:g} s and reconnect when closed; "

@@ -13,8 +13,9 @@ order, ROUNDS each, and each figure is the median over a path's turns:
 
 Scheduling: the measured processes (client, upstream, every thread of the tap) ahead of the machine's other work
 (bench.scheduling: SCHED_FIFO where permitted), as bench_tap does; the tap's page reader as the tap starts it (10 below the tap's nice,
-exporter.tap.page_child); the `before` path's gate parses in a thread of the tap itself. At the end of each turn the gate's llm_tap_admission_engine_readable says whether it
-was still reading the page.
+exporter.tap.page_child). At the end of each turn the gate's llm_tap_admission_engine_readable says whether it
+was still reading the page. The tap at OLD_COMMIT (its gate parsed in a thread of the tap itself) is not run
+again: its figures with the 8 MiB page, as last measured beside these paths, are BEFORE.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTION = "Goodput tap: relaying while the admission gate reads an 8 MiB engine page"
 COMMAND = "python -m bench tap-admission-page"
 OLD_COMMIT = "eb0b78e"  # the gate that parsed the page in a thread of the tap (asyncio.to_thread)
+# OLD_COMMIT's tap with the 8 MiB page, recorded 2026-12-02 (BENCHMARKS.md, commit 7a4244e): each figure and its
+# ratio to that run's "no page" path; then whether its gate still read the engine.
+BEFORE = {"chunk_p50_ms": "1.08 ms, 5.49x", "chunk_p99_ms": "16.34 ms, 17.08x", "chunks_per_s": "12774 chunks/s, 0.73x"}
+BEFORE_READ = "gate reading at the end of 4 of 4 turns"
+RECORDED = "2026-12-02"
 ADAPTERS = 64
 PAGE_BYTES = 8 << 20  # exporter.tap.gate_poller.MAX_PAGE_BYTES: the largest page the gate reads
 STREAMS = 64
@@ -52,7 +58,7 @@ START_S = 2.0  # after the tap listens: its first polls, the page reader's start
 MEASURE_S = 3.0
 HUNG: list[str] = []  # taps that did not exit on SIGTERM (killed), said in the rows
 SCHEDULING = ["default scheduling"]  # how the measured processes were put ahead of the machine's other work
-PATHS = ("8 MiB page", "no page", "8 MiB page, before")
+PATHS = ("8 MiB page", "no page")
 
 NOTES = {
     SECTION: (
@@ -66,7 +72,8 @@ NOTES = {
         f"measured; the paths in rotating turns, {ROUNDS} each, the median over a path's turns. The client, upstream "
         "and every thread of the tap ahead of the shared 2-core machine's other work (SCHED_FIFO, as `python -m bench "
         "tap`); the tap's page reader as the tap starts it (nice 10, and reading pages for at most a fifth of a core). "
-        f"*Before*: the tap at {OLD_COMMIT} (the page fetched on the loop, parsed in a thread of the tap)."
+        f"*Before*: the tap at {OLD_COMMIT} (the page fetched on the loop, parsed in a thread of the tap), as "
+        f"recorded {RECORDED} when it last ran beside these paths (not run again)."
     ),
 }
 
@@ -125,12 +132,12 @@ def upstream(page: Path) -> AbstractContextManager[tuple[int, int]]:
 
 
 @contextmanager
-def tap(upstream_port: int, tree: Path) -> Iterator[tuple[int, str, int]]:
-    """The tap of `tree` with --admission: (proxy port, metrics URL, pid)."""
+def tap(upstream_port: int) -> Iterator[tuple[int, str, int]]:
+    """The tap of this tree with --admission: (proxy port, metrics URL, pid)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter.tap", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
          "--upstream", f"http://127.0.0.1:{upstream_port}", "--admission"],
-        cwd=tree, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         m = bt.listening(proc, "the tap")
         threading_drain(proc)
@@ -140,8 +147,8 @@ def tap(upstream_port: int, tree: Path) -> Iterator[tuple[int, str, int]]:
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            HUNG.append(str(tree))
-            print(f"  the tap of {tree} did not exit 15 s after SIGTERM (killed)", file=sys.stderr, flush=True)
+            HUNG.append(str(proc.pid))
+            print(f"  the tap (pid {proc.pid}) did not exit 15 s after SIGTERM (killed)", file=sys.stderr, flush=True)
             proc.kill()
             proc.wait()
 
@@ -208,13 +215,13 @@ def readable(metrics_url: str) -> bool:
 
 
 def threads(pid: int) -> list[int]:
-    """Every thread of the process (the `before` tap parses in one of its own): each is put ahead, not only the main."""
+    """Every thread of the process: each is put ahead, not only the main."""
     return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
 
 
-def turn(page: Path, tree: Path) -> Turn:
-    """One path's turn: a fresh upstream serving `page` and a fresh tap of `tree` in front of it."""
-    with upstream(page) as (up_port, up_pid), tap(up_port, tree) as (port, metrics_url, tap_pid):
+def turn(page: Path) -> Turn:
+    """One path's turn: a fresh upstream serving `page` and a fresh tap of this tree in front of it."""
+    with upstream(page) as (up_port, up_pid), tap(up_port) as (port, metrics_url, tap_pid):
         time.sleep(START_S)
         with ahead_of_neighbours([up_pid, *threads(tap_pid)]) as how:
             SCHEDULING[0] = how
@@ -224,11 +231,11 @@ def turn(page: Path, tree: Path) -> Turn:
         return Turn(bt._pct(samples.delay_ns, 0.5), bt._pct(samples.delay_ns, 0.99), rate, readable(metrics_url))
 
 
-def measure(page_of: dict[str, Path], tree_of: dict[str, Path]) -> dict[str, list[Turn]]:
+def measure(page_of: dict[str, Path]) -> dict[str, list[Turn]]:
     turns: dict[str, list[Turn]] = {p: [] for p in PATHS}
     for r in range(ROUNDS):
         for path in PATHS[r % len(PATHS):] + PATHS[:r % len(PATHS)]:
-            t = turn(page_of[path], tree_of[path])
+            t = turn(page_of[path])
             print(f"  round {r} {path}: {t}", file=sys.stderr, flush=True)
             turns[path].append(t)
     return turns
@@ -241,7 +248,7 @@ def median(turns: list[Turn], attr: str) -> float:
 def rows(turns: dict[str, list[Turn]]) -> list:
     from bench.report import Row
 
-    big, none, before = turns["8 MiB page"], turns["no page"], turns["8 MiB page, before"]
+    big, none = turns["8 MiB page"], turns["no page"]
 
     def times(attr: str, ours: list[Turn], peer: list[Turn]) -> str:
         return f"{median(ours, attr) / median(peer, attr):.2f}x"
@@ -255,25 +262,19 @@ def rows(turns: dict[str, list[Turn]]) -> list:
                              ("chunks_per_s", "throughput: chunks relayed per second", "/s")):
         fmt = "{:.0f} chunks/s" if unit == "/s" else "{:.2f} ms"
         out.append(Row(SECTION, f"{what} ({STREAMS if unit == 'ms' else THROUGHPUT_STREAMS} streams); before "
-                                f"({OLD_COMMIT}) with the 8 MiB page: {fmt.format(median(before, attr))}, "
-                                f"{times(attr, before, none)} no page",
+                                f"({OLD_COMMIT}, recorded {RECORDED}) with the 8 MiB page: {BEFORE[attr]} no page",
                        fmt.format(median(big, attr)), fmt.format(median(none, attr)), times(attr, big, none), COMMAND))
     hung = f"; {len(HUNG)} taps did not exit within 15 s of SIGTERM (killed)" if HUNG else ""
     out.append(Row(SECTION, f"the gate still reading the engine (llm_tap_admission_engine_readable 1); "
                             f"measured at {SCHEDULING[0]}{hung}",
-                   read(big), read(none), f"before: {read(before)}", COMMAND))
+                   read(big), read(none), f"before ({OLD_COMMIT}, recorded {RECORDED}): {BEFORE_READ}", COMMAND))
     return out
 
 
 def run() -> list:
-    from bench.old_tree import old_tree
-
-    with tempfile.TemporaryDirectory(prefix="bench-admission-page-") as tmp, \
-            old_tree(OLD_COMMIT, "bench-admission-page-old-") as old:
+    with tempfile.TemporaryDirectory(prefix="bench-admission-page-") as tmp:
         made = pages(Path(tmp))
-        page_of = {"8 MiB page": made["flood"], "no page": made["clean"], "8 MiB page, before": made["flood"]}
-        tree_of = {"8 MiB page": ROOT, "no page": ROOT, "8 MiB page, before": old}
-        return rows(measure(page_of, tree_of))
+        return rows(measure({"8 MiB page": made["flood"], "no page": made["clean"]}))
 
 
 if __name__ == "__main__":
