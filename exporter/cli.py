@@ -6,7 +6,6 @@ import argparse
 import gc
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -277,6 +276,7 @@ def freeze_startup_objects() -> None:
 
 async def serve(config: ExporterConfig) -> int:
     import asyncio
+    import signal
 
     from exporter.server import start_server
     from exporter.snapshot import CollectionLoop, SnapshotHolder
