@@ -103,7 +103,7 @@ def _fork(catalog: Catalog, steps: Sequence[Step], parallel: bool | None, scratc
         parallel = len(catalog.slos) >= PARALLEL_MIN_SLOS and (os.cpu_count() or 1) > 1
     forked: dict[int, _Forked] = {}
     for i, step in enumerate(steps):
-        if parallel and step.forkable:
+        if parallel and step.forkable and (not step.fork_max_slos or len(catalog.slos) <= step.fork_max_slos):
             try:
                 forked[i] = _Forked(step, catalog, scratch)
             except OSError:

@@ -170,3 +170,18 @@ def test_a_parallel_build_raises_the_error_one_process_raises(workdir):
         with pytest.raises(b.SpecErrors, match="dashboards broke"):  # an earlier step's error comes first
             b.build(b.BuildOptions(), [rules, Step("later", later_fails), Step("tests", tests_fail, forkable=True)],
                     parallel=parallel)
+
+
+def test_a_step_forks_only_up_to_its_fork_max_slos(tmp_path):
+    """A forkable step with `fork_max_slos` below the catalog's SLOs runs in this process (its memory beside the
+    build's would take a large build over budget); at or above, in a child. Same files either way."""
+    from bench.bench_slogen import write_specs
+
+    options = b.BuildOptions(inputs=(str(write_specs(tmp_path, 20)),))
+
+    def where(catalog):
+        return Produced({"pid.txt": str(os.getpid())})
+
+    for limit, forked in ((19, False), (20, True), (0, True)):
+        built = b.build(options, [Step("where", where, forkable=True, fork_max_slos=limit)], parallel=True)
+        assert (built.files["pid.txt"] != str(os.getpid())) is forked, limit
