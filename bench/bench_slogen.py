@@ -68,9 +68,9 @@ NOTE = (
     "and engine sources, Sloth events and raw SLIs, alerts on. Class-heavy: each service's 10 SLOs are TTFT, TPOT "
     "and e2e latency, goodput and Sloth events SLIs of its own tap class, 100 classes. Full: `slogen build` with "
     "every output (rules, promtool tests, dashboards, runbooks, KEDA/HPA, deploy) and its `promtool check rules`. "
-    "Rules: `slogen generate`. From 100 SLOs on, the promtool tests and the dashboards are made in forked children "
-    "while the build makes the rest (slogen/build.py, PARALLEL_MIN_SLOS), and promtool checks each step's rule files "
-    "as soon as the step is done (slogen/promtoolcheck.py). Every row but the warm one is a first build: promtool "
+    "Rules: `slogen generate`. From 100 SLOs on, the promtool tests and (up to 5,000 SLOs) the dashboards are made "
+    "in forked children while the build makes the rest (slogen/build.py, PARALLEL_MIN_SLOS), and promtool checks "
+    "each step's rule files as soon as the step is done (slogen/promtoolcheck.py). Every row but the warm one is a first build: promtool "
     "checks every rule file (its cache of accepted files, slogen/checkcache.py, empty). The machine's two cores are "
     "shared: CPU time is the steadier figure."
 )
