@@ -317,6 +317,8 @@ TAP_METRICS = (
     TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS,
     TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE, TAP_CONFIG_INFO, TAP_CONFIG_RELOAD_FAILURES,
 )
+# The OpenTelemetry GenAI (gen_ai_*) names, labels and bucket edges (the tap's --genai-names, a gateway SLI
+# source reading Envoy AI Gateway): llmslo/genai.py, one place for both.
 
 # --------------------------------------------------------------------------------------
 # GPU metrics (NVML collector; labels: GPU_IDENTITY_LABELS [+ MIG labels])
