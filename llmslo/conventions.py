@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmslo.engine_names import LLAMACPP as LLAMACPP  # the engines' own names, re-exported
+from llmslo.engine_names import VLLM as VLLM
+
 PREFIX = "llm_"
 
 # --------------------------------------------------------------------------------------
@@ -69,6 +72,9 @@ GPU_IDENTITY_LABELS = (LABEL_GPU, LABEL_UUID, LABEL_MODEL_NAME, LABEL_PCI_BUS_ID
 # The container that holds a GPU or MIG instance (the kubelet's pod-resources API), as dcgm-exporter labels it;
 # empty when no container holds it or the kubelet cannot be read. LABEL_POD and LABEL_NAMESPACE name its pod.
 LABEL_CONTAINER = "container"
+# The node pool an exporter's node belongs to (its --node-pool, set per pool by the install: EXPORTER_NODE_POOL_INFO),
+# joined to the GPU series on LABEL_HOSTNAME; not LABEL_KV_POOL ("pool", a hybrid model's KV pool).
+LABEL_NODE_POOL = "node_pool"
 
 # The exporter's build (llmslo_build_info, as Prometheus exporters' <name>_build_info).
 LABEL_VERSION = "version"
@@ -262,13 +268,40 @@ FRONTEND_TTFT = _m(
     "Time to first response of the model clients call (Triton ensemble or BLS): engine TTFT plus pre/postprocessing.",
     unit="seconds",
 )
+# The engines' newest signals (vLLM 0.34 v1/metrics/loggers.py and v1/spec_decode/metrics.py, SGLang 0.5.23
+# observability/metrics_collector.py). A label value a page writes is one of the listed values, else OTHER.
+OTHER = "other"
+WAITING_REASONS = ("capacity", "deferred")  # room in the batch | held back (a LoRA slot, a KV transfer, a grammar)
+LABEL_SOURCE, PROMPT_SOURCES = "source", ("computed", "local_cache", "external_transfer")  # where a prompt's KV came from
+LABEL_CACHE_TIER, CACHE_TIERS = "tier", ("device", "host", "disk", "p2p", "storage", "external")
+LABEL_POSITION, SPEC_POSITIONS = "position", 16  # draft positions kept apart; later ones are summed under OTHER
+# The engine refused a request for its own capacity (LLMEngineRefusingRequests): vLLM's queue caps (OTHER: a vLLM cap
+# this exporter does not know yet), TGI's overloaded (429), Triton's REJECTED, trtllm-serve's 429 and 503.
+ENGINE_REFUSAL_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens", OTHER, "overloaded", "REJECTED", "http_429",
+                          "http_503")
+REQUESTS_WAITING_BY_REASON = _m("requests_waiting_by_reason", "gauge",
+                                "Waiting requests by why they wait; the reasons add up to llm_requests_waiting.", (LABEL_REASON,))
+PROMPT_TOKENS_CACHED = _m("prompt_tokens_cached_total", "counter", "Prompt tokens whose KV came from a cache, not computed.")
+PROMPT_TOKENS_BY_SOURCE = _m("prompt_tokens_by_source_total", "counter", "Prompt tokens by where their KV came from.",
+                             (LABEL_SOURCE,))
+PROMPT_TOKENS_CACHED_BY_TIER = _m("prompt_tokens_cached_by_tier_total", "counter",
+                                  "Cached prompt tokens by the cache tier that supplied them.", (LABEL_CACHE_TIER,))
+REQUEST_PREFILL_COMPUTED_TOKENS = _m("request_prefill_computed_tokens", "histogram",
+                                     "Prompt tokens computed in prefill per finished request (cached ones excluded).", unit="tokens")
+SPEC_DRAFTS = _m("spec_decode_drafts_total", "counter", "Speculative-decoding drafts proposed.")
+SPEC_DRAFT_TOKENS = _m("spec_decode_draft_tokens_total", "counter", "Draft tokens proposed.")
+SPEC_ACCEPTED_TOKENS = _m("spec_decode_accepted_tokens_total", "counter", "Draft tokens accepted.")
+SPEC_ACCEPTED_BY_POSITION = _m("spec_decode_accepted_tokens_by_position_total", "counter",
+                               "Draft tokens accepted, by position in the draft.", (LABEL_POSITION,))
 ENGINE_METRICS: tuple[MetricDef, ...] = (
     REQUESTS_RUNNING, REQUESTS_WAITING, KV_CACHE_USAGE, KV_BLOCKS_TOTAL, KV_BLOCKS_FREE, KV_BLOCK_SIZE,
     PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_FINISHED,
     TTFT, TPOT, ITL, E2E, QUEUE_TIME, LORA_ADAPTERS_RUNNING, LORA_ADAPTERS_WAITING, LORA_ADAPTERS_MAX,
     LORA_ADAPTER_ACTIVE,
     KV_POOL_USAGE, ENGINE_SLEEPING, REQUESTS_PAUSED, REQUESTS_REJECTED, BATCH_MAX_TOKENS, BATCH_RESERVED_TOKENS,
-    REQUEST_PROMPT_TOKENS, REQUEST_GENERATION_TOKENS, FRONTEND_TTFT,
+    REQUEST_PROMPT_TOKENS, REQUEST_GENERATION_TOKENS, FRONTEND_TTFT, REQUESTS_WAITING_BY_REASON, PROMPT_TOKENS_CACHED,
+    PROMPT_TOKENS_BY_SOURCE, PROMPT_TOKENS_CACHED_BY_TIER, REQUEST_PREFILL_COMPUTED_TOKENS, SPEC_DRAFTS, SPEC_DRAFT_TOKENS,
+    SPEC_ACCEPTED_TOKENS, SPEC_ACCEPTED_BY_POSITION,
 )
 
 # --------------------------------------------------------------------------------------
@@ -313,12 +346,15 @@ TAP_CONFIG_RELOAD_FAILURES = _m(
     "tap_config_reload_failures_total", "counter",
     "Changed SLO files the tap could not use (unreadable or invalid); it kept the configuration it had.",
 )
+# A trusted gateway's x-slo-* headers not taken as they came (exporter/tap/objectives.py; class_cap: kept, class folded)
+SLO_HEADER_REASONS = ("too_long", "malformed", "out_of_range", "repeated", "unknown_class", "class_cap")
+TAP_SLO_HEADERS_IGNORED = _m("tap_slo_headers_ignored_total", "counter", "x-slo-* request headers ignored, by reason.", (LABEL_REASON,))
 TAP_METRICS = (
     TAP_TTFT, TAP_TPOT, TAP_E2E, TAP_TTFB, TAP_REQUESTS, GOODPUT_REQUESTS, OUTPUT_TOKENS, GOODPUT_TOKENS,
     TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE, TAP_CONFIG_INFO, TAP_CONFIG_RELOAD_FAILURES,
+    TAP_SLO_HEADERS_IGNORED,
 )
-# The OpenTelemetry GenAI (gen_ai_*) names, labels and bucket edges (the tap's --genai-names, a gateway SLI
-# source reading Envoy AI Gateway): llmslo/genai.py, one place for both.
+# OpenTelemetry GenAI (gen_ai_*) names, labels, bucket edges (tap --genai-names, gateway SLI source): llmslo/genai.py
 
 # --------------------------------------------------------------------------------------
 # GPU metrics (NVML collector; labels: GPU_IDENTITY_LABELS [+ MIG labels])
@@ -395,6 +431,13 @@ EXPORTER_GPU_POD_MAPPING_UP = _m(
 EXPORTER_GPU_POD_MAPPED_DEVICES = _m(
     "exporter_gpu_pod_mapped_devices", "gauge", "NVIDIA devices (GPUs and MIG instances) the last listing found allocated to a container.",
 )
+# The node's pool (exporter --node-pool); present only on a GPU-reading exporter told its pool. HEALTH.POOL_* join it to
+# the GPU series' holders on LABEL_HOSTNAME (and LABEL_CLUSTER where the rules run over several clusters).
+EXPORTER_NODE_POOL_INFO = _m(
+    "exporter_node_pool_info", "gauge",
+    "Always 1: the node pool of the node this exporter reads the GPUs of (--node-pool); absent when not told.",
+    (LABEL_HOSTNAME, LABEL_NODE_POOL),
+)
 # The exporter's identity and process, named as every Prometheus exporter names them (no llm_ prefix).
 BUILD_INFO = MetricDef(
     "llmslo_build_info", "gauge", "Always 1; the labels name the llmslo version and the Python that runs it.",
@@ -415,7 +458,7 @@ EXPORTER_METRICS = (
     EXPORTER_TARGET_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_LAST_ERROR, EXPORTER_PARSE_ERRORS, EXPORTER_SERIES_DROPPED,
     EXPORTER_SAMPLES_DROPPED, EXPORTER_CYCLE_DURATION, EXPORTER_CYCLES, EXPORTER_LAST_CYCLE,
     EXPORTER_DISCOVERY_REJECTED, EXPORTER_DISCOVERY_ABANDONED, EXPORTER_DISCOVERY_LAST_SUCCESS,
-    EXPORTER_GPU_POD_MAPPING_UP, EXPORTER_GPU_POD_MAPPED_DEVICES, BUILD_INFO, *PROCESS_METRICS,
+    EXPORTER_GPU_POD_MAPPING_UP, EXPORTER_GPU_POD_MAPPED_DEVICES, EXPORTER_NODE_POOL_INFO, BUILD_INFO, *PROCESS_METRICS,
 )
 
 # --------------------------------------------------------------------------------------
@@ -465,98 +508,6 @@ TAP_ADMISSION_METRICS = (
 )
 
 ALL_METRICS = ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS
-
-# --------------------------------------------------------------------------------------
-# vLLM V1's own names: what the simulator emits and the vLLM adapter reads.
-# --------------------------------------------------------------------------------------
-class VLLM:
-    PREFIX = "vllm:"
-    NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
-    NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
-    KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
-    GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"  # pre-0.10 name
-    # Families only the V0 engine writes (it swapped to CPU). V1 sets one block of num_gpu_blocks aside as
-    # its null block and reports usage over the rest; V0 has no null block.
-    V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
-    NUM_PREEMPTIONS = "vllm:num_preemptions"  # counter family (samples end in _total)
-    PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
-    PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
-    GPU_PREFIX_CACHE_QUERIES = "vllm:gpu_prefix_cache_queries"  # 0.10 transition name
-    GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"
-    PROMPT_TOKENS = "vllm:prompt_tokens"
-    GENERATION_TOKENS = "vllm:generation_tokens"
-    REQUEST_SUCCESS = "vllm:request_success"
-    TTFT = "vllm:time_to_first_token_seconds"
-    ITL = "vllm:inter_token_latency_seconds"
-    TPOT_LEGACY = "vllm:time_per_output_token_seconds"  # <= 0.10: this was per-token ITL
-    REQUEST_TPOT = "vllm:request_time_per_output_token_seconds"
-    E2E = "vllm:e2e_request_latency_seconds"
-    QUEUE_TIME = "vllm:request_queue_time_seconds"
-    PREFILL_TIME = "vllm:request_prefill_time_seconds"
-    DECODE_TIME = "vllm:request_decode_time_seconds"
-    INFERENCE_TIME = "vllm:request_inference_time_seconds"
-    REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
-    REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
-    CACHE_CONFIG_INFO = "vllm:cache_config_info"
-    LORA_REQUESTS_INFO = "vllm:lora_requests_info"
-    # Further V1 families the simulator emits, as vLLM 0.33 names them.
-    NUM_REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"  # reason: capacity | deferred
-    PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"  # source: local_compute | local_cache_hit | ...
-    PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"
-    ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram whose name really ends in _total
-    REQUEST_MAX_NUM_GENERATION_TOKENS = "vllm:request_max_num_generation_tokens"
-    REQUEST_PARAMS_N = "vllm:request_params_n"
-    REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
-    REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
-    REQUEST_PREFILL_KV_COMPUTED_TOKENS = "vllm:request_prefill_kv_computed_tokens"
-    ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"  # gauge, label sleep_state: awake | weights_offloaded | discard_all
-    ADMISSION_REJECTIONS = "vllm:admission_rejections"  # counter family; label reason (no `engine` label)
-    SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
-    ADMISSION_REJECTION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
-    # vLLM's own label names.
-    LABEL_MODEL_NAME = "model_name"
-    LABEL_ENGINE = "engine"  # the data-parallel engine index ("0"), not our engine kind
-    LABEL_FINISHED_REASON = "finished_reason"
-    LABEL_SOURCE = "source"
-    LABEL_WAITING_REASON = "reason"
-    LABEL_SLEEP_STATE = "sleep_state"
-    LABEL_REJECTION_REASON = "reason"
-    LABEL_MAX_LORA = "max_lora"
-    LABEL_RUNNING_LORA_ADAPTERS = "running_lora_adapters"
-    LABEL_WAITING_LORA_ADAPTERS = "waiting_lora_adapters"
-    LABEL_BLOCK_SIZE = "block_size"  # on CACHE_CONFIG_INFO: tokens per KV block
-    LABEL_NUM_GPU_BLOCKS = "num_gpu_blocks"  # on CACHE_CONFIG_INFO: KV blocks allocated
-
-
-# --------------------------------------------------------------------------------------
-# llama.cpp's server (llama-server --metrics): what the llamacpp adapter reads.
-# --------------------------------------------------------------------------------------
-class LLAMACPP:
-    """Family names as llama.cpp writes them (tools/server/server-task.cpp, to_metrics(); llama.cpp 0c1e570).
-
-    Every value is one unlabelled sample; counters are typed `counter` and their names end in `_total`, so the
-    families are named without it. No model label, no histogram, no KV-cache gauge, no request counter."""
-
-    PREFIX = "llamacpp:"
-    # counters (cumulative since the server started)
-    PROMPT_TOKENS = "llamacpp:prompt_tokens"  # prompt tokens decoded: cached ones are not in it
-    PROMPT_TOKENS_CACHED = "llamacpp:prompt_tokens_cached"  # prompt tokens a slot reused from its KV cache
-    PROMPT_SECONDS = "llamacpp:prompt_seconds"
-    TOKENS_PREDICTED = "llamacpp:tokens_predicted"  # generated tokens, added when a request's slot is released
-    TOKENS_PREDICTED_SECONDS = "llamacpp:tokens_predicted_seconds"
-    N_DECODE = "llamacpp:n_decode"
-    N_TOKENS_MAX = "llamacpp:n_tokens_max"  # typed counter, but the largest sequence length seen
-    SPEC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens"
-    SPEC_ACCEPTED_TOKENS = "llamacpp:spec_decode_num_accepted_tokens"
-    SPEC_DRAFTS = "llamacpp:spec_decode_num_drafts"
-    SPEC_ACCEPTED_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos"  # label `position`; only with drafts
-    # gauges
-    PROMPT_TOKENS_SECONDS = "llamacpp:prompt_tokens_seconds"  # throughput since the last scrape (a scrape resets it)
-    PREDICTED_TOKENS_SECONDS = "llamacpp:predicted_tokens_seconds"  # the same for generation
-    REQUESTS_PROCESSING = "llamacpp:requests_processing"  # slots processing a request
-    REQUESTS_DEFERRED = "llamacpp:requests_deferred"  # requests waiting for a free slot
-    N_BUSY_SLOTS_PER_DECODE = "llamacpp:n_busy_slots_per_decode"
-
 
 # --------------------------------------------------------------------------------------
 # SLO rule names (Sloth-compatible, so existing Sloth dashboards keep working)
@@ -630,6 +581,12 @@ class HEALTH:
     PREEMPTION_STORM = "LLMPreemptionStorm"
     TAP_REFUSING_REQUESTS = "LLMTapRefusingRequests"
     TAP_CONFIG_DRIFT = "LLMTapConfigDrift"  # a tap's TAP_CONFIG_INFO hash is not the one the rules were built from
+    # Inference-pool isolation (slogen/rules/isolation.py; on when llmslo.yaml declares `isolation:`): a GPU on a node
+    # of the inference pool held by a pod outside the serving namespaces/workloads (page), and a serving pod's GPU on
+    # a node of another pool (ticket). Not in ALERTS: they exist only in a build that declares the pool.
+    POOL_FOREIGN_POD = "LLMInferencePoolForeignPod"
+    POOL_SERVING_OFF_POOL = "LLMServingPodOffPool"
+    ISOLATION_ALERTS = (POOL_FOREIGN_POD, POOL_SERVING_OFF_POOL)
     ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
               TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects
