@@ -36,6 +36,8 @@ class Request:
     resource: str = "pods"
     sub_resource: str = ""
     namespace: str = "llm"
+    group: str = ""  # the resource's API group: "" for pods, networking.k8s.io for NetworkPolicies
+    kind: str = "Pod"
 
 
 @dataclass
@@ -77,7 +79,9 @@ def _matches_rule(rule: dict[str, Any], request: Request) -> bool:
     resource = request.resource + (f"/{request.sub_resource}" if request.sub_resource else "")
     ops = rule.get("operations", [])
     resources = rule.get("resources", [])
+    groups = rule.get("apiGroups", [""])
     return (("*" in ops or request.operation in ops)
+            and ("*" in groups or request.group in groups)
             and ("*" in resources or resource in resources
                  or (request.sub_resource and f"{request.resource}/*" in resources)))
 
@@ -122,8 +126,9 @@ class Policy:
             "object": request.object,
             "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
-                        "resource": {"group": "", "version": "v1", "resource": request.resource},
-                        "subResource": request.sub_resource, "kind": {"group": "", "version": "v1", "kind": "Pod"}},
+                        "resource": {"group": request.group, "version": "v1", "resource": request.resource},
+                        "subResource": request.sub_resource,
+                        "kind": {"group": request.group, "version": "v1", "kind": request.kind}},
             "namespaceObject": {"metadata": {"name": request.namespace, "labels": request.namespace_labels}},
             "params": None,
             "variables": {},
