@@ -507,7 +507,26 @@ TAP_ADMISSION_METRICS = (
     TAP_ADMISSION_READ_ERRORS,
 )
 
-ALL_METRICS = ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS
+# --------------------------------------------------------------------------------------
+# The tap injector (`llmslo-exporter tap-injector`, a mutating admission webhook; exporter/tap_inject)
+# --------------------------------------------------------------------------------------
+TAP_INJECTOR_INJECTED = _m("tap_injector_injected_total", "counter", "Pods the webhook added the goodput tap to.")
+TAP_INJECTOR_SKIPPED = _m(
+    "tap_injector_skipped_total", "counter",
+    "AdmissionReviews answered with the pod unchanged, by reason (exporter/tap_inject/pod.py: SKIP_REASONS).",
+    (LABEL_REASON,),
+)
+TAP_INJECTOR_ERRORS = _m(
+    "tap_injector_errors_total", "counter",
+    "Requests the webhook could not answer as a review (bad HTTP or JSON, too large, a timeout) or failed on "
+    "(internal: answered allowed, unchanged), by reason.",
+    (LABEL_REASON,),
+)
+TAP_INJECTOR_METRICS = (TAP_INJECTOR_INJECTED, TAP_INJECTOR_SKIPPED, TAP_INJECTOR_ERRORS)
+
+ALL_METRICS = (
+    ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS + TAP_INJECTOR_METRICS
+)
 
 # --------------------------------------------------------------------------------------
 # SLO rule names (Sloth-compatible, so existing Sloth dashboards keep working)
