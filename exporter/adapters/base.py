@@ -118,6 +118,20 @@ def normalize_finished_reason(raw: str, extra: Mapping[str, str] | None = None) 
     return _FINISHED_ALIASES.get(reason, c.FINISHED_ERROR)
 
 
+def bounded(raw: str | None, known: Mapping[str, str]) -> str:
+    """A label value read from a page, as one of the values we know (`known`: the engine's spelling -> ours), else
+    conventions.OTHER: a page (a new release, or a hostile one) cannot add series by writing new values."""
+    return known.get(raw or "", c.OTHER)
+
+
+def position(raw: str | None) -> str:
+    """A draft position read from a page: "0" .. SPEC_POSITIONS - 1 written canonically, else conventions.OTHER."""
+    text = (raw or "").strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 3 or int(text) >= c.SPEC_POSITIONS:
+        return c.OTHER
+    return str(int(text))
+
+
 # ------------------------------------------------------------------------------------------
 # Building output
 # ------------------------------------------------------------------------------------------

