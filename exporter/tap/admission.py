@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from exporter.logs import TAP_LOGGER, event
-from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.classes import SloConfig
 from exporter.tap.exposition import Samples, render_families
 from exporter.tap.gate_poller import GatePoller
 from exporter.tap.gate_reading import AUTO, Reading
@@ -56,6 +56,7 @@ from exporter.tap.gate_state import (
     Learned,
     Verdict,
 )
+from exporter.tap.objectives import Objective
 from exporter.tap.predict import DEFAULT_SHED_MARGIN, Outlook, predicted_wait
 from exporter.tap.seats import InFlight, SizeWindow
 from exporter.tap.turns import ClientKeys

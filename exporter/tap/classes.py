@@ -10,25 +10,25 @@ the plugin options and hostile files `slogen validate` refuses; errors name the 
 field and the fix.
 
 How a request maps to a class (first rule that applies):
-1. header `x-slo-class` naming a configured class (only when the operator trusts clients'
-   `x-slo-*` headers: the proxy passes none otherwise);
+1. header `x-slo-class` naming a configured class (only under --trusted-gateway-objectives: the proxy
+   passes no header otherwise);
 2. the first class (in file order) whose `models` globs match the request's `model`;
 3. the class named `default`, if configured;
 4. the first configured class; with no classes configured at all, an implicit `default`
    class without objectives.
-Headers `x-slo-ttft-ms` / `x-slo-tpot-ms` (positive numbers, milliseconds) replace the
-class's thresholds for that one request, under the same trust. Unknown class names and malformed numbers are
-ignored, so a client cannot create label values or break accounting.
+Headers `x-slo-ttft-ms` / `x-slo-tpot-ms` (milliseconds) replace the class's objectives for that one request,
+under the same trust: bounded, snapped down to a ladder and folded into a bounded set of derived classes
+(exporter.tap.objectives), so a header can neither create unbounded label values nor break accounting.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.tap.objectives import NOTHING, UNKNOWN_CLASS, Asked, DerivedClasses, Objective, read_asked
 from exporter.tap.slofiles import MAX_NODES, SloSourceError, check_directory, count_nodes, read_sources
 from llmslo import sli_plugins
 from llmslo.confighash import config_hash
@@ -37,10 +37,6 @@ from llmslo.ranges import ALLOW_KEY
 from llmslo.specfile import SpecFileError, decode, discover, load_documents
 
 TAP_LATENCY_METRICS = sli_plugins.TAP_LATENCY_METRICS  # the tap's histograms a latency SLI may read
-
-HEADER_CLASS = "x-slo-class"
-HEADER_TTFT_MS = "x-slo-ttft-ms"
-HEADER_TPOT_MS = "x-slo-tpot-ms"
 
 DEFAULT_CLASS = "default"
 _MODEL_CACHE_LIMIT = 4096
@@ -72,15 +68,6 @@ class SloClass:
         return matches(",".join(self.models), model)
 
 
-@dataclass(frozen=True)
-class Objective:
-    """What one request is held to."""
-
-    slo_class: str
-    ttft: float | None
-    tpot: float | None
-
-
 @dataclass
 class SloConfig:
     """The classes and the thresholds that must be histogram bucket edges, per tap metric."""
@@ -91,6 +78,8 @@ class SloConfig:
     _by_name: dict[str, SloClass] = field(init=False, repr=False)
     _fallback: SloClass = field(init=False, repr=False)
     _model_cache: dict[str, SloClass] = field(init=False, repr=False, default_factory=dict)
+    # the header-derived classes handed out (exporter.tap.objectives); the proxy carries them over a reload
+    derived: DerivedClasses = field(repr=False, default_factory=DerivedClasses)
     # the tightest TTFT and TPOT objectives of any class (admission sheds the sheddable to protect them)
     tightest: tuple[float | None, float | None] = field(init=False, repr=False, default=(None, None))
 
@@ -116,22 +105,23 @@ class SloConfig:
             self._model_cache[model] = found
         return found
 
-    def resolve(self, headers: Mapping[str, str], model: str) -> Objective:
-        """The class and thresholds for one request, from its headers and its `model` field."""
-        chosen = self._by_name.get(headers.get(HEADER_CLASS, "")) or self.class_for_model(model)
-        ttft = _header_seconds(headers.get(HEADER_TTFT_MS))
-        tpot = _header_seconds(headers.get(HEADER_TPOT_MS))
-        return Objective(chosen.name, chosen.ttft if ttft is None else ttft, chosen.tpot if tpot is None else tpot)
-
-
-def _header_seconds(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        ms = float(value)
-    except ValueError:
-        return None
-    return ms / 1000.0 if math.isfinite(ms) and ms > 0 else None
+    def resolve(self, asked: Asked | Mapping[str, str], model: str) -> Objective:
+        """The class and objectives for one request, from what its trusted x-slo-* headers ask (an Asked, or the
+        fields by lowercased name) and its `model` field."""
+        if not isinstance(asked, Asked):
+            asked = read_asked(asked.items()) if asked else NOTHING
+        if asked is NOTHING:
+            chosen = self.class_for_model(model)
+            return Objective(chosen.name, chosen.ttft, chosen.tpot)
+        ignored = asked.ignored
+        chosen = self._by_name.get(asked.slo_class) if asked.slo_class else None
+        if chosen is None:
+            if asked.slo_class:
+                ignored = (*ignored, UNKNOWN_CLASS)
+            chosen = self.class_for_model(model)
+        if asked.ttft is None and asked.tpot is None:
+            return Objective(chosen.name, chosen.ttft, chosen.tpot, ignored)
+        return self.derived.fold(chosen.name, chosen.ttft, chosen.tpot, asked, ignored, self._by_name)
 
 
 # ----------------------------------------------------------------------------------------

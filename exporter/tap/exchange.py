@@ -23,10 +23,10 @@ from typing import Protocol
 
 from exporter.logs import TAP_LOGGER, event
 from exporter.tap import http1
-from exporter.tap.classes import Objective
 from exporter.tap.deadlines import ANSWERED_GRACE_S, BODY_PROGRESS_BYTES, Deadlines
 from exporter.tap.flow import FlowControl
 from exporter.tap.http1 import CHUNKED, UNTIL_CLOSE, BadMessage, BodyMode, RequestHead, ResponseHead, field_text
+from exporter.tap.objectives import Objective
 from exporter.tap.outcomes import ended_outcome, left_outcome, outcome_for_status
 from exporter.tap.policy import Finished, Forward, finish, gave_up
 from exporter.tap.predict import REFUSAL_TEXT

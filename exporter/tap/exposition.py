@@ -40,7 +40,8 @@ SERIES_FAMILIES: tuple[C.MetricDef, ...] = (
     C.TAP_USAGE_REJECTED,
 )
 # The families rendered once per page, after the series' (the refusals, the late gauge, the configuration's).
-PAGE_FAMILIES = (C.TAP_REFUSALS, C.TAP_IN_FLIGHT_LATE, C.TAP_CONFIG_INFO, C.TAP_CONFIG_RELOAD_FAILURES)
+PAGE_FAMILIES = (C.TAP_REFUSALS, C.TAP_SLO_HEADERS_IGNORED, C.TAP_IN_FLIGHT_LATE, C.TAP_CONFIG_INFO,
+                 C.TAP_CONFIG_RELOAD_FAILURES)
 assert set(SERIES_FAMILIES) | set(PAGE_FAMILIES) == set(C.TAP_METRICS)
 
 
@@ -81,6 +82,7 @@ class PageRenderer:
         self.metrics = metrics
         self._headers = [_header(d) for d in SERIES_FAMILIES]
         self._refusals_header = _header(C.TAP_REFUSALS)
+        self._ignored_header = _header(C.TAP_SLO_HEADERS_IGNORED)
         self._late_header = _header(C.TAP_IN_FLIGHT_LATE)
         self._config_headers = (_header(C.TAP_CONFIG_INFO), _header(C.TAP_CONFIG_RELOAD_FAILURES))
         self._tails_for: dict[str, tuple[float, ...]] | None = None
@@ -137,6 +139,9 @@ class PageRenderer:
         name = C.TAP_REFUSALS.name
         parts.append(self._refusals_header)
         parts.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.refusals.items()).encode())
+        name = C.TAP_SLO_HEADERS_IGNORED.name
+        parts.append(self._ignored_header)
+        parts.append("".join(f'{name}{{reason="{r}"}} {n}\n' for r, n in self.metrics.headers_ignored.items()).encode())
         parts.append(self._late_lines(late))
         info, failures = self._config_headers
         parts.append(info + f'{C.TAP_CONFIG_INFO.name}{{{C.LABEL_CONFIG_HASH}="{self.metrics.slo.hash}"}} 1\n'.encode())

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from exporter.tap import seats
-from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.classes import SloConfig
 from exporter.tap.gate_reading import Reading, implausible
+from exporter.tap.objectives import Objective
 from exporter.tap.predict import (
     DECODE_MEMORY_S,
     DEFAULT_SHED_MARGIN,
@@ -223,7 +224,7 @@ class GateState:
         margin = self.settings.shed_margin
         if objective is None:
             return Policy(tight_ttft, tight_tpot, False, tight_ttft, tight_tpot, margin)
-        return Policy(objective.ttft, objective.tpot, objective.slo_class in self.settings.sheddable, tight_ttft,
+        return Policy(objective.ttft, objective.tpot, objective.base_class in self.settings.sheddable, tight_ttft,
                       tight_tpot, margin)
 
     def refusal(self, now: float, objective: Objective | None = None, slo: SloConfig | None = None,

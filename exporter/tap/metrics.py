@@ -159,6 +159,7 @@ class TapMetrics:
         self.config_reload_failures = 0  # conventions.TAP_CONFIG_RELOAD_FAILURES
         self._primed_from: frozenset[str] | None = None
         self.refusals: dict[str, int] = dict.fromkeys(C.REFUSED_REASONS, 0)  # every reason's series from the start
+        self.headers_ignored: dict[str, int] = dict.fromkeys(C.SLO_HEADER_REASONS, 0)  # TAP_SLO_HEADERS_IGNORED
         self._models: dict[str, str] = {}  # admitted name -> its label value (served_label)
         self._label_values: set[str] = set()
         # Timed requests in flight whose objective is already lost, by (model, slo_class): the proxy's
@@ -282,6 +283,14 @@ class TapMetrics:
         self.refusals[reason] += 1
 
 
+    def slo_headers_ignored(self, reasons: Iterable[str]) -> None:
+        """A trusted request's x-slo-* headers not taken as they came (exporter.tap.objectives), one per reason."""
+        for reason in reasons:
+            if reason not in self.headers_ignored:
+                raise ValueError(f"{reason!r} is not one of conventions.SLO_HEADER_REASONS")
+            self.headers_ignored[reason] += 1
+
+
 class _Collector:
     """The same values as prometheus_client families, for `generate_latest(metrics.registry)`
     (tests and tools; the tap serves its page through exporter.tap.exposition instead)."""
@@ -311,6 +320,11 @@ class _Collector:
         )
         fam = CounterMetricFamily(C.TAP_REFUSALS.name, C.TAP_REFUSALS.help, labels=C.TAP_REFUSALS.labels)
         for reason, n in self.m.refusals.items():
+            fam.add_metric([reason], n)
+        yield fam
+        fam = CounterMetricFamily(C.TAP_SLO_HEADERS_IGNORED.name, C.TAP_SLO_HEADERS_IGNORED.help,
+                                  labels=C.TAP_SLO_HEADERS_IGNORED.labels)
+        for reason, n in self.m.headers_ignored.items():
             fam.add_metric([reason], n)
         yield fam
         d = C.TAP_IN_FLIGHT_LATE

@@ -106,9 +106,13 @@ def _deadline_arguments(p: argparse.ArgumentParser) -> None:
              f"{RESPONSE_FLOOR_S:g} s or {MULTIPLE:g}x the largest TTFT or E2E objective",
     )
     p.add_argument(
-        "--trust-slo-headers", action="store_true",
-        help="honour the x-slo-class, x-slo-ttft-ms and x-slo-tpot-ms request headers (off by default: any "
-             "client could otherwise choose the objectives its own requests are judged by)",
+        "--trusted-gateway-objectives", "--trust-slo-headers", dest="trust_slo_headers", action="store_true",
+        help="the gateway in front (e.g. llm-d's router) is trusted to set each request's objectives: honour its "
+             "x-slo-class, x-slo-ttft-ms and x-slo-tpot-ms headers, bounded to the plausible ranges, snapped down to a "
+             "fixed ladder and counted under a derived class such as chat@ttft400-tpot50 (at most 32). Off by "
+             "default: every x-slo-* header is ignored, since a client that can reach the tap could otherwise make "
+             "its own requests good. Turn it on only when clients cannot reach the tap except through that gateway, "
+             "and the gateway drops or overwrites these headers from its clients",
     )
 
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.tap import http1
-from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.classes import SloConfig
 from exporter.tap.http1 import RequestHead, field_text
+from exporter.tap.objectives import NOTHING, Asked, Objective, read_asked
 from exporter.tap.request_fields import RequestFields, read_fields
 from exporter.tap.settings import TapSettings
 from exporter.tap.timing import RequestTiming, Timings
@@ -75,11 +76,13 @@ def forward(head: RequestHead, body: bytes | bytearray, has_body: bool, slo: Slo
     return Forward(p, sent, body, upgrade, head.version == b"1.0" or b"close" in connection)
 
 
-def slo_headers(head: RequestHead, trusted: bool) -> dict[str, str]:
-    """The request's x-slo-* fields, lowercased, when the operator trusts clients with them; else none."""
+def slo_headers(head: RequestHead, trusted: bool) -> Asked:
+    """What the request's x-slo-* fields ask for (bounded: exporter.tap.objectives) when the gateway in front is
+    trusted (--trusted-gateway-objectives); else nothing, whatever the client sent."""
     if not trusted:
-        return {}
-    return {k.lower().decode("latin-1"): v.decode("latin-1") for k, v in head.fields if k[:6].lower() == b"x-slo-"}
+        return NOTHING
+    return read_asked((k.lower().decode("latin-1"), v.decode("latin-1")) for k, v in head.fields
+                      if k[:6].lower() == b"x-slo-")
 
 
 def plan(head: RequestHead, body: bytes | bytearray, slo: SloConfig,

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 
 from exporter.logs import TAP_LOGGER, event, format_event
 from exporter.tap import policy
-from exporter.tap.classes import Objective, SloConfig
+from exporter.tap.classes import SloConfig
 from exporter.tap.connection import ClientConnection
 from exporter.tap.deadlines import Deadlines, derive_deadlines
 from exporter.tap.exchange import Client, Decision, Exchange, Gate, Services
 from exporter.tap.http1 import RequestHead
 from exporter.tap.metrics import TapMetrics
+from exporter.tap.objectives import Objective
 from exporter.tap.policy import Finished, Observer
 from exporter.tap.seats import InFlight
 from exporter.tap.settings import TapSettings
@@ -120,6 +121,7 @@ class TapProxy:
         was given (its policy.Plan holds it); the deadlines follow the new objectives (each request's own TTFT
         objective still bounds its first-token deadline, exporter.tap.exchange)."""
         deadlines = self._deadlines_for(slo)
+        slo.derived = self.slo.derived  # header-derived classes stay bounded per process (exporter.tap.objectives)
         self.slo, self.deadlines, self.tick_s = slo, deadlines, self._tick_for(deadlines)
 
     # -- deadlines -------------------------------------------------------------------------
@@ -220,6 +222,8 @@ class TapProxy:
                  reserved: int) -> Exchange:
         """The cycle of one complete request, handed what it needs (exporter.tap.connection calls this)."""
         fwd = policy.forward(head, body, has_body, self.slo, self.settings, self.pool.path_prefix, self.pool.host_field)
+        if fwd.plan is not None and fwd.plan.objective.ignored and self.metrics is not None:
+            self.metrics.slo_headers_ignored(fwd.plan.objective.ignored)
         return Exchange(self.services, client, self.gate, head, fwd, arrival, reserved)
 
     def record(self, finished: Finished) -> None:

@@ -28,8 +28,9 @@ class TapSettings:
     first_token_timeout_s: float | None = None
     stall_timeout_s: float | None = None
     response_timeout_s: float | None = None
-    # x-slo-class / x-slo-ttft-ms / x-slo-tpot-ms change what a request is held to, so any client
-    # could make its own requests good; honoured only when the operator says clients are trusted.
+    # x-slo-class / x-slo-ttft-ms / x-slo-tpot-ms change what a request is held to, so any client could make
+    # its own requests good; honoured only when the operator says the gateway in front is trusted
+    # (--trusted-gateway-objectives; exporter.tap.objectives bounds and folds them).
     trust_slo_headers: bool = False
     # Abuse limits: what one client controls is bounded, so no client can starve the others.
     max_connections: int = DEFAULT_MAX_CONNECTIONS

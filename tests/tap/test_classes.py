@@ -113,7 +113,8 @@ def test_directories_and_multi_document_files(tmp_path: Path) -> None:
         ({}, "", ("default", 2.0, 0.1)),
         ({"x-slo-class": "batch"}, "chat-large", ("batch", 5.0, 0.2)),
         ({"x-slo-class": "no-such-class"}, "chat-large", ("interactive", 0.5, 0.05)),
-        ({"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "20"}, "batch-1", ("batch", 0.25, 0.02)),
+        ({"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "20"}, "batch-1", ("batch@ttft250-tpot20", 0.25, 0.02)),
+        ({"x-slo-ttft-ms": "270"}, "batch-1", ("batch@ttft250-tpot200", 0.25, 0.2)),  # snapped down, class's TPOT
         ({"x-slo-ttft-ms": "-1", "x-slo-tpot-ms": "fast"}, "batch-1", ("batch", 5.0, 0.2)),
         ({"x-slo-ttft-ms": "nan"}, "batch-1", ("batch", 5.0, 0.2)),
     ],

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from exporter.tap import policy
-from exporter.tap.classes import Objective, SloClass, SloConfig
+from exporter.tap.classes import SloClass, SloConfig
 from exporter.tap.http1 import RequestHead, parse_request_head
+from exporter.tap.objectives import NOTHING, Asked, Objective
 from exporter.tap.settings import TapSettings
 from exporter.tap.timing import RequestTiming
 from llmslo import conventions as C
@@ -80,14 +81,15 @@ SLO_FIELDS = [(b"X-SLO-Class", b"batch"), (b"x-slo-ttft-ms", b"250"), (b"x-slo-t
 def test_untrusted_slo_headers_change_nothing() -> None:
     fwd = forward(b'{"model":"chat-a"}', PLAIN, fields=SLO_FIELDS)
     assert fwd.plan is not None and fwd.plan.objective == Objective("interactive", 0.5, 0.05)
-    assert policy.slo_headers(head(SLO_FIELDS), trusted=False) == {}
+    assert policy.slo_headers(head(SLO_FIELDS), trusted=False) is NOTHING
 
 
-def test_trusted_slo_headers_pick_the_class_and_thresholds() -> None:
+def test_trusted_slo_headers_pick_the_class_and_objectives_under_a_derived_class() -> None:
     fwd = forward(b'{"model":"chat-a"}', TRUSTING, fields=SLO_FIELDS)
-    assert fwd.plan is not None and fwd.plan.objective == Objective("batch", 0.25, 0.02)
-    assert policy.slo_headers(head([*SLO_FIELDS, (b"x-other", b"1")]), trusted=True) == {
-        "x-slo-class": "batch", "x-slo-ttft-ms": "250", "x-slo-tpot-ms": "20"}
+    assert fwd.plan is not None
+    assert fwd.plan.objective == Objective("batch@ttft250-tpot20", 0.25, 0.02, (), "batch")
+    assert fwd.plan.objective.base_class == "batch"
+    assert policy.slo_headers(head([*SLO_FIELDS, (b"x-other", b"1")]), trusted=True) == Asked("batch", 0.25, 0.02)
 
 
 # -- which requests are timed, and the upstream head -----------------------------------------------------------
