@@ -21,10 +21,13 @@ value of the `engine` label on every normalized series (conventions.LABEL_ENGINE
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from llmslo import conventions as C
+from llmslo import gateways as gw
+from llmslo import genai
 
 # Latency metrics, as the llmslo/latency plugin's `metric` option names them.
 METRIC_TTFT = "ttft"
@@ -156,6 +159,78 @@ ROWS: tuple[EdgeRow, ...] = (
             "to_metrics() writes counters and gauges only",
             notes="llama.cpp's server exports no latency histogram: its TTFT, TPOT, ITL and E2E come from the tap"),
 )
+
+
+# Gateways (source llm-d, envoy-ai-gateway, dynamo: llmslo/gateways.py): their own histograms, read as Prometheus
+# scrapes them. A gateway-sourced threshold must be an edge of the gateway's current row (`until` None); older rows
+# say what a deployment of an older release has, shown in the refusal, with `buckets:` to declare them.
+# llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go and metrics.go (generalLatencyBuckets) @ ebab687.
+_LLMD_TTFT = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0,
+              20.0, 30.0, 45.0, 60.0, 120.0)
+_LLMD_TPOT = (0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8,
+              1.0, 2.0)
+_LLMD_ITL = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
+_LLMD_DURATION = _LLMD_TTFT + (180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0,
+                               3600.0)
+
+
+def dynamo_log_buckets(low: float, high: float, count: int) -> tuple[float, ...]:
+    """Dynamo's frontend edges as lib/llm/src/http/service/metrics.rs computes them (generate_log_buckets): 0, then
+    count - 1 log-spaced values from `low` to `high`, each rounded to 2 significant figures (Rust's f64::round,
+    half away from zero), duplicates dropped. The same float steps, so the same `le` text."""
+    def sig2(value: float) -> float:
+        scale = math.pow(10.0, 1.0 - math.floor(math.log10(abs(value))))
+        scaled = value * scale
+        whole = math.floor(scaled)
+        return (whole + 1.0 if scaled - whole >= 0.5 else whole) / scale
+    out = [0.0]
+    for i in range(1, count):
+        value = sig2(math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (count - 1)))
+        if value != out[-1]:
+            out.append(value)
+    return tuple(out)
+
+
+_DYNAMO_TTFT = dynamo_log_buckets(0.001, 480.0, 18)
+_DYNAMO_SRC = "ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (Metrics::new defaults, DYN_METRICS_*)"
+
+GATEWAY_ROWS: tuple[EdgeRow, ...] = (
+    EdgeRow(gw.SOURCE_LLMD, "main",
+            {METRIC_TTFT: _LLMD_TTFT, METRIC_TPOT: _LLMD_TPOT, METRIC_ITL: _LLMD_ITL, METRIC_E2E: _LLMD_DURATION},
+            "llm-d/llm-d-router pkg/epp/metrics/llm_d_router_metrics.go @ ebab687 (2026-08-22): "
+            "llm_d_epp_request_ttft_seconds, _streaming_tpot_seconds, _streaming_itl_seconds, _duration_seconds "
+            "(generalLatencyBuckets, metrics.go)",
+            notes="fixed in the code: no bucket setting"),
+    EdgeRow(gw.SOURCE_ENVOY, ">=0.5",
+            {METRIC_TTFT: genai.TTFT_EDGES, METRIC_TPOT: genai.TPOT_EDGES, METRIC_E2E: genai.REQUEST_DURATION_EDGES},
+            "envoyproxy/ai-gateway internal/metrics/genai.go @ c217da8 (v1.1, 2026-08-21); TTFT extended to 60 s by "
+            "#1793 (9f2d185, 2026-01-20, first in v0.5.0); TPOT and duration: the OpenTelemetry GenAI convention's",
+            notes="fixed in the code: no bucket setting"),
+    EdgeRow(gw.SOURCE_ENVOY, "<0.5",
+            {METRIC_TTFT: genai.TTFT_EDGES[:16], METRIC_TPOT: genai.TPOT_EDGES,
+             METRIC_E2E: genai.REQUEST_DURATION_EDGES},
+            "envoyproxy/ai-gateway internal/metrics/genai.go before #1793 (9f2d185): the convention's TTFT up to 10 s",
+            until=(0, 5)),
+    EdgeRow(gw.SOURCE_DYNAMO, "main since #14839 (2026-09)",
+            {METRIC_TTFT: _DYNAMO_TTFT, METRIC_ITL: dynamo_log_buckets(0.001, 80.0, 20),
+             METRIC_E2E: dynamo_log_buckets(1.0, 512.0, 10)},
+            _DYNAMO_SRC + ": TTFT (0.001, 480, 18); ITL (0.001, 80, 20) since PR #14839 (merged 2026-09-15, its "
+            "edges listed there); request duration (1, 512, 10) since PR #8087 (2026-04-10)",
+            configurable="DYN_METRICS_TTFT_{MIN,MAX,COUNT}, DYN_METRICS_ITL_*, DYN_METRICS_REQUEST_DURATION_*",
+            notes="Dynamo exports no per-request TPOT"),
+    EdgeRow(gw.SOURCE_DYNAMO, "before #14839",
+            {METRIC_TTFT: _DYNAMO_TTFT, METRIC_ITL: dynamo_log_buckets(0.001, 2.0, 13),
+             METRIC_E2E: dynamo_log_buckets(1.0, 512.0, 10)},
+            _DYNAMO_SRC + " before PR #14839: ITL (0.001, 2, 13); request duration (1, 256, 10) before PR #8087",
+            configurable="DYN_METRICS_* as above", notes="request duration before PR #8087: (1, 256, 10)",
+            until=(0,)),
+)
+
+
+def gateway_rows(source: str, metric: str | None = None, *, current: bool = False) -> list[EdgeRow]:
+    """A gateway's rows (newest first); `current`: only the one a new deployment runs (no `until`)."""
+    return [r for r in GATEWAY_ROWS if r.kind == source and (metric is None or r.exports(metric))
+            and not (current and r.until is not None)]
 
 
 # The goodput tap's default ladders (seconds; exporter/tap/metrics.py), to which each tap adds every threshold

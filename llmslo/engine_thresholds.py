@@ -136,3 +136,41 @@ def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Match
     if up is not None:
         fixes.append(f'set threshold_rounding: "up" to measure le={be.edge_text(up)} instead (a looser objective)')
     raise PluginOptionError(message, "threshold_rounding" if rounding else "threshold", "; or ".join(fixes))
+
+
+def gateway_threshold(source: str, metric: str, threshold: float, rounding: str,
+                      buckets: tuple[float, ...] | None = None) -> float:
+    """The threshold a gateway-sourced latency SLI measures: `threshold` when it is an edge of the gateway's current
+    histogram (llmslo/bucket_edges.py GATEWAY_ROWS) or of the `buckets` the spec declares, else the edge `rounding`
+    names; PluginOptionError naming the nearest edges, the older releases' rows and the fixes otherwise."""
+    rows = ([be.EdgeRow(source, "(custom buckets)", {metric: buckets}, f"the spec's {BUCKETS_OPTION} option")]
+            if buckets is not None else be.gateway_rows(source, metric, current=True))
+    edges = tuple(e for e in rows[0].edges[metric] if e > 0) if rows else ()
+    if threshold in edges:
+        return threshold
+    down, up = be.nearest(edges, threshold)
+    if rounding == ROUND_DOWN and down is not None:
+        return down
+    if rounding == ROUND_UP and up is not None:
+        return up
+    t = be.edge_text(threshold)
+    where = _where(edges, threshold)
+    older = [r for r in be.gateway_rows(source, metric) if r.until is not None and r.has_edge(metric, threshold)]
+    message = (f"threshold {t} s is not a bucket edge of {source}'s {metric} histogram "
+               f"({rows[0].label if rows else source}: {where}); the gateway has no bucket le={t}, so the SLI "
+               f"would be blind (its burn alerts cannot fire)")
+    if rounding:
+        message += f". threshold_rounding: {rounding} finds no edge {'below' if rounding == ROUND_DOWN else 'above'} {t}"
+    fixes = []
+    if down is not None or up is not None:
+        fixes.append(f"write threshold {' or '.join(be.edge_text(e) for e in (down, up) if e is not None)}")
+    if down is not None:
+        fixes.append(f'set threshold_rounding: "down" to measure le={be.edge_text(down)} instead (a stricter objective)')
+    if up is not None:
+        fixes.append(f'set threshold_rounding: "up" to measure le={be.edge_text(up)} instead (a looser objective)')
+    if older:
+        fixes.append(f"if you run {older[0].label}, declare its edges: {BUCKETS_OPTION}: "
+                     f"\"{', '.join(be.edge_text(e) for e in older[0].edges[metric] if e > 0)}\"")
+    else:
+        fixes.append(f"if your {source} runs with other buckets, declare them: {BUCKETS_OPTION}: \"<edges, seconds>\"")
+    raise PluginOptionError(message, "threshold_rounding" if rounding else "threshold", "; or ".join(fixes))

@@ -9,8 +9,8 @@ What a spec may write (options are strings, as in Sloth; YAML numbers and boolea
 | plugin                 | options                                                          | defaults            |
 |------------------------|------------------------------------------------------------------|---------------------|
 | llmslo/latency         | metric (ttft tpot e2e itl), threshold (s), source, slo_class,     | source tap          |
-|                        | threshold_rounding (down up; engine only), selector, models, by,  | by cluster          |
-|                        | engine_versions, buckets (engine only; llmslo/engine_versions.py) |                     |
+|                        | threshold_rounding (down up; not tap), selector, models, by,      | by cluster          |
+|                        | engine_versions (engine only), buckets (engine or a gateway)      |                     |
 | llmslo/goodput         | slo_class (required), ttft (s), tpot (s), selector, models, by    | by cluster          |
 | llmslo/availability    | source, slo_class (tap only), error_reasons (engine only), ...    | source tap, reasons |
 |                        |                                                                  | abort,error         |
@@ -29,6 +29,10 @@ Rules every reader applies (slogen and the tap both read options through here, s
   latency threshold must be a bucket edge of every engine the selector picks, or `threshold_rounding` must
   name the common edge to measure (llmslo/engine_thresholds.py); the tap adds every threshold it reads to
   its histograms' edges, so a tap threshold is never rounded.
+* Sources `llm-d`, `envoy-ai-gateway` and `dynamo` read that gateway's own series (llmslo/gateways.py), by
+  model (`models` on the gateway's model label); each measures the latencies its histograms hold, and its
+  threshold must be an edge of the gateway's current histogram (llmslo/bucket_edges.py GATEWAY_ROWS), or of the
+  `buckets` the spec declares, or `threshold_rounding` must name one. Goodput takes no source: the tap's.
 * A latency threshold must print as a plain decimal bucket bound (from 1e-4 s): the `le` label of a
   bucket is matched as written.
 SLO files are found the same way by both (llmslo.specfile.discover: a file as given, or every *.yaml and
@@ -45,9 +49,10 @@ from typing import Any, Union
 
 from llmslo import conventions as c
 from llmslo import fields
+from llmslo import gateways as gw
 from llmslo.durations import parse_go_duration
-from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, measurable_threshold
-from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared
+from llmslo.engine_thresholds import ROUND_DOWN, ROUND_UP, ROUNDINGS, gateway_threshold, measurable_threshold
+from llmslo.engine_versions import BUCKETS_OPTION, VERSIONS_OPTION, declared, parse_buckets
 from llmslo.fields import FieldError
 from llmslo.plugin_errors import PluginOptionError, PluginOptionErrors
 from llmslo.ranges import ALLOW_KEY
@@ -64,7 +69,8 @@ PLUGIN_ID_PREFIX = "llmslo/"
 
 SOURCE_TAP = "tap"  # the goodput tap's per-request series (client side of the proxy)
 SOURCE_ENGINE = "engine"  # the engines' own series, normalized by the exporter
-SOURCES = (SOURCE_TAP, SOURCE_ENGINE)
+# A gateway's own series, as Prometheus scrapes them from it (llmslo/gateways.py): llm-d, envoy-ai-gateway, dynamo.
+SOURCES = (SOURCE_TAP, SOURCE_ENGINE) + gw.GATEWAY_SOURCES
 
 DEFAULT_SOURCE = SOURCE_TAP
 DEFAULT_BY = (c.LABEL_CLUSTER,)  # one rule set serves a fleet: federation's cluster label survives
@@ -259,6 +265,12 @@ class _Reader:
             fix = f"did you mean {near}? (known: {', '.join(known)})" if near else f"use only: {', '.join(known)}"
             if unknown[0] == ALLOW_KEY:
                 fix = f"{ALLOW_KEY} is a key of the SLO, beside objective, not a plugin option"
+            if plugin == GOODPUT and "source" in unknown:
+                raise PluginOptionError(f"plugin {GOODPUT} takes no source: the goodput tap measures it, because "
+                                        f"{gw.GOODPUT_NOT_FROM_GATEWAYS}", "source",
+                                        "remove source and put the tap in front of the engine (docs/deploy.md); "
+                                        f"for a gateway's TTFT or TPOT alone use {LATENCY} with source: "
+                                        f"{' or '.join(gw.GATEWAY_SOURCES)}")
             raise PluginOptionError(f"unknown option(s) {', '.join(unknown)} for plugin {plugin}", unknown[0], fix)
 
     def get(self, name: str, default: str = "") -> str:
@@ -361,8 +373,9 @@ def _latency(r: _Reader) -> LatencyParams:
     if rounding and rounding not in ROUNDINGS:
         raise PluginOptionError(f"option 'threshold_rounding' is {rounding!r}, not one of {', '.join(ROUNDINGS)}",
                                 "threshold_rounding", 'write threshold_rounding: "down" or "up", or leave it out')
-    if rounding and source != SOURCE_ENGINE:
-        raise PluginOptionError("threshold_rounding applies to source: engine only", "threshold_rounding",
+    if rounding and source == SOURCE_TAP:
+        raise PluginOptionError("threshold_rounding applies to the engine and gateway sources, not the tap",
+                                "threshold_rounding",
                                 "remove it: the tap adds every threshold it reads to its histograms' edges")
     if source == SOURCE_TAP and LATENCY_METRICS[metric].tap is None:
         raise PluginOptionError(f"metric {metric!r} is only measured by the engine, not the tap", "source",
@@ -371,17 +384,51 @@ def _latency(r: _Reader) -> LatencyParams:
     selection = r.selection()
     if slo_class and source != SOURCE_TAP:
         raise PluginOptionError("slo_class is a label of the tap's series only", "slo_class",
-                                'use models: "<globs>" to pick requests at the engine, or source: "tap"')
-    decl = declared(r.get(VERSIONS_OPTION), r.get(BUCKETS_OPTION))
-    if decl.any and source != SOURCE_ENGINE:
-        name = VERSIONS_OPTION if decl.versions else BUCKETS_OPTION
-        raise PluginOptionError(f"{name} applies to source: engine only", name,
-                                "remove it: the tap adds every threshold it reads to its histograms' edges")
-    # Only `selector` can name engine kinds (a `models` matcher is on the model label).
-    measured = measurable_threshold(metric, threshold, selection.matchers, rounding, decl) \
-        if source == SOURCE_ENGINE else threshold
+                                f'use models: "<globs>" to pick requests with source: {source}, or source: "tap"')
+    if source in gw.GATEWAYS:
+        measured = _gateway_latency(r, source, metric, threshold, rounding, selection)
+    else:
+        decl = declared(r.get(VERSIONS_OPTION), r.get(BUCKETS_OPTION))
+        if decl.any and source != SOURCE_ENGINE:
+            name = VERSIONS_OPTION if decl.versions else BUCKETS_OPTION
+            raise PluginOptionError(f"{name} applies to the engine and gateway sources, not the tap", name,
+                                    "remove it: the tap adds every threshold it reads to its histograms' edges")
+        # Only `selector` can name engine kinds (a `models` matcher is on the model label).
+        measured = measurable_threshold(metric, threshold, selection.matchers, rounding, decl) \
+            if source == SOURCE_ENGINE else threshold
     _plain_bound(measured)
     return LatencyParams(metric, source, measured, threshold, rounding, slo_class, selection)
+
+
+def _gateway_latency(r: _Reader, source: str, metric: str, threshold: float, rounding: str,
+                     selection: Selection) -> float:
+    """The threshold a gateway-sourced latency SLI measures (an edge of the gateway's histogram, or of the
+    spec's `buckets`); the metric must be one the gateway measures."""
+    gateway = gw.GATEWAYS[source]
+    if metric not in gateway.latency:
+        raise PluginOptionError(f"metric {metric!r} is not measured by {gateway.title} (source {source}): it has no "
+                                f"such histogram", "metric",
+                                f"use one of {', '.join(gateway.latency)} with source {source}, or another source")
+    if r.get(VERSIONS_OPTION):
+        raise PluginOptionError(f"{VERSIONS_OPTION} names engine kinds and applies to source: engine only",
+                                VERSIONS_OPTION, f'remove it; if your {source} runs other buckets, declare them: '
+                                f'{BUCKETS_OPTION}: "<edges, seconds>"')
+    _gateway_models(gateway, selection)
+    text = r.get(BUCKETS_OPTION)
+    if ":" in text:
+        raise PluginOptionError(f"option {BUCKETS_OPTION!r} names a kind, but source {source} is one gateway",
+                                BUCKETS_OPTION, f'write the edges alone: {BUCKETS_OPTION}: "0.5, 1, 2"')
+    buckets = parse_buckets(text)[""] if text else None
+    return gateway_threshold(source, metric, threshold, rounding, buckets)
+
+
+def _gateway_models(gateway: gw.Gateway, selection: Selection) -> None:
+    """A `models` glob with capitals never matches a gateway that lowercases its model label (Dynamo's frontend)."""
+    upper = next((g for g in selection.models if g != g.lower()), None)
+    if gateway.lowercase_models and upper is not None:
+        raise PluginOptionError(f"models glob {upper!r} has capitals, but {gateway.title} writes its "
+                                f"{gateway.model_label} label in lower case: it would match nothing", "models",
+                                f'write models: "{selection.models_text.lower()}"')
 
 
 def _plain_bound(threshold: float) -> None:
@@ -407,6 +454,16 @@ def _availability(r: _Reader) -> AvailabilityParams:
     source = r.choice("source", SOURCES, DEFAULT_SOURCE)
     slo_class = r.get("slo_class")
     reasons: tuple[str, ...] = ()
+    if source in gw.GATEWAYS:
+        if slo_class or r.get("error_reasons"):
+            name = "slo_class" if slo_class else "error_reasons"
+            owner = "the tap's series" if slo_class else "the engine's finished reasons"
+            raise PluginOptionError(f"{name} applies to {owner} only, not to source {source}", name,
+                                    f"remove it: {source}'s own error counter decides which requests failed "
+                                    "(docs/slogen.md, Gateways as SLI sources); pick requests with models")
+        selection = r.selection()
+        _gateway_models(gw.GATEWAYS[source], selection)
+        return AvailabilityParams(source, "", (), selection)
     if source == SOURCE_TAP:
         if r.get("error_reasons"):
             raise PluginOptionError("error_reasons applies to source: engine", "error_reasons",

@@ -15,10 +15,10 @@ and keeps them on the SLI (`EventsSLI.params`), so later stages never read the o
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from llmslo import conventions as c
+from llmslo import gateways as gw
 from llmslo import sli_plugins as sp
 from llmslo.bucket_edges import edge_text
 from llmslo.globs import glob_regex
@@ -39,43 +39,14 @@ from llmslo.sli_plugins import (
 )
 from slogen import promql
 from slogen.model import EventsSLI, RecordingRule, SeriesFixture
-from slogen.plugins.contract import PluginError, SLIPluginRequest
+from slogen.plugins.contract import SLIPluginRequest
+from slogen.plugins.gateway_sli import gateway_availability, gateway_latency
+from slogen.plugins.queries import aggregate, fixture_labels, glob_example, le_label, le_regex, measurable
 from slogen.promql import Matcher, any_of, quote, rule_selector
 
 # --------------------------------------------------------------------------------------
 # PromQL building blocks
 # --------------------------------------------------------------------------------------
-
-
-def glob_example(globs: str) -> str:
-    """A model name that the first glob matches (for synthesized test series)."""
-    first = next((g.strip() for g in globs.split(",") if g.strip()), "model")
-    return first.replace("*", "x").replace("?", "x")
-
-
-def le_regex(threshold: float) -> str:
-    """A regex matching a bucket bound however it is spelled: `1`, `1.0`, `0.5`, `0.50`.
-
-    Prometheus 3 and the Python client write `1.0`; Go clients and Prometheus 2 write `1`.
-    """
-    text = repr(float(threshold))
-    if "e" in text or "inf" in text or "nan" in text:
-        raise PluginError(f"threshold {threshold!r} must be a plain decimal bucket bound", "threshold",
-                          "write the bound as it appears in the histogram, e.g. 0.5 or 2.5")
-    whole, _, frac = text.partition(".")
-    frac = frac.rstrip("0")
-    if not frac:
-        return whole + r"(\.0*)?"
-    return whole + r"\." + frac + "0*"
-
-
-def le_label(threshold: float) -> str:
-    """The bound as the Python client (the tap, the simulator) spells it: `0.5`, `1.0`."""
-    return repr(float(threshold))
-
-
-def aggregate(inner: str, by: tuple[str, ...]) -> str:
-    return promql.agg("sum", inner, by)
 
 
 def late_selector(matchers: list[Matcher]) -> str:
@@ -93,24 +64,6 @@ def late_fixtures(metric: str, labels: dict[str, str]) -> tuple[SeriesFixture, .
     """One "late" test series per late outcome, so the generated tests stage a hang ending in each."""
     return tuple(SeriesFixture(metric, {**labels, c.LABEL_OUTCOME: outcome}, "late", incident=outcome)
                  for outcome in TAP_OUTCOMES.late)
-
-
-def _fixture_labels(base: dict[str, str], matchers: list[Matcher], by: tuple[str, ...]) -> dict[str, str] | None:
-    """Labels for a synthesized series satisfying `matchers`; None when a regex matcher defeats us."""
-    labels = dict(base)
-    for name, op, value in matchers:
-        if op == "=":
-            labels[name] = value.replace('\\"', '"').replace("\\\\", "\\")
-        elif op == "=~":
-            candidate = value.replace(".*", "x").replace(".+", "x").replace("\\\\", "").split("|")[0]
-            if not re.fullmatch(value.replace("\\\\", "\\"), candidate):
-                return None
-            labels[name] = candidate
-        elif op in ("!=", "!~"):
-            labels.setdefault(name, "fixture")
-    for label in by:
-        labels.setdefault(label, f"{label}-a")
-    return labels
 
 
 def _model_matchers(selection: Selection) -> tuple[list[Matcher], dict[str, str]]:
@@ -177,6 +130,8 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     contract's reader checks it: llmslo/engine_thresholds.py); the tap makes every threshold an edge.
     """
     p: LatencyParams = _read(LATENCY, req)
+    if p.source in gw.GATEWAYS:
+        return gateway_latency(p, _written(req))
     family = p.family
     by = p.selection.by
     matchers, base = _scope(p.selection, p.slo_class)
@@ -191,7 +146,7 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
     good = aggregate(promql.rate(bucket_sel), by)
     error_query, total_query = f"{count}\n-\n{good}", count
     fixtures: tuple[SeriesFixture, ...] = ()
-    labels = _fixture_labels(base, matchers, by)
+    labels = fixture_labels(base, matchers, by)
     if labels is not None:
         fixtures = (
             SeriesFixture(family.count(), labels, "total"),
@@ -203,19 +158,6 @@ def latency(req: SLIPluginRequest) -> EventsSLI:
             fixtures += late_fixtures(c.TAP_REQUESTS.name, labels)
     return _events(LATENCY, req, p, plugin_options, error_query=error_query, total_query=total_query,
                    sources=(count_sel, bucket_sel), fixtures=fixtures)
-
-
-def measurable(count_sel: str, bucket_sel: str) -> str:
-    """The count of the requests that can be measured against the threshold: each `_count` series only
-    where the same series (ignoring `le`) has the bucket at the threshold.
-
-    A series without that edge (an engine upgrade or a bucket configuration that dropped it) is neither
-    good nor bad: counted in the total, all its requests would be too slow (a healthy cluster pages);
-    counted nowhere once the old pods' buckets leave the windows while its count goes on, the long
-    windows' error ratio of a cluster whose users are all too slow falls towards 0. Its one signal is
-    the bucket-edge alert (rules/bucket_alerts.py), which counts exactly these series.
-    """
-    return f"{promql.rate(count_sel)} and {promql.ignoring((c.LABEL_LE,))} {promql.rate(bucket_sel)}"
 
 
 def _with_late(count: str, good: str, late: str) -> tuple[str, str]:
@@ -247,7 +189,7 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
     total = aggregate(promql.rate(total_sel), by)
     good = aggregate(promql.rate(good_sel), by)
     fixtures: tuple[SeriesFixture, ...] = ()
-    labels = _fixture_labels(base, list(p.selection.matchers), by)
+    labels = fixture_labels(base, list(p.selection.matchers), by)
     if labels is not None:
         fixtures = (
             SeriesFixture(c.TAP_REQUESTS.name, {**labels, c.LABEL_OUTCOME: TAP_OUTCOMES.ok}, "total"),
@@ -261,6 +203,8 @@ def goodput(req: SLIPluginRequest) -> EventsSLI:
 def availability(req: SLIPluginRequest) -> EventsSLI:
     """Share of requests that failed: the tap's bad outcomes (neutral ones left out), or the engine's finished reasons."""
     p: AvailabilityParams = _read(AVAILABILITY, req)
+    if p.source in gw.GATEWAYS:
+        return gateway_availability(p, _written(req))
     by = p.selection.by
     matchers, base = _scope(p.selection, p.slo_class)  # slo_class: source tap only (the contract)
     if p.source == SOURCE_TAP:
@@ -276,7 +220,7 @@ def availability(req: SLIPluginRequest) -> EventsSLI:
     bad_sel = rule_selector(metric, matchers + [Matcher(label, "=~", any_of(bad))])
     total_sel = rule_selector(metric, matchers + ([Matcher(label, "!~", any_of(neutral))] if neutral else []))
     fixtures: tuple[SeriesFixture, ...] = ()
-    labels = _fixture_labels(base, list(p.selection.matchers), by)
+    labels = fixture_labels(base, list(p.selection.matchers), by)
     if labels is not None:
         fixtures = (
             SeriesFixture(metric, {**labels, label: good_value}, "good"),
@@ -308,7 +252,7 @@ def kv_headroom(req: SLIPluginRequest) -> EventsSLI:
         labels={c.SLO.LABEL_ID: req.slo_id},
     )
     fixtures: tuple[SeriesFixture, ...] = ()
-    labels = _fixture_labels(dict(model_l), list(p.selection.matchers), by)
+    labels = fixture_labels(dict(model_l), list(p.selection.matchers), by)
     if labels is not None:
         fixtures = (SeriesFixture(c.KV_CACHE_USAGE.name, labels, "gauge", good_value=round(threshold * 0.6, 6),
                                   bad_value=round(threshold + (1 - threshold) * 0.5, 6)),)
