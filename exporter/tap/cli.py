@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         first_token_timeout_s=args.first_token_timeout, stall_timeout_s=args.stall_timeout,
         response_timeout_s=args.response_timeout, trust_slo_headers=args.trust_slo_headers,
         max_connections=args.max_connections or default_max_connections(fd_limit), head_timeout_s=args.head_timeout,
-        max_buffered_body_bytes=args.max_buffered_body_bytes,
+        max_buffered_body_bytes=args.max_buffered_body_bytes, genai_names=args.genai_names,
     )
     if args.admission:
         warn_unguarded(slo)

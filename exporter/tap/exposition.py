@@ -146,6 +146,8 @@ class PageRenderer:
         info, failures = self._config_headers
         parts.append(info + f'{C.TAP_CONFIG_INFO.name}{{{C.LABEL_CONFIG_HASH}="{self.metrics.slo.hash}"}} 1\n'.encode())
         parts.append(failures + f"{C.TAP_CONFIG_RELOAD_FAILURES.name} {self.metrics.config_reload_failures}\n".encode())
+        if self.metrics.genai is not None:  # --genai-names (exporter.tap.genai)
+            parts.extend(self.metrics.genai.render(escape_label_value))
         if self.extra is not None:
             parts.append(self.extra())
         return parts
@@ -176,6 +178,13 @@ class PageRenderer:
         for s in series:
             if s.rendered_at != s.changes:
                 self._refresh(s)
+                if clock() - started > SLICE_S:
+                    await asyncio.sleep(0)
+                    started = clock()
+        genai = self.metrics.genai
+        if genai is not None:  # --genai-names: its changed series in the same slices
+            for g in genai.stale():
+                genai.refresh(g, escape_label_value)
                 if clock() - started > SLICE_S:
                     await asyncio.sleep(0)
                     started = clock()

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from exporter.tap.classes import SloConfig
+from exporter.tap.genai import GenAIHistograms
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
@@ -146,9 +147,11 @@ class TapMetrics:
 
     def __init__(
         self, slo: SloConfig, registry: CollectorRegistry | None = None, max_models: int = MAX_MODELS,
-        names: ModelNames | None = None,
+        names: ModelNames | None = None, genai: bool = False,
     ) -> None:
-        """`names` decides which models may be label values (default: only the classes' model globs)."""
+        """`names` decides which models may be label values (default: only the classes' model globs); `genai`: also
+        keep the OpenTelemetry GenAI histograms (--genai-names, exporter.tap.genai)."""
+        self.genai = GenAIHistograms() if genai else None
         self.max_models = max_models
         self.names = names if names is not None else ModelNames(slo)
         self.edges = histogram_edges(slo)
@@ -244,8 +247,11 @@ class TapMetrics:
         return [(s, late.get((s.model, s.slo_class), 0)) for s in self.series.values()]
 
     # -- recording ---------------------------------------------------------------------------
-    def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool) -> None:
-        """Count one finished request; `model` should already have passed through model_label()."""
+    def record(self, model: str, slo_class: str, outcome: str, t: Timings, good: bool, path: str = "") -> None:
+        """Count one finished request; `model` should already have passed through model_label(); `path`: the
+        request's (the GenAI operation, with --genai-names)."""
+        if self.genai is not None:
+            self.genai.record(model, path, outcome, t)
         s = self._for(model, slo_class)
         s.changes += 1
         s.requests[outcome] = s.requests.get(outcome, 0) + 1
@@ -340,6 +346,8 @@ class _Collector:
         fam = CounterMetricFamily(d.name, d.help)
         fam.add_metric([], self.m.config_reload_failures)
         yield fam
+        if self.m.genai is not None:
+            yield from self.m.genai.collect()
 
     @staticmethod
     def _counter(d: C.MetricDef, values: Iterable[tuple[Series, tuple[str, ...], int]]) -> Metric:

@@ -86,6 +86,13 @@ def _serving_arguments(p: argparse.ArgumentParser) -> None:
         help="auto: uvloop when installed (less CPU and a shorter tail per relayed chunk), else asyncio's own",
     )
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS", help="in-flight time on SIGTERM")
+    p.add_argument(
+        "--genai-names", action="store_true",
+        help="also expose TTFT, TPOT and request duration under the OpenTelemetry GenAI names and buckets "
+             "(gen_ai_server_time_to_first_token_seconds, gen_ai_server_time_per_output_token_seconds, "
+             "gen_ai_server_request_duration_seconds, by gen_ai_request_model), as Envoy AI Gateway writes them, so "
+             "its dashboards read the tap; off by default (three more histograms per model)",
+    )
 
 
 def _deadline_arguments(p: argparse.ArgumentParser) -> None:

@@ -237,7 +237,7 @@ class TapProxy:
         if self._admission is not None and finished.size is not None:
             self._admission.sizes.add(*finished.size)  # an exact size for the seat estimate
         if self.metrics is not None:
-            self.metrics.record(r.model, r.slo_class, r.outcome, r.timings, r.good)
+            self.metrics.record(r.model, r.slo_class, r.outcome, r.timings, r.good, r.path)
         if self.observer is not None:
             try:
                 self.observer(r)

@@ -63,7 +63,7 @@ class TapServer:
         `slo_paths`: the SLO files `slo` was read from, reloaded when they change (exporter.tap.reload;
         every `reload_interval_s`, 0: only on reload_slo())."""
         self.served = ServedModels(settings.upstream, settings.upstream_ca, models_refresh_s)
-        self.metrics = TapMetrics(slo, names=ModelNames(slo, self.served))
+        self.metrics = TapMetrics(slo, names=ModelNames(slo, self.served), genai=settings.genai_names)
         self.renderer = PageRenderer(self.metrics)
         self.proxy = TapProxy(settings, slo, self.metrics, observer)
         self.admission = admission

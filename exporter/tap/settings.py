@@ -32,6 +32,8 @@ class TapSettings:
     # its own requests good; honoured only when the operator says the gateway in front is trusted
     # (--trusted-gateway-objectives; exporter.tap.objectives bounds and folds them).
     trust_slo_headers: bool = False
+    # --genai-names: the TTFT, TPOT and duration histograms also under the OpenTelemetry GenAI names (exporter.tap.genai)
+    genai_names: bool = False
     # Abuse limits: what one client controls is bounded, so no client can starve the others.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
