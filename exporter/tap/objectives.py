@@ -163,6 +163,7 @@ class DerivedClasses:
     def __init__(self, cap: int = MAX_DERIVED_CLASSES) -> None:
         self.cap = cap
         self.names: set[str] = set()
+        self._by_objectives: dict[tuple[str, float | None, float | None], str] = {}  # the names handed out, by key
 
     def fold(self, base: str, base_ttft: float | None, base_tpot: float | None, asked: Asked,
              ignored: tuple[str, ...], configured: Collection[str]) -> Objective:
@@ -172,9 +173,12 @@ class DerivedClasses:
         tpot = base_tpot if asked.tpot is None else snap_down(asked.tpot, TPOT_LADDER)
         if ttft == base_ttft and tpot == base_tpot:
             return Objective(base, ttft, tpot, ignored)
-        name = derived_name(base, ttft, tpot)
-        if name not in self.names:
-            if len(self.names) >= self.cap or name in configured:
+        key = (base, ttft, tpot)
+        name = self._by_objectives.get(key)
+        if name is None:
+            name = derived_name(base, ttft, tpot)
+            if len(self.names) >= self.cap or name in configured or name in self.names:
                 return Objective(base + OVERFLOW_SUFFIX, ttft, tpot, (*ignored, CLASS_CAP), base)
             self.names.add(name)
+            self._by_objectives[key] = name
         return Objective(name, ttft, tpot, ignored, base)
