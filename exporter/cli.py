@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_help_formatter,
         description="Per-node exporter: NVML and LLM engines' /metrics in, one normalized /metrics out.",
         epilog="Flags override the --config file; --engine adds to its targets. "
-        f"`{PROG} tap --help` describes the goodput tap.",
+        f"`{PROG} tap --help` describes the goodput tap, `{PROG} tap-injector --help` the webhook that adds it "
+        "to pods.",
     )
     p.add_argument("--version", action=_VersionAction)
     p.add_argument("--config", metavar="FILE", help="YAML config file (all settings, plus Kubernetes discovery)")
@@ -120,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.gpu import podmap_server  # the relay that alone reads the kubelet's socket
 
         return podmap_server.main(args_list[1:])
+    if args_list[:1] == ["tap-injector"]:
+        from exporter.tap_inject import cli as injector_cli  # the webhook that adds the tap to opted-in pods
+
+        return injector_cli.main(args_list[1:])
     if args_list[:1] == ["tap"]:
         from exporter.tap import cli as tap_cli  # on demand: the exporter's own runs skip the tap's imports
 
