@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# GPU smoke test: run the exporter with real NVML for a few cycles and compare what it serves with nvidia-smi
-# (memory, utilisation, power, temperature, clocks, ECC, XID), check the page with promtool, print a verdict.
+# GPU smoke test: make every NVML call the exporter makes (through its own provider, one line per call), run
+# the exporter with real NVML for a few cycles and print each GPU series beside nvidia-smi's value (memory,
+# utilisation, power, energy, temperature, clocks, clock-event reasons, ECC, PCIe replays, processes, MIG,
+# identity; XID against the kernel log), check the page with promtool, print a verdict. docs/exporter.md.
 #
 #   scripts/gpu-smoke.sh [--cycles N] [--interval SECONDS]
 #

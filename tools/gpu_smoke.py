@@ -1,11 +1,15 @@
 """GPU smoke test: the exporter with real NVML against `nvidia-smi`, on a machine with an NVIDIA GPU.
 
 `scripts/gpu-smoke.sh` runs `python -m tools.gpu_smoke`, from a checkout: the image ships only what runs in
-production. It starts `llmslo-exporter --gpu nvml` on a loopback port, waits for a few collection cycles,
-scrapes `/metrics` between two `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` readings, and compares
-per GPU (matched by UUID): memory (total, used, free, reserved), utilisation (GPU and memory), power, temperature, SM and memory
-clocks, volatile ECC error counts, and XID errors (against the kernel log, when it is readable). It checks
-the page with `promtool check metrics` and prints one line per check and a verdict.
+production. First it makes every NVML call the exporter makes, through the exporter's own provider
+(tools/nvml_trace.py: one line per call, with what came back and the series it feeds). Then it starts
+`llmslo-exporter --gpu nvml` on a loopback port, waits for a few collection cycles, scrapes `/metrics` twice,
+the second time between two `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` readings, and compares
+per GPU (matched by UUID): memory (total, used, free, reserved), utilisation (GPU and memory), power, temperature,
+SM and memory clocks, volatile ECC error counts (here), identity labels, clock-event reasons, energy, PCIe
+replays, per-process memory and MIG instances (tools/gpu_smoke_series.py, with `nvidia-smi -q`, `-L` and
+`--query-compute-apps`), and XID errors (against the kernel log, when it is readable). It checks the page with
+`promtool check metrics` and prints one line per check and a verdict.
 
 Exit codes: 0 every check passed; 1 a check failed (or the exporter did not start); 77 skipped: no
 NVIDIA driver, no GPU, or nothing to compare with (the code automake and meson use for "skipped").
@@ -22,6 +26,7 @@ nvidia-smi output: `parse_smi_csv`, `gpus_on_page`, `compare`, `xid_lines`, `ren
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import shutil
 import subprocess
@@ -29,12 +34,16 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from exporter import promtext
 from llmslo import conventions as c
+from tools import gpu_smoke_series as series
+from tools import nvml_trace
+from tools.gpu_smoke_report import EXIT_FAIL, EXIT_SKIPPED, FAIL, PASS, SKIP, WARN, Check, PageGpu, gpus_on_page
+from tools.gpu_smoke_report import EXIT_PASS as EXIT_PASS  # re-exported: the tests and callers read them here
+from tools.gpu_smoke_report import render_report as render_report
 
-EXIT_PASS, EXIT_FAIL, EXIT_SKIPPED = 0, 1, 77
 MIB = 1024 * 1024
 
 # nvidia-smi --query-gpu fields, in order. Optional ones are left out (and their checks skipped) on drivers
@@ -43,8 +52,9 @@ SMI_FIELDS = (
     "index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free", "memory.reserved",
     "utilization.gpu", "utilization.memory", "power.draw", "temperature.gpu", "clocks.sm", "clocks.mem",
     "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total", "mig.mode.current",
+    "clocks_event_reasons.active",  # driver 535 and later; gpu_smoke_series.compare_clock_events
 )
-OPTIONAL_FIELDS = ("memory.reserved", "mig.mode.current")
+OPTIONAL_FIELDS = ("memory.reserved", "mig.mode.current", "clocks_event_reasons.active")
 _NOT_A_VALUE = re.compile(r"^\[?(n/?a|not supported|unknown error|insufficient permissions|gpu requires reset)\]?$",
                           re.IGNORECASE)
 
@@ -81,17 +91,6 @@ COMPARISONS = (
                labels=((c.LABEL_ECC_TYPE, "uncorrected"),)),
 )
 
-PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
-
-
-@dataclass(frozen=True)
-class Check:
-    gpu: str  # "0 GPU-8c4f..." or "" for checks of the whole run
-    what: str
-    outcome: str  # PASS | FAIL | WARN | SKIP
-    detail: str
-
-
 # --------------------------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------------------------
@@ -120,40 +119,6 @@ def parse_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, float | st
     return rows
 
 
-@dataclass
-class PageGpu:
-    """The exporter's whole-GPU series of one GPU (MIG instances' series are left aside)."""
-
-    index: str
-    uuid: str
-    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
-    up: float | None = None
-    xids: dict[str, float] = field(default_factory=dict)
-
-    def value(self, metric: str, labels: tuple[tuple[str, str], ...] = ()) -> float | None:
-        return self.values.get((metric, labels))
-
-
-def gpus_on_page(page: str) -> dict[str, PageGpu]:
-    """The exporter's GPUs by UUID, from a /metrics page."""
-    out: dict[str, PageGpu] = {}
-    extra_labels = {c.LABEL_ECC_TYPE}
-    for fam in promtext.parse_page(page).families.values():
-        for s in fam.samples:
-            uuid = s.labels.get(c.LABEL_UUID)
-            if not s.name.startswith("llm_gpu_") or not uuid or s.labels.get(c.LABEL_GPU_INSTANCE_ID):
-                continue
-            gpu = out.setdefault(uuid, PageGpu(s.labels.get(c.LABEL_GPU, ""), uuid))
-            if s.name == c.GPU_UP.name:
-                gpu.up = s.value
-            elif s.name == c.GPU_XID_ERRORS.name:
-                gpu.xids[s.labels.get(c.LABEL_XID, "")] = s.value
-            else:
-                key = tuple(sorted((k, v) for k, v in s.labels.items() if k in extra_labels))
-                gpu.values[(s.name, key)] = s.value
-    return out
-
-
 def xid_lines(kernel_log: str) -> dict[str, int]:
     """XID codes in kernel log lines (`NVRM: Xid (PCI:0000:17:00): 79, pid=...`), counted per code."""
     counts: dict[str, int] = {}
@@ -175,10 +140,21 @@ def _fmt(value: float, metric: str) -> str:
     return f"{value:g}"
 
 
-def compare(before: list[dict], after: list[dict], page: str) -> list[Check]:
-    """Every comparison for every GPU nvidia-smi lists, from two nvidia-smi readings around one scrape."""
+@dataclass(frozen=True)
+class Earlier:
+    """A scrape before the compared one, and nvidia-smi's other answers, for tools/gpu_smoke_series.py."""
+
+    page: str
+    seconds: float  # between this scrape and the compared one
+    extra: dict  # "apps" (parse_compute_apps), "replays" (parse_replays), "migs" (parse_mig_list)
+
+
+def compare(before: list[dict], after: list[dict], page: str, earlier: Earlier | None = None) -> list[Check]:
+    """Every comparison for every GPU nvidia-smi lists, from two nvidia-smi readings around one scrape; with
+    `earlier`, the series of tools/gpu_smoke_series.py too."""
     checks: list[Check] = []
     gpus = gpus_on_page(page)
+    first = gpus_on_page(earlier.page) if earlier else {}
     after_by_uuid = {str(r["uuid"]): r for r in after}
     for row in before:
         uuid = str(row["uuid"])
@@ -195,6 +171,8 @@ def compare(before: list[dict], after: list[dict], page: str) -> list[Check]:
         mig = str(row.get("mig.mode.current") or "").lower() == "enabled"
         for comp in COMPARISONS:
             checks.append(_compare_one(name, comp, row, later, gpu, mig))
+        if earlier is not None:
+            checks += series.more_checks(name, gpu, first.get(uuid), earlier.seconds, (row, later), earlier.extra)
     listed = {str(r["uuid"]) for r in before}
     for uuid, gpu in gpus.items():
         if uuid not in listed:
@@ -240,21 +218,6 @@ def compare_xids(page: str, kernel_log: str | None, since_note: str) -> list[Che
     same = {k: float(v) for k, v in logged.items()} == ours
     theirs = ", ".join(f"xid {k}: {v}" for k, v in sorted(logged.items())) or "none"
     return [Check("", "XID errors", PASS if same else FAIL, f"exporter {seen}; kernel log {theirs} ({since_note})")]
-
-
-def render_report(checks: list[Check]) -> tuple[str, int]:
-    """The table and the verdict line, and the exit code."""
-    lines = [f"{ch.outcome:4}  {ch.gpu or '-':<46}  {ch.what:<28}  {ch.detail}" for ch in checks]
-    failed = [ch for ch in checks if ch.outcome == FAIL]
-    passed = [ch for ch in checks if ch.outcome == PASS]
-    warned = [ch for ch in checks if ch.outcome == WARN]
-    if failed:
-        verdict, code = f"VERDICT: FAIL ({len(failed)} failed, {len(passed)} passed, {len(warned)} warnings)", EXIT_FAIL
-    elif not passed:
-        verdict, code = "VERDICT: SKIPPED (nothing could be compared)", EXIT_SKIPPED
-    else:
-        verdict, code = f"VERDICT: PASS ({len(passed)} checks passed, {len(warned)} warnings)", EXIT_PASS
-    return "\n".join(lines + ["", verdict]), code
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -305,6 +268,7 @@ class Exporter:
         )
         self.log: list[str] = []
         self.port = 0
+        self.last_page = ""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             assert self.proc.stderr is not None  # stderr=PIPE
@@ -322,7 +286,8 @@ class Exporter:
 
     def scrape(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
-            return r.read().decode()
+            self.last_page = r.read().decode()
+        return self.last_page
 
     def stop(self) -> list[str]:
         if self.proc.poll() is None:
@@ -371,12 +336,60 @@ def read_kernel_log(started_wall: float) -> tuple[str | None, str]:
     return None, "journalctl -k and dmesg gave nothing (run as root to include this check)"
 
 
+def query_extra(smi: str) -> dict:
+    """nvidia-smi's answers beyond --query-gpu: compute processes, `-q` (PCIe replays), `-L` (MIG instances);
+    one that fails leaves its key out (its checks skip)."""
+    extra: dict = {}
+    for key, argv, parse in (
+        ("apps", [f"--query-compute-apps={','.join(series.COMPUTE_APPS)}", "--format=csv,noheader,nounits"],
+         series.parse_compute_apps),
+        ("replays", ["-q"], series.parse_replays),
+        ("migs", ["-L"], series.parse_mig_list),
+    ):
+        try:
+            done = subprocess.run([smi, *argv], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            extra[key] = parse(done.stdout)
+    return extra
+
+
+def _wait_for_cycles(exporter: Exporter, cycles_wanted: int, interval_s: float) -> tuple[str, float]:
+    """The first page with `cycles_wanted` cycles done, and when it was read; ("", 0) on time-out."""
+    deadline = time.monotonic() + 30 + cycles_wanted * interval_s * 3
+    while time.monotonic() < deadline:
+        try:
+            page = exporter.scrape()
+        except OSError:
+            page = ""
+        if page and cycles(page) >= cycles_wanted:
+            return page, time.monotonic()
+        time.sleep(min(0.5, interval_s))
+    return "", 0.0
+
+
+def _against_smi(smi: str, exporter: Exporter, cycles_wanted: int, interval_s: float) -> list[Check]:
+    """Two scrapes two cycles apart; nvidia-smi read around the second. Raises Skipped, RuntimeError."""
+    first, first_at = _wait_for_cycles(exporter, cycles_wanted, interval_s)
+    if not first:
+        raise RuntimeError(f"the exporter did not complete {cycles_wanted} cycles in time")
+    time.sleep(2 * interval_s)  # so the energy counter moves between the two scrapes
+    before, fields = query_smi(SMI_FIELDS, smi)
+    page, page_at = exporter.scrape(), time.monotonic()
+    after, _ = query_smi(fields, smi)
+    checks = compare(before, after, page, Earlier(first, page_at - first_at, query_extra(smi)))
+    checks.append(promtool_check(page, shutil.which("promtool")))
+    return checks
+
+
 def run(cycles_wanted: int, interval_s: float, out: Callable[[str], None] = print) -> int:
     try:
         smi = check_driver(shutil.which("nvidia-smi"))
     except Skipped as exc:
         out(f"SKIPPED: {exc}")
         return EXIT_SKIPPED
+    checks = nvml_trace.run_trace(lambda: importlib.import_module("pynvml"))  # every NVML call, in-process
     started_wall = time.time()
     try:
         exporter = Exporter(interval_s)
@@ -384,31 +397,17 @@ def run(cycles_wanted: int, interval_s: float, out: Callable[[str], None] = prin
         out(f"FAIL: {exc}")
         return EXIT_FAIL
     try:
-        deadline = time.monotonic() + 30 + cycles_wanted * interval_s * 3
-        page = ""
-        while time.monotonic() < deadline:
-            try:
-                page = exporter.scrape()
-            except OSError:
-                page = ""
-            if page and cycles(page) >= cycles_wanted:
-                break
-            time.sleep(min(0.5, interval_s))
-        else:
-            out(f"FAIL: the exporter did not complete {cycles_wanted} cycles in time")
-            return EXIT_FAIL
-        before, fields = query_smi(SMI_FIELDS, smi)
-        page = exporter.scrape()
-        after, _ = query_smi(fields, smi)
+        checks += _against_smi(smi, exporter, cycles_wanted, interval_s)
     except Skipped as exc:
         out(f"SKIPPED: {exc}")
         return EXIT_SKIPPED
+    except RuntimeError as exc:
+        out(f"FAIL: {exc}")
+        return EXIT_FAIL
     finally:
         log = exporter.stop()
-    checks = compare(before, after, page)
-    checks.append(promtool_check(page, shutil.which("promtool")))
     kernel_log, note = read_kernel_log(started_wall)
-    checks += compare_xids(page, kernel_log, note)
+    checks += compare_xids(exporter.last_page, kernel_log, note)
     unavailable = [ln for ln in log if "gpu_nvml_unavailable" in ln or "gpu_down" in ln]
     checks.append(Check("", "exporter log", FAIL if unavailable else PASS,
                         "; ".join(unavailable[:3]) if unavailable else "no gpu_nvml_unavailable or gpu_down event"))

@@ -38,8 +38,8 @@ GPUS = (
 UUID0, UUID1 = GPUS[0][1], GPUS[1][1]
 # Two H100s: GPU 0 busy, ECC on; GPU 1 in MIG mode (no utilisation) and without ECC counters.
 SMI_CSV = textwrap.dedent(f"""\
-    0, {UUID0}, {H100}, 00000000:18:00.0, 81559, 71234, 9792, 532, 87, 41, 612.47, 58, 1980, 2619, 3, 0, Disabled
-    1, {UUID1}, {H100}, 00000000:2A:00.0, 81559, 1024, 80003, 532, [N/A], [N/A], 98.20, 33, 1980, 2619, [Not Supported], [Not Supported], Enabled
+    0, {UUID0}, {H100}, 00000000:18:00.0, 81559, 71234, 9792, 532, 87, 41, 612.47, 58, 1980, 2619, 3, 0, Disabled, 0x0000000000000004
+    1, {UUID1}, {H100}, 00000000:2A:00.0, 81559, 1024, 80003, 532, [N/A], [N/A], 98.20, 33, 1980, 2619, [Not Supported], [Not Supported], Enabled, 0x0000000000000001
 """)
 # The readings the exporter's NVML provider would make of the same GPUs.
 READINGS = {
@@ -86,7 +86,7 @@ def test_parse_smi_csv():
     assert rows[0]["memory.total"] == 81559.0 and rows[0]["power.draw"] == 612.47
     assert rows[0]["name"] == H100 and rows[0]["mig.mode.current"] == "Disabled"
     assert rows[1]["utilization.gpu"] is None and rows[1]["ecc.errors.corrected.volatile.total"] is None
-    with pytest.raises(ValueError, match="17 fields"):
+    with pytest.raises(ValueError, match="18 fields"):
         smoke.parse_smi_csv("0, GPU-x, name\n", FIELDS)
 
 
