@@ -115,6 +115,7 @@ class Availability:
     total: tuple[Counted, ...]
     good_example: Fixed  # label values of a good request, for generated test series
     bad_example: Fixed  # ... and of a failed one, counted in total[0] too
+    refused_example: Fixed = ()  # ... and of one refused before total[0] counts it (in bad and total[1:] only)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ GATEWAYS: dict[str, Gateway] = {g.source: g for g in (
              "e2e": Histogram(LLMD.DURATION)},
             Availability(Counted(LLMD.ERRORS, ((LLMD.LABEL_ERROR_CODE, "=~", _LLMD_BAD),)),
                          (Counted(LLMD.REQUESTS), Counted(LLMD.ERRORS, ((LLMD.LABEL_ERROR_CODE, "=~", _LLMD_REFUSED),))),
-                         (), ((LLMD.LABEL_ERROR_CODE, "=", "ModelServerError"),)),
+                         (), ((LLMD.LABEL_ERROR_CODE, "=", "ModelServerError"),),
+                         ((LLMD.LABEL_ERROR_CODE, "=", "ResourceExhausted"),)),
             ((LLMD.LABEL_FAIRNESS_ID, "=", "default-flow"), (LLMD.LABEL_PRIORITY, "=", "0"))),
     Gateway(SOURCE_ENVOY, "Envoy AI Gateway", genai.LABEL_REQUEST_MODEL,
             {"ttft": Histogram(genai.TTFT.name), "tpot": Histogram(genai.TPOT.name),

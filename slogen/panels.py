@@ -15,6 +15,14 @@ ENGINE_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD, c.LABEL_NODE, c.LA
 POOL_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL)
 QUANTILES = ((0.5, "A"), (0.9, "B"), (0.99, "C"))
 LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_gave_up)"
+# A gateway-sourced SLO (source llm-d, envoy-ai-gateway, dynamo): its latency per gateway pod (one ladder each),
+# its availability from the gateway's own counters (slogen/artifacts/gateway_panels.py).
+GATEWAY_AVAILABILITY_TITLE = "Failed vs counted requests, the gateway's own counters"
+
+
+def gateway_latency_title(base: str, gateway_title: str) -> str:
+    return f"{base}, per {gateway_title} pod"
+
 
 # The SLO overview (slogen/artifacts/overview.py): its table, the firing-state words, its columns per tier.
 OVERVIEW_TITLE = "SLOs: objective, SLI, error budget left, burn rate and alerts per tier"

@@ -14,12 +14,21 @@ import attr
 from grafanalib import core as g
 
 from llmslo import conventions as c
+from llmslo import gateways as gw
 from llmslo.conventions import CAPACITY as K
 from slogen import promql as q
+from slogen.artifacts import gateway_panels as gp
 from slogen.artifacts import grafana as gf
 from slogen.artifacts import overview as ov
 from slogen.links import FLEET_DASHBOARD_UID, OVERVIEW_DASHBOARD_UID, slo_dashboard_uid
-from slogen.panels import ENGINE_BY, LATE_TITLE, POOL_BY, QUANTILES
+from slogen.panels import (
+    ENGINE_BY,
+    GATEWAY_AVAILABILITY_TITLE,
+    LATE_TITLE,
+    POOL_BY,
+    QUANTILES,
+    gateway_latency_title,
+)
 from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from slogen.views import (
     SLI_AVAILABILITY,
@@ -190,7 +199,25 @@ def goodput_ratio(m: list[q.Matcher], by: tuple[str, ...] = (), window: str = RA
     return f"({q.sum_rate(c.GOODPUT_REQUESTS.name, m, window, by)} or 0 * {total}) / {total}"
 
 
+def _gateway_latency_panels(slo: SLOView, grid: _Grid, title: str, steps) -> list:
+    """A gateway-sourced latency SLO: its gateway's histogram, one line per gateway pod (gateway_panels.py)."""
+    hist, m = gp.latency_histogram(slo, [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))])
+    gateway = gw.GATEWAYS[slo.source]
+    targets = [gf.prom_target(q.histogram_quantile(p, hist, m, RATE, (c.LABEL_POD,)), f"p{round(p * 100)} {{{{pod}}}}",
+                              ref) for p, ref in QUANTILES]
+    return [grid.place(_timeseries(gateway_latency_title(title, gateway.title), targets, unit="s", steps=steps,
+                                   threshold_style="line",
+                                   description=f"From {hist.name}, scraped from the {gateway.title} itself (finished "
+                                               "requests only: a hang shows as falling traffic), one line per pod."),
+                       24, 8)]
+
+
 def _latency_panels(slo: SLOView, grid: _Grid) -> list:
+    if slo.source in gw.GATEWAYS:
+        steps = ((None, "green"), (slo.threshold, "red")) if slo.threshold else ((None, "green"),)
+        name = slo.latency_metric.upper()
+        title = f"{name} percentiles vs the {slo.threshold:g}s threshold" if slo.threshold else f"{name} percentiles"
+        return _gateway_latency_panels(slo, grid, title, steps)
     hist = _latency_histogram(slo)
     tap = hist in c.TAP_METRICS
     m = _source_matchers(slo, tap=tap)
@@ -231,6 +258,13 @@ def _source_panels(slo: SLOView, grid: _Grid) -> list:
                                      "every request of the class but those whose outcome is "
                                      f"{' or '.join(c.TAP_NEUTRAL_OUTCOMES)} (nobody's failure, left out of the SLI)."),
             24, 8)]
+    if slo.sli_kind == SLI_AVAILABILITY and slo.source in gw.GATEWAYS:
+        failed, counted = gp.availability_queries(slo, [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))], RATE)
+        return [grid.place(_timeseries(GATEWAY_AVAILABILITY_TITLE, [
+            gf.prom_target(failed, "failed req/s", "A"), gf.prom_target(counted, "counted req/s", "B")],
+            unit="reqps", description=f"From the {gw.GATEWAYS[slo.source].title}'s own counters, as the SLI counts: "
+                                      "failed by the gateway or its backend; the client's own faults are in neither "
+                                      "(docs/slogen.md, Gateways as SLI sources)."), 24, 8)]
     if slo.sli_kind == SLI_AVAILABILITY:
         if slo.source == "engine":
             m = [q.regex(c.LABEL_CLUSTER, _var(CLUSTER_VAR))]

@@ -16,7 +16,9 @@ from pathlib import Path
 import jinja2
 
 from llmslo import conventions as c
+from llmslo import gateways as gw
 from slogen import promql as q
+from slogen.artifacts import gateway_panels as gp
 from slogen.artifacts.dashboards import goodput_ratio
 from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
@@ -183,12 +185,16 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         if slo.source != "tap":
             hist = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E}[slo.latency_metric]
         matchers = tap if slo.source == "tap" else []
+        model = c.LABEL_MODEL
+        if slo.source in gw.GATEWAYS:  # the gateway's own histogram and model label, as its SLI reads them
+            hist, matchers = gp.latency_histogram(slo, [])
+            model = gw.GATEWAYS[slo.source].model_label
         bucket = q.selector(hist.bucket(), [*matchers, le_matcher(threshold)])
-        within = q.agg("sum", q.rate(bucket, WINDOW), (c.LABEL_MODEL,))
+        within = q.agg("sum", q.rate(bucket, WINDOW), (model,))
         # the count of the series that have the bucket, as the SLI counts (a tap's series of an earlier
         # configuration, whose edges differ, would read every one of its requests as over the threshold)
         total = q.agg("sum", measurable(q.selector(hist.count(), matchers), bucket).replace(q.WINDOW, WINDOW),
-                      (c.LABEL_MODEL,))
+                      (model,))
         out["share_over_threshold"] = f"1 - ({within}) / ({total})"
     return out
 

@@ -18,12 +18,14 @@ from collections.abc import Mapping, Sequence
 
 from llmslo import conventions as c
 from llmslo.conventions import CAPACITY as K
+from llmslo.gateways import GATEWAY_SOURCES
 from llmslo.gofloat import client_float
 from slogen import panels as d
 from slogen.errors import SpecError, SpecErrors
 from slogen.gofmt import label_filter
 from slogen.paths import DASHBOARD_TESTS_FILE, FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
 from slogen.promtests import fleet_scenario as fs
+from slogen.promtests.gateway_fleet import gateway_answers, gateway_series
 from slogen.rules.alerts import LOW_TRAFFIC_SUFFIX
 from slogen.views import SLI_AVAILABILITY, SLI_GOODPUT, SLI_KV_HEADROOM, SLI_LATENCY, SLOView
 
@@ -257,6 +259,8 @@ def slo_answers(slo: SLOView, f: fs.Fleet = fs.FLEET) -> Answers:
 
 
 def _source_answers(slo: SLOView, f: fs.Fleet) -> Answers:
+    if slo.source in GATEWAY_SOURCES:
+        return gateway_answers(slo)
     taps = [t for t in f.taps if not slo.slo_class or t.slo_class == slo.slo_class]
     if slo.sli_kind == SLI_LATENCY and slo.source == "tap":
         metric, name = slo.latency_metric, slo.latency_metric.upper()
@@ -400,7 +404,7 @@ class DashboardTests:
         slos, fleet, main, month = self.slos, self.fleet, self.main, self.month
         if self.errors:
             raise SpecErrors(self.errors)
-        series = fs.fleet_series(fleet) + [s for slo in slos for s in slo_series(slo)]
+        series = fs.fleet_series(fleet) + gateway_series(slos) + [s for slo in slos for s in slo_series(slo)]
         month_inputs = [s for slo in slos for s in month_series(slo)]
 
         def group(name: str, inputs, cases) -> dict:

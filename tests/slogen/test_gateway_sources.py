@@ -184,3 +184,28 @@ def test_dynamo_page_leaves_client_faults_out_and_reads_older_releases(promtool,
     ])
     _ratio_test(promtool, tmp_path, _spec('{source: "dynamo", models: "deepseek-*"}'), page,
                 {"new": 0.1, "old": 0.2})
+
+
+def test_gateway_slo_dashboards_read_the_gateways_series_and_prove_their_numbers(promtool, tmp_path):
+    """`slogen build` of the examples: each SLO's source panel queries its gateway's own families (never the
+    exporter's llm_* or the tap's), and the dashboards' generated tests (synthetic gateway series) pass promtool."""
+    out = tmp_path / "out"
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "slogen"), "build", str(EXAMPLES), "--out", str(out),
+                           "--no-autoscaling", "--no-health-alerts", "--no-capacity-rules", "--no-promtool-check"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = set()
+    for path in sorted((out / "dashboards").glob("slo-*.json")):
+        doc = yaml.safe_load(path.read_text())
+        exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", []) if "slo:" not in t["expr"]
+                 and "ALERTS" not in t["expr"]]
+        assert exprs, path.name
+        source = {"llmd": gw.SOURCE_LLMD, "envoy": gw.SOURCE_ENVOY, "dynamo": gw.SOURCE_DYNAMO}[path.name.split("-")[1]]
+        prefix = {gw.SOURCE_LLMD: gw.LLMD.PREFIX, gw.SOURCE_ENVOY: "gen_ai_", gw.SOURCE_DYNAMO: gw.DYNAMO.PREFIX}[source]
+        assert all(prefix in e and not re.search(r"\bllm_(?!d_epp_)", e) for e in exprs), (path.name, exprs)
+        seen.add(source)
+    assert seen == set(gw.GATEWAY_SOURCES)
+    ttft = yaml.safe_load((out / "dashboards" / "slo-llmd-chat-ttft.json").read_text())
+    assert any('streaming="true"' in t["expr"] for p in ttft["panels"] for t in p.get("targets", []))
+    proc = _run(promtool, out / "dashboards", "dashboards.test.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
