@@ -32,21 +32,21 @@ OPERATION_CHAT = "chat"  # POST /v1/chat/completions
 OPERATION_TEXT_COMPLETION = "text_completion"  # POST /v1/completions (Envoy AI Gateway writes "completion")
 PROVIDER_OPENAI = "openai"  # what Envoy AI Gateway writes for a backend speaking the OpenAI API
 
-TTFT = MetricDef(
+SERVER_TTFT = MetricDef(
     "gen_ai_server_time_to_first_token_seconds", "histogram",
     "Time to generate first token for successful responses (OpenTelemetry GenAI).", LABELS, "seconds",
 )
-TPOT = MetricDef(
+SERVER_TPOT = MetricDef(
     "gen_ai_server_time_per_output_token_seconds", "histogram",
     "Time per output token generated after the first token for successful responses (OpenTelemetry GenAI).",
     LABELS, "seconds",
 )
-REQUEST_DURATION = MetricDef(
+SERVER_REQUEST_DURATION = MetricDef(
     "gen_ai_server_request_duration_seconds", "histogram",
     "Generative AI server request duration such as time-to-last byte or last output token (OpenTelemetry GenAI).",
     LABELS + (LABEL_ERROR_TYPE,), "seconds",
 )
-METRICS = (TTFT, TPOT, REQUEST_DURATION)
+METRICS = (SERVER_TTFT, SERVER_TPOT, SERVER_REQUEST_DURATION)
 
 # Bucket edges, seconds. TTFT: the convention's up to 10 s, then Envoy AI Gateway's extension to 60 s.
 TTFT_EDGES = (

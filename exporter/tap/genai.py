@@ -6,8 +6,9 @@ it reads the tap as it is. Off by default: it is a second copy of three histogra
 
 What is observed, so that the counts equal the tap's own histograms' (exporter.tap.metrics): TTFT and TPOT of
 every request that ended `ok` and has them (streamed), and the duration of every request that ended `ok`;
-a request that ended any other way adds its duration under `error_type="<its outcome>"` (a small fixed set,
-conventions.OUTCOMES; Envoy AI Gateway writes `_OTHER` for every failure) when it had one. The labels are
+a request that ended badly (conventions.TAP_BAD_OUTCOMES) adds its duration under `error_type="<its outcome>"`
+(a small fixed set; Envoy AI Gateway writes `_OTHER` for every failure). A neutral outcome (the client left
+on time, or the request was at fault: 4xx) is left out, as it is from every total of the tap's. The labels are
 bounded: the model label value is the tap's own (exporter.tap.models: at most MAX_MODELS names and `__other__`),
 the operation one of two, the provider a constant; `gen_ai_response_model` is that same value, since the tap
 does not read the response's model field (an OpenAI-compatible engine answers with the name it was asked for).
@@ -30,8 +31,8 @@ from llmslo.gofloat import client_float
 
 OPERATIONS = {"/v1/chat/completions": G.OPERATION_CHAT, "/v1/completions": G.OPERATION_TEXT_COMPLETION}
 # In page order: each family, its bucket edges, and which Timings field it observes.
-FAMILIES = ((G.TTFT, G.TTFT_EDGES, "ttft"), (G.TPOT, G.TPOT_EDGES, "tpot"),
-            (G.REQUEST_DURATION, G.REQUEST_DURATION_EDGES, "e2e"))
+FAMILIES = ((G.SERVER_TTFT, G.TTFT_EDGES, "ttft"), (G.SERVER_TPOT, G.TPOT_EDGES, "tpot"),
+            (G.SERVER_REQUEST_DURATION, G.REQUEST_DURATION_EDGES, "e2e"))
 
 
 def operation(path: str) -> str:
@@ -91,7 +92,7 @@ class GenAIHistograms:
         """One finished timed request; `model` is its label value (exporter.tap.metrics.TapMetrics.model_label)."""
         op = operation(path)
         if outcome != C.OUTCOME_OK:
-            if t.e2e is not None:
+            if t.e2e is not None and outcome in C.TAP_BAD_OUTCOMES:
                 s = self._for(model, op, outcome)
                 s.observe(2, t.e2e)
                 s.changes += 1

@@ -24,7 +24,7 @@ from llmslo import genai as G
 from llmslo.gofloat import client_float
 
 SLO = SloConfig((SloClass("chat", 0.5, 0.05, ("chat-*",)),), {})
-SAME = ((G.TTFT, C.TAP_TTFT), (G.TPOT, C.TAP_TPOT), (G.REQUEST_DURATION, C.TAP_E2E))
+SAME = ((G.SERVER_TTFT, C.TAP_TTFT), (G.SERVER_TPOT, C.TAP_TPOT), (G.SERVER_REQUEST_DURATION, C.TAP_E2E))
 
 
 async def _post(url: str, path: str, stream: bool, **headers: str) -> int:
@@ -72,15 +72,15 @@ def test_with_the_option_the_page_has_the_genai_families_with_the_tap_histograms
         assert sum(s.value for s in samples if s.name == genai.sum() and G.LABEL_ERROR_TYPE not in s.labels) == \
             pytest.approx(_value(samples, d.sum(), model="chat-a"))
     # The convention's bucket edges (TTFT to 60 s, as Envoy AI Gateway), each series' whole ladder.
-    for d, edges in ((G.TTFT, G.TTFT_EDGES), (G.TPOT, G.TPOT_EDGES), (G.REQUEST_DURATION, G.REQUEST_DURATION_EDGES)):
+    for d, edges in ((G.SERVER_TTFT, G.TTFT_EDGES), (G.SERVER_TPOT, G.TPOT_EDGES), (G.SERVER_REQUEST_DURATION, G.REQUEST_DURATION_EDGES)):
         les = [s.labels["le"] for s in samples if s.name == d.bucket()
                and s.labels[G.LABEL_OPERATION] == G.OPERATION_CHAT and G.LABEL_ERROR_TYPE not in s.labels]
         assert les == [client_float(e) for e in edges] + ["+Inf"], d.name
     assert G.TTFT_EDGES[-1] == 60.0
     # The chat requests: 6 streamed + 1 not (no TTFT) + the completion's stream; the 500 only under error_type.
-    assert _value(samples, G.TTFT.count(), gen_ai_operation_name="chat") == 6
-    assert _value(samples, G.REQUEST_DURATION.count(), error_type=C.OUTCOME_UPSTREAM_ERROR) == 1
-    assert not any(s.labels.get(G.LABEL_ERROR_TYPE) for s in samples if s.name in (G.TTFT.count(), G.TPOT.count()))
+    assert _value(samples, G.SERVER_TTFT.count(), gen_ai_operation_name="chat") == 6
+    assert _value(samples, G.SERVER_REQUEST_DURATION.count(), error_type=C.OUTCOME_UPSTREAM_ERROR) == 1
+    assert not any(s.labels.get(G.LABEL_ERROR_TYPE) for s in samples if s.name in (G.SERVER_TTFT.count(), G.SERVER_TPOT.count()))
 
 
 def test_without_the_option_no_genai_family_is_on_the_page(stack: Callable) -> None:
@@ -123,3 +123,15 @@ def test_the_page_and_the_registry_agree_and_workers_pages_sum() -> None:
 ])
 def test_operation_names(path: str, op: str) -> None:
     assert operation(path) == op
+
+
+def test_a_bad_outcome_has_its_error_type_and_a_neutral_one_is_left_out() -> None:
+    m = TapMetrics(SLO, genai=True)
+    t = Timings(0.01, None, None, 0.3, 0, C.USAGE_SOURCE_CHUNKS)
+    for outcome in C.OUTCOMES:
+        if outcome != C.OUTCOME_OK:
+            m.record("chat-a", "chat", outcome, t, False, "/v1/chat/completions")
+    samples = _samples(PageRenderer(m).render_now().decode())
+    got = {s.labels.get(G.LABEL_ERROR_TYPE) for s in samples if s.name == G.SERVER_REQUEST_DURATION.count()}
+    assert got == set(C.TAP_BAD_OUTCOMES)
+    assert not any(s.name == G.SERVER_TTFT.count() for s in samples)
