@@ -111,14 +111,13 @@ class SloConfig:
         if not isinstance(asked, Asked):
             asked = read_asked(asked.items()) if asked else NOTHING
         if asked is NOTHING:
-            chosen = self.class_for_model(model)
-            return Objective(chosen.name, chosen.ttft, chosen.tpot)
+            by_model = self.class_for_model(model)
+            return Objective(by_model.name, by_model.ttft, by_model.tpot)
         ignored = asked.ignored
-        chosen = self._by_name.get(asked.slo_class) if asked.slo_class else None
-        if chosen is None:
-            if asked.slo_class:
-                ignored = (*ignored, UNKNOWN_CLASS)
-            chosen = self.class_for_model(model)
+        named = self._by_name.get(asked.slo_class) if asked.slo_class else None
+        if named is None and asked.slo_class:
+            ignored = (*ignored, UNKNOWN_CLASS)
+        chosen = named if named is not None else self.class_for_model(model)
         if asked.ttft is None and asked.tpot is None:
             return Objective(chosen.name, chosen.ttft, chosen.tpot, ignored)
         return self.derived.fold(chosen.name, chosen.ttft, chosen.tpot, asked, ignored, self._by_name)
