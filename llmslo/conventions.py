@@ -598,6 +598,7 @@ class HEALTH:
     ENGINE_TARGET_DOWN = "LLMEngineTargetDown"
     KV_CACHE_SATURATED = "LLMKVCacheSaturated"
     PREEMPTION_STORM = "LLMPreemptionStorm"
+    ENGINE_REFUSING_REQUESTS = "LLMEngineRefusingRequests"  # llm_requests_rejected_total for ENGINE_REFUSAL_REASONS
     TAP_REFUSING_REQUESTS = "LLMTapRefusingRequests"
     TAP_CONFIG_DRIFT = "LLMTapConfigDrift"  # a tap's TAP_CONFIG_INFO hash is not the one the rules were built from
     # Inference-pool isolation (slogen/rules/isolation.py; on when llmslo.yaml declares `isolation:`): a GPU on a node
@@ -607,7 +608,7 @@ class HEALTH:
     POOL_SERVING_OFF_POOL = "LLMServingPodOffPool"
     ISOLATION_ALERTS = (POOL_FOREIGN_POD, POOL_SERVING_OFF_POOL)
     ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
-              TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
+              ENGINE_REFUSING_REQUESTS, TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects
 
 

@@ -15,6 +15,9 @@ ENGINE_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD, c.LABEL_NODE, c.LA
 POOL_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_MODEL)
 QUANTILES = ((0.5, "A"), (0.9, "B"), (0.99, "C"))
 LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_gave_up)"
+# Who turns requests away: the engines at their own caps beside the taps (their limits and admission), by reason.
+REFUSALS_TITLE = "Refused requests per engine and tap, by reason"
+WAITING_BY_REASON_TITLE = "Waiting requests per engine, by why they wait"
 # A gateway-sourced SLO (source llm-d, envoy-ai-gateway, dynamo): its latency per gateway pod (one ladder each),
 # its availability from the gateway's own counters (slogen/artifacts/gateway_panels.py).
 GATEWAY_AVAILABILITY_TITLE = "Failed vs counted requests, the gateway's own counters"

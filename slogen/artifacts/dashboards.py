@@ -27,6 +27,8 @@ from slogen.panels import (
     LATE_TITLE,
     POOL_BY,
     QUANTILES,
+    REFUSALS_TITLE,
+    WAITING_BY_REASON_TITLE,
     gateway_latency_title,
 )
 from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
@@ -537,6 +539,19 @@ def _queue_kv_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> l
         q.sum_rate(c.PREFIX_CACHE_HITS.name, m, RATE, ENGINE_BY),
         q.sum_rate(c.PREFIX_CACHE_QUERIES.name, m, RATE, ENGINE_BY)), engine_legend)],
         unit="percentunit"), 8, 8))
+    by_reason = (*ENGINE_BY, c.LABEL_REASON)
+    p.append(grid.place(_timeseries(REFUSALS_TITLE, [
+        gf.prom_target(q.sum_rate(c.REQUESTS_REJECTED.name, m, RATE, by_reason), "engine {{reason}} " + engine_legend),
+        gf.prom_target(q.sum_rate(c.TAP_REFUSALS.name, m, RATE, by_reason), "tap {{reason}} " + engine_legend, "B")],
+        unit="reqps", description="The engine's own refusals (vLLM's --max-num-queued-reqs / -tokens caps, TGI's "
+                                  "overloaded, Triton's REJECTED, HTTP codes; a client's invalid request too) beside "
+                                  "the tap's (its connection and body limits, its KV admission, clients' malformed "
+                                  "requests). A sustained rate at a cap is LLMEngineRefusingRequests / "
+                                  "LLMTapRefusingRequests."), 12, 8))
+    p.append(grid.place(_timeseries(WAITING_BY_REASON_TITLE, [gf.prom_target(
+        q.agg("sum", q.selector(c.REQUESTS_WAITING_BY_REASON.name, m), by_reason), "{{reason}} " + engine_legend)],
+        description="capacity: no room in the batch yet; deferred: held back by a LoRA slot, a KV transfer or a "
+                    "grammar (vLLM, SGLang, llama.cpp). Engines that do not say why are not shown."), 12, 8))
     return p
 
 

@@ -56,9 +56,10 @@ TOPIC_TARGET_DOWN = "target_down"  # the exporter cannot read an engine
 TOPIC_TAP_REFUSALS = "tap_refusals"  # a goodput tap refuses requests at its own limits
 TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"  # a goodput tap runs on other SLO files than the rules
 TOPIC_BUCKET_EDGE = "bucket_edge"  # engines whose latency histogram lacks an SLI's threshold (bucket_alerts.py)
+TOPIC_ENGINE_REFUSALS = "engine_refusals"  # an engine refuses requests at its own queue caps or overload
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
           TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_TAP_CONFIG_DRIFT,
-          TOPIC_BUCKET_EDGE)
+          TOPIC_BUCKET_EDGE, TOPIC_ENGINE_REFUSALS)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_BUCKET_EDGE:
         return TOPIC_BUCKET_EDGE
     if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS,
-                      TOPIC_TAP_CONFIG_DRIFT):
+                      TOPIC_TAP_CONFIG_DRIFT, TOPIC_ENGINE_REFUSALS):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -161,6 +162,14 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "tap_capacity_refusals": q.sum_rate(
             c.TAP_REFUSALS.name, [q.regex(c.LABEL_REASON, "|".join(c.REFUSED_CAPACITY_REASONS))], WINDOW, per_engine),
         "tap_requests": q.sum_rate(c.TAP_REQUESTS.name, [], WINDOW, per_engine),
+        # The engine's own refusals (its queue caps, overload) by reason, and their share of what it was asked: each
+        # is also an `error` in llm_requests_finished_total, so the finished requests are all it was asked.
+        "engine_refusals": q.sum_rate(c.REQUESTS_REJECTED.name, [], WINDOW, (*per_engine, c.LABEL_REASON)),
+        "engine_refused_share": "({refused}) / ({finished})".format(
+            refused=q.sum_rate(c.REQUESTS_REJECTED.name, [q.regex(c.LABEL_REASON, "|".join(c.ENGINE_REFUSAL_REASONS))],
+                               WINDOW, per_engine),
+            finished=q.sum_rate(c.REQUESTS_FINISHED.name, [], WINDOW, per_engine)),
+        "waiting_by_reason": q.agg("sum", q.selector(c.REQUESTS_WAITING_BY_REASON.name), (*per_engine, c.LABEL_REASON)),
         "tap_config_hashes": q.agg("count", q.selector(c.TAP_CONFIG_INFO.name), (c.LABEL_CONFIG_HASH,)),
         "tap_config_by_pod": q.agg("max", q.selector(c.TAP_CONFIG_INFO.name), (*per_engine, c.LABEL_CONFIG_HASH)),
         "tap_config_reload_failures": f"increase({q.selector(c.TAP_CONFIG_RELOAD_FAILURES.name)}[1h]) > 0",

@@ -49,6 +49,8 @@ class Engine:
     preemptions: int = 0  # per second
     prefix: tuple[int, int] | None = None  # (hits, queries) tokens per second; None: not published
     lora: tuple[int, int, int] | None = None  # (running, waiting, slots); None: not published
+    rejected: tuple[tuple[str, int], ...] = ()  # the engine's refusal reason -> per second
+    waiting_by: tuple[tuple[str, int], ...] = ()  # why requests wait -> how many (adding up to `waiting`)
 
     def labels(self) -> dict[str, str]:
         out = {c.LABEL_ENGINE: self.kind, c.LABEL_MODEL: self.model, c.LABEL_POD: self.pod,
@@ -102,6 +104,7 @@ class Fleet:
     seats_p99: dict[str, int] = field(default_factory=dict)  # engine pod-or-model key -> recorded seats
     pool_seats: dict[tuple[str, str], tuple[int, int, int | None]] = field(default_factory=dict)
     # (namespace, model) -> (p99 seats, p50 seats, minutes to exhaustion or None)
+    tap_refusals: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (pod, node, reason) -> per second
 
 
 GB = 1_000_000_000
@@ -111,12 +114,14 @@ FLEET = Fleet(
                ttft=((0.07, 32), (0.2, 8), (0.6, 8), (1.8, 16)), tpot=((0.02, 32), (0.045, 16), (0.09, 16)),
                itl=((0.02, 64), (0.06, 32)), e2e=((0.7, 32), (2.2, 16), (8.0, 16)),
                finished=((c.FINISHED_STOP, 40), (c.FINISHED_LENGTH, 8), (c.FINISHED_ABORT, 2)),
-               prompt_tps=4096, generation_tps=2048, preemptions=1, prefix=(320, 1024), lora=(2, 1, 4)),
+               prompt_tps=4096, generation_tps=2048, preemptions=1, prefix=(320, 1024), lora=(2, 1, 4),
+               rejected=(("max_num_queued_reqs", 2), ("max_num_queued_tokens", 1)),
+               waiting_by=(("capacity", 1), ("deferred", 1))),
         Engine("sglang", "sglang-0", "llm", "node-b", "llama-3-8b", 64, 900, 0.75, 1, 6,
                ttft=((0.15, 20), (0.5, 12), (1.3, 8), (7.0, 8)), tpot=((0.018, 24), (0.05, 8), (0.3, 8)),
                itl=((0.012, 48), (0.03, 16)), e2e=((1.5, 24), (5.0, 8), (30.0, 8)),
                finished=((c.FINISHED_COMPLETED, 32), (c.FINISHED_ERROR, 2)),
-               prompt_tps=4096, generation_tps=2048, prefix=(512, 1024)),
+               prompt_tps=4096, generation_tps=2048, prefix=(512, 1024), waiting_by=(("capacity", 1), ("deferred", 0))),
         Engine(c.ENGINE_TRTLLM_TRITON, "triton-0", "llm", "node-b", "mixtral-8x7b", 0, 0, 0.25, 0, 3,
                ttft=((0.3, 8), (1.0, 4), (3.0, 4)), finished=((c.FINISHED_COMPLETED, 16),),
                prompt_tps=2048, generation_tps=1024),
@@ -148,6 +153,7 @@ FLEET = Fleet(
     gpus=(Gpu("node-a", "0", 60 * GB, 80 * GB), Gpu("node-a", "1", 20 * GB, 80 * GB), Gpu("node-b", "0", 76 * GB, 80 * GB)),
     seats_p99={"vllm-0": 15, "sglang-0": 28, "qwen-7b/vllm": 3, "qwen-7b/sglang": 2},
     pool_seats={("llm", "llama-3-8b"): (43, 90, 30), ("", "qwen-7b"): (5, 12, None)},
+    tap_refusals={("vllm-0", "node-a", c.REFUSED_ADMISSION_TTFT): 4, ("vllm-0", "node-a", c.REFUSED_CONNECTION_LIMIT): 1},
 )
 
 
@@ -198,6 +204,12 @@ def fleet_for(classes: set[str], f: Fleet = FLEET) -> Fleet:
     return replace(f, taps=f.taps + tuple(replace(t, slo_class=k) for k in extra for t in f.taps if t.slo_class == template))
 
 
+def tap_refusal_labels(pod: str, node: str, reason: str) -> dict[str, str]:
+    """A tap sidecar's refusal series as the node exporter passes it through: the pod's identity, engine="tap"."""
+    return {c.LABEL_ENGINE: c.ENGINE_TAP, c.LABEL_MODEL: "llama-3-8b", c.LABEL_POD: pod, c.LABEL_NAMESPACE: "llm",
+            c.LABEL_NODE: node, c.LABEL_CLUSTER: CLUSTER, c.LABEL_REASON: reason}
+
+
 def engine_key(e: Engine) -> str:
     return e.pod or f"{e.model}/{e.kind}"
 
@@ -245,6 +257,8 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
         out += [(c.REQUESTS_FINISHED.name, {**lb, c.LABEL_REASON: r}, counter(n)) for r, n in e.finished]
         if e.prefix:
             out += [(c.PREFIX_CACHE_HITS.name, lb, counter(e.prefix[0])), (c.PREFIX_CACHE_QUERIES.name, lb, counter(e.prefix[1]))]
+        out += [(c.REQUESTS_REJECTED.name, {**lb, c.LABEL_REASON: r}, counter(n)) for r, n in e.rejected]
+        out += [(c.REQUESTS_WAITING_BY_REASON.name, {**lb, c.LABEL_REASON: r}, gauge(n)) for r, n in e.waiting_by]
         if e.lora:
             out += [(c.LORA_ADAPTERS_RUNNING.name, lb, gauge(e.lora[0])), (c.LORA_ADAPTERS_WAITING.name, lb, gauge(e.lora[1])),
                     (c.LORA_ADAPTERS_MAX.name, lb, gauge(e.lora[2]))]
@@ -264,6 +278,8 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
         for name, metric in TAP_HISTOGRAMS.items():
             if getattr(t, name):
                 out += _histogram(metric, lb, getattr(t, name), tap_edges(name))
+    out += [(c.TAP_REFUSALS.name, tap_refusal_labels(pod, node, reason), counter(n))
+            for (pod, node, reason), n in f.tap_refusals.items()]
     for g in f.gpus:
         lb = g.labels()
         out += [(c.GPU_MEMORY_USED.name, lb, gauge(g.used)), (c.GPU_MEMORY_TOTAL.name, lb, gauge(g.total)),

@@ -118,6 +118,7 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
             ((c.PREEMPTIONS.name, ENGINE_LABELS, f"0x9 {per_step}+{per_step}x{pre_for + 10}"),
              (c.PREEMPTIONS.name, pod1, f"0+1x{pre_for + 20}")),
             ENGINE_LABELS, quiet=(onset - 1, onset + pre_for - 1), firing=(onset + pre_for,)),
+        H.ENGINE_REFUSING_REQUESTS: _engine_refusals(opts),
         H.TAP_REFUSING_REQUESTS: Scenario(
             f"refusing at the connection limit from 10m fires after {ref_for}m and resolves once refusals stop; "
             "clients' malformed, slow, oversized requests do not; one burst at the body-memory cap on another tap does not",
@@ -133,6 +134,29 @@ def scenarios(opts: HealthOptions) -> dict[str, Scenario]:
              (c.TAP_CONFIG_INFO.name, reloaded_new, f"_x5 1x{drift_for + 5}")),
             drifted, quiet=(0, drift_for - 1), firing=(drift_for, drift_for + 5)),
     }
+
+
+def _engine_refusals(opts: HealthOptions) -> Scenario:
+    """vllm-0 refuses at its queue cap from 10m (twice the threshold) until 14m + for; next to it, refusals that are a
+    client's own fault, a counter that restarts (0 from 12m), one of several summed counters restarting (a partial
+    drop, which rate() reads as an increase for one window) and one burst on another engine: none of those fire."""
+    window, for_ = _m(opts.engine_refusal_window), _m(opts.engine_refusal_for)
+    step = max(1, math.ceil(2 * opts.engine_refusal_rate * opts.engine_refusal_window / 1000))  # whole numbers
+    stop = 14 + for_
+    end = stop + window + 5
+    refused = {**ENGINE_LABELS, c.LABEL_REASON: c.VLLM.ADMISSION_REJECTION_REASONS[0]}
+    pod = {**ENGINE_LABELS, c.LABEL_REASON: c.VLLM.ADMISSION_REJECTION_REASONS[1]}
+    client = tuple((c.REQUESTS_REJECTED.name, {**ENGINE_LABELS, c.LABEL_ENGINE: engine, c.LABEL_REASON: reason},
+                    f"0+{10 * step}x{end}") for engine, reason in (("tgi", "validation"), ("trtllm-serve", "http_400")))
+    return Scenario(
+        f"refusing at vLLM's queue cap from 10m fires after {for_}m and resolves once refusals stop; a client's own "
+        "refusals, a restart, a partial counter reset and one burst do not",
+        ((c.REQUESTS_REJECTED.name, refused, f"0x9 {step}+{step}x{stop - 10} {step * (for_ + 5)}x{end - stop - 1}"),
+         *client,
+         (c.REQUESTS_REJECTED.name, {**pod, c.LABEL_POD: "vllm-1"}, f"{50 * step}x11 0x{end - 12}"),
+         (c.REQUESTS_REJECTED.name, {**pod, c.LABEL_POD: "vllm-2"}, f"{150 * step}x11 {100 * step}x{end - 12}"),
+         (c.REQUESTS_REJECTED.name, {**pod, c.LABEL_POD: "vllm-3"}, f"0x9 {step}x{end - 10}")),
+        refused, quiet=(9, 10 + for_ - 1, stop + window + 1), firing=(10 + for_, stop))
 
 
 def expand(template: str, labels: dict[str, str]) -> str:

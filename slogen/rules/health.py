@@ -39,6 +39,7 @@ TOPIC_KV_SATURATION = "kv_saturation"
 TOPIC_TARGET_DOWN = "target_down"
 TOPIC_TAP_REFUSALS = "tap_refusals"
 TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"
+TOPIC_ENGINE_REFUSALS = "engine_refusals"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,16 @@ class HealthOptions:
                                   accepts="a positive rate per second, e.g. 1")
     preemption_window: int = knob(5 * MINUTE, "WINDOW", "LLMPreemptionStorm", "rate window")
     preemption_for: int = knob(10 * MINUTE, "DURATION", "LLMPreemptionStorm", "how long before it fires")
+    # The engine's own refusals for its capacity (conventions.ENGINE_REFUSAL_REASONS): any sustained rate, by default.
+    engine_refusal_rate: float = knob(0.0, "PER_SECOND", "LLMEngineRefusingRequests",
+                                      "refusals per second per engine and reason, at the engine's own queue caps or "
+                                      "overload, above which it fires (0: any sustained refusal)", low_open=False,
+                                      accepts="a rate per second, 0 (any refusal) or more")
+    engine_refusal_window: int = knob(5 * MINUTE, "WINDOW", "LLMEngineRefusingRequests", "rate window")
+    engine_refusal_for: int = knob(10 * MINUTE, "DURATION", "LLMEngineRefusingRequests",
+                                   "how long before it fires, longer than the window, so one burst of refusals (or "
+                                   "one of several summed counters restarting) does not fire it")
+    # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
     # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
     tap_refusal_rate: float = knob(0.0, "PER_SECOND", "LLMTapRefusingRequests",
                                    "refusals per second per tap and reason, at its connection or body-memory limit, "
@@ -84,11 +95,21 @@ class HealthOptions:
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
         out = knobs.problems(self)
+        out += _for_after_window("engine_refusal", self.engine_refusal_window, self.engine_refusal_for)
         if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
             out.append(("tap_refusal_for", f"is {format_prometheus_duration(self.tap_refusal_for)}, not longer than "
                         f"tap_refusal_window ({format_prometheus_duration(self.tap_refusal_window)}), so one burst of refusals "
                         "would fire it; write a longer duration, e.g. twice the window"))
         return out
+
+
+def _for_after_window(prefix: str, window: int, for_: int) -> list[tuple[str, str]]:
+    """`<prefix>_for` must outlast `<prefix>_window`, else one burst keeps the rate over 0 for the whole `for`."""
+    if 0 < window and 0 < for_ <= window:
+        return [(f"{prefix}_for", f"is {format_prometheus_duration(for_)}, not longer than {prefix}_window "
+                 f"({format_prometheus_duration(window)}), so one burst of refusals would fire it; write a longer "
+                 "duration, e.g. twice the window")]
+    return []
 
 
 @dataclass(frozen=True)
@@ -190,7 +211,31 @@ def _engine_alerts(opts: HealthOptions, base_url: str, extra: dict[str, str], fl
                TOPIC_KV_SATURATION,
                f"An engine preempts more than {rate_thr} running requests per second: KV blocks run out mid-generation.",
                base_url, extra, fleet),
+        _engine_refusals(opts, base_url, extra, fleet, engine),
     ]
+
+
+def _engine_refusals(opts: HealthOptions, base_url: str, extra: dict[str, str], fleet: str, engine: str) -> HealthAlert:
+    """The engine itself refuses requests at its own limits (vLLM's --max-num-queued-*, TGI's overload, ...).
+
+    A ticket, not a page: each refusal is also an `error` the availability SLO counts, so lasting harm pages there;
+    this says why. Never a client's own 4xx (not in ENGINE_REFUSAL_REASONS). Per series, so per engine and reason."""
+    refused = f'{c.REQUESTS_REJECTED.name}{{{c.LABEL_REASON}=~"{"|".join(c.ENGINE_REFUSAL_REASONS)}"}}'
+    window, for_ = format_prometheus_duration(opts.engine_refusal_window), format_prometheus_duration(opts.engine_refusal_for)
+    thr = go_g(opts.engine_refusal_rate)
+    how = f"in every {window} window" if opts.engine_refusal_rate == 0 else f"at more than {thr} per second (over {window})"
+    return _alert(
+        H.ENGINE_REFUSING_REQUESTS, f"{promql.rate(refused, window)} > {thr}\n", opts.engine_refusal_for, WARNING,
+        f"{engine} refuses requests at its own limit ({_l(c.LABEL_REASON)}).",
+        f"The engine has refused requests before admitting them (reason {_l(c.LABEL_REASON)}) {how} for the last "
+        f"{for_}: vLLM's max_num_queued_reqs / max_num_queued_tokens are its --max-num-queued-reqs / "
+        "--max-num-queued-tokens caps (a 503), TGI's overloaded and trtllm-serve's http_429 / http_503 its overload, "
+        "Triton's REJECTED its queue policy, other a cap this exporter does not know yet. Clients get errors the "
+        "availability SLO counts; raise the cap if it sits below what the engine can serve, else add replicas.",
+        TOPIC_ENGINE_REFUSALS,
+        "An engine refuses requests at its own queue caps or overload: clients get 503s or 429s before the engine "
+        "admits them.",
+        base_url, extra, fleet)
 
 
 def _tap_alerts(opts: HealthOptions, base_url: str, extra: dict[str, str], fleet: str) -> list[HealthAlert]:

@@ -52,10 +52,11 @@ def test_every_topic_template_renders(sample_alerts):
                                                         rb.topic(AlertView("GPU", rb.TOPIC_GPU_HEALTH)),
                                                         rb.topic(AlertView("DOWN", rb.TOPIC_TARGET_DOWN)),
                                                         rb.topic(AlertView("TAP", rb.TOPIC_TAP_REFUSALS)),
-                                                        rb.topic(AlertView("DRIFT", rb.TOPIC_TAP_CONFIG_DRIFT))}
+                                                        rb.topic(AlertView("DRIFT", rb.TOPIC_TAP_CONFIG_DRIFT)),
+                                                        rb.topic(AlertView("REFUSED", rb.TOPIC_ENGINE_REFUSALS))}
     assert rendered == set(rb.TOPICS)
     for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN, rb.TOPIC_TAP_REFUSALS,
-                 rb.TOPIC_TAP_CONFIG_DRIFT):
+                 rb.TOPIC_TAP_CONFIG_DRIFT, rb.TOPIC_ENGINE_REFUSALS):
         text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
         assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
 
