@@ -374,8 +374,8 @@ def _latency(r: _Reader) -> LatencyParams:
         raise PluginOptionError(f"option 'threshold_rounding' is {rounding!r}, not one of {', '.join(ROUNDINGS)}",
                                 "threshold_rounding", 'write threshold_rounding: "down" or "up", or leave it out')
     if rounding and source == SOURCE_TAP:
-        raise PluginOptionError("threshold_rounding applies to the engine and gateway sources, not the tap",
-                                "threshold_rounding",
+        raise PluginOptionError("threshold_rounding applies to source: engine or a gateway "
+                                f"({', '.join(gw.GATEWAY_SOURCES)}), not the tap", "threshold_rounding",
                                 "remove it: the tap adds every threshold it reads to its histograms' edges")
     if source == SOURCE_TAP and LATENCY_METRICS[metric].tap is None:
         raise PluginOptionError(f"metric {metric!r} is only measured by the engine, not the tap", "source",
@@ -391,7 +391,8 @@ def _latency(r: _Reader) -> LatencyParams:
         decl = declared(r.get(VERSIONS_OPTION), r.get(BUCKETS_OPTION))
         if decl.any and source != SOURCE_ENGINE:
             name = VERSIONS_OPTION if decl.versions else BUCKETS_OPTION
-            raise PluginOptionError(f"{name} applies to the engine and gateway sources, not the tap", name,
+            where = "source: engine only" if decl.versions else "source: engine or a gateway, not the tap"
+            raise PluginOptionError(f"{name} applies to {where}", name,
                                     "remove it: the tap adds every threshold it reads to its histograms' edges")
         # Only `selector` can name engine kinds (a `models` matcher is on the model label).
         measured = measurable_threshold(metric, threshold, selection.matchers, rounding, decl) \

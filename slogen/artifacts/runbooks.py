@@ -190,22 +190,26 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "last_cycle_age": f"time() - {q.selector(c.EXPORTER_LAST_CYCLE.name)}",
     }
     if threshold is not None and slo is not None and slo.latency_metric in ("ttft", "tpot", "e2e"):
-        hist = {"ttft": c.TAP_TTFT, "tpot": c.TAP_TPOT, "e2e": c.TAP_E2E}[slo.latency_metric]
-        if slo.source != "tap":
-            hist = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E}[slo.latency_metric]
-        matchers = tap if slo.source == "tap" else []
-        model = c.LABEL_MODEL
-        if slo.source in gw.GATEWAYS:  # the gateway's own histogram and model label, as its SLI reads them
-            hist, matchers = gp.latency_histogram(slo, [])
-            model = gw.GATEWAYS[slo.source].model_label
-        bucket = q.selector(hist.bucket(), [*matchers, le_matcher(threshold)])
-        within = q.agg("sum", q.rate(bucket, WINDOW), (model,))
-        # the count of the series that have the bucket, as the SLI counts (a tap's series of an earlier
-        # configuration, whose edges differ, would read every one of its requests as over the threshold)
-        total = q.agg("sum", measurable(q.selector(hist.count(), matchers), bucket).replace(q.WINDOW, WINDOW),
-                      (model,))
-        out["share_over_threshold"] = f"1 - ({within}) / ({total})"
+        out["share_over_threshold"] = _share_over_threshold(slo, tap, threshold)
     return out
+
+
+def _share_over_threshold(slo: SLOView, tap: list[q.Matcher], threshold: float) -> str:
+    """The share of the SLI's requests over its threshold, per model, read off the histogram the SLI reads."""
+    hist = {"ttft": c.TAP_TTFT, "tpot": c.TAP_TPOT, "e2e": c.TAP_E2E}[slo.latency_metric]
+    if slo.source != "tap":
+        hist = {"ttft": c.TTFT, "tpot": c.TPOT, "e2e": c.E2E}[slo.latency_metric]
+    matchers = tap if slo.source == "tap" else []
+    model = c.LABEL_MODEL
+    if slo.source in gw.GATEWAYS:  # the gateway's own histogram and model label, as its SLI reads them
+        hist, matchers = gp.latency_histogram(slo, [])
+        model = gw.GATEWAYS[slo.source].model_label
+    bucket = q.selector(hist.bucket(), [*matchers, le_matcher(threshold)])
+    within = q.agg("sum", q.rate(bucket, WINDOW), (model,))
+    # the count of the series that have the bucket, as the SLI counts (a tap's series of an earlier
+    # configuration, whose edges differ, would read every one of its requests as over the threshold)
+    total = q.agg("sum", measurable(q.selector(hist.count(), matchers), bucket).replace(q.WINDOW, WINDOW), (model,))
+    return f"1 - ({within}) / ({total})"
 
 
 # --------------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def test_tgi_edges_are_accepted_as_written_to_the_last_digit():
     ({"selector": '{engine="tgi"}'}, "metric", "(tgi) exports a ttft histogram"),
     ({"threshold_rounding": "nearest"}, "threshold_rounding", "not one of down, up"),
     ({"source": "tap", "slo_class": "interactive", "threshold_rounding": "down"}, "threshold_rounding",
-     "applies to source: engine only"),
+     "applies to source: engine or a gateway"),
     ({"threshold_rounding": "up"}, "threshold_rounding", "threshold_rounding: up finds no edge above 0.3"),
 ])
 def test_option_errors(options, option, says):
