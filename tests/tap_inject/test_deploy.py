@@ -196,3 +196,45 @@ def test_the_documented_way_without_cert_manager_renders_with_the_ca_given(tmp_p
     assert [h["clientConfig"]["caBundle"] for h in config["webhooks"]] == ["Q0E=", "Q0E="]
     for version in K8S_VERSIONS:
         kubernetes_validate.validate(config, version, strict=True)
+
+
+def _load_vap():
+    """tests/deploy/vap.py, the floor's CEL evaluator (loaded by path: tests are imported with importlib)."""
+    import importlib.util
+    import sys
+
+    name = "llmslo_tests_vap"  # the name tests/deploy loads it under: one module object
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "deploy" / "vap.py")
+        assert spec and spec.loader
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def test_an_injected_pod_is_admitted_by_the_inference_security_floor(make_pod, make_review, settings):
+    """The floor (ValidatingAdmissionPolicy, Deny) runs after the mutating webhooks: it judges the injected pod."""
+    import base64
+    import json
+
+    import jsonpatch
+
+    from exporter.tap_inject import review
+
+    vap = _load_vap()
+    rendered = kustomize(ROOT / "slogen" / "kustomize" / "policy")
+    floor = vap.Policy(one(rendered, "ValidatingAdmissionPolicy", "llmslo-inference-security-floor"),
+                       one(rendered, "ValidatingAdmissionPolicyBinding", "llmslo-inference-security-floor"))
+    namespace = {"kubernetes.io/metadata.name": "llm", "llmslo.io/inference": "true"}
+
+    def injected(tap_image: str) -> dict[str, Any]:
+        req = make_review(make_pod({P.LABEL_TAP: P.ENABLED}))
+        answer = review.answer(json.dumps(req).encode(), False, P.InjectorSettings(tap_image=tap_image))
+        ops = json.loads(base64.b64decode(json.loads(answer.body)["response"]["patch"]))
+        return jsonpatch.apply_patch(req["request"]["object"], ops)
+
+    decision = floor.admit(vap.Request("CREATE", injected(settings.tap_image), namespace))
+    assert decision.applied and decision.allowed, decision.messages
+    # Teeth: the same pod with the tap's image by tag (which the injector's settings refuse) is denied.
+    decision = floor.admit(vap.Request("CREATE", injected("ghcr.io/llmslo/llmslo:latest"), namespace))
+    assert not decision.allowed and any("digest" in m for m in decision.messages), decision.messages
