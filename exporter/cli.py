@@ -8,12 +8,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from exporter import logs
 from exporter.config import (
     DEFAULT_POD_RESOURCES_SOCKET,
     DEFAULT_PORT,
+    NODE_POOL_ENV,
     TARGET_KINDS,
     ConfigError,
     ExporterConfig,
@@ -21,6 +23,7 @@ from exporter.config import (
     load_config,
     merge_cli,
     resolve_node_name,
+    resolve_node_pool,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.config.file", "--web-config", dest="web_config", metavar="FILE",
                    help="Prometheus web-config file: TLS, basic auth, bearer token")
     p.add_argument("--node-name", metavar="NAME", help="the node label and discovery's node (default $NODE_NAME, else hostname)")
+    p.add_argument("--node-pool", metavar="NAME",
+                   help=f"the node pool this node is in, as llm_exporter_node_pool_info (default ${NODE_POOL_ENV}; "
+                   "the install sets it per pool: the inference pool's isolation alerts read it)")
     p.add_argument("--discovery-namespaces", metavar="NS[,NS...]", action="append", default=[],
                    help="the namespaces Kubernetes discovery lists pods in, repeatable "
                    "(default: kubernetes_discovery.namespaces in the file, else all namespaces)")
@@ -141,10 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, check=False) if args.config else ExporterConfig()
         config = merge_cli(
             config, listen=args.listen, engines=args.engine, gpu=args.gpu, interval=args.interval,
-            web_config=args.web_config, node_name=args.node_name, log_level=args.log_level,
+            web_config=args.web_config, node_name=args.node_name, node_pool=args.node_pool, log_level=args.log_level,
             pod_resources_socket=args.pod_resources_socket, pod_resources_url=args.pod_resources_url,
             discovery_namespaces=args.discovery_namespaces, source=args.config or "command line",
         )
+        config = replace(config, node_pool=resolve_node_pool(config.node_pool))
     except ConfigError as exc:
         for problem in exc.problems:  # one line each, every problem of the file
             print(f"{PROG}: error: {problem}", file=sys.stderr)

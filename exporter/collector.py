@@ -56,6 +56,8 @@ class Collector(PageCycle):
         self._gpu_future: asyncio.Future | None = None
         self._files = FileReader()  # file:// targets: one read in flight per target, even when one hangs
         self._last_gpu_up: list[NormSample] = []
+        if gpu_provider is not None:  # the pool is said beside the GPU series it is joined to, never without them
+            self.node_pool = config.node_pool
         if gpu_provider is not None and config.pod_resources_url:
             from exporter.gpu.podmap import PodMapClient
             from exporter.gpu.podresources import PodMapper

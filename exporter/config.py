@@ -125,6 +125,9 @@ class ExporterConfig:
     limits: Limits = field(default_factory=Limits)
     web_config_file: str = ""
     node_name: str = ""
+    # The node pool this node belongs to (llm_exporter_node_pool_info; the inference pool's isolation alerts read
+    # it): the install sets it per pool, as the value of the node label its DaemonSet selects on. "": not told.
+    node_pool: str = ""
     discovery: KubernetesDiscovery = field(default_factory=KubernetesDiscovery)
     log_level: str = "info"
     # The kubelet's pod-resources socket GPUs are mapped to pods with; "off" turns the mapping off.
@@ -279,6 +282,33 @@ def parse_engine_flag(value: str) -> TargetConfig:
         raise ConfigError(f"--engine {value!r}: {exc}") from None
 
 
+NODE_POOL_ENV = "LLMSLO_NODE_POOL"
+# A Kubernetes label value (the pool is a node label's value): at most 63 characters, alphanumerics at both ends.
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+NODE_POOL_FIX = "write the value of the node label that names the pool, e.g. inference (a Kubernetes label value)"
+
+
+def parse_node_pool(value: Any) -> str:
+    """A pool name: a Kubernetes label value (it becomes the node_pool label), or empty."""
+    text = fields.text(value).strip()
+    if not _LABEL_VALUE.match(text):
+        raise ValueError(f"{text[:80]!r} is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
+                         "beginning and ending with a letter or digit)")
+    return text
+
+
+def resolve_node_pool(configured: str) -> str:
+    """Config/flag first, then $LLMSLO_NODE_POOL (the DaemonSet's env); ConfigError for a value that is no label
+    value, naming where it came from."""
+    if configured:
+        return configured
+    value = os.environ.get(NODE_POOL_ENV, "")
+    try:
+        return parse_node_pool(value)
+    except ValueError as exc:
+        raise ConfigError(describe(f"${NODE_POOL_ENV}", str(exc), fix=NODE_POOL_FIX)) from None
+
+
 def resolve_node_name(configured: str) -> str:
     """Config/flag first, then NODE_NAME (downward API in the DaemonSet), then the hostname."""
     return configured or os.environ.get("NODE_NAME", "") or os.uname().nodename  # gethostname's, without socket
@@ -319,7 +349,7 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 
 _TOP_KEYS = (
-    "listen", "interval", "gpu", "gpu_timeout", "node_name", "web_config_file", "log_level",
+    "listen", "interval", "gpu", "gpu_timeout", "node_name", "node_pool", "web_config_file", "log_level",
     "pod_resources_socket", "pod_resources_timeout", "pod_resources_url",
     "scrape", "limits", "targets", "kubernetes_discovery",
 )
@@ -420,6 +450,7 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Exporter
         gpu=r.get("gpu", parse_gpu_spec, d.gpu, f"write {GPU_SPEC_HELP}"),
         gpu_timeout_s=r.get("gpu_timeout", parse_seconds_or_go_duration, d.gpu_timeout_s, "use a duration such as 5s"),
         node_name=r.get("node_name", fields.text, d.node_name, "use the Kubernetes node name"),
+        node_pool=r.get("node_pool", parse_node_pool, d.node_pool, NODE_POOL_FIX),
         web_config_file=r.get("web_config_file", fields.text, d.web_config_file, "use a file path"),
         log_level=r.get("log_level", _log_level, d.log_level, "write debug, info, warning or error"),
         pod_resources_socket=r.get("pod_resources_socket", _socket_path, d.pod_resources_socket,
@@ -501,6 +532,7 @@ def merge_cli(
     interval: str | None = None,
     web_config: str | None = None,
     node_name: str | None = None,
+    node_pool: str | None = None,
     log_level: str | None = None,
     pod_resources_socket: str | None = None,
     pod_resources_url: str | None = None,
@@ -529,6 +561,8 @@ def merge_cli(
         changes["web_config_file"] = web_config
     if node_name is not None:
         changes["node_name"] = node_name
+    if node_pool is not None:
+        changes["node_pool"] = flag("node-pool", parse_node_pool, node_pool, NODE_POOL_FIX)
     if log_level is not None:
         changes["log_level"] = flag("log.level", _log_level, log_level, "write debug, info, warning or error")
     if pod_resources_socket is not None:

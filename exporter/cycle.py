@@ -110,6 +110,7 @@ class PageCycle:
         self._states: dict[str, TargetState] = {}
         self._cycles = 0
         self.pod_mapper: PodMapper | None = None  # GPUs -> pods (kubelet pod-resources): the collector's, with GPUs
+        self.node_pool = ""  # the node's pool (config.node_pool): the collector's, with GPUs; "" writes no info series
 
     def collect_files(self, targets: Sequence[TargetConfig], extra: Sequence[NormSample] = ()) -> Snapshot:
         """One cycle over file:// targets in the calling thread: the files read ahead by a daemon thread
@@ -316,6 +317,9 @@ class PageCycle:
         out.append(NormSample(c.EXPORTER_LAST_CYCLE, {}, completed_at))
         if self.pod_mapper is not None:
             out.extend(self.pod_mapper.samples())
+        if self.node_pool:
+            out.append(NormSample(c.EXPORTER_NODE_POOL_INFO,
+                                  {c.LABEL_HOSTNAME: self.node_name, c.LABEL_NODE_POOL: self.node_pool}, 1.0))
         out.extend(procinfo.self_samples())
         return out
 

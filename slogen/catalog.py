@@ -25,7 +25,7 @@ from slogen.links import placeholder_host
 from slogen.loaders import load_paths
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
-from slogen.rules import SLOResult, capacity, generate, health
+from slogen.rules import SLOResult, capacity, generate, health, isolation
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
@@ -74,8 +74,9 @@ class Catalog:
 
     @property
     def health_options(self) -> HealthOptions:
-        """The health alert options in force: the build's, with the taps' expected config hash."""
-        return dataclasses.replace(self.options.health, tap_config_hash=self.tap_config_hash)
+        """The health alert options in force: the build's, with the taps' expected config hash and the install's
+        inference pool."""
+        return health_options(self.options, self.tap_config_hash)
 
     @property
     def services(self) -> dict[str, list[SLOResult]]:
@@ -125,11 +126,26 @@ def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOpti
     return tuple(make(opts, gen.runbook_base_url, dict(gen.extra_labels), gen.grafana_url))
 
 
+def health_options(options: BuildOptions, tap_config_hash: str = "") -> HealthOptions:
+    """The build's health options with what the build knows itself: `tap_config_hash`, llmslo.confighash of the SLO
+    files (the taps' ConfigMap), which HEALTH.TAP_CONFIG_DRIFT expects, and the inference pool llmslo.yaml declares
+    (`isolation:`), which the isolation alerts read."""
+    pool = options.install.isolation if options.install is not None else None
+    if pool is None:
+        return dataclasses.replace(options.health, tap_config_hash=tap_config_hash)
+    return dataclasses.replace(options.health, tap_config_hash=tap_config_hash, isolation_pool=pool.pool,
+                               isolation_node_label=pool.node_label, serving_namespaces=pool.serving_namespaces,
+                               serving_workloads=pool.serving_workloads)
+
+
+def _health_and_isolation(opts: HealthOptions, *args) -> list[HealthAlert]:
+    return health.health_alerts(opts, *args) + isolation.isolation_alerts(opts, *args)
+
+
 def health_alerts(options: BuildOptions, tap_config_hash: str = "") -> tuple[HealthAlert, ...]:
-    """The capacity and health alerts a build generates (none with `--no-health-alerts`); `tap_config_hash`:
-    llmslo.confighash of the SLO files (the taps' ConfigMap), which HEALTH.TAP_CONFIG_DRIFT expects."""
-    opts = dataclasses.replace(options.health, tap_config_hash=tap_config_hash)
-    return _alerts(opts, "health alert", health.health_alerts, options.gen)
+    """The capacity and health alerts a build generates (none with `--no-health-alerts`), the inference pool's
+    isolation alerts among them when llmslo.yaml declares it (health_options)."""
+    return _alerts(health_options(options, tap_config_hash), "health alert", _health_and_isolation, options.gen)
 
 
 def capacity_alerts(options: BuildOptions) -> tuple[HealthAlert, ...]:

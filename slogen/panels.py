@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 
 from llmslo import conventions as c
+from slogen.rules.isolation import HOLDERS_BY
 from slogen.views import SLOView, window_seconds
 
 ENGINE_BY = (c.LABEL_CLUSTER, c.LABEL_NAMESPACE, c.LABEL_POD, c.LABEL_NODE, c.LABEL_ENGINE, c.LABEL_MODEL)
@@ -18,6 +19,8 @@ LATE_TITLE = "Late requests, not in the percentiles (upstream_timeout, client_ga
 # Who turns requests away: the engines at their own caps beside the taps (their limits and admission), by reason.
 REFUSALS_TITLE = "Refused requests per engine and tap, by reason"
 WAITING_BY_REASON_TITLE = "Waiting requests per engine, by why they wait"
+GPUS_BY_POOL_TITLE = "GPUs held per node pool, node and pod"  # who holds the inference pool's GPUs (rules/isolation.py)
+GPUS_BY_POOL_BY = HOLDERS_BY
 # A gateway-sourced SLO (source llm-d, envoy-ai-gateway, dynamo): its latency per gateway pod (one ladder each),
 # its availability from the gateway's own counters (slogen/artifacts/gateway_panels.py).
 GATEWAY_AVAILABILITY_TITLE = "Failed vs counted requests, the gateway's own counters"
@@ -25,7 +28,6 @@ GATEWAY_AVAILABILITY_TITLE = "Failed vs counted requests, the gateway's own coun
 
 def gateway_latency_title(base: str, gateway_title: str) -> str:
     return f"{base}, per {gateway_title} pod"
-
 
 # The SLO overview (slogen/artifacts/overview.py): its table, the firing-state words, its columns per tier.
 OVERVIEW_TITLE = "SLOs: objective, SLI, error budget left, burn rate and alerts per tier"

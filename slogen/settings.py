@@ -16,6 +16,7 @@ agree with it: a flag that disagrees is refused with both values named, never si
     runbookUrl: https://wiki.example.org/runbooks/{{alert}}
     grafanaUrl: https://grafana.example.org
     promtoolTests: true                # write the generated promtool tests (alerts/*.test.yaml, dashboards/)
+    isolation: {pool: inference}       # the inference pool kept apart (slogen.poolisolation)
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from slogen import poolisolation
 from slogen.errors import SpecError, SpecErrors, load_mapping_file
 from slogen.k8smeta import MANAGED_LABEL_KEYS, label_problems, namespace_problem, webhook_url_problem
+from slogen.poolisolation import Isolation
 
 VERSION = "llmslo/install/v1"
 DEFAULT_NAME = "llmslo.yaml"
@@ -46,6 +49,7 @@ KEYS = {"namespace": ("namespace", "--namespace"), "inferenceNamespaces": ("infe
         "grafanaUrl": ("grafana_url", "--grafana-url")}
 # the file's keys that no flag sets -> their field: what `slogen build` writes, a choice of the repository
 FILE_KEYS = {"promtoolTests": "promtool_tests"}
+MAPPING_FILE_KEYS = {poolisolation.KEY: "isolation"}  # a mapping no flag sets, read by its own module
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class InstallSettings:
     # write the generated promtool test files; a repository that runs them from a build in its CI (as this one
     # does, in its test suite) need not commit them
     promtool_tests: bool = True
+    # the inference pool and its serving pods (its servingNamespaces resolved against inference_namespaces);
+    # None: no isolation alerts
+    isolation: Isolation | None = None
     path: Path | None = None
 
     @property
@@ -131,7 +138,7 @@ def load(path: Path) -> InstallSettings:
         errors.append(SpecError(file, f"version is {doc.get('version')!r}", "version", fix=f"write version: {VERSION}"))
     values: dict[str, Any] = {}
     for key, value in doc.items():
-        if key == "version":
+        if key == "version" or key in MAPPING_FILE_KEYS:
             continue
         if key in FILE_KEYS:
             if isinstance(value, bool):
@@ -141,7 +148,7 @@ def load(path: Path) -> InstallSettings:
             continue
         if key not in KEYS:
             errors.append(SpecError(file, f"unknown key {key!r}", str(key),
-                                    fix=f"use one of {', '.join([*KEYS, *FILE_KEYS])}"))
+                                    fix=f"use one of {', '.join([*KEYS, *FILE_KEYS, *MAPPING_FILE_KEYS])}"))
             continue
         name = KEYS[key][0]
         if key in ("objectLabels", "receivers"):
@@ -157,6 +164,8 @@ def load(path: Path) -> InstallSettings:
             errors.append(SpecError(file, f"expected text, got {value!r}", key, fix=f"write {key}: \"...\""))
         else:
             values[name] = value
+    if poolisolation.KEY in doc:
+        values["isolation"] = poolisolation.read(file, doc[poolisolation.KEY], values.get("inference_namespaces", ()), errors)
     settings = InstallSettings(path=path, **values)
     errors += [SpecError(file, why, _key(flag), fix="change the value in the file") for flag, why in problems(settings)]
     if errors:
@@ -244,7 +253,7 @@ grafanaUrl: "{s.grafana_url}"
 # Write the generated promtool tests (alerts/*.test.yaml, dashboards/dashboards.test.yaml), which the CI
 # workflow runs; false leaves them out of the build (and of `slogen build --check`).
 promtoolTests: {"true" if s.promtool_tests else "false"}
-"""
+{poolisolation.render(s.isolation)}"""
 
 
 def _quote(value: str) -> str:

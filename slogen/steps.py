@@ -49,7 +49,7 @@ from slogen.paths import (
 from slogen.promtests.capacity_tests import capacity_tests
 from slogen.promtests.dashboards import TEST_FILE as DASHBOARD_TEST_FILE
 from slogen.promtests.dashboards import DashboardTests
-from slogen.promtests.health_tests import health_tests
+from slogen.promtests.isolation_tests import health_and_isolation_tests
 from slogen.promtests.slo_tests import service_tests
 from slogen.rules import SLOResult, capacity, health
 from slogen.views import alert_views, health_alert_views
@@ -162,7 +162,7 @@ def _build_wide(catalog: Catalog, alerts, opts, name: str, head: str, tests, gro
 def health_rules(catalog: Catalog) -> Produced:
     """alerts/llmslo-health.{rules,test}.yaml and its PrometheusRule: GPU, engine-target and KV alerts."""
     return _build_wide(catalog, catalog.health_alerts, catalog.health_options, HEALTH.GROUP, HEALTH_HEADER,
-                       health_tests, health.health_group, "health")
+                       health_and_isolation_tests, health.health_group, "health")
 
 
 def capacity_rules(catalog: Catalog) -> Produced:

@@ -24,6 +24,7 @@ from slogen.links import FLEET_DASHBOARD_UID, OVERVIEW_DASHBOARD_UID, slo_dashbo
 from slogen.panels import (
     ENGINE_BY,
     GATEWAY_AVAILABILITY_TITLE,
+    GPUS_BY_POOL_TITLE,
     LATE_TITLE,
     POOL_BY,
     QUANTILES,
@@ -32,6 +33,7 @@ from slogen.panels import (
     gateway_latency_title,
 )
 from slogen.paths import FLEET_DASHBOARD_FILE, OVERVIEW_DASHBOARD_FILE, slo_dashboard_path
+from slogen.rules import isolation
 from slogen.views import (
     SLI_AVAILABILITY,
     SLI_GOODPUT,
@@ -603,6 +605,13 @@ def _gpu_row(grid: _Grid, m: list[q.Matcher], slos: Sequence[SLOView]) -> list:
                                     targets=[gf.prom_target(f"{q.selector(c.GPU_MEMORY_USED.name, gm)} / "
                                                             f"{q.selector(c.GPU_MEMORY_TOTAL.name, gm)}", gpu_legend)]),
                         8, 8))
+    p.append(grid.place(gf.BarGauge(
+        title=GPUS_BY_POOL_TITLE, dataSource=gf.PROMETHEUS, minValue=0, thresholds=gf.thresholds((None, "blue")),
+        description="GPUs and MIG instances each pod holds, by the node pool its node's exporter says (--node-pool). "
+                    "A pod outside the serving namespaces on the inference pool is LLMInferencePoolForeignPod; "
+                    "a node whose exporter is told no pool is not listed.",
+        targets=[gf.prom_target(isolation.holders_by_pool(gm), "{{%s}} {{%s}} {{%s}}/{{%s}} {{%s}}" % (
+            c.LABEL_NODE_POOL, c.LABEL_HOSTNAME, c.LABEL_NAMESPACE, c.LABEL_POD, c.LABEL_CLUSTER))]), 24, 8))
     return p
 
 

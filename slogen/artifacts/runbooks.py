@@ -23,6 +23,7 @@ from slogen.artifacts.dashboards import goodput_ratio
 from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex, measurable
+from slogen.rules import isolation
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.rules.scope import EXPORTED_NAMESPACE
 from slogen.settings import DEFAULT_NAMESPACE
@@ -57,9 +58,11 @@ TOPIC_TAP_REFUSALS = "tap_refusals"  # a goodput tap refuses requests at its own
 TOPIC_TAP_CONFIG_DRIFT = "tap_config_drift"  # a goodput tap runs on other SLO files than the rules
 TOPIC_BUCKET_EDGE = "bucket_edge"  # engines whose latency histogram lacks an SLI's threshold (bucket_alerts.py)
 TOPIC_ENGINE_REFUSALS = "engine_refusals"  # an engine refuses requests at its own queue caps or overload
+# the inference pool's isolation (rules/isolation.py): a foreign pod on the pool, a serving pod off it
+TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL = isolation.TOPIC_POOL_FOREIGN_POD, isolation.TOPIC_SERVING_OFF_POOL
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
           TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_TAP_CONFIG_DRIFT,
-          TOPIC_BUCKET_EDGE, TOPIC_ENGINE_REFUSALS)
+          TOPIC_BUCKET_EDGE, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_ENGINE_REFUSALS)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_BUCKET_EDGE:
         return TOPIC_BUCKET_EDGE
     if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS,
-                      TOPIC_TAP_CONFIG_DRIFT, TOPIC_ENGINE_REFUSALS):
+                      TOPIC_TAP_CONFIG_DRIFT, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_ENGINE_REFUSALS):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -188,6 +191,9 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "targets_down": f"{q.selector(c.EXPORTER_TARGET_UP.name)} == 0",
         "target_errors": q.selector(c.EXPORTER_LAST_ERROR.name),
         "last_cycle_age": f"time() - {q.selector(c.EXPORTER_LAST_CYCLE.name)}",
+        "pool_holders": isolation.holders_by_pool(),
+        "node_pools": isolation.nodes_by_pool(),
+        "node_pools_metric": c.EXPORTER_NODE_POOL_INFO.name,
     }
     if threshold is not None and slo is not None and slo.latency_metric in ("ttft", "tpot", "e2e"):
         out["share_over_threshold"] = _share_over_threshold(slo, tap, threshold)

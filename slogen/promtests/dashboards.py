@@ -122,6 +122,8 @@ def fleet_answers(slos: Sequence[SLOView], f: fs.Fleet = fs.FLEET) -> Answers:
         ("HBM used per GPU", "A"): [({"__name__": c.GPU_MEMORY_USED.name, **lb}, float(g.used)) for lb, g in gpu],
         ("HBM free per GPU", "A"): [({"__name__": c.GPU_MEMORY_FREE.name, **lb}, float(g.total - g.used)) for lb, g in gpu],
         ("HBM used / total", "A"): [(lb, g.used / g.total) for lb, g in gpu],
+        (d.GPUS_BY_POOL_TITLE, "A"): _sum_by([({**lb, c.LABEL_NODE_POOL: f.node_pools[g.hostname]}, 1.0)
+                                              for lb, g in gpu if g.pod and g.hostname in f.node_pools], d.GPUS_BY_POOL_BY),
         ("LoRA adapters running and waiting per engine", "A"): by_engine(lambda e: e.lora[0] if e.lora else None),
         ("LoRA adapters running and waiting per engine", "B"): by_engine(lambda e: e.lora[1] if e.lora else None),
         ("LoRA adapter slots per engine", "A"): by_engine(lambda e: e.lora[2] if e.lora else None),

@@ -89,11 +89,14 @@ class Gpu:
     index: str
     used: int
     total: int
+    pod: str = ""  # the holder, as the kubelet's pod-resources mapping names it; "" for an idle GPU (labels empty)
+    namespace: str = ""
 
     def labels(self) -> dict[str, str]:
+        owner = {c.LABEL_POD: self.pod, c.LABEL_NAMESPACE: self.namespace, c.LABEL_CONTAINER: "main"} if self.pod else {}
         return {c.LABEL_GPU: self.index, c.LABEL_UUID: f"GPU-{self.hostname}-{self.index}",
                 c.LABEL_MODEL_NAME: "NVIDIA H100 80GB HBM3", c.LABEL_PCI_BUS_ID: f"00000000:1{self.index}:00.0",
-                c.LABEL_HOSTNAME: self.hostname, c.LABEL_CLUSTER: CLUSTER}
+                c.LABEL_HOSTNAME: self.hostname, c.LABEL_CLUSTER: CLUSTER, **owner}
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class Fleet:
     seats_p99: dict[str, int] = field(default_factory=dict)  # engine pod-or-model key -> recorded seats
     pool_seats: dict[tuple[str, str], tuple[int, int, int | None]] = field(default_factory=dict)
     # (namespace, model) -> (p99 seats, p50 seats, minutes to exhaustion or None)
+    node_pools: dict[str, str] = field(default_factory=dict)  # hostname -> the pool its exporter says (--node-pool)
     tap_refusals: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (pod, node, reason) -> per second
 
 
@@ -150,7 +154,10 @@ FLEET = Fleet(
                   (c.OUTCOME_UPSTREAM_TIMEOUT, 4)), 0, 3072, 0,
                  ttft=((6.5, 6), (12.0, 4)), tpot=((0.2, 10),), e2e=((40.0, 10),)),
     ),
-    gpus=(Gpu("node-a", "0", 60 * GB, 80 * GB), Gpu("node-a", "1", 20 * GB, 80 * GB), Gpu("node-b", "0", 76 * GB, 80 * GB)),
+    # node-c: a training node; its GPU held by a training pod (the GPUs-by-pool panel)
+    gpus=(Gpu("node-a", "0", 60 * GB, 80 * GB, "vllm-0", "llm"), Gpu("node-a", "1", 20 * GB, 80 * GB),
+          Gpu("node-b", "0", 76 * GB, 80 * GB, "sglang-0", "llm"), Gpu("node-c", "0", 70 * GB, 80 * GB, "finetune-0", "train")),
+    node_pools={"node-a": "inference", "node-b": "inference", "node-c": "training"},
     seats_p99={"vllm-0": 15, "sglang-0": 28, "qwen-7b/vllm": 3, "qwen-7b/sglang": 2},
     pool_seats={("llm", "llama-3-8b"): (43, 90, 30), ("", "qwen-7b"): (5, 12, None)},
     tap_refusals={("vllm-0", "node-a", c.REFUSED_ADMISSION_TTFT): 4, ("vllm-0", "node-a", c.REFUSED_CONNECTION_LIMIT): 1},
@@ -284,6 +291,8 @@ def fleet_series(f: Fleet = FLEET) -> list[tuple[str, dict[str, str], str]]:
         lb = g.labels()
         out += [(c.GPU_MEMORY_USED.name, lb, gauge(g.used)), (c.GPU_MEMORY_TOTAL.name, lb, gauge(g.total)),
                 (c.GPU_MEMORY_FREE.name, lb, gauge(g.total - g.used))]
+    out += [(c.EXPORTER_NODE_POOL_INFO.name, {c.LABEL_HOSTNAME: host, c.LABEL_NODE_POOL: pool, c.LABEL_CLUSTER: CLUSTER},
+             gauge(1)) for host, pool in f.node_pools.items()]
     for (ns, model), (p99, p50, minutes) in f.pool_seats.items():
         lb = {k: v for k, v in {c.LABEL_CLUSTER: CLUSTER, c.LABEL_NAMESPACE: ns, c.LABEL_MODEL: model}.items() if v}
         out += [(K.POOL_SEATS_P99, lb, gauge(p99)), (K.POOL_SEATS_P50, lb, gauge(p50))]

@@ -176,9 +176,11 @@ def alert_check(alert: HealthAlert, minute: int, fires: dict[str, str] | None) -
     return {"eval_time": f"{minute}m", "alertname": rule.alert, "exp_alerts": expected}
 
 
-def health_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str) -> dict:
-    """The promtool test-file document for the health rule file."""
-    staged = scenarios(opts)
+def health_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str,
+                 extra: dict[str, Scenario] | None = None) -> dict:
+    """The promtool test-file document for the health rule file; `extra`: the scenarios of alerts staged elsewhere
+    (isolation_tests.py)."""
+    staged = {**scenarios(opts), **(extra or {})}
     tests: list[dict[str, Any]] = []
     for alert in alerts:
         s = staged[alert.rule.alert]

@@ -75,7 +75,6 @@ class HealthOptions:
                                    "how long before it fires, longer than the window, so one burst of refusals (or "
                                    "one of several summed counters restarting) does not fire it")
     # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
-    # Tap refusals for its own capacity (conventions.REFUSED_CAPACITY_REASONS): any sustained rate, by default.
     tap_refusal_rate: float = knob(0.0, "PER_SECOND", "LLMTapRefusingRequests",
                                    "refusals per second per tap and reason, at its connection or body-memory limit, "
                                    "above which it fires (0: any sustained refusal)", low_open=False,
@@ -91,6 +90,18 @@ class HealthOptions:
                                      "how long a tap runs on other SLO files than the rules were built from before it "
                                      "fires (long enough for the kubelet to update a mounted ConfigMap, about a "
                                      "minute, and the tap to reload it)")
+    # The inference pool's isolation (slogen/rules/isolation.py; set by the build from llmslo.yaml `isolation:`,
+    # not flags): no alerts while isolation_pool is empty.
+    isolation_pool: str = ""
+    serving_namespaces: tuple[str, ...] = ()
+    serving_workloads: tuple[str, ...] = ()  # their pods are named <workload>-...; empty: every pod there serves
+    isolation_node_label: str = ""
+    pool_foreign_pod_for: int = knob(10 * MINUTE, "DURATION", "LLMInferencePoolForeignPod",
+                                     "how long a pod outside the serving namespaces or workloads holds a GPU of the "
+                                     "inference pool before it pages (longer than a pod scheduled there by mistake "
+                                     "takes to be preempted or evicted)")
+    serving_off_pool_for: int = knob(30 * MINUTE, "DURATION", "LLMServingPodOffPool",
+                                     "how long a serving pod holds a GPU on a node of another pool before it fires")
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
