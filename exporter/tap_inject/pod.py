@@ -58,9 +58,10 @@ SKIP_NO_SERVING_PORT = "no_serving_port"
 SKIP_PORT_CONFLICT = "port_conflict"
 SKIP_NAME_CONFLICT = "name_conflict"
 SKIP_BAD_ANNOTATION = "bad_annotation"
+SKIP_HOST_NETWORK = "host_network"
 SKIP_REASONS = (
     SKIP_NOT_OPTED_IN, SKIP_OPTED_OUT, SKIP_ALREADY_INJECTED, SKIP_NOT_A_POD, SKIP_NOT_CREATE, SKIP_MALFORMED,
-    SKIP_NO_SERVING_PORT, SKIP_PORT_CONFLICT, SKIP_NAME_CONFLICT, SKIP_BAD_ANNOTATION,
+    SKIP_NO_SERVING_PORT, SKIP_PORT_CONFLICT, SKIP_NAME_CONFLICT, SKIP_BAD_ANNOTATION, SKIP_HOST_NETWORK,
 )
 
 # Kubernetes' own name rules (apimachinery validation: IsValidPortName, IsDNS1123Subdomain).
@@ -245,6 +246,9 @@ def plan(pod: Any, namespace_opted_in: bool, settings: InjectorSettings) -> Plan
         return skip(SKIP_NOT_OPTED_IN)
     if already_injected(pod):
         return skip(SKIP_ALREADY_INJECTED)
+    if pod["spec"].get("hostNetwork") is True:  # the tap's ports would be the node's, shared by every such pod
+        return skip(SKIP_HOST_NETWORK, "the pod uses the node's network (hostNetwork): the tap's ports would be "
+                    "the node's; run the engine on the pod network")
     ports = _read_ports(pod, settings)
     if isinstance(ports, Plan):
         return ports

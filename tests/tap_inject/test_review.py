@@ -244,6 +244,14 @@ def test_a_bad_or_conflicting_annotation_leaves_the_pod_alone_and_tells_its_auth
     assert len(resp["warnings"]) == 1 and says in resp["warnings"][0] and "not injected" in resp["warnings"][0]
 
 
+def test_a_pod_on_the_nodes_network_is_left_alone(make_pod, make_review, settings):
+    pod = make_pod({P.LABEL_TAP: P.ENABLED})
+    pod["spec"]["hostNetwork"] = True
+    resp, ans = ask(make_review(pod), settings)
+    unchanged(resp)
+    assert ans.outcome == P.SKIP_HOST_NETWORK and "hostNetwork" in resp["warnings"][0]
+
+
 def test_names_the_tap_needs_already_taken_leave_the_pod_alone(make_pod, make_review, settings):
     pod = make_pod({P.LABEL_TAP: P.ENABLED})
     pod["spec"]["containers"][0]["ports"].append({"name": P.ENGINE_PORT_NAME, "containerPort": 7000})
