@@ -354,7 +354,8 @@ TAP_METRICS = (
     TAP_USAGE_REJECTED, TAP_REFUSALS, TAP_IN_FLIGHT_LATE, TAP_CONFIG_INFO, TAP_CONFIG_RELOAD_FAILURES,
     TAP_SLO_HEADERS_IGNORED,
 )
-# OpenTelemetry GenAI (gen_ai_*) names, labels, bucket edges (tap --genai-names, gateway SLI source): llmslo/genai.py
+# OpenTelemetry GenAI (gen_ai_*) names, labels, bucket edges (tap --genai-names, gateway SLI source): llmslo/genai.py;
+# the gateways' own names as SLI sources (llm-d's llm_d_epp_*, Dynamo's dynamo_frontend_*): llmslo/gateways.py
 
 # --------------------------------------------------------------------------------------
 # GPU metrics (NVML collector; labels: GPU_IDENTITY_LABELS [+ MIG labels])
