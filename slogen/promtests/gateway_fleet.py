@@ -31,10 +31,12 @@ def _labels(gateway: gw.Gateway, fixed: gw.Fixed = ()) -> dict[str, str]:
     return {k: v for k, v in out.items() if v != ""}
 
 
-def _buckets(source: str, metric: str) -> list[tuple[float, int]]:
-    """The cumulative buckets of one latency: one request a second at the ladder's third edge, half at its sixth."""
+def _buckets(source: str, metric: str) -> list[tuple[float, float]]:
+    """The cumulative buckets of one latency (+Inf last): a request a second at the ladder's third edge, half a
+    request at its sixth."""
     edges = be.gateway_rows(source, metric, current=True)[0].edges[metric]
-    return fs.cumulative(((edges[2], GOOD), (edges[5], BAD)), edges)
+    dist = ((edges[2], GOOD), (edges[5], BAD))
+    return [(e, sum(n for v, n in dist if v <= e)) for e in edges] + [(float("inf"), GOOD + BAD)]
 
 
 def gateway_series(slos: Sequence[SLOView]) -> list[tuple[str, dict[str, str], str]]:
