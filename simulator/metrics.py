@@ -176,6 +176,14 @@ class VllmMetrics:
         by_source.labels(**self._base, source="external_kv_transfer")
         self.prompt_cached = counter(
             V.PROMPT_TOKENS_CACHED, "Number of cached prompt tokens (local + external).").labels(**self._base)
+        # the tier of each hit, all its sources written from the start as vLLM does: the simulator's cache is HBM
+        cached_by = counter(V.PROMPT_TOKENS_CACHED_BY_SOURCE, (
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to "
+            "DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at "
+            "admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."), (V.LABEL_SOURCE,))
+        self.prompt_cached_device = cached_by.labels(**self._base, source=V.CACHE_HIT_SOURCES[0])
+        for source in V.CACHE_HIT_SOURCES[1:]:
+            cached_by.labels(**self._base, source=source)
         self.generation_tokens = counter(
             V.GENERATION_TOKENS, "Number of generation tokens processed.").labels(**self._base)
         success = counter(
@@ -241,6 +249,7 @@ class VllmMetrics:
         if cached:
             self.prompt_cache_hit.inc(cached)
             self.prompt_cached.inc(cached)
+            self.prompt_cached_device.inc(cached)
 
     def _set_lora_info(self) -> None:
         if self.lora_info is None:

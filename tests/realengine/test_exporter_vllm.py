@@ -165,6 +165,26 @@ SCALARS = {
     "llm_prompt_tokens_total": "vllm:prompt_tokens_total",
     "llm_generation_tokens_total": "vllm:generation_tokens_total",
 }
+# The newest signals (docs/metrics.md rows since #37), each label value one vLLM's source lists, else `other`.
+QUEUE_CAPS = ("max_num_queued_reqs", "max_num_queued_tokens")
+LABELLED = {
+    "llm_requests_waiting_by_reason": ("vllm:num_requests_waiting_by_reason", "reason", "reason",
+                                       {"capacity": "capacity", "deferred": "deferred"}),
+    "llm_prompt_tokens_by_source_total": ("vllm:prompt_tokens_by_source_total", "source", "source",
+                                          {"local_compute": "computed", "local_cache_hit": "local_cache",
+                                           "external_kv_transfer": "external_transfer"}),
+    "llm_prompt_tokens_cached_by_tier_total": ("vllm:prompt_tokens_cached_by_source_total", "source", "tier",
+                                               {"device": "device", "host": "host", "disk": "disk", "p2p": "p2p",
+                                                "external_unspecified": "external"}),
+    "llm_spec_decode_accepted_tokens_by_position_total": ("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                                                          "position", "position", {str(i): str(i) for i in range(16)}),
+}
+NEWEST_SCALARS = {  # the spec-decode counters exist only with a draft model (none on this CPU engine)
+    "llm_prompt_tokens_cached_total": "vllm:prompt_tokens_cached_total",
+    "llm_spec_decode_drafts_total": "vllm:spec_decode_num_drafts_total",
+    "llm_spec_decode_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
+    "llm_spec_decode_accepted_tokens_total": "vllm:spec_decode_num_accepted_tokens_total",
+}
 HISTOGRAMS = {
     "llm_time_to_first_token_seconds": "vllm:time_to_first_token_seconds",
     "llm_inter_token_latency_seconds": "vllm:inter_token_latency_seconds",
@@ -173,6 +193,7 @@ HISTOGRAMS = {
     "llm_request_queue_time_seconds": "vllm:request_queue_time_seconds",
     "llm_request_prompt_tokens": "vllm:request_prompt_tokens",
     "llm_request_generation_tokens": "vllm:request_generation_tokens",
+    "llm_request_prefill_computed_tokens": "vllm:request_prefill_kv_computed_tokens",
 }
 
 
@@ -199,8 +220,14 @@ def expected_from_engine_page(page: str) -> Series:
     for _, lab, v in (s for s in flat if s[0] == "vllm:request_success_total"):
         put("llm_requests_finished_total", v, reason=REASONS.get(lab["finished_reason"], "error"))
     for _, lab, v in (s for s in flat if s[0] == "vllm:admission_rejections_total"):
-        put("llm_requests_rejected_total", v, reason=lab["reason"])
+        put("llm_requests_rejected_total", v, reason=lab["reason"] if lab["reason"] in QUEUE_CAPS else "other")
         put("llm_requests_finished_total", v, reason="error")  # refused with 503: the engine's overload
+    for name, (source, theirs, ours, known) in LABELLED.items():
+        for _, lab, v in (s for s in flat if s[0] == source):
+            put(name, v, **{ours: known.get(lab[theirs], "other")})
+    for name, source in NEWEST_SCALARS.items():
+        if any(n == source for n, _, _ in flat):
+            put(name, _value(flat, source))
     for reason in FINISHED_REASONS:  # every reason at 0 from the model's first scrape (the first event counts)
         put("llm_requests_finished_total", 0.0, reason=reason)
     usage = _value(flat, "vllm:kv_cache_usage_perc")
@@ -309,6 +336,14 @@ def test_every_exported_value_equals_the_real_engines_page_after_mixed_traffic(v
     # at rest, the prefix cache holds blocks, yet they count as free (vLLM's usage gauge leaves them out)
     assert _exported(got, "llm_kv_cache_free_blocks") == VllmConfig().num_blocks - 1
     assert _exported(got, "llm_requests_running") == 0
+    # the newest signals on the real engine: the sources add up to the prompt tokens, the cached ones to the hits
+    sources = {s: _exported(got, "llm_prompt_tokens_by_source_total", source=s)
+               for s in ("computed", "local_cache", "external_transfer")}
+    assert sum(sources.values()) == _exported(got, "llm_prompt_tokens_total") and sources["local_cache"] > 0
+    assert _exported(got, "llm_prompt_tokens_cached_total") == sources["local_cache"] + sources["external_transfer"]
+    assert _exported(got, "llm_prompt_tokens_cached_by_tier_total", tier="device") > 0
+    assert _exported(got, "llm_request_prefill_computed_tokens_sum") < _exported(got, "llm_request_prompt_tokens_sum")
+    assert _exported(got, "llm_requests_waiting_by_reason", reason="capacity") == 0
 
 
 def test_gauges_under_load_equal_the_engines_page_with_the_engine_core_stopped(vllm):
@@ -455,3 +490,22 @@ def test_preemptions_through_a_small_kv_cache_equal_the_engines_count(start_vllm
     assert _exported(got, "llm_preemptions_total") == preemptions
     assert _exported(got, "llm_kv_cache_blocks") == 16 - 1
     assert _value(flat, "vllm:request_success_total", finished_reason="length") == 6
+
+
+def test_refusals_at_a_real_queue_cap_are_counted_by_reason_and_as_errors(start_vllm):
+    """vLLM with `--max-num-queued-reqs 2`: of 8 requests sent at once, the ones past the cap get 503 from the API
+    server; the exporter's llm_requests_rejected_total{reason="max_num_queued_reqs"} is exactly the 503s the clients
+    got, each is an `error` (what LLMEngineRefusingRequests and the availability SLO read), and every other value
+    still equals the page."""
+    server = start_vllm(VllmConfig(extra_args=["--max-num-queued-reqs", "2"]))
+    comp = server.url + "/v1/completions"
+    body = {"model": SERVED_NAME, "prompt": _words(10, 20), "max_tokens": 48, "ignore_eos": True}
+    with ThreadPoolExecutor(8) as pool:
+        statuses = [status for status, _ in pool.map(lambda _: _status_of(comp, body), range(8))]
+    refused = statuses.count(503)
+    assert refused >= 1 and statuses.count(200) >= 2 and refused + statuses.count(200) == 8, statuses
+    _, got = assert_every_value_equals_the_engine_page(server)
+    assert _exported(got, "llm_requests_rejected_total", reason="max_num_queued_reqs") == refused
+    assert _exported(got, "llm_requests_rejected_total", reason="max_num_queued_tokens") == 0
+    assert _exported(got, "llm_requests_finished_total", reason="error") == refused
+    assert _exported(got, "llm_requests_finished_total", reason="length") == 8 - refused
