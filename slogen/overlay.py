@@ -8,7 +8,8 @@ NetworkPolicy must name exactly those namespaces. So the settings (slogen.settin
 ordinary kustomizations over the shipped bases (slogen/kustomize, package data):
 
     OUT/kustomization.yaml          the labels on every object, the image by digest, the floor's mode
-    OUT/exporter/                   the exporter in the settings' namespace, discovery narrowed to the engines
+    OUT/exporter/                   the exporter in the settings' namespace, discovery narrowed to the engines;
+                                    with `isolation:`, one DaemonSet per named pool (pool-<name>.yaml)
     OUT/podmap/                     the relay that reads the kubelet's socket, in llmslo-node, for that exporter
     OUT/inference/<ns>/             the tap's ConfigMap and the discovery Role (and the Namespace, floor on)
     OUT/floor/                      the admission policy and image-signature policies (floor audit or enforce)
@@ -23,6 +24,7 @@ key with another value is refused with both values named, never silently overwri
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -32,6 +34,8 @@ from pathlib import Path
 import yaml
 
 from llmslo.files import write_atomic
+from slogen.k8smeta import object_name
+from slogen.poolisolation import Isolation
 from slogen.settings import IMAGE_NAME, InstallSettings
 from slogen.writers import GENERATED_MARKER
 
@@ -121,17 +125,58 @@ def _top(s: InstallSettings, generated: str, bases: str) -> dict:
     return k
 
 
+EXPORTER = "llmslo-exporter"
+POOL_POD_LABEL = "llmslo.io/node-pool"  # on a pool DaemonSet's pods: tells the DaemonSets' pods apart
+POOL_ENV = "LLMSLO_NODE_POOL"  # exporter/config.py NODE_POOL_ENV (slogen does not import the exporter)
+
+
+def _discovery_arg(s: InstallSettings) -> str:
+    return f"--discovery-namespaces={','.join(s.inference_namespaces)}"
+
+
+def pool_file(pool: str) -> str:
+    return f"pool-{object_name(pool)}.yaml"
+
+
+def pool_daemonset(iso: Isolation, pool: str, s: InstallSettings, bases: Path = BASES) -> dict:
+    """The exporter DaemonSet of one named pool: the shipped one, on the nodes whose `nodeLabel` is `pool` (tolerating
+    the pool's taint, whatever its effect), told the pool ($LLMSLO_NODE_POOL). The scheduler keeps the two in step: a
+    node relabelled out of the pool loses this DaemonSet's pod and gets the shipped one's."""
+    ds = copy.deepcopy(yaml.safe_load((bases / "base" / "daemonset.yaml").read_text(encoding="utf-8")))
+    ds["metadata"]["name"] = object_name(f"{EXPORTER}-{pool}")
+    ds["metadata"]["labels"][POOL_POD_LABEL] = pool
+    ds["spec"]["selector"]["matchLabels"][POOL_POD_LABEL] = pool
+    spec = ds["spec"]["template"]["spec"]
+    ds["spec"]["template"]["metadata"]["labels"][POOL_POD_LABEL] = pool
+    spec["nodeSelector"][iso.node_label] = pool
+    spec["tolerations"].append({"key": iso.node_label, "operator": "Exists"})
+    container = spec["containers"][0]
+    container["args"].append(_discovery_arg(s))
+    container["env"].append({"name": POOL_ENV, "value": pool})
+    return ds
+
+
+def _outside_pools(iso: Isolation) -> list[dict]:
+    """The shipped DaemonSet kept off every named pool's nodes (each has its own): told no pool, it says none."""
+    term = {"matchExpressions": [{"key": iso.node_label, "operator": "NotIn", "values": list(iso.pools)}]}
+    return [{"op": "add", "path": "/spec/template/spec/affinity",
+             "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}]
+
+
 def _exporter(s: InstallSettings, bases: str) -> dict:
-    """The exporter's base in the settings' namespace, discovery narrowed to the inference namespaces."""
+    """The exporter's base in the settings' namespace, discovery narrowed to the inference namespaces; with
+    `isolation:`, a DaemonSet per named pool beside it (pool_daemonset), the shipped one kept off their nodes."""
     namespaces = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(s.inference_namespaces)}
-    return _kustomization(namespace=s.namespace, resources=[f"{bases}/base"], patches=[
+    iso = s.isolation
+    pools = [pool_file(p) for p in iso.pools] if iso else []
+    return _kustomization(namespace=s.namespace, resources=[f"{bases}/base", *pools], patches=[
         {"patch": "$patch: delete\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
                   "metadata:\n  name: llmslo-exporter\n"},
         {"patch": "$patch: delete\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n"
                   "metadata:\n  name: llmslo-exporter\n"},
-        _json_patch("DaemonSet", "llmslo-exporter", [
-            {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-             "value": f"--discovery-namespaces={','.join(s.inference_namespaces)}"}]),
+        _json_patch("DaemonSet", EXPORTER, [
+            {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": _discovery_arg(s)},
+            *(_outside_pools(iso) if iso else [])]),
         _json_patch("NetworkPolicy", "llmslo-exporter", [
             {"op": "replace", "path": "/spec/ingress/0/from/0/namespaceSelector",
              "value": {"matchLabels": {"kubernetes.io/metadata.name": s.namespace}}},
@@ -142,11 +187,16 @@ def _exporter(s: InstallSettings, bases: str) -> dict:
 
 
 def _podmap(s: InstallSettings, bases: str) -> dict:
-    """The podmap relay in its own namespace, admitting the exporter from the settings' namespace."""
-    return _kustomization(resources=[f"{bases}/podmap"], patches=[
-        _json_patch("NetworkPolicy", "llmslo-podmap", [
-            {"op": "replace", "path": "/spec/ingress/0/from/0/namespaceSelector",
-             "value": {"matchLabels": {"kubernetes.io/metadata.name": s.namespace}}}])])
+    """The podmap relay in its own namespace, admitting the exporter from the settings' namespace; with `isolation:`,
+    tolerating the pools' taint (without its relay, a tainted pool's GPUs would have no holders, and no alert)."""
+    patches = [_json_patch("NetworkPolicy", "llmslo-podmap", [
+        {"op": "replace", "path": "/spec/ingress/0/from/0/namespaceSelector",
+         "value": {"matchLabels": {"kubernetes.io/metadata.name": s.namespace}}}])]
+    if s.isolation:
+        patches.append(_json_patch("DaemonSet", "llmslo-podmap", [
+            {"op": "add", "path": "/spec/template/spec/tolerations/-",
+             "value": {"key": s.isolation.node_label, "operator": "Exists"}}]))
+    return _kustomization(resources=[f"{bases}/podmap"], patches=patches)
 
 
 def _inference(s: InstallSettings, ns: str, generated: str, bases: str) -> dict:
@@ -170,6 +220,8 @@ def render(s: InstallSettings, generated: str, bases: str, command: str = "overl
     head = HEADER.format(command=command)
     files = {"kustomization.yaml": _dump(head, _top(s, generated, bases)),
              "exporter/kustomization.yaml": _dump(head, _exporter(s, f"../{bases}")),
+             **{f"exporter/{pool_file(p)}": _dump(head, pool_daemonset(s.isolation, p, s))
+                for p in (s.isolation.pools if s.isolation else ())},
              "podmap/kustomization.yaml": _dump(head, _podmap(s, f"../{bases}"))}
     for ns in s.inference_namespaces:
         files[f"inference/{ns}/kustomization.yaml"] = _dump(head, _inference(s, ns, f"../../{generated}", f"../../{bases}"))
@@ -186,6 +238,9 @@ def write(files: dict[str, str], out: Path) -> None:
     """Write the overlay; the directories of inference namespaces no longer listed, and a floor turned off,
     are removed (only what this writer made: a directory holding its kustomization.yaml alone)."""
     keep = {str(Path(rel).parent) for rel in files}
+    for pool in (out / "exporter").glob("pool-*.yaml"):  # a pool no longer named
+        if pool.relative_to(out).as_posix() not in files and GENERATED_MARKER in pool.read_text(encoding="utf-8"):
+            pool.unlink()
     for old in [*(out / "inference").glob("*"), out / "floor"]:
         rel = old.relative_to(out).as_posix()
         if old.is_dir() and rel not in keep and [p.name for p in old.iterdir()] == ["kustomization.yaml"]:

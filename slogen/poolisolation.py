@@ -13,6 +13,10 @@ pod's GPU on a node of another pool.
       nodeLabel: llmslo.io/node-pool    # the node label that names a node's pool (this default when left out)
       servingNamespaces: [llm]          # the serving pods' namespaces (default: inferenceNamespaces)
       servingWorkloads: [vllm-llama-3-8b] # the serving workloads' names: pods named <name>-... (default: any pod)
+      otherPools: [training]            # other pools whose exporters say their name (a serving pod there is seen)
+
+The install (slogen/overlay.py) runs one exporter DaemonSet per named pool, selecting `<nodeLabel>: <pool>` and
+telling it the pool ($LLMSLO_NODE_POOL), and the shipped one on the other GPU nodes; a node of no named pool says none.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from slogen.k8smeta import label_value_problem, namespace_problem, qualified_nam
 KEY = "isolation"
 DEFAULT_NODE_LABEL = "llmslo.io/node-pool"
 MAX_WORKLOADS = 64  # each is one alternative of a regex matcher in two rules: a declaration, not a list of pods
+MAX_OTHER_POOLS = 16  # each is an exporter DaemonSet
 _FIELDS = {"pool": "pool", "nodeLabel": "node_label", "servingNamespaces": "serving_namespaces",
-           "servingWorkloads": "serving_workloads"}
+           "servingWorkloads": "serving_workloads", "otherPools": "other_pools"}
 
 
 @dataclass(frozen=True)
@@ -39,10 +44,16 @@ class Isolation:
     node_label: str = DEFAULT_NODE_LABEL
     serving_namespaces: tuple[str, ...] = ()
     serving_workloads: tuple[str, ...] = ()
+    other_pools: tuple[str, ...] = ()  # pools whose exporters are told their name too (the install's DaemonSets)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """Every named pool: the inference pool first."""
+        return (self.pool, *self.other_pools)
 
     def resolved(self, inference_namespaces: tuple[str, ...]) -> Isolation:
         return Isolation(self.pool, self.node_label, self.serving_namespaces or inference_namespaces,
-                         self.serving_workloads)
+                         self.serving_workloads, self.other_pools)
 
 
 def _names(file: str, field: str, value: Any, errors: list[SpecError], example: str) -> tuple[str, ...]:
@@ -83,9 +94,16 @@ def read(file: str, value: Any, inference_namespaces: tuple[str, ...], errors: l
     errors += [SpecError(file, f"{w[:80]!r} {why}", f"{KEY}.servingWorkloads",
                          fix="write a Deployment's or StatefulSet's name, e.g. vllm-llama-3-8b")
                for w in workloads if (why := subdomain_problem(w))]
+    others = _names(file, f"{KEY}.otherPools", value.get("otherPools", []), errors, "training")
+    if len(others) > MAX_OTHER_POOLS or len(set(others)) != len(others) or pool in others:
+        errors.append(SpecError(file, f"{', '.join(others)}: at most {MAX_OTHER_POOLS} pools, each named once, "
+                                      "the inference pool not among them", f"{KEY}.otherPools",
+                                fix="name each other pool once, e.g. otherPools: [training, batch]"))
+    errors += [SpecError(file, f"the pool {p!r} {why}", f"{KEY}.otherPools", fix="write a node label value, e.g. training")
+               for p in others if (why := "is empty" if not p else label_value_problem(p))]
     if len(errors) > before:
         return None
-    return Isolation(str(pool), str(label), namespaces, workloads).resolved(inference_namespaces)
+    return Isolation(str(pool), str(label), namespaces, workloads, others).resolved(inference_namespaces)
 
 
 def render(isolation: Isolation | None) -> str:
@@ -97,4 +115,4 @@ def render(isolation: Isolation | None) -> str:
     workloads = ", ".join(isolation.serving_workloads)
     return (f"# The inference pool kept apart (docs/exporter.md, \"Node pools\").\n{KEY}:\n  pool: {isolation.pool}\n"
             f"  nodeLabel: {isolation.node_label}\n  servingNamespaces: [{', '.join(isolation.serving_namespaces)}]\n"
-            f"  servingWorkloads: [{workloads}]\n")
+            f"  servingWorkloads: [{workloads}]\n  otherPools: [{', '.join(isolation.other_pools)}]\n")

@@ -163,6 +163,8 @@ def test_the_settings_declare_it_and_default_to_the_inference_namespaces(tmp_pat
     ("{pool: inference, servingWorkloads: ['vllm-.*']}", "[llm]", "isolation.servingWorkloads", "vllm-.*"),
     ("{pool: inference, servingPods: [x]}", "[llm]", "isolation.servingPods", "unknown key"),
     ("inference", "[llm]", "isolation", "expected a mapping"),
+    ("{pool: inference, otherPools: [training, inference]}", "[llm]", "isolation.otherPools", "not among them"),
+    ("{pool: inference, otherPools: ['']}", "[llm]", "isolation.otherPools", "is empty"),
 ])
 def test_a_bad_declaration_is_refused_naming_the_field(tmp_path, isolation, inference, field, words):
     with pytest.raises(SpecErrors) as info:
