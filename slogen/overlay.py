@@ -220,9 +220,10 @@ def render(s: InstallSettings, generated: str, bases: str, command: str = "overl
     head = HEADER.format(command=command)
     files = {"kustomization.yaml": _dump(head, _top(s, generated, bases)),
              "exporter/kustomization.yaml": _dump(head, _exporter(s, f"../{bases}")),
-             **{f"exporter/{pool_file(p)}": _dump(head, pool_daemonset(s.isolation, p, s))
-                for p in (s.isolation.pools if s.isolation else ())},
              "podmap/kustomization.yaml": _dump(head, _podmap(s, f"../{bases}"))}
+    if s.isolation is not None:
+        for pool in s.isolation.pools:
+            files[f"exporter/{pool_file(pool)}"] = _dump(head, pool_daemonset(s.isolation, pool, s))
     for ns in s.inference_namespaces:
         files[f"inference/{ns}/kustomization.yaml"] = _dump(head, _inference(s, ns, f"../../{generated}", f"../../{bases}"))
     if s.floor != "off":
