@@ -10,20 +10,23 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from slogen.outtree import Content, recover, replace_tree, roots_of, same_content
-from slogen.paths import ALERTS_DIR, PROMETHEUS_RULE_DIR, RETIRED_DIRS
+from slogen.paths import ALERTS_DIR, INSTALL_DIR, PROMETHEUS_RULE_DIR, RETIRED_DIRS
 from slogen.writers import GENERATED_MARKER
 
 
-def _managed_dirs(artifacts: Mapping[str, Content]) -> set[str]:
-    """The folders whose generated files this build owns: its own, and those earlier builds wrote (their files
-    are orphans now)."""
-    return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR, *RETIRED_DIRS}
+def _managed_dirs(artifacts: Mapping[str, Content], out: Path) -> set[str]:
+    """The folders whose generated files this build owns: its own, those earlier builds wrote (their files
+    are orphans now), and every folder of the install's tree (a part of the install turned off, such as the floor
+    or the tap injector, leaves a folder this build writes nothing into)."""
+    install = out / INSTALL_DIR
+    parts = {d.relative_to(out).as_posix() for d in install.rglob("*") if d.is_dir()} if install.is_dir() else set()
+    return {str(Path(p).parent) for p in artifacts} | {ALERTS_DIR, PROMETHEUS_RULE_DIR, *RETIRED_DIRS} | parts
 
 
 def _orphans(artifacts: Mapping[str, Content], out: Path) -> list[str]:
     """Files slogen generated earlier (they carry its marker) that this build no longer produces."""
     found = []
-    for d in sorted(_managed_dirs(artifacts)):
+    for d in sorted(_managed_dirs(artifacts, out)):
         base = out / d
         if not base.is_dir():
             continue
@@ -44,7 +47,7 @@ def write_outputs(artifacts: Mapping[str, Content], out: str | Path) -> tuple[li
     is built beside the old one, then swapped in); returns (changed paths, removed orphan paths).
     On any error the outputs are as they were before."""
     root = Path(out)
-    dirs = _managed_dirs(artifacts)
+    dirs = _managed_dirs(artifacts, root)
     recover(root, roots_of(dirs))  # a build that died mid-swap
     removed = _orphans(artifacts, root)
     changed = replace_tree(artifacts, root, dirs, removed)

@@ -292,6 +292,15 @@ def _current(path: Path) -> str | None:
         return None
 
 
+def _prune_emptied(staged: Path, removed: list[Path]) -> None:
+    """Remove the folders the removed files leave empty (a part of the install turned off), up to the root."""
+    for path in removed:
+        folder = (staged / path).parent
+        while folder != staged and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+
+
 def _stage(out: Path, rel: str, files: dict[str, Content], remove: set[str]) -> _Stage | None:
     """A complete new copy of root `rel` beside it; None when nothing in it changes."""
     root = out / rel
@@ -340,6 +349,7 @@ def _stage(out: Path, rel: str, files: dict[str, Content], remove: set[str]) -> 
                 _carry(out / p, dst)
             else:
                 _write_file(dst, content)
+        _prune_emptied(staged, [Path(p).relative_to(rel) for p in gone])
         return stage
     except BaseException:
         _remove(staged)

@@ -13,6 +13,7 @@ ordinary kustomizations over the shipped bases (slogen/kustomize, package data):
     OUT/podmap/                     the relay that reads the kubelet's socket, in llmslo-node, for that exporter
     OUT/inference/<ns>/             the tap's ConfigMap and the discovery Role (and the Namespace, floor on)
     OUT/floor/                      the admission policy and image-signature policies (floor audit or enforce)
+    OUT/tap-injector/               the webhook adding the tap to the pods that opt in (`tapInjector: true`)
 
 The floor is opt-in: `off` adds no policy and no label to anyone's namespace; `audit` warns and audits
 (the floor-audit component: Pod Security warn/audit, the policy binding's Warn and Audit, ClusterImagePolicy
@@ -41,6 +42,7 @@ from slogen.writers import GENERATED_MARKER
 
 BASES = Path(__file__).resolve().parent / "kustomize"  # shipped with the package
 AUDIT_COMPONENT = "components/floor-audit"
+TAP_INJECTOR = "tap-injector"  # the base's directory and the overlay's (its objects name their own namespace)
 
 
 class OverlayError(ValueError):
@@ -113,6 +115,8 @@ def _top(s: InstallSettings, generated: str, bases: str) -> dict:
     resources = ["exporter", "podmap", *(f"inference/{ns}" for ns in s.inference_namespaces), generated]
     if s.floor != "off":
         resources.append("floor")
+    if s.tap_injector:
+        resources.append(TAP_INJECTOR)
     image = {"name": IMAGE_NAME, "digest": s.image_digest}
     if s.image_name != IMAGE_NAME:
         image["newName"] = s.image_name
@@ -228,6 +232,8 @@ def render(s: InstallSettings, generated: str, bases: str, command: str = "overl
         files[f"inference/{ns}/kustomization.yaml"] = _dump(head, _inference(s, ns, f"../../{generated}", f"../../{bases}"))
     if s.floor != "off":
         files["floor/kustomization.yaml"] = _dump(head, _kustomization(resources=[f"../{bases}/policy"]))
+    if s.tap_injector:  # the install's image and labels reach it from the top kustomization
+        files[f"{TAP_INJECTOR}/kustomization.yaml"] = _dump(head, _kustomization(resources=[f"../{bases}/{TAP_INJECTOR}"]))
     return files
 
 
@@ -236,13 +242,13 @@ def relative(target: Path, start: Path) -> str:
 
 
 def write(files: dict[str, str], out: Path) -> None:
-    """Write the overlay; the directories of inference namespaces no longer listed, and a floor turned off,
-    are removed (only what this writer made: a directory holding its kustomization.yaml alone)."""
+    """Write the overlay; the directories of inference namespaces no longer listed, and a floor or tap injector
+    turned off, are removed (only what this writer made: a directory holding its kustomization.yaml alone)."""
     keep = {str(Path(rel).parent) for rel in files}
     for pool in (out / "exporter").glob("pool-*.yaml"):  # a pool no longer named
         if pool.relative_to(out).as_posix() not in files and GENERATED_MARKER in pool.read_text(encoding="utf-8"):
             pool.unlink()
-    for old in [*(out / "inference").glob("*"), out / "floor"]:
+    for old in [*(out / "inference").glob("*"), out / "floor", out / TAP_INJECTOR]:
         rel = old.relative_to(out).as_posix()
         if old.is_dir() and rel not in keep and [p.name for p in old.iterdir()] == ["kustomization.yaml"]:
             shutil.rmtree(old)

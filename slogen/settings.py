@@ -17,6 +17,7 @@ agree with it: a flag that disagrees is refused with both values named, never si
     grafanaUrl: https://grafana.example.org
     promtoolTests: true                # write the generated promtool tests (alerts/*.test.yaml, dashboards/)
     isolation: {pool: inference}       # the inference pool kept apart (slogen.poolisolation)
+    tapInjector: false                 # the webhook that adds the tap to the pods that opt in (needs cert-manager)
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ KEYS = {"namespace": ("namespace", "--namespace"), "inferenceNamespaces": ("infe
         "receivers": ("receivers", "--receiver"), "runbookUrl": ("runbook_url", "--runbook-url"),
         "grafanaUrl": ("grafana_url", "--grafana-url")}
 # the file's keys that no flag sets -> their field: what `slogen build` writes, a choice of the repository
-FILE_KEYS = {"promtoolTests": "promtool_tests"}
+FILE_KEYS = {"promtoolTests": "promtool_tests", "tapInjector": "tap_injector"}
 MAPPING_FILE_KEYS = {poolisolation.KEY: "isolation"}  # a mapping no flag sets, read by its own module
 
 
@@ -68,6 +69,9 @@ class InstallSettings:
     # write the generated promtool test files; a repository that runs them from a build in its CI (as this one
     # does, in its test suite) need not commit them
     promtool_tests: bool = True
+    # the tap injector (slogen/kustomize/tap-injector) in the install; off by default: its certificate needs
+    # cert-manager (or the one-time steps docs/deploy.md gives), which not every cluster has
+    tap_injector: bool = False
     # the inference pool and its serving pods (its servingNamespaces resolved against inference_namespaces);
     # None: no isolation alerts
     isolation: Isolation | None = None
@@ -253,6 +257,9 @@ grafanaUrl: "{s.grafana_url}"
 # Write the generated promtool tests (alerts/*.test.yaml, dashboards/dashboards.test.yaml), which the CI
 # workflow runs; false leaves them out of the build (and of `slogen build --check`).
 promtoolTests: {"true" if s.promtool_tests else "false"}
+# The tap injector: a webhook adding the goodput tap to the pods labelled llmslo.io/tap: enabled (docs/deploy.md,
+# "The tap injected"); its certificate comes from cert-manager.
+tapInjector: {"true" if s.tap_injector else "false"}
 {poolisolation.render(s.isolation)}"""
 
 
