@@ -84,6 +84,14 @@ def _client_fault(code: str) -> bool:
         return False
 
 
+def _reason(code: str) -> str:
+    """`http_<code>` for an HTTP status (100-599); `http` without a code, conventions.OTHER for any other text: the
+    page writes the label, and a reason is a label value of ours (bounded: at most 500 statuses, not any text)."""
+    if not code:
+        return "http"
+    return f"http_{code}" if len(code) == 3 and code.isdigit() and 100 <= int(code) <= 599 else c.OTHER
+
+
 def _models(families: Mapping[str, MetricFamily]) -> list[str | None]:
     seen = {_model(s.labels): None for name in WANTED for s in values(families.get(name))}
     return list(seen) or [None]
@@ -104,7 +112,7 @@ def adapt(families: Mapping[str, MetricFamily], identity: Mapping[str, str]) -> 
         out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: reason})
     for s in values(families.get(REQUEST_ERRORS)):
         code = s.labels.get(HTTP_CODE, "")
-        out.add(c.REQUESTS_REJECTED, s.value, _model(s.labels), {c.LABEL_REASON: f"http_{code}" if code else "http"})
+        out.add(c.REQUESTS_REJECTED, s.value, _model(s.labels), {c.LABEL_REASON: _reason(code)})
         if not _client_fault(code):
             out.add(c.REQUESTS_FINISHED, s.value, _model(s.labels), {c.LABEL_REASON: c.FINISHED_ERROR})
 

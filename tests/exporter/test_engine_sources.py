@@ -282,12 +282,14 @@ def test_trtllm_serve_paused_and_refused_requests():
 def test_a_clients_own_4xx_is_never_an_error_on_any_engine():
     """4xx but 429 is the client's fault: visible as refused, never in llm_requests_finished_total. 429, 5xx and a
     code that cannot be read are the engine's (fail-safe)."""
-    errors = {"400": 3, "404": 2, "413": 1, "422": 4, "429": 5, "500": 6, "503": 7, "": 8, "abc": 9}
+    errors = {"400": 3, "404": 2, "413": 1, "422": 4, "429": 5, "500": 6, "503": 7, "": 8, "abc": 9, "9999": 1,
+              "600": 2}
     s = run(pages.trtllm_serve_page({"stop": 8}, errors=errors), "trtllm-serve")
     rejected = {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)}
+    # the page writes the code: anything but an HTTP status (100-599) is `other`, never a label value of its own
     assert rejected == {"http_400": 3, "http_404": 2, "http_413": 1, "http_422": 4, "http_429": 5, "http_500": 6,
-                        "http_503": 7, "http": 8, "http_abc": 9}
-    assert reasons(s) == {"stop": 8, "error": 5 + 6 + 7 + 8 + 9}
+                        "http_503": 7, "http": 8, c.OTHER: 9 + 1 + 2}
+    assert reasons(s) == {"stop": 8, "error": 5 + 6 + 7 + 8 + 9 + 1 + 2}
     # TGI: validation and template failures (422) are the client's; overloaded (429) and the rest the engine's
     s = run(pages.tgi_page({"validation": 4, "template": 3}), "tgi")
     assert {x.labels[c.LABEL_REASON]: x.value for x in pick(s, c.REQUESTS_REJECTED)} == {"validation": 4, "template": 3}
