@@ -607,7 +607,9 @@ class HEALTH:
     # a node of another pool (ticket). Not in ALERTS: they exist only in a build that declares the pool.
     POOL_FOREIGN_POD = "LLMInferencePoolForeignPod"
     POOL_SERVING_OFF_POOL = "LLMServingPodOffPool"
-    ISOLATION_ALERTS = (POOL_FOREIGN_POD, POOL_SERVING_OFF_POOL)
+    # the two above cannot fire: no exporter says it is on the pool, or a pool node's GPU-to-pod mapping is down
+    POOL_UNWATCHED = "LLMInferencePoolUnwatched"
+    ISOLATION_ALERTS = (POOL_FOREIGN_POD, POOL_SERVING_OFF_POOL, POOL_UNWATCHED)
     ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
               ENGINE_REFUSING_REQUESTS, TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects

@@ -60,9 +60,11 @@ TOPIC_BUCKET_EDGE = "bucket_edge"  # engines whose latency histogram lacks an SL
 TOPIC_ENGINE_REFUSALS = "engine_refusals"  # an engine refuses requests at its own queue caps or overload
 # the inference pool's isolation (rules/isolation.py): a foreign pod on the pool, a serving pod off it
 TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL = isolation.TOPIC_POOL_FOREIGN_POD, isolation.TOPIC_SERVING_OFF_POOL
+TOPIC_POOL_UNWATCHED = isolation.TOPIC_POOL_UNWATCHED
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
           TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_TAP_CONFIG_DRIFT,
-          TOPIC_BUCKET_EDGE, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_ENGINE_REFUSALS)
+          TOPIC_BUCKET_EDGE, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_POOL_UNWATCHED,
+          TOPIC_ENGINE_REFUSALS)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ def topic(alert: AlertView) -> str:
     if alert.kind == ALERT_BUCKET_EDGE:
         return TOPIC_BUCKET_EDGE
     if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS,
-                      TOPIC_TAP_CONFIG_DRIFT, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_ENGINE_REFUSALS):
+                      TOPIC_TAP_CONFIG_DRIFT, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_POOL_UNWATCHED,
+                      TOPIC_ENGINE_REFUSALS):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -194,6 +197,7 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "pool_holders": isolation.holders_by_pool(),
         "node_pools": isolation.nodes_by_pool(),
         "node_pools_metric": c.EXPORTER_NODE_POOL_INFO.name,
+        "mapping_down": f"{q.selector(c.EXPORTER_GPU_POD_MAPPING_UP.name)} == 0",
     }
     if threshold is not None and slo is not None and slo.latency_metric in ("ttft", "tpot", "e2e"):
         out["share_over_threshold"] = _share_over_threshold(slo, tap, threshold)

@@ -78,7 +78,24 @@ def isolation_scenarios(opts: HealthOptions) -> dict[str, Scenario]:
         _holder(_gpu("gpu-node-a", 0, serving_pod.replace("x2x4q", "k8p2w"), serving_ns, "vllm"), f"{HBM}x90"),
         _holder(_gpu("gpu-node-d", 0, serving_pod.replace("x2x4q", "m3n9t"), serving_ns, "vllm"), f"{HBM}x90"),
     )
+    unwatched_for = opts.pool_unwatched_for // 60_000
+    exporter = {c.LABEL_CLUSTER: CLUSTER, "job": "llmslo-exporter", "instance": "10.0.0.7:9400", "pod": "llmslo-exporter-7"}
+    other = {**exporter, "instance": "10.0.0.8:9400", "pod": "llmslo-exporter-8"}
+    unwatched = (
+        # the pool node's exporter: its mapping down from 5m (the relay gone); the pool series from the same scrape
+        (c.EXPORTER_NODE_POOL_INFO.name, {**exporter, c.LABEL_HOSTNAME: "gpu-node-a", c.LABEL_NODE_POOL: pool},
+         f"1x{5 + unwatched_for + 30}"),
+        (c.EXPORTER_GPU_POD_MAPPING_UP.name, exporter, f"1x4 0x{unwatched_for + 30}"),
+        # another pool's exporter with its mapping down: not the inference pool's blind spot
+        (c.EXPORTER_NODE_POOL_INFO.name, {**other, c.LABEL_HOSTNAME: "gpu-node-b", c.LABEL_NODE_POOL: other_pool},
+         f"1x{5 + unwatched_for + 30}"),
+        (c.EXPORTER_GPU_POD_MAPPING_UP.name, other, f"0x{5 + unwatched_for + 30}"),
+    )
     return {
+        H.POOL_UNWATCHED: Scenario(
+            f"the mapping of a {pool} node's exporter down from 5m fires after {unwatched_for}m, with that exporter's "
+            f"labels; another pool's exporter with its mapping down does not",
+            unwatched, exporter, quiet=(4, 5 + unwatched_for - 1), firing=(5 + unwatched_for, 5 + unwatched_for + 20)),
         H.POOL_FOREIGN_POD: Scenario(
             f"a training pod on two GPUs of a {pool} node from 5m pages once after {foreign_for}m and clears when it "
             "leaves; a serving pod, an idle GPU, a pod whose mapping went down and a node told no pool do not",

@@ -102,6 +102,9 @@ class HealthOptions:
                                      "takes to be preempted or evicted)")
     serving_off_pool_for: int = knob(30 * MINUTE, "DURATION", "LLMServingPodOffPool",
                                      "how long a serving pod holds a GPU on a node of another pool before it fires")
+    pool_unwatched_for: int = knob(30 * MINUTE, "DURATION", "LLMInferencePoolUnwatched",
+                                   "how long no exporter says it is on the inference pool, or a pool node's GPU-to-pod "
+                                   "mapping is down, before it fires (longer than a DaemonSet rollout)")
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""

@@ -34,6 +34,7 @@ from slogen.rules.health import CRITICAL, WARNING, HealthAlert, HealthOptions, _
 
 TOPIC_POOL_FOREIGN_POD = "pool_foreign_pod"
 TOPIC_SERVING_OFF_POOL = "serving_off_pool"
+TOPIC_POOL_UNWATCHED = "pool_unwatched"
 HOLDER = c.GPU_MEMORY_TOTAL  # written for every whole GPU and MIG instance of a reading, with its holder
 JOIN = (c.LABEL_CLUSTER, c.LABEL_HOSTNAME)  # one node (cluster: absent on both sides in a one-cluster Prometheus)
 BY_POD = (c.LABEL_CLUSTER, c.LABEL_HOSTNAME, c.LABEL_NAMESPACE, c.LABEL_POD)
@@ -72,6 +73,17 @@ def off_pool_expr(opts: HealthOptions) -> str:
     return promql.agg("count", f"\n  {serving}\n  and {on}\n  {_pool('!=', opts.isolation_pool)}\n", BY_POD) + "\n"
 
 
+def unwatched_expr(opts: HealthOptions) -> str:
+    """No exporter says it is on the pool (the pool's DaemonSet is missing or not told its pool: the two alerts
+    above see nothing there), or one that does has its GPU-to-pod mapping down (its GPUs' holders are empty, so a
+    foreign pod there is invisible). The mapping series and the pool series come from the same exporter, so they
+    match on the scrape's target labels: everything but the pool series' own hostname and node_pool."""
+    pool = _pool("=", opts.isolation_pool)
+    down = f"{c.EXPORTER_GPU_POD_MAPPING_UP.name} == 0"
+    return (f"absent({pool})\nor\n({down}\n  and {promql.ignoring((c.LABEL_HOSTNAME, c.LABEL_NODE_POOL))}\n"
+            f"  {pool}\n)\n")
+
+
 def _serving_words(opts: HealthOptions) -> str:
     pods = f", workloads {', '.join(opts.serving_workloads)}" if opts.serving_workloads else ""
     return f"namespaces {', '.join(opts.serving_namespaces)}{pods}"
@@ -79,7 +91,7 @@ def _serving_words(opts: HealthOptions) -> str:
 
 def isolation_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str, str] | None = None,
                      grafana_url: str = DEFAULT_GRAFANA_URL) -> list[HealthAlert]:
-    """The two alerts (H.ISOLATION_ALERTS), none when the build declares no inference pool."""
+    """The isolation alerts (H.ISOLATION_ALERTS), none when the build declares no inference pool."""
     if not opts.enabled or not opts.isolation_pool:
         return []
     extra, fleet = dict(extra_labels or {}), literal(dashboard_url(grafana_url, FLEET_DASHBOARD_UID))
@@ -88,6 +100,7 @@ def isolation_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str,
     node = _l(c.LABEL_HOSTNAME)
     foreign_for = format_prometheus_duration(opts.pool_foreign_pod_for)
     off_for = format_prometheus_duration(opts.serving_off_pool_for)
+    unwatched_for = format_prometheus_duration(opts.pool_unwatched_for)
     return [
         _alert(H.POOL_FOREIGN_POD, foreign_expr(opts), opts.pool_foreign_pod_for, CRITICAL,
                f"{who} holds GPUs on {node}, a node of the inference pool {pool}, and is no serving pod.",
@@ -107,6 +120,17 @@ def isolation_alerts(opts: HealthOptions, base_url: str, extra_labels: dict[str,
                "reschedule.",
                TOPIC_SERVING_OFF_POOL,
                f"A serving pod holds GPUs on a node outside the inference pool {pool}.",
+               base_url, extra, fleet),
+        _alert(H.POOL_UNWATCHED, unwatched_expr(opts), opts.pool_unwatched_for, WARNING,
+               f"The inference pool {pool} is not watched: no exporter says it is on it, or one's GPU-to-pod mapping "
+               "is down.",
+               f"For {unwatched_for}, either no exporter has said it reads the GPUs of a node of the pool {pool} (the "
+               f"pool's exporter DaemonSet is missing, not scheduled on nodes labelled {label}={pool}, or not told its "
+               "pool), or an exporter on the pool cannot map its GPUs to pods (the podmap relay or the kubelet's "
+               f"pod-resources socket). Meanwhile {H.POOL_FOREIGN_POD} cannot fire there: a training pod on the pool "
+               "would go unseen.",
+               TOPIC_POOL_UNWATCHED,
+               f"The isolation alerts of the inference pool {pool} are blind.",
                base_url, extra, fleet),
     ]
 

@@ -109,6 +109,31 @@ def test_the_staged_tests_fail_rules_that_would_page_a_healthy_pool(promtool, tm
     assert proc.returncode != 0 and H.POOL_FOREIGN_POD in proc.stdout + proc.stderr
 
 
+def test_a_pool_no_exporter_says_is_unwatched_and_the_staged_tests_catch_a_rule_without_the_mapping_arm(
+        promtool, tmp_path):
+    """The absent arm (no exporter says the pool: its DaemonSet missing or not told its pool) fires with the pool's
+    label after `for`, and clears when one says it; without the mapping arm, the generated tests fail."""
+    files = dict(health_rules(catalog_for(POOL)).files)
+    unwatched = rules_of(files)[H.POOL_UNWATCHED]
+    assert unwatched["labels"]["severity"] == "warning" and unwatched["for"] == "30m"
+    info = c.EXPORTER_NODE_POOL_INFO.name
+    test = {"rule_files": [Path(RULES).name], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": f'{info}{{hostname="gpu-node-a", node_pool="inference"}}', "values": "_x40 1x20"}],
+        "alert_rule_test": [
+            {"eval_time": "29m", "alertname": H.POOL_UNWATCHED, "exp_alerts": []},
+            {"eval_time": "31m", "alertname": H.POOL_UNWATCHED, "exp_alerts": [{
+                "exp_labels": {**unwatched["labels"], "node_pool": "inference"},
+                "exp_annotations": unwatched["annotations"]}]},
+            {"eval_time": "45m", "alertname": H.POOL_UNWATCHED, "exp_alerts": []}]}]}
+    proc = run_promtool(promtool, {**files, TESTS: yaml.safe_dump(test, sort_keys=False)}, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    no_mapping_arm = files[RULES].replace(f"{c.EXPORTER_GPU_POD_MAPPING_UP.name} == 0", "vector(0) == 1", 1)
+    assert no_mapping_arm != files[RULES]
+    proc = run_promtool(promtool, {**files, RULES: no_mapping_arm}, tmp_path)
+    assert proc.returncode != 0 and H.POOL_UNWATCHED in proc.stdout + proc.stderr
+
+
 def test_thresholds_and_a_scoped_build_follow(promtool, tmp_path):
     health = HealthOptions(pool_foreign_pod_for=5 * MINUTE, serving_off_pool_for=15 * MINUTE)
     files = dict(health_rules(catalog_for(POOL, health, namespace="monitoring")).files)
@@ -126,7 +151,7 @@ def test_every_pod_of_the_serving_namespaces_serves_when_no_workload_is_named(pr
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_runbooks_for_both_alerts():
+def test_runbooks_for_the_isolation_alerts():
     built = dict(runbooks(catalog_for(POOL)).files)
     foreign = built[f"docs/runbooks/{H.POOL_FOREIGN_POD}.md"]
     off = built[f"docs/runbooks/{H.POOL_SERVING_OFF_POOL}.md"]
@@ -134,6 +159,8 @@ def test_runbooks_for_both_alerts():
         assert "kubectl taint nodes" in text and "RuntimeClass" in text and "nodeSelector" in text
         assert "get pod \"$POD\" -o wide" in text and c.EXPORTER_NODE_POOL_INFO.name in text
     assert "operator: Exists" in foreign and "pod_resources" not in foreign
+    unwatched = built[f"docs/runbooks/{H.POOL_UNWATCHED}.md"]
+    assert c.EXPORTER_GPU_POD_MAPPING_UP.name in unwatched and "get daemonset" in unwatched
 
 
 # ------------------------------------------------------------------------------------------ llmslo.yaml
