@@ -118,7 +118,7 @@ def test_as_shipped_a_foreign_pod_on_the_pool_pages_once(relay, kubelet, tmp_pat
     assert sum('pod="llm-finetune-0"' in s for s, _ in series) == 2 and any('pod="llama-70b-0"' in s for s, _ in series)
     assert any(s.startswith(INFO) and 'node_pool="inference"' in s for s, _ in series)
     opts = HealthOptions(isolation_pool="inference", serving_namespaces=("llm-chat",))
-    foreign, _ = isolation_alerts(opts, "https://x.example.org/rb")
+    (foreign,) = [a for a in isolation_alerts(opts, "https://x.example.org/rb") if a.rule.alert == c.HEALTH.POOL_FOREIGN_POD]
     fires = {c.LABEL_HOSTNAME: "node-a", c.LABEL_NAMESPACE: "train", c.LABEL_POD: "llm-finetune-0"}
     doc = {"rule_files": ["isolation.rules.yaml"], "evaluation_interval": "1m", "tests": [{
         "name": "the stand-in kubelet's node, told it is in the pool",

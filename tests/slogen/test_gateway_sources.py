@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,7 +191,7 @@ def test_gateway_slo_dashboards_read_the_gateways_series_and_prove_their_numbers
     """`slogen build` of the examples: each SLO's source panel queries its gateway's own families (never the
     exporter's llm_* or the tap's), and the dashboards' generated tests (synthetic gateway series) pass promtool."""
     out = tmp_path / "out"
-    proc = subprocess.run([str(REPO / ".venv" / "bin" / "slogen"), "build", str(EXAMPLES), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "slogen.cli", "build", str(EXAMPLES), "--out", str(out),
                            "--no-autoscaling", "--no-health-alerts", "--no-capacity-rules", "--no-promtool-check"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
