@@ -69,6 +69,12 @@ def _constraint(row: be.EdgeRow) -> str:
     return f">={since}" if since else (f"<{until}" if until else "")
 
 
+
+def _rounded(down: float | None, up: float | None, rounding: str) -> float | None:
+    """The edge `threshold_rounding` names of the nearest edges below and above (down, up); None when there is
+    none that way or no rounding was asked for."""
+    return down if rounding == ROUND_DOWN else up if rounding == ROUND_UP else None
+
 def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Matcher], rounding: str,
                          decl: Declared = Declared({}, {})) -> float:
     """The threshold an engine-sourced latency SLI measures: `threshold` itself when it is a bucket edge
@@ -89,12 +95,10 @@ def measurable_threshold(metric: str, threshold: float, matchers: Sequence[Match
     off = [r for r in selected if not r.has_edge(metric, threshold)]
     if not off:
         return threshold
-    common = be.common_edges(selected, metric)
-    down, up = be.nearest(common, threshold)
-    if rounding == ROUND_DOWN and down is not None:
-        return down
-    if rounding == ROUND_UP and up is not None:
-        return up
+    down, up = be.nearest(be.common_edges(selected, metric), threshold)
+    rounded = _rounded(down, up, rounding)
+    if rounded is not None:
+        return rounded
     t = be.edge_text(threshold)
     groups: dict[tuple[str, str], list[str]] = {}
     for r in off:
@@ -149,10 +153,9 @@ def gateway_threshold(source: str, metric: str, threshold: float, rounding: str,
     if threshold in edges:
         return threshold
     down, up = be.nearest(edges, threshold)
-    if rounding == ROUND_DOWN and down is not None:
-        return down
-    if rounding == ROUND_UP and up is not None:
-        return up
+    rounded = _rounded(down, up, rounding)
+    if rounded is not None:
+        return rounded
     t = be.edge_text(threshold)
     where = _where(edges, threshold)
     older = [r for r in be.gateway_rows(source, metric) if r.until is not None and r.has_edge(metric, threshold)]
