@@ -108,8 +108,19 @@ def expected_from_server_page(page: str) -> Series:
         "llm_prefix_cache_queries_total": decoded + cached,
         "llm_prefix_cache_hits_total": cached,
         "llm_generation_tokens_total": _value(flat, "llamacpp:tokens_predicted_total"),
+        "llm_prompt_tokens_cached_total": cached,
+        # speculative decoding, as vLLM names it; the pinned server writes the counters (0 without a draft model)
+        "llm_spec_decode_drafts_total": _value(flat, "llamacpp:spec_decode_num_drafts_total"),
+        "llm_spec_decode_draft_tokens_total": _value(flat, "llamacpp:spec_decode_num_draft_tokens_total"),
+        "llm_spec_decode_accepted_tokens_total": _value(flat, "llamacpp:spec_decode_num_accepted_tokens_total"),
     }
-    return {_key(name, ident): v for name, v in values.items()}
+    out = {_key(name, ident): v for name, v in values.items()}
+    # a deferred request waits for a slot: the capacity is the reason
+    out[_key("llm_requests_waiting_by_reason", {**ident, "reason": "capacity"})] = _value(flat, "llamacpp:requests_deferred")
+    for name, labels, v in flat:
+        if name == "llamacpp:spec_decode_num_accepted_tokens_per_pos_total":
+            out[_key("llm_spec_decode_accepted_tokens_by_position_total", {**ident, **labels})] = v
+    return out
 
 
 def assert_every_value_equals_the_server_page(page: str, exported: str, server: LlamacppServer) -> Series:
