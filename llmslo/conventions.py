@@ -524,6 +524,11 @@ TAP_INJECTOR_ERRORS = _m(
     (LABEL_REASON,),
 )
 TAP_INJECTOR_METRICS = (TAP_INJECTOR_INJECTED, TAP_INJECTOR_SKIPPED, TAP_INJECTOR_ERRORS)
+# The errors that mean the API server's reviews go unanswered (a pod then starts without the tap: failurePolicy
+# Ignore): a TLS handshake the API server refuses (a caBundle that is not the serving certificate's CA), the
+# webhook's own failure, a read that timed out, connections past its cap. The others are a caller's malformed
+# request (HTTP, JSON, size), which the API server never sends.
+TAP_INJECTOR_FAILURE_REASONS = ("internal", "timeout", "tls", "overloaded")
 
 ALL_METRICS = (
     ENGINE_METRICS + TAP_METRICS + TAP_ADMISSION_METRICS + GPU_METRICS + EXPORTER_METRICS + TAP_INJECTOR_METRICS
@@ -610,6 +615,9 @@ class HEALTH:
     # the two above cannot fire: no exporter says it is on the pool, or a pool node's GPU-to-pod mapping is down
     POOL_UNWATCHED = "LLMInferencePoolUnwatched"
     ISOLATION_ALERTS = (POOL_FOREIGN_POD, POOL_SERVING_OFF_POOL, POOL_UNWATCHED)
+    # The tap injector (only in a build whose llmslo.yaml has tapInjector: true): no injector scraped, or its reviews
+    # failing (TAP_INJECTOR_FAILURE_REASONS): new pods start without the tap, their goodput unmeasured.
+    TAP_INJECTOR_FAILING = "LLMTapInjectorFailing"
     ALERTS = (GPU_LOST, GPU_XID_ERRORS, GPU_ECC_UNCORRECTED, ENGINE_TARGET_DOWN, KV_CACHE_SATURATED, PREEMPTION_STORM,
               ENGINE_REFUSING_REQUESTS, TAP_REFUSING_REQUESTS, TAP_CONFIG_DRIFT)
     ECC_UNCORRECTED = "uncorrected"  # the LABEL_ECC_TYPE value the ECC alert selects

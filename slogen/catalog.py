@@ -25,7 +25,7 @@ from slogen.links import placeholder_host
 from slogen.loaders import load_paths
 from slogen.loaders.windows import merge
 from slogen.model import SLO, AlertWindows
-from slogen.rules import SLOResult, capacity, generate, health, isolation
+from slogen.rules import SLOResult, capacity, generate, health, injector, isolation
 from slogen.rules.capacity import CapacityOptions
 from slogen.rules.health import HealthAlert, HealthOptions
 from slogen.rules.options import GenOptions
@@ -129,17 +129,19 @@ def _alerts(opts: HealthOptions | CapacityOptions, what: str, make, gen: GenOpti
 def health_options(options: BuildOptions, tap_config_hash: str = "") -> HealthOptions:
     """The build's health options with what the build knows itself: `tap_config_hash`, llmslo.confighash of the SLO
     files (the taps' ConfigMap), which HEALTH.TAP_CONFIG_DRIFT expects, and the inference pool llmslo.yaml declares
-    (`isolation:`), which the isolation alerts read."""
+    (`isolation:`), which the isolation alerts read, and whether it installs the tap injector (`tapInjector:`)."""
     pool = options.install.isolation if options.install is not None else None
+    known = dataclasses.replace(options.health, tap_config_hash=tap_config_hash,
+                                tap_injector=options.install is not None and options.install.tap_injector)
     if pool is None:
-        return dataclasses.replace(options.health, tap_config_hash=tap_config_hash)
-    return dataclasses.replace(options.health, tap_config_hash=tap_config_hash, isolation_pool=pool.pool,
-                               isolation_node_label=pool.node_label, serving_namespaces=pool.serving_namespaces,
-                               serving_workloads=pool.serving_workloads)
+        return known
+    return dataclasses.replace(known, isolation_pool=pool.pool, isolation_node_label=pool.node_label,
+                               serving_namespaces=pool.serving_namespaces, serving_workloads=pool.serving_workloads)
 
 
 def _health_and_isolation(opts: HealthOptions, *args) -> list[HealthAlert]:
-    return health.health_alerts(opts, *args) + isolation.isolation_alerts(opts, *args)
+    return health.health_alerts(opts, *args) + isolation.isolation_alerts(opts, *args) + injector.injector_alerts(
+        opts, *args)
 
 
 def health_alerts(options: BuildOptions, tap_config_hash: str = "") -> tuple[HealthAlert, ...]:

@@ -203,6 +203,15 @@ def _podmap(s: InstallSettings, bases: str) -> dict:
     return _kustomization(resources=[f"{bases}/podmap"], patches=patches)
 
 
+def _tap_injector(s: InstallSettings, bases: str) -> dict:
+    """The tap injector, its counters readable by Prometheus in the settings' namespace (the base names
+    `monitoring`)."""
+    return _kustomization(resources=[f"{bases}/{TAP_INJECTOR}"], patches=[
+        _json_patch("NetworkPolicy", "llmslo-tap-injector", [
+            {"op": "replace", "path": "/spec/ingress/1/from/0/namespaceSelector",
+             "value": {"matchLabels": {"kubernetes.io/metadata.name": s.namespace}}}])])
+
+
 def _inference(s: InstallSettings, ns: str, generated: str, bases: str) -> dict:
     resources = [f"{bases}/namespaces/discovery", f"{generated}/tap"]
     if s.floor != "off":  # the Namespace only carries the floor's labels; with the floor off it is left alone
@@ -233,7 +242,7 @@ def render(s: InstallSettings, generated: str, bases: str, command: str = "overl
     if s.floor != "off":
         files["floor/kustomization.yaml"] = _dump(head, _kustomization(resources=[f"../{bases}/policy"]))
     if s.tap_injector:  # the install's image and labels reach it from the top kustomization
-        files[f"{TAP_INJECTOR}/kustomization.yaml"] = _dump(head, _kustomization(resources=[f"../{bases}/{TAP_INJECTOR}"]))
+        files[f"{TAP_INJECTOR}/kustomization.yaml"] = _dump(head, _tap_injector(s, f"../{bases}"))
     return files
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter.logs import event
 from exporter.tap_inject import pod as podplan
+from llmslo import conventions as c
 
 API_VERSION = "admission.k8s.io/v1"
 POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
@@ -29,12 +30,10 @@ MAX_WARNING_CHARS = 240
 INJECTED = "injected"
 ERROR_BAD_JSON = "bad_json"
 ERROR_BAD_REVIEW = "bad_review"
-ERROR_INTERNAL = "internal"
 ERROR_TOO_LARGE = "too_large"
 ERROR_BAD_HTTP = "bad_http"
-ERROR_TIMEOUT = "timeout"
-ERROR_TLS = "tls"
-ERROR_OVERLOADED = "overloaded"
+# the failures an alert watches (conventions.TAP_INJECTOR_FAILURE_REASONS; HEALTH.TAP_INJECTOR_FAILING)
+ERROR_INTERNAL, ERROR_TIMEOUT, ERROR_TLS, ERROR_OVERLOADED = c.TAP_INJECTOR_FAILURE_REASONS
 ERROR_REASONS = (ERROR_BAD_JSON, ERROR_BAD_REVIEW, ERROR_INTERNAL, ERROR_TOO_LARGE, ERROR_BAD_HTTP, ERROR_TIMEOUT,
                  ERROR_TLS, ERROR_OVERLOADED)
 

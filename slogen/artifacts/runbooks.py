@@ -23,7 +23,7 @@ from slogen.artifacts.dashboards import goodput_ratio
 from slogen.panels import ENGINE_BY
 from slogen.paths import FLEET_DASHBOARD_FILE, slo_dashboard_path
 from slogen.plugins.llm import le_regex, measurable
-from slogen.rules import isolation
+from slogen.rules import injector, isolation
 from slogen.rules.alerts import runbook_path  # docs/runbooks/<alertname>.md, the alerts' runbook_url
 from slogen.rules.scope import EXPORTED_NAMESPACE
 from slogen.settings import DEFAULT_NAMESPACE
@@ -61,10 +61,11 @@ TOPIC_ENGINE_REFUSALS = "engine_refusals"  # an engine refuses requests at its o
 # the inference pool's isolation (rules/isolation.py): a foreign pod on the pool, a serving pod off it
 TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL = isolation.TOPIC_POOL_FOREIGN_POD, isolation.TOPIC_SERVING_OFF_POOL
 TOPIC_POOL_UNWATCHED = isolation.TOPIC_POOL_UNWATCHED
+TOPIC_TAP_INJECTOR = injector.TOPIC_TAP_INJECTOR  # the tap injector unscraped or failing (rules/injector.py)
 TOPICS = (TOPIC_TTFT, TOPIC_TPOT, TOPIC_E2E, TOPIC_GOODPUT, TOPIC_AVAILABILITY, TOPIC_SLO, TOPIC_NO_DATA,
           TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS, TOPIC_TAP_CONFIG_DRIFT,
           TOPIC_BUCKET_EDGE, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_POOL_UNWATCHED,
-          TOPIC_ENGINE_REFUSALS)
+          TOPIC_ENGINE_REFUSALS, TOPIC_TAP_INJECTOR)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def topic(alert: AlertView) -> str:
         return TOPIC_BUCKET_EDGE
     if alert.kind in (TOPIC_KV_SATURATION, TOPIC_GPU_HEALTH, TOPIC_TARGET_DOWN, TOPIC_TAP_REFUSALS,
                       TOPIC_TAP_CONFIG_DRIFT, TOPIC_POOL_FOREIGN_POD, TOPIC_SERVING_OFF_POOL, TOPIC_POOL_UNWATCHED,
-                      TOPIC_ENGINE_REFUSALS):
+                      TOPIC_ENGINE_REFUSALS, TOPIC_TAP_INJECTOR):
         return alert.kind
     slo = alert.slo
     if slo is None:
@@ -198,6 +199,8 @@ def _fleet_queries(slo: SLOView | None) -> dict[str, str]:
         "node_pools": isolation.nodes_by_pool(),
         "node_pools_metric": c.EXPORTER_NODE_POOL_INFO.name,
         "mapping_down": f"{q.selector(c.EXPORTER_GPU_POD_MAPPING_UP.name)} == 0",
+        "injector_errors": f"sum by (reason) (rate({q.selector(c.TAP_INJECTOR_ERRORS.name)}[10m]))",
+        "injector_injected": f"sum(increase({q.selector(c.TAP_INJECTOR_INJECTED.name)}[1h]))",
     }
     if threshold is not None and slo is not None and slo.latency_metric in ("ttft", "tpot", "e2e"):
         out["share_over_threshold"] = _share_over_threshold(slo, tap, threshold)

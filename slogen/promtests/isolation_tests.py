@@ -14,6 +14,7 @@ from __future__ import annotations
 from llmslo import conventions as c
 from llmslo.conventions import HEALTH as H
 from slogen.promtests.health_tests import CLUSTER, Scenario, health_tests
+from slogen.promtests.injector_tests import injector_scenarios
 from slogen.rules.health import HealthAlert, HealthOptions
 
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -110,5 +111,6 @@ def isolation_scenarios(opts: HealthOptions) -> dict[str, Scenario]:
 
 
 def health_and_isolation_tests(alerts: list[HealthAlert], opts: HealthOptions, rule_file: str) -> dict:
-    """The health rule file's promtool tests, the isolation alerts' among them when the build declares the pool."""
-    return health_tests(alerts, opts, rule_file, extra=isolation_scenarios(opts))
+    """The health rule file's promtool tests, the isolation alerts' among them when the build declares the pool, the
+    tap injector's when it installs the injector."""
+    return health_tests(alerts, opts, rule_file, extra={**isolation_scenarios(opts), **injector_scenarios(opts)})

@@ -105,11 +105,18 @@ class HealthOptions:
     pool_unwatched_for: int = knob(30 * MINUTE, "DURATION", "LLMInferencePoolUnwatched",
                                    "how long no exporter says it is on the inference pool, or a pool node's GPU-to-pod "
                                    "mapping is down, before it fires (longer than a DaemonSet rollout)")
+    # The tap injector (slogen/rules/injector.py; on when llmslo.yaml has `tapInjector: true`, set by the build).
+    tap_injector: bool = False
+    tap_injector_window: int = knob(10 * MINUTE, "WINDOW", "LLMTapInjectorFailing", "rate window of its failed reviews")
+    tap_injector_for: int = knob(15 * MINUTE, "DURATION", "LLMTapInjectorFailing",
+                                 "how long the injector is unscraped or fails reviews before it fires (longer than a "
+                                 "rollout of its two replicas)")
 
     def problems(self) -> list[tuple[str, str]]:
         """(option, what is wrong and the fix) for every bad value; empty when usable."""
         out = knobs.problems(self)
         out += _for_after_window("engine_refusal", self.engine_refusal_window, self.engine_refusal_for)
+        out += _for_after_window("tap_injector", self.tap_injector_window, self.tap_injector_for)
         if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
             out.append(("tap_refusal_for", f"is {format_prometheus_duration(self.tap_refusal_for)}, not longer than "
                         f"tap_refusal_window ({format_prometheus_duration(self.tap_refusal_window)}), so one burst of refusals "

@@ -56,11 +56,12 @@ def test_every_topic_template_renders(sample_alerts):
                                                         rb.topic(AlertView("REFUSED", rb.TOPIC_ENGINE_REFUSALS)),
                                                         rb.topic(AlertView("FOREIGN", rb.TOPIC_POOL_FOREIGN_POD)),
                                                         rb.topic(AlertView("OFF", rb.TOPIC_SERVING_OFF_POOL)),
-                                                        rb.topic(AlertView("BLIND", rb.TOPIC_POOL_UNWATCHED))}
+                                                        rb.topic(AlertView("BLIND", rb.TOPIC_POOL_UNWATCHED)),
+                                                        rb.topic(AlertView("INJECT", rb.TOPIC_TAP_INJECTOR))}
     assert rendered == set(rb.TOPICS)
     for name in (rb.TOPIC_GPU_HEALTH, rb.TOPIC_KV_SATURATION, rb.TOPIC_TARGET_DOWN, rb.TOPIC_TAP_REFUSALS,
                  rb.TOPIC_TAP_CONFIG_DRIFT, rb.TOPIC_ENGINE_REFUSALS, rb.TOPIC_POOL_FOREIGN_POD,
-                 rb.TOPIC_SERVING_OFF_POOL, rb.TOPIC_POOL_UNWATCHED):
+                 rb.TOPIC_SERVING_OFF_POOL, rb.TOPIC_POOL_UNWATCHED, rb.TOPIC_TAP_INJECTOR):
         text = rb.render_runbook(AlertView(name.upper(), name, summary="Something is wrong."))
         assert re.findall(r"^## (.+)$", text, re.MULTILINE) == SECTIONS
 

@@ -64,11 +64,25 @@ def test_on_the_injector_carries_the_installs_image_and_labels_and_fails_open(re
     assert len(injector_objects) >= 6
     for obj in injector_objects:
         assert LABELS.items() <= obj["metadata"].get("labels", {}).items(), f"{obj['kind']}/{obj['metadata']['name']}"
+    # Prometheus, in the install's namespace, may read the counters its PodMonitor scrapes
+    (policy,) = [o for o in injector_objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == INJECTOR]
+    assert policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": MONITORING}}
+    assert policy["spec"]["ingress"][1]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (monitor,) = [o for o in injector_objects if o["kind"] == "PodMonitor"]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     # the rest of the install is where it was
     assert any(o["kind"] == "DaemonSet" and o["metadata"].get("namespace") == MONITORING for o in objects)
     findings = podsecurity.check_manifests(objects)
     assert [f.line() for f in findings if f.mode == "enforce"] == []
     assert not [f for f in findings if INJECTOR in f.workload]
+
+
+def test_its_podmonitor_is_valid_against_the_operators_crd(repo, kubectl, crd):
+    _build(_with_injector(repo, True))
+    (monitor,) = [o for o in kustomize(kubectl, repo / "deploy")
+                  if o["kind"] == "PodMonitor" and o["metadata"].get("namespace") == INJECTOR]
+    assert crd.crd_errors(monitor) == []
 
 
 def test_turned_off_again_the_webhook_and_its_directory_go(repo, kubectl):
