@@ -19,11 +19,11 @@ One series' lines are rendered again only when it changed, as the tap's own are 
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import HistogramMetricFamily, Metric
 
+from exporter.tap.histogram import Histogram
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
 from llmslo import genai as G
@@ -40,14 +40,6 @@ def operation(path: str) -> str:
     return OPERATIONS.get(path.partition("?")[0], G.OPERATION_CHAT)
 
 
-class _Hist:
-    __slots__ = ("counts", "sum")
-
-    def __init__(self, edges: tuple[float, ...]) -> None:
-        self.counts = [0] * (len(edges) + 1)
-        self.sum = 0.0
-
-
 class GenAISeries:
     """One (model, operation, error_type) label set: a histogram per family (error series: the duration only)."""
 
@@ -55,15 +47,13 @@ class GenAISeries:
 
     def __init__(self, model: str, op: str, error_type: str) -> None:
         self.model, self.operation, self.error_type = model, op, error_type
-        self.hists = tuple(_Hist(edges) for _, edges, _ in FAMILIES)
+        self.hists = tuple(Histogram(edges) for _, edges, _ in FAMILIES)
         self.changes = 0
         self.rendered: list[bytes] = []
         self.rendered_at = -1
 
     def observe(self, i: int, value: float) -> None:
-        h = self.hists[i]
-        h.counts[bisect_left(FAMILIES[i][1], value)] += 1
-        h.sum += value
+        self.hists[i].observe(value)
 
     def labels(self, with_error: bool) -> list[tuple[str, str]]:
         out = [(G.LABEL_OPERATION, self.operation), (G.LABEL_PROVIDER, G.PROVIDER_OPENAI),
@@ -134,20 +124,12 @@ class GenAIHistograms:
             for s in self.series.values():
                 if i in s.families():
                     les = [client_float(e) for e in edges] + ["+Inf"]
-                    cumulative = _cumulative(s.hists[i].counts)
+                    cumulative = s.hists[i].cumulative()
                     values = [v for _, v in s.labels(i == 2)]
                     if i == 2 and not s.error_type:
                         values.append("")  # prometheus_client writes an empty label; the page leaves it out
                     fam.add_metric(values, list(zip(les, cumulative, strict=True)), s.hists[i].sum)
             yield fam
-
-
-def _cumulative(counts: list[int]) -> list[int]:
-    out, total = [], 0
-    for n in counts:
-        total += n
-        out.append(total)
-    return out
 
 
 def _series_lines(s: GenAISeries, i: int, escape: Callable[[str], str]) -> bytes:

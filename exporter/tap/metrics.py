@@ -23,7 +23,6 @@ prometheus_client (tests, tools) through a collector over these values.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from exporter.tap.classes import SloConfig
 from exporter.tap.genai import GenAIHistograms
+from exporter.tap.histogram import Histogram
 from exporter.tap.models import MAX_LABEL_CHARS, ModelNames
 from exporter.tap.timing import Timings
 from llmslo import conventions as C
@@ -85,31 +85,6 @@ def edges_id(edges: Iterable[float]) -> str:
     spellings. Equal edges give equal values (a reload that keeps them keeps the series); 32 bits keep
     the label short while two configurations a tap runs one after the other almost never collide."""
     return hashlib.sha256(",".join(le_label(e) for e in edges).encode()).hexdigest()[:8]
-
-
-class Histogram:
-    """One histogram series: per-bucket (not cumulative) counts, the last one for +Inf."""
-
-    __slots__ = ("edges", "counts", "sum", "count")
-
-    def __init__(self, edges: tuple[float, ...]) -> None:
-        self.edges = edges
-        self.counts = [0] * (len(edges) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        # bisect_left: the first edge >= value, i.e. the bucket whose `le` the value is within.
-        self.counts[bisect_left(self.edges, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def cumulative(self) -> list[int]:
-        out, total = [], 0
-        for n in self.counts:
-            total += n
-            out.append(total)
-        return out
 
 
 class Series:
