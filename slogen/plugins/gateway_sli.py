@@ -31,7 +31,7 @@ __all__ = ["gateway_availability", "gateway_latency"]
 def _scope(gateway: gw.Gateway, selection: Selection, fixed: gw.Fixed) -> tuple[list[Matcher], dict[str, str]]:
     """The SLI's matchers (the spec's selector, its model globs on the gateway's model label, the series' fixed
     matchers) and the fixture labels they imply, with the gateway's other labels."""
-    matchers = list(selection.matchers) + [promql.matcher(label, op, value) for label, op, value in fixed]
+    matchers = list(selection.matchers) + _fixed(fixed)
     base = {label: value for label, op, value in gateway.labels if op == "="}
     if selection.models:
         matchers.append(promql.matcher(gateway.model_label, "=~", glob_regex(selection.models_text)))
