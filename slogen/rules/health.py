@@ -117,10 +117,7 @@ class HealthOptions:
         out = knobs.problems(self)
         out += _for_after_window("engine_refusal", self.engine_refusal_window, self.engine_refusal_for)
         out += _for_after_window("tap_injector", self.tap_injector_window, self.tap_injector_for)
-        if 0 < self.tap_refusal_window and 0 < self.tap_refusal_for <= self.tap_refusal_window:
-            out.append(("tap_refusal_for", f"is {format_prometheus_duration(self.tap_refusal_for)}, not longer than "
-                        f"tap_refusal_window ({format_prometheus_duration(self.tap_refusal_window)}), so one burst of refusals "
-                        "would fire it; write a longer duration, e.g. twice the window"))
+        out += _for_after_window("tap_refusal", self.tap_refusal_window, self.tap_refusal_for)
         return out
 
 
