@@ -107,7 +107,7 @@ class WebhookHandler(_Quiet):
         if self.headers.get("Transfer-Encoding") is not None or length is None or not length.isdigit():
             self._refuse(411, review.ERROR_BAD_HTTP, "send the review with a Content-Length")
             return None
-        if int(length) > MAX_BODY_BYTES:
+        if len(length) > len(str(MAX_BODY_BYTES)) or int(length) > MAX_BODY_BYTES:  # int() of 5,000 digits raises
             self._refuse(413, review.ERROR_TOO_LARGE, f"a review is at most {MAX_BODY_BYTES} bytes")
             return None
         try:

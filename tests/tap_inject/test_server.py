@@ -85,6 +85,17 @@ def test_an_oversized_body_is_refused_with_413_before_it_is_read(running):
     assert running["counters"].errors[review.ERROR_TOO_LARGE] == 1
 
 
+def test_a_length_of_thousands_of_digits_is_refused_with_413_not_an_exception(running):
+    before = running["counters"].errors[review.ERROR_TOO_LARGE]
+    conn = https(running)
+    conn.putrequest("POST", server.PATH_POD)
+    conn.putheader("Content-Length", "9" * 5000)  # past Python's int() digit limit: a ValueError if converted
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 413
+    assert running["counters"].errors[review.ERROR_TOO_LARGE] == before + 1
+
+
 def test_a_body_without_its_length_is_refused_with_411(running):
     conn = https(running)
     conn.putrequest("POST", server.PATH_POD)
