@@ -151,7 +151,10 @@ def _annotation_port(annotations: dict[str, Any], key: str, default: int) -> int
     value = annotations.get(key)
     if value is None:
         return default
-    if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= 65535:
+    # ASCII and at most 5 digits before int(): `²` is a digit to isdigit() and 5,000 digits exceed int()'s limit,
+    # and either would raise, counting the author's typo as the injector's own failure
+    if not isinstance(value, str) or not (value.isascii() and value.isdigit() and len(value) <= 5) \
+            or not 1 <= int(value) <= 65535:
         return f"annotation {key}={str(value)[:20]!r} is not a port (1-65535)"
     return int(value)
 

@@ -104,7 +104,7 @@ class WebhookHandler(_Quiet):
     def _body(self) -> bytes | None:
         """The request's body, or None once it has been refused (too large, no length, too slow)."""
         length = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding") is not None or length is None or not length.isdigit():
+        if self.headers.get("Transfer-Encoding") is not None or length is None or not (length.isascii() and length.isdigit()):
             self._refuse(411, review.ERROR_BAD_HTTP, "send the review with a Content-Length")
             return None
         if len(length) > len(str(MAX_BODY_BYTES)) or int(length) > MAX_BODY_BYTES:  # int() of 5,000 digits raises
